@@ -1,0 +1,63 @@
+// Command peerbench measures the cold-start figures of airlock's peers
+// (bare, unshare, bwrap, crun, runc, runsc, srt) on this machine, alternating
+// the peers in every round, and prints the table (and optionally JSON).
+//
+// Usage:
+//
+//	peerbench [-runs 10] [-runsc PATH] [-srt PATH] [-json FILE]
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+
+	"airlock/bench"
+)
+
+func main() {
+	runs := flag.Int("runs", 10, "measured rounds per figure")
+	runsc := flag.String("runsc", "", "path of runsc (default: runsc on PATH)")
+	srt := flag.String("srt", "", "path of sandbox-runtime's srt (default: not measured)")
+	python := flag.String("python", "/usr/bin/python3", "python interpreter for the cold python figure")
+	jsonOut := flag.String("json", "", "also write the figures as JSON to this file")
+	scratch := flag.String("scratch", "", "scratch directory for bundles (default: $TMPDIR)")
+	flag.Parse()
+
+	peers := bench.DetectPeers(bench.Options{Runsc: *runsc, Srt: *srt, ScratchDir: *scratch})
+	type job struct {
+		name string
+		argv []string
+	}
+	jobs := []job{
+		{"cold start", []string{"/bin/true"}},
+		{"cold python", []string{*python, "-c", "pass"}},
+	}
+	var figs []bench.Figure
+	for _, j := range jobs {
+		fmt.Fprintf(os.Stderr, "peerbench: %s (%d rounds)\n", j.name, *runs)
+		f := bench.Alternate(peers, j.argv, *runs)
+		f.Name = j.name
+		figs = append(figs, f)
+	}
+	bench.PrintTable(os.Stdout, figs)
+	fmt.Println()
+	for _, p := range peers {
+		if p.Missing == "" {
+			fmt.Printf("%-8s %s\n", p.Name, p.Note)
+		}
+	}
+	if *jsonOut != "" {
+		f, err := os.Create(*jsonOut)
+		if err == nil {
+			err = bench.WriteJSON(f, figs)
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "peerbench:", err)
+			os.Exit(1)
+		}
+	}
+}
