@@ -10,22 +10,30 @@ import (
 
 // PrintTable writes figs as a human-readable table: figure, peer, median,
 // min, max (in the figure's unit), the number of samples, the ratio
-// airlock/peer, and a note (how the peer was invoked, or why it is missing
-// or failed).
+// airlock/peer, and why a peer is missing or failed. Below the table it lists
+// how each peer was invoked.
 func PrintTable(w io.Writer, figs []Figure) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "figure\tpeer\tmedian\tmin\tmax\tn\tairlock/peer\tnote")
+	fmt.Fprintln(tw, "figure\tpeer\tmedian\tmin\tmax\tn\tairlock/peer\t")
+	var names []string
+	notes := map[string]string{}
 	for _, f := range figs {
 		for _, r := range f.Results {
-			var med, lo, hi, n, ratio string
-			note := r.Note
+			if _, seen := notes[r.Peer]; !seen {
+				names = append(names, r.Peer)
+				notes[r.Peer] = ""
+			}
+			if r.Note != "" && r.Missing == "" {
+				notes[r.Peer] = r.Note
+			}
+			var med, lo, hi, n, ratio, why string
 			switch {
 			case r.Missing != "":
 				med, lo, hi, n, ratio = "missing", "-", "-", "0", "-"
-				note = r.Missing
+				why = r.Missing
 			case len(r.Samples) == 0:
 				med, lo, hi, n, ratio = "failed", "-", "-", "0", "-"
-				note = r.Error
+				why = r.Error
 			default:
 				med = formatValue(r.Median, f.Unit)
 				lo = formatValue(r.Min, f.Unit)
@@ -33,6 +41,7 @@ func PrintTable(w io.Writer, figs []Figure) {
 				n = fmt.Sprint(len(r.Samples))
 				if r.Failures > 0 {
 					n += fmt.Sprintf(" (%d failed)", r.Failures)
+					why = r.Error
 				}
 				ratio = "-"
 				if r.RatioPairs > 0 {
@@ -40,10 +49,21 @@ func PrintTable(w io.Writer, figs []Figure) {
 				}
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
-				f.Name, r.Peer, med, lo, hi, n, ratio, oneLine(note))
+				f.Name, r.Peer, med, lo, hi, n, ratio, oneLine(why))
 		}
 	}
 	tw.Flush()
+	header := false
+	for _, name := range names {
+		if notes[name] == "" {
+			continue
+		}
+		if !header {
+			fmt.Fprintln(w, "\nhow each peer ran:")
+			header = true
+		}
+		fmt.Fprintf(w, "  %-8s %s\n", name, oneLine(notes[name]))
+	}
 }
 
 // formatValue formats v with its unit, with a precision suited to its size.

@@ -41,12 +41,6 @@ func main() {
 		figs = append(figs, f)
 	}
 	bench.PrintTable(os.Stdout, figs)
-	fmt.Println()
-	for _, p := range peers {
-		if p.Missing == "" {
-			fmt.Printf("%-8s %s\n", p.Name, p.Note)
-		}
-	}
 	if *jsonOut != "" {
 		f, err := os.Create(*jsonOut)
 		if err == nil {
