@@ -81,9 +81,14 @@ func (f *Filter) Describe() string {
 }
 
 // Prog returns the sock_fprog that points at f.Instructions, as the third
-// argument of seccomp(SECCOMP_SET_MODE_FILTER, flags, prog). The result
-// refers to f's memory: keep f alive until the system call returns.
+// argument of seccomp(SECCOMP_SET_MODE_FILTER, flags, prog). Prepare it
+// before fork so the child only has to make the raw system call. The result
+// refers to f's memory: keep f alive until the system call returns. An
+// empty filter gives an empty sock_fprog, which the kernel rejects.
 func (f *Filter) Prog() *unix.SockFprog {
+	if len(f.Instructions) == 0 {
+		return &unix.SockFprog{}
+	}
 	return &unix.SockFprog{
 		Len:    uint16(len(f.Instructions)),
 		Filter: &f.Instructions[0],
