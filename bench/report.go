@@ -14,7 +14,7 @@ import (
 // how each peer was invoked.
 func PrintTable(w io.Writer, figs []Figure) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "figure\tpeer\tmedian\tmin\tmax\tn\tairlock/peer\t")
+	fmt.Fprintln(tw, "figure\tpeer\tmedian\tmin\tmax\tn\tairlock/peer\tnote")
 	var names []string
 	notes := map[string]string{}
 	for _, f := range figs {

@@ -11,6 +11,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 
 	"airlock/bench"
 )
@@ -33,6 +34,7 @@ func main() {
 		{"cold start", []string{"/bin/true"}},
 		{"cold python", []string{*python, "-c", "pass"}},
 	}
+	fmt.Printf("load average before: %s\n", loadavg())
 	var figs []bench.Figure
 	for _, j := range jobs {
 		fmt.Fprintf(os.Stderr, "peerbench: %s (%d rounds)\n", j.name, *runs)
@@ -40,6 +42,7 @@ func main() {
 		f.Name = j.name
 		figs = append(figs, f)
 	}
+	fmt.Printf("load average after:  %s\n\n", loadavg())
 	bench.PrintTable(os.Stdout, figs)
 	if *jsonOut != "" {
 		f, err := os.Create(*jsonOut)
@@ -54,4 +57,18 @@ func main() {
 			os.Exit(1)
 		}
 	}
+}
+
+// loadavg returns the 1, 5 and 15 minute load averages, to judge how noisy
+// the machine was during the run.
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
 }
