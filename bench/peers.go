@@ -299,8 +299,12 @@ func (d *detector) runscFlags(state string) []string {
 	return f
 }
 
-// runsc runs the command as `runsc run` of the same OCI bundle, with the
-// default platform and no network.
+// runsc runs the command under gVisor with the default platform and no
+// network. As root it is `runsc run` of the same OCI bundle as crun and runc.
+// Rootless `runsc run` cannot start its gofer here (fork/exec of
+// /proc/self/exe is not permitted), so without root it is
+// `runsc --rootless do`, which runs the command over the host's root
+// filesystem instead of the bundle.
 func (d *detector) runsc() Peer {
 	p := Peer{Name: "runsc"}
 	path := d.opts.Runsc
@@ -316,8 +320,19 @@ func (d *detector) runsc() Peer {
 		return p
 	}
 	o := &ociPeer{d: d, name: "runsc"}
-	p.Note = "runsc " + strings.Join(d.runscFlags("STATE"), " ") + " run --bundle B ID; " + bundleNote(!d.root)
 	p.Prepare, p.Cleanup = o.prepare, o.cleanup
+	if !d.root {
+		p.Note = "runsc " + strings.Join(d.runscFlags("STATE"), " ") + " do CMD (rootless: host root filesystem, not the bundle)"
+		p.Run = func(argv []string) error {
+			if _, err := o.next(argv); err != nil {
+				return err
+			}
+			args := append(d.runscFlags(o.b.stateDir("runsc")), "do")
+			return d.run(path, append(args, argv...)...)
+		}
+		return p
+	}
+	p.Note = "runsc " + strings.Join(d.runscFlags("STATE"), " ") + " run --bundle B ID; " + bundleNote(false)
 	p.Run = func(argv []string) error {
 		id, err := o.next(argv)
 		if err != nil {
