@@ -1,0 +1,472 @@
+package agent
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// prSetChildSubreaper is prctl's PR_SET_CHILD_SUBREAPER.
+const prSetChildSubreaper = 36
+
+// Main runs the agent on fd 0, which must be a connected stream socket to the
+// host. It never returns: it exits the process when the host closes the
+// connection (status 0) or on a fatal error (status 1), after killing every
+// process it started and their descendants.
+func Main() {
+	// An idle agent should cost little: collect early, and return freed
+	// memory to the kernel promptly.
+	debug.SetGCPercent(50)
+	f := os.NewFile(0, "host")
+	conn, err := net.FileConn(f)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "airlock agent: fd 0 is not a socket: %v\n", err)
+		os.Exit(1)
+	}
+	f.Close() // FileConn holds a close-on-exec duplicate
+	code := run(conn)
+	os.Exit(code)
+}
+
+// run serves one connection and tears everything down when it ends.
+func run(conn net.Conn) int {
+	a := &agent{
+		conn:    conn,
+		home:    "/workspace",
+		env:     os.Environ(),
+		streams: make(map[uint32]*astream),
+		procs:   make(map[int]*proc),
+	}
+	// As PID 1 of a pid namespace orphans come to us anyway; outside one
+	// (tests, debugging) this makes them come to us too, so that we reap
+	// them and can kill them on shutdown.
+	syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0)
+	a.startReaper()
+	err := a.serve()
+	a.shutdown()
+	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+		fmt.Fprintf(os.Stderr, "airlock agent: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// agent is the state of the in-sandbox agent.
+type agent struct {
+	conn net.Conn
+	home string
+	env  []string
+
+	wmu  sync.Mutex // serializes frame writes
+	wbuf []byte
+	dead bool // a write failed; guarded by wmu
+
+	mu      sync.Mutex
+	streams map[uint32]*astream
+	procs   map[int]*proc
+	exited  []*proc // exited background processes, oldest first
+	closing bool
+
+	// forkMu is held shared while forking and registering a child, and
+	// exclusively by the reaper while it waits for and dispatches exits,
+	// so that no exit is reaped before its process is registered.
+	forkMu sync.RWMutex
+}
+
+// write sends one frame. It is safe for concurrent use.
+func (a *agent) write(t FrameType, id uint32, payload []byte) error {
+	a.wmu.Lock()
+	defer a.wmu.Unlock()
+	if a.dead {
+		return net.ErrClosed
+	}
+	var err error
+	if len(payload) <= 4096 {
+		a.wbuf = AppendFrame(a.wbuf[:0], t, id, payload)
+		_, err = a.conn.Write(a.wbuf)
+	} else {
+		var h [HeaderSize]byte
+		putHeader(&h, t, id, len(payload))
+		bufs := net.Buffers{h[:], payload}
+		_, err = bufs.WriteTo(a.conn)
+	}
+	if err != nil {
+		a.dead = true
+		a.conn.Close() // the reader notices and shuts the agent down
+		return fmt.Errorf("writing %s frame: %w", t, err)
+	}
+	return nil
+}
+
+func (a *agent) writeJSON(t FrameType, id uint32, v any) error {
+	p, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encoding %s: %w", t, err)
+	}
+	return a.write(t, id, p)
+}
+
+// serve does the hello and then dispatches frames until the connection ends.
+func (a *agent) serve() error {
+	br := bufio.NewReaderSize(a.conn, 4096)
+	f, err := ReadFrame(br)
+	if err != nil {
+		return fmt.Errorf("reading hello: %w", err)
+	}
+	var h helloMsg
+	if f.Type != FrameHello || f.Stream != 0 {
+		err = fmt.Errorf("first frame is %s on stream %d, want hello on stream 0", f.Type, f.Stream)
+	} else if err = decodeJSON(f.Payload, &h); err == nil && h.Version != Version {
+		err = fmt.Errorf("host speaks protocol version %d, agent %d", h.Version, Version)
+	} else if err == nil && h.Home != "" && !filepath.IsAbs(h.Home) {
+		err = fmt.Errorf("home %q is not absolute", h.Home)
+	}
+	if err != nil {
+		a.writeJSON(FrameError, 0, &Error{Code: CodeProtocol, Message: err.Error()})
+		return err
+	}
+	if h.Home != "" {
+		a.home = filepath.Clean(h.Home)
+	}
+	if err := a.writeJSON(FrameHello, 0, helloMsg{Version: Version, Pid: os.Getpid()}); err != nil {
+		return err
+	}
+	for {
+		f, err := ReadFrame(br)
+		if err != nil {
+			return err
+		}
+		a.dispatch(f)
+	}
+}
+
+// dispatch handles one frame from the host. It never blocks on a stream.
+func (a *agent) dispatch(f Frame) {
+	switch f.Type {
+	case FramePing:
+		a.writeJSON(FrameResult, f.Stream, emptyMsg{})
+		return
+	case FrameWindow, FrameData, FrameEOF, FrameReset:
+		a.mu.Lock()
+		s := a.streams[f.Stream]
+		a.mu.Unlock()
+		if s == nil {
+			return // finished or reset: late frames are expected
+		}
+		switch f.Type {
+		case FrameWindow:
+			n, err := decodeWindow(f.Payload)
+			if err != nil {
+				s.abort(err)
+				return
+			}
+			s.grant(int64(n))
+		case FrameData:
+			s.push(f.Payload, false)
+		case FrameEOF:
+			s.push(nil, true)
+		case FrameReset:
+			s.resetByHost()
+		}
+		return
+	}
+	h, ok := handlers[f.Type]
+	if !ok || f.Stream == 0 {
+		a.writeJSON(FrameError, f.Stream, &Error{Code: CodeUnsupported,
+			Message: fmt.Sprintf("unsupported frame type %s", f.Type)})
+		return
+	}
+	s := newStream(a, f.Stream)
+	a.mu.Lock()
+	if _, dup := a.streams[f.Stream]; dup || a.closing {
+		a.mu.Unlock()
+		a.writeJSON(FrameError, f.Stream, &Error{Code: CodeProtocol, Message: "stream id already in use"})
+		return
+	}
+	a.streams[f.Stream] = s
+	a.mu.Unlock()
+	go func() {
+		defer s.release()
+		res, err := h(a, s, f.Payload)
+		if err != nil {
+			s.finishErr(err)
+		} else if res != nil {
+			s.finish(FrameResult, res)
+		}
+	}()
+}
+
+// handler serves one request. It returns the Result payload, or an error to
+// send as the final Error, or (nil, nil) when it has ended the stream itself.
+type handler func(a *agent, s *astream, payload []byte) (any, error)
+
+var handlers map[FrameType]handler
+
+func init() {
+	handlers = map[FrameType]handler{
+		FrameExec:      (*agent).handleExec,
+		FrameAttach:    (*agent).handleAttach,
+		FrameProcesses: (*agent).handleProcesses,
+		FrameStdin:     (*agent).handleStdin,
+		FrameSignal:    (*agent).handleSignal,
+		FrameReadFile:  (*agent).handleReadFile,
+		FrameWriteFile: (*agent).handleWriteFile,
+		FrameRemove:    (*agent).handleRemove,
+		FrameList:      (*agent).handleList,
+		FrameStat:      (*agent).handleStat,
+		FrameMkdir:     (*agent).handleMkdir,
+		FrameMove:      (*agent).handleMove,
+	}
+}
+
+// errStreamGone reports that the host reset the stream or the connection
+// is gone; nothing more is sent on the stream.
+var errStreamGone = errors.New("stream reset or connection closed")
+
+// astream is the agent's side of one stream.
+type astream struct {
+	a  *agent
+	id uint32
+
+	mu       sync.Mutex
+	cond     sync.Cond
+	credit   int64 // bytes of credited payload we may still send
+	recvLeft int64 // bytes of Data the host may still send
+	unacked  int64 // Data consumed but not yet granted back
+	in       [][]byte
+	inEOF    bool
+	gone     bool // reset by host, aborted, or connection closed
+	finished bool // final frame sent
+	onReset  []func()
+}
+
+func newStream(a *agent, id uint32) *astream {
+	s := &astream{a: a, id: id, credit: InitialWindow, recvLeft: InitialWindow}
+	s.cond.L = &s.mu
+	return s
+}
+
+// release unregisters the stream once its handler is done.
+func (s *astream) release() {
+	s.a.mu.Lock()
+	if s.a.streams[s.id] == s {
+		delete(s.a.streams, s.id)
+	}
+	s.a.mu.Unlock()
+}
+
+// grant adds credit from a Window frame.
+func (s *astream) grant(n int64) {
+	s.mu.Lock()
+	if s.credit += n; s.credit > 1<<40 {
+		s.credit = 1 << 40
+	}
+	s.mu.Unlock()
+	s.cond.Broadcast()
+}
+
+// push queues Data (or the EOF) from the host.
+func (s *astream) push(p []byte, eof bool) {
+	s.mu.Lock()
+	if s.gone || s.inEOF {
+		s.mu.Unlock()
+		return
+	}
+	if int64(len(p)) > s.recvLeft {
+		s.mu.Unlock()
+		s.abort(fmt.Errorf("host sent %d bytes of data beyond its credit", len(p)))
+		return
+	}
+	s.recvLeft -= int64(len(p))
+	if len(p) > 0 {
+		s.in = append(s.in, p)
+	}
+	s.inEOF = s.inEOF || eof
+	s.mu.Unlock()
+	s.cond.Broadcast()
+}
+
+// recv returns the next Data chunk from the host, or eof. It fails when the
+// stream is gone.
+func (s *astream) recv() (p []byte, eof bool, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for len(s.in) == 0 && !s.inEOF && !s.gone && !s.finished {
+		s.cond.Wait()
+	}
+	switch {
+	case s.gone, s.finished:
+		return nil, false, errStreamGone
+	case len(s.in) > 0:
+		p = s.in[0]
+		s.in[0] = nil
+		s.in = s.in[1:]
+		return p, false, nil
+	}
+	return nil, true, nil
+}
+
+// consumed reports n bytes of Data as processed, granting credit back.
+func (s *astream) consumed(n int) {
+	s.mu.Lock()
+	s.unacked += int64(n)
+	var grant int64
+	if s.unacked >= InitialWindow/4 && !s.gone && !s.finished {
+		grant, s.unacked = s.unacked, 0
+		s.recvLeft += grant
+	}
+	s.mu.Unlock()
+	if grant > 0 {
+		s.a.write(FrameWindow, s.id, encodeWindow(uint32(grant)))
+	}
+}
+
+// sendData sends credited payload, waiting for credit and splitting as
+// needed. It fails with errStreamGone if the stream is reset meanwhile.
+func (s *astream) sendData(t FrameType, p []byte) error {
+	for len(p) > 0 {
+		s.mu.Lock()
+		for s.credit <= 0 && !s.gone {
+			s.cond.Wait()
+		}
+		if s.gone {
+			s.mu.Unlock()
+			return errStreamGone
+		}
+		n := int64(len(p))
+		if n > s.credit {
+			n = s.credit
+		}
+		s.credit -= n
+		s.mu.Unlock()
+		if err := s.a.write(t, s.id, p[:n]); err != nil {
+			s.abort(err)
+			return errStreamGone
+		}
+		p = p[n:]
+	}
+	return nil
+}
+
+// send sends a non-final control frame.
+func (s *astream) send(t FrameType, v any) error {
+	s.mu.Lock()
+	gone := s.gone
+	s.mu.Unlock()
+	if gone {
+		return errStreamGone
+	}
+	return s.a.writeJSON(t, s.id, v)
+}
+
+// finish sends the final frame, unless the stream is already gone.
+func (s *astream) finish(t FrameType, v any) {
+	s.mu.Lock()
+	if s.gone || s.finished {
+		s.mu.Unlock()
+		return
+	}
+	s.finished = true
+	s.mu.Unlock()
+	s.cond.Broadcast()
+	s.release()
+	s.a.writeJSON(t, s.id, v)
+}
+
+// finishErr ends the stream with an Error built from err.
+func (s *astream) finishErr(err error) {
+	if errors.Is(err, errStreamGone) {
+		return
+	}
+	s.finish(FrameError, toError(err))
+}
+
+// onGone registers fn to run when the stream is reset or aborted (at once
+// if it already is). fn must not block.
+func (s *astream) onGone(fn func()) {
+	s.mu.Lock()
+	if s.gone {
+		s.mu.Unlock()
+		fn()
+		return
+	}
+	s.onReset = append(s.onReset, fn)
+	s.mu.Unlock()
+}
+
+// resetByHost handles a Reset frame.
+func (s *astream) resetByHost() { s.kill(false, nil) }
+
+// abort resets the stream from our side, telling the host why.
+func (s *astream) abort(err error) { s.kill(true, err) }
+
+func (s *astream) kill(tell bool, why error) {
+	s.mu.Lock()
+	if s.gone {
+		s.mu.Unlock()
+		return
+	}
+	s.gone = true
+	fns := s.onReset
+	s.onReset = nil
+	tell = tell && !s.finished
+	s.finished = true
+	s.in = nil
+	s.mu.Unlock()
+	s.cond.Broadcast()
+	s.release()
+	if tell {
+		e := toError(why)
+		e.Code = CodeProtocol
+		s.a.writeJSON(FrameError, s.id, e)
+	}
+	for _, fn := range fns {
+		fn()
+	}
+}
+
+// shutdown kills every process started by the agent and every descendant,
+// reaps them, and leaves the agent ready to exit.
+func (a *agent) shutdown() {
+	a.wmu.Lock()
+	a.dead = true
+	a.wmu.Unlock()
+	a.conn.Close()
+	a.mu.Lock()
+	a.closing = true
+	streams := make([]*astream, 0, len(a.streams))
+	for _, s := range a.streams {
+		streams = append(streams, s)
+	}
+	procs := make([]*proc, 0, len(a.procs))
+	for _, p := range a.procs {
+		procs = append(procs, p)
+	}
+	a.mu.Unlock()
+	for _, s := range streams {
+		s.kill(false, nil)
+	}
+	for _, p := range procs {
+		syscall.Kill(-p.pid, syscall.SIGKILL)
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		n := killDescendants()
+		a.forkMu.Lock()
+		children := a.reapAll()
+		a.forkMu.Unlock()
+		if n == 0 && !children {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

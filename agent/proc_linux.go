@@ -1,0 +1,793 @@
+package agent
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+)
+
+// maxExitedBackground bounds how many exited background processes (and
+// their output rings) the agent retains for Processes and Attach.
+const maxExitedBackground = 16
+
+// drainGrace is how long after a process exits the agent waits, while its
+// output pipes are still open (a descendant holds them) and quiet, before
+// reporting the exit anyway. Output written later still reaches the ring.
+const drainGrace = 10 * time.Millisecond
+
+var bufPool = sync.Pool{New: func() any { b := make([]byte, chunkSize); return &b }}
+
+// proc is a process started by the agent.
+type proc struct {
+	a          *agent
+	pid        int
+	argv       []string
+	tag, cwd   string
+	background bool
+	started    time.Time
+
+	mu         sync.Mutex
+	cond       sync.Cond
+	ring       outRing
+	followers  []*follower
+	producers  int // pipe readers waiting for ring space
+	exited     bool
+	exit       exitMsg
+	exitedAt   time.Time
+	eof        [2]bool
+	pipeFd     [2]int
+	busy       [2]atomic.Bool // a pipe reader holds data not yet in the ring
+	done       bool           // exit reported to followers
+	ownerGone  bool           // foreground: the starting stream went away
+	forgotten  bool
+	graceTimer *time.Timer
+
+	stdinMu sync.Mutex
+	stdin   *os.File // nil once closed
+}
+
+// follower is one stream following a process's output.
+type follower struct {
+	s        *astream
+	cursor   int64 // absolute ring offset of the next record to send
+	end      int64 // stop here and send the exit; -1 until known
+	detached bool
+	owner    bool
+}
+
+func (p *proc) info() ProcessInfo {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return ProcessInfo{
+		Pid: p.pid, Argv: p.argv, Tag: p.tag, Cwd: p.cwd, Background: p.background,
+		Running: !p.exited, ExitCode: p.exit.Code, Signal: p.exit.Signal,
+		StartedAt: p.started, ExitedAt: p.exitedAt,
+	}
+}
+
+// startReaper reaps every child (ours and orphans reparented to us) on
+// SIGCHLD and dispatches exit statuses to the processes we started.
+func (a *agent) startReaper() {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGCHLD)
+	go func() {
+		for range ch {
+			a.forkMu.Lock()
+			a.reapAll()
+			a.forkMu.Unlock()
+		}
+	}()
+}
+
+// reapAll reaps every exited child without blocking and reports whether any
+// child is left. The caller holds forkMu exclusively.
+func (a *agent) reapAll() bool {
+	for {
+		var ws syscall.WaitStatus
+		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil { // ECHILD: no children at all
+			return false
+		}
+		if pid == 0 {
+			return true
+		}
+		a.mu.Lock()
+		p := a.procs[pid]
+		a.mu.Unlock()
+		if p != nil {
+			p.setExit(ws)
+		}
+	}
+}
+
+// killDescendants SIGKILLs every live descendant of the agent found in
+// /proc and returns how many it signalled.
+func killDescendants() int {
+	d, err := os.Open("/proc")
+	if err != nil {
+		return 0
+	}
+	names, _ := d.Readdirnames(-1)
+	d.Close()
+	children := map[int][]int{}
+	for _, n := range names {
+		pid, err := strconv.Atoi(n)
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + n + "/stat")
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(s[i+1:])
+		if len(f) < 2 || f[0] == "Z" || f[0] == "X" {
+			continue
+		}
+		ppid, _ := strconv.Atoi(f[1])
+		children[ppid] = append(children[ppid], pid)
+	}
+	n := 0
+	queue := []int{os.Getpid()}
+	for len(queue) > 0 {
+		pid := queue[0]
+		queue = queue[1:]
+		for _, c := range children[pid] {
+			syscall.Kill(c, syscall.SIGKILL)
+			n++
+			queue = append(queue, c)
+		}
+	}
+	return n
+}
+
+// signalNames maps Linux signal numbers to names.
+var signalNames = [...]string{
+	1: "SIGHUP", 2: "SIGINT", 3: "SIGQUIT", 4: "SIGILL", 5: "SIGTRAP", 6: "SIGABRT",
+	7: "SIGBUS", 8: "SIGFPE", 9: "SIGKILL", 10: "SIGUSR1", 11: "SIGSEGV", 12: "SIGUSR2",
+	13: "SIGPIPE", 14: "SIGALRM", 15: "SIGTERM", 16: "SIGSTKFLT", 17: "SIGCHLD",
+	18: "SIGCONT", 19: "SIGSTOP", 20: "SIGTSTP", 21: "SIGTTIN", 22: "SIGTTOU",
+	23: "SIGURG", 24: "SIGXCPU", 25: "SIGXFSZ", 26: "SIGVTALRM", 27: "SIGPROF",
+	28: "SIGWINCH", 29: "SIGIO", 30: "SIGPWR", 31: "SIGSYS",
+}
+
+func signalName(sig syscall.Signal) string {
+	if int(sig) > 0 && int(sig) < len(signalNames) {
+		return signalNames[sig]
+	}
+	return "SIG" + strconv.Itoa(int(sig))
+}
+
+// setExit records the exit status; called by the reaper.
+func (p *proc) setExit(ws syscall.WaitStatus) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.exited {
+		return
+	}
+	p.exited = true
+	p.exitedAt = time.Now()
+	switch {
+	case ws.Exited():
+		p.exit = exitMsg{Code: ws.ExitStatus()}
+	case ws.Signaled():
+		p.exit = exitMsg{Code: 128 + int(ws.Signal()), Signal: signalName(ws.Signal())}
+	}
+	p.maybeDoneLocked()
+}
+
+// maybeDoneLocked reports the exit to followers once the process has exited
+// and its output is drained: both pipes at EOF, or quiet (nothing buffered in
+// the pipe or in a reader's hands) since drainGrace.
+func (p *proc) maybeDoneLocked() {
+	if p.done || !p.exited {
+		return
+	}
+	if !(p.eof[0] && p.eof[1]) {
+		quiet := true
+		for i := range 2 {
+			if p.eof[i] {
+				continue
+			}
+			var n int32
+			syscall.Syscall(syscall.SYS_IOCTL, uintptr(p.pipeFd[i]), syscall.TIOCINQ, uintptr(unsafe.Pointer(&n)))
+			if n > 0 || p.busy[i].Load() {
+				quiet = false
+			}
+		}
+		if !quiet || time.Since(p.exitedAt) < drainGrace {
+			if p.graceTimer == nil {
+				p.graceTimer = time.AfterFunc(drainGrace, p.graceCheck)
+			} else {
+				p.graceTimer.Reset(drainGrace)
+			}
+			return
+		}
+	}
+	p.done = true
+	if p.graceTimer != nil {
+		p.graceTimer.Stop()
+	}
+	for _, f := range p.followers {
+		if f.end < 0 {
+			f.end = p.ring.tail
+		}
+	}
+	p.cond.Broadcast()
+	go p.afterDone()
+}
+
+func (p *proc) graceCheck() {
+	p.mu.Lock()
+	p.maybeDoneLocked()
+	p.mu.Unlock()
+}
+
+// afterDone closes stdin and retires the process from the table.
+func (p *proc) afterDone() {
+	p.closeStdin()
+	p.mu.Lock()
+	forget := !p.background && p.ownerGone
+	p.mu.Unlock()
+	if forget {
+		p.a.forget(p)
+	} else if p.background {
+		p.a.retireBackground(p)
+	}
+}
+
+// forget removes a process from the table.
+func (a *agent) forget(p *proc) {
+	a.mu.Lock()
+	if a.procs[p.pid] == p {
+		delete(a.procs, p.pid)
+	}
+	a.mu.Unlock()
+}
+
+// retireBackground keeps an exited background process for later listing
+// and attaching, evicting the oldest beyond maxExitedBackground.
+func (a *agent) retireBackground(p *proc) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.exited = append(a.exited, p)
+	for len(a.exited) > maxExitedBackground {
+		old := a.exited[0]
+		a.exited[0] = nil
+		a.exited = a.exited[1:]
+		if a.procs[old.pid] == old {
+			delete(a.procs, old.pid)
+		}
+	}
+}
+
+// readPipe copies one output pipe into the ring until EOF. It holds no buffer
+// while the pipe is idle.
+func (p *proc) readPipe(i int, f *os.File) {
+	kind := kindStdout + byte(i)
+	rc, err := f.SyscallConn()
+	if err != nil {
+		p.pipeEOF(i, f)
+		return
+	}
+	for {
+		var bp *[]byte
+		var n int
+		var rerr error
+		err := rc.Read(func(fd uintptr) bool {
+			p.busy[i].Store(true)
+			b := bufPool.Get().(*[]byte)
+			for {
+				n, rerr = syscall.Read(int(fd), *b)
+				if rerr != syscall.EINTR {
+					break
+				}
+			}
+			if rerr == syscall.EAGAIN {
+				bufPool.Put(b)
+				p.busy[i].Store(false)
+				return false
+			}
+			bp = b
+			return true
+		})
+		if err == nil {
+			err = rerr
+		}
+		if err != nil || n <= 0 { // EOF or error
+			if bp != nil {
+				bufPool.Put(bp)
+			}
+			p.pipeEOF(i, f)
+			return
+		}
+		p.appendOut(i, kind, (*bp)[:n])
+		bufPool.Put(bp)
+	}
+}
+
+func (p *proc) pipeEOF(i int, f *os.File) {
+	p.mu.Lock()
+	p.eof[i] = true
+	p.busy[i].Store(false)
+	p.maybeDoneLocked()
+	p.mu.Unlock()
+	f.Close()
+}
+
+// appendOut adds output to the ring, waiting while the slowest active
+// follower is a full ring behind.
+func (p *proc) appendOut(i int, kind byte, data []byte) {
+	p.mu.Lock()
+	need := int64(ringHeader + len(data))
+	for {
+		min := p.ring.tail
+		for _, f := range p.followers {
+			if !f.detached && (f.end < 0 || f.cursor < f.end) && f.cursor < min {
+				min = f.cursor
+			}
+		}
+		if p.ring.tail+need-min <= int64(p.ring.max) {
+			break
+		}
+		p.producers++
+		p.cond.Wait()
+		p.producers--
+	}
+	p.ring.evictFor(len(data))
+	p.ring.append(kind, data)
+	p.busy[i].Store(false)
+	p.cond.Broadcast()
+	p.mu.Unlock()
+}
+
+// follow streams the process's output from the follower's cursor, then the
+// exit. It returns when the exit is sent or the stream goes away.
+func (p *proc) follow(f *follower) {
+	defer func() {
+		p.mu.Lock()
+		for i, g := range p.followers {
+			if g == f {
+				p.followers = append(p.followers[:i], p.followers[i+1:]...)
+				break
+			}
+		}
+		p.cond.Broadcast()
+		p.mu.Unlock()
+	}()
+	for {
+		p.mu.Lock()
+		for !f.detached && f.cursor >= p.ring.tail && (f.end < 0 || f.cursor < f.end) {
+			p.cond.Wait()
+		}
+		if f.detached {
+			p.mu.Unlock()
+			return
+		}
+		if f.end >= 0 && f.cursor >= f.end {
+			exit := p.exit
+			p.mu.Unlock()
+			f.s.finish(FrameExit, exit)
+			if f.owner && !p.background {
+				p.a.forget(p)
+			}
+			return
+		}
+		if f.cursor < p.ring.head {
+			f.cursor = p.ring.head
+		}
+		kind, n := p.ring.record(f.cursor)
+		bp := bufPool.Get().(*[]byte)
+		buf := (*bp)[:n]
+		p.ring.copyOut(f.cursor+ringHeader, buf)
+		f.cursor += int64(ringHeader + n)
+		if p.producers > 0 {
+			p.cond.Broadcast()
+		}
+		p.mu.Unlock()
+		t := FrameStdout
+		if kind == kindStderr {
+			t = FrameStderr
+		}
+		err := f.s.sendData(t, buf)
+		bufPool.Put(bp)
+		if err != nil {
+			return
+		}
+	}
+}
+
+// newFollower adds a follower starting at the oldest retained output.
+func (p *proc) newFollower(s *astream, owner bool) *follower {
+	f := &follower{s: s, end: -1, owner: owner}
+	p.mu.Lock()
+	f.cursor = p.ring.head
+	if p.done {
+		f.end = p.ring.tail
+	}
+	p.followers = append(p.followers, f)
+	p.mu.Unlock()
+	return f
+}
+
+// watch detaches the follower when its stream goes away; a foreground
+// process whose starting stream goes away before it exits is killed with
+// its whole process group.
+func (p *proc) watch(f *follower) {
+	f.s.onGone(func() {
+		p.mu.Lock()
+		f.detached = true
+		kill := false
+		if f.owner && !p.background {
+			p.ownerGone = true
+			kill = !p.exited
+			if p.done {
+				go p.a.forget(p)
+			}
+		}
+		p.cond.Broadcast()
+		p.mu.Unlock()
+		if kill && p.pid > 0 {
+			syscall.Kill(-p.pid, syscall.SIGKILL)
+		}
+	})
+}
+
+// closeStdin closes the process's stdin, interrupting a blocked writer.
+func (p *proc) closeStdin() {
+	p.stdinMu.Lock()
+	defer p.stdinMu.Unlock()
+	if p.stdin != nil {
+		p.stdin.Close()
+		p.stdin = nil
+	}
+}
+
+// writeStdin writes the stream's Data to stdin until EOF, then closes stdin
+// if asked. A reset of the stream interrupts a blocked write.
+func (p *proc) writeStdin(s *astream, closeAtEOF bool) (int64, error) {
+	var total int64
+	s.onGone(func() {
+		p.stdinMu.Lock()
+		if p.stdin != nil {
+			p.stdin.SetWriteDeadline(time.Unix(1, 0))
+		}
+		p.stdinMu.Unlock()
+	})
+	for {
+		data, eof, err := s.recv()
+		if err != nil {
+			return total, err
+		}
+		if eof {
+			break
+		}
+		p.stdinMu.Lock()
+		stdin := p.stdin
+		p.stdinMu.Unlock()
+		if stdin == nil {
+			return total, &Error{Code: CodeClosed, Message: fmt.Sprintf("stdin of process %d is closed", p.pid)}
+		}
+		// Chunks written by concurrent streams may interleave.
+		for rest := data; len(rest) > 0; {
+			n, err := stdin.Write(rest)
+			total += int64(n)
+			rest = rest[n:]
+			if err == nil {
+				continue
+			}
+			if s.isGone() {
+				return total, errStreamGone
+			}
+			if errors.Is(err, os.ErrDeadlineExceeded) { // another stream was reset
+				stdin.SetWriteDeadline(time.Time{})
+				continue
+			}
+			return total, &Error{Code: CodeClosed, Message: fmt.Sprintf("writing stdin of process %d: %v", p.pid, err)}
+		}
+		s.consumed(len(data))
+	}
+	if closeAtEOF {
+		p.closeStdin()
+	}
+	return total, nil
+}
+
+func (s *astream) isGone() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.gone
+}
+
+// lookPath finds an executable like the shell does, in the given PATH.
+func lookPath(name, path, cwd string) (string, error) {
+	if strings.Contains(name, "/") {
+		return name, nil
+	}
+	if path == "" {
+		path = "/usr/local/bin:/usr/bin:/bin"
+	}
+	for _, dir := range filepath.SplitList(path) {
+		if dir == "" {
+			dir = "."
+		}
+		if !filepath.IsAbs(dir) {
+			dir = filepath.Join(cwd, dir)
+		}
+		file := filepath.Join(dir, name)
+		if st, err := os.Stat(file); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
+			return file, nil
+		}
+	}
+	return "", &Error{Code: CodeNotFound, Message: fmt.Sprintf("executable %q not found in PATH", name)}
+}
+
+// mergeEnv returns base with the entries of extra added or replacing.
+func mergeEnv(base, extra []string) ([]string, error) {
+	if len(extra) == 0 {
+		return base, nil
+	}
+	out := make([]string, 0, len(base)+len(extra))
+	idx := make(map[string]int, len(base)+len(extra))
+	for _, kv := range append(append([]string(nil), base...), extra...) {
+		k, _, ok := strings.Cut(kv, "=")
+		if !ok || k == "" || strings.IndexByte(kv, 0) >= 0 {
+			return nil, &Error{Code: CodeInvalidArgument, Message: fmt.Sprintf("bad environment entry %q", kv)}
+		}
+		if i, ok := idx[k]; ok {
+			out[i] = kv
+			continue
+		}
+		idx[k] = len(out)
+		out = append(out, kv)
+	}
+	return out, nil
+}
+
+func getenv(env []string, key string) string {
+	for i := len(env) - 1; i >= 0; i-- {
+		if k, v, ok := strings.Cut(env[i], "="); ok && k == key {
+			return v
+		}
+	}
+	return ""
+}
+
+func (a *agent) handleExec(s *astream, payload []byte) (any, error) {
+	var req execMsg
+	if err := decodeJSON(payload, &req); err != nil {
+		return nil, invalid(err)
+	}
+	argv := req.Argv
+	switch {
+	case len(argv) > 0 && req.Shell != "":
+		return nil, &Error{Code: CodeInvalidArgument, Message: "both argv and shell given"}
+	case req.Shell != "":
+		argv = []string{"/bin/sh", "-c", req.Shell}
+	case len(argv) == 0:
+		return nil, &Error{Code: CodeInvalidArgument, Message: "neither argv nor shell given"}
+	}
+	cwd, err := a.resolve(req.Cwd, true)
+	if err != nil {
+		return nil, err
+	}
+	if st, err := os.Stat(cwd); err != nil {
+		return nil, fmt.Errorf("working directory: %w", err)
+	} else if !st.IsDir() {
+		return nil, &Error{Code: CodeNotADirectory, Message: fmt.Sprintf("working directory %s is not a directory", cwd)}
+	}
+	env, err := mergeEnv(a.env, req.Env)
+	if err != nil {
+		return nil, err
+	}
+	path, err := lookPath(argv[0], getenv(env, "PATH"), cwd)
+	if err != nil {
+		return nil, err
+	}
+
+	var fds [6]int // stdin r,w; stdout r,w; stderr r,w
+	for i := 0; i < 6; i += 2 {
+		if err := syscall.Pipe2(fds[i:i+2], syscall.O_CLOEXEC); err != nil {
+			for j := 0; j < i; j++ {
+				syscall.Close(fds[j])
+			}
+			return nil, fmt.Errorf("creating pipes: %w", err)
+		}
+	}
+	attr := &syscall.ProcAttr{
+		Dir:   cwd,
+		Env:   env,
+		Files: []uintptr{uintptr(fds[0]), uintptr(fds[3]), uintptr(fds[5])},
+		Sys:   &syscall.SysProcAttr{Setpgid: true},
+	}
+	p := &proc{a: a, argv: argv, tag: req.Tag, cwd: cwd, background: req.Background,
+		ring: outRing{max: RingSize}, pipeFd: [2]int{fds[2], fds[4]}}
+	p.cond.L = &p.mu
+	// The owner follows from the first byte: register it before the fork.
+	f := p.newFollower(s, true)
+	a.forkMu.RLock()
+	pid, err := syscall.ForkExec(path, argv, attr)
+	if err == nil {
+		p.pid = pid
+		p.started = time.Now()
+		a.mu.Lock()
+		a.procs[pid] = p
+		a.mu.Unlock()
+	}
+	a.forkMu.RUnlock()
+	syscall.Close(fds[0])
+	syscall.Close(fds[3])
+	syscall.Close(fds[5])
+	if err != nil {
+		syscall.Close(fds[1])
+		syscall.Close(fds[2])
+		syscall.Close(fds[4])
+		return nil, fmt.Errorf("starting %s: %w", path, err)
+	}
+	for _, fd := range []int{fds[1], fds[2], fds[4]} {
+		syscall.SetNonblock(fd, true)
+	}
+	if req.StdinStream || req.StdinOpen {
+		p.stdin = os.NewFile(uintptr(fds[1]), "stdin")
+	} else {
+		syscall.Close(fds[1])
+	}
+	go p.readPipe(0, os.NewFile(uintptr(fds[2]), "stdout"))
+	go p.readPipe(1, os.NewFile(uintptr(fds[4]), "stderr"))
+
+	p.watch(f)
+	s.send(FrameStarted, startedMsg{Pid: pid}) // if the stream is gone, follow returns at once
+	if req.StdinStream {
+		go func() {
+			if _, err := p.writeStdin(s, !req.StdinOpen); err != nil && !req.StdinOpen {
+				p.closeStdin()
+			}
+		}()
+	}
+	p.follow(f)
+	return nil, nil
+}
+
+func (a *agent) lookup(pid int) (*proc, error) {
+	a.mu.Lock()
+	p := a.procs[pid]
+	a.mu.Unlock()
+	if p == nil {
+		return nil, &Error{Code: CodeNotFound, Message: fmt.Sprintf("no process %d", pid)}
+	}
+	return p, nil
+}
+
+func (a *agent) handleAttach(s *astream, payload []byte) (any, error) {
+	var req pidMsg
+	if err := decodeJSON(payload, &req); err != nil {
+		return nil, invalid(err)
+	}
+	p, err := a.lookup(req.Pid)
+	if err != nil {
+		return nil, err
+	}
+	f := p.newFollower(s, false)
+	p.watch(f)
+	s.send(FrameStarted, p.info())
+	p.follow(f)
+	return nil, nil
+}
+
+func (a *agent) handleProcesses(s *astream, payload []byte) (any, error) {
+	if err := decodeJSON(payload, &emptyMsg{}); err != nil {
+		return nil, invalid(err)
+	}
+	a.mu.Lock()
+	procs := make([]*proc, 0, len(a.procs))
+	for _, p := range a.procs {
+		procs = append(procs, p)
+	}
+	a.mu.Unlock()
+	sort.Slice(procs, func(i, j int) bool { return procs[i].started.Before(procs[j].started) })
+	var items itemWriter
+	for i, p := range procs {
+		if i == MaxListEntries {
+			return truncMsg{Truncated: true}, items.flush(s)
+		}
+		if err := items.add(s, p.info()); err != nil {
+			return nil, err
+		}
+	}
+	return truncMsg{}, items.flush(s)
+}
+
+// itemWriter batches JSON items into Items frames of about 64 KiB.
+type itemWriter struct {
+	buf []byte
+}
+
+func (w *itemWriter) add(s *astream, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encoding item: %w", err)
+	}
+	if len(w.buf)+len(b)+2 > 64<<10 && len(w.buf) > 0 {
+		if err := w.flush(s); err != nil {
+			return err
+		}
+	}
+	if len(w.buf) == 0 {
+		w.buf = append(w.buf, '[')
+	} else {
+		w.buf = append(w.buf, ',')
+	}
+	w.buf = append(w.buf, b...)
+	return nil
+}
+
+func (w *itemWriter) flush(s *astream) error {
+	if len(w.buf) == 0 {
+		return nil
+	}
+	w.buf = append(w.buf, ']')
+	err := s.sendData(FrameItems, w.buf)
+	w.buf = w.buf[:0]
+	return err
+}
+
+func (a *agent) handleStdin(s *astream, payload []byte) (any, error) {
+	var req stdinMsg
+	if err := decodeJSON(payload, &req); err != nil {
+		return nil, invalid(err)
+	}
+	p, err := a.lookup(req.Pid)
+	if err != nil {
+		return nil, err
+	}
+	p.stdinMu.Lock()
+	open := p.stdin != nil
+	p.stdinMu.Unlock()
+	if !open {
+		return nil, &Error{Code: CodeClosed, Message: fmt.Sprintf("stdin of process %d is closed", req.Pid)}
+	}
+	n, err := p.writeStdin(s, req.Close)
+	if err != nil {
+		return nil, err
+	}
+	return countMsg{Bytes: n}, nil
+}
+
+func (a *agent) handleSignal(s *astream, payload []byte) (any, error) {
+	var req signalMsg
+	if err := decodeJSON(payload, &req); err != nil {
+		return nil, invalid(err)
+	}
+	if req.Signal < 0 || req.Signal > 64 {
+		return nil, &Error{Code: CodeInvalidArgument, Message: fmt.Sprintf("bad signal %d", req.Signal)}
+	}
+	p, err := a.lookup(req.Pid)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Kill(-p.pid, syscall.Signal(req.Signal)); err != nil {
+		if err == syscall.ESRCH {
+			return nil, &Error{Code: CodeNotFound, Message: fmt.Sprintf("process group %d has no live process", p.pid)}
+		}
+		return nil, fmt.Errorf("signalling process group %d: %w", p.pid, err)
+	}
+	return emptyMsg{}, nil
+}
