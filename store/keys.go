@@ -1,0 +1,238 @@
+package store
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"database/sql"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// SecretPrefix starts every API key secret.
+const SecretPrefix = "al_"
+
+// secretBytes is the number of random bytes in a secret.
+const secretBytes = 32
+
+// secretLen is the length of a well-formed secret.
+var secretLen = len(SecretPrefix) + base64.RawURLEncoding.EncodedLen(secretBytes)
+
+// keyCacheTTL bounds how long a verified key is trusted from memory. Revoking
+// through this Store takes effect at once; revoking through another process
+// sharing the state directory takes effect within this time.
+const keyCacheTTL = 10 * time.Second
+
+// APIKey is a stored API key. The secret itself is never stored, only its
+// SHA-256.
+type APIKey struct {
+	// ID identifies the key ("key_" and 16 hex digits); it is not secret.
+	ID string
+	// Name is a human label.
+	Name string
+	// CreatedAt is when the key was created.
+	CreatedAt time.Time
+	// RevokedAt is when the key was revoked; nil while valid.
+	RevokedAt *time.Time
+	// MaxSandboxes is how many sandboxes the key may have running at
+	// once; 0 means no per-key limit. The store records it; the caller
+	// enforces it (see CountSandboxes).
+	MaxSandboxes int
+}
+
+// cachedKey is a key verified against the database at checked.
+type cachedKey struct {
+	key     APIKey
+	hash    [32]byte
+	checked time.Time
+}
+
+const sqlKeyByHash = `SELECT id, name, hash, created_at, revoked_at, max_sandboxes FROM api_keys WHERE hash = ?`
+
+// CreateKey creates an API key and returns it with its secret, formatted
+// "al_" followed by 32 random bytes in unpadded base64url. The secret is not
+// stored and cannot be recovered.
+func (s *Store) CreateKey(ctx context.Context, name string, maxSandboxes int) (*APIKey, string, error) {
+	if maxSandboxes < 0 {
+		return nil, "", fmt.Errorf("store: create key %q: negative sandbox limit %d", name, maxSandboxes)
+	}
+	var raw [secretBytes]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		return nil, "", fmt.Errorf("store: create key %q: random secret: %w", name, err)
+	}
+	secret := SecretPrefix + base64.RawURLEncoding.EncodeToString(raw[:])
+	var idb [8]byte
+	if _, err := rand.Read(idb[:]); err != nil {
+		return nil, "", fmt.Errorf("store: create key %q: random id: %w", name, err)
+	}
+	k := &APIKey{
+		ID:           "key_" + hex.EncodeToString(idb[:]),
+		Name:         name,
+		CreatedAt:    time.Now().UTC(),
+		MaxSandboxes: maxSandboxes,
+	}
+	h := sha256.Sum256([]byte(secret))
+	if _, err := s.w.ExecContext(ctx,
+		`INSERT INTO api_keys (id, name, hash, created_at, max_sandboxes) VALUES (?, ?, ?, ?, ?)`,
+		k.ID, k.Name, h[:], k.CreatedAt.UnixNano(), k.MaxSandboxes); err != nil {
+		return nil, "", fmt.Errorf("store: create key %q: %w", name, err)
+	}
+	return k, secret, nil
+}
+
+// wellFormed reports whether secret has the shape CreateKey produces, so that
+// garbage is rejected without touching the database.
+func wellFormed(secret string) bool {
+	if len(secret) != secretLen || !strings.HasPrefix(secret, SecretPrefix) {
+		return false
+	}
+	for _, c := range secret[len(SecretPrefix):] {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// Authenticate returns the live key whose secret this is, or an error
+// wrapping ErrUnauthorized if the secret is malformed, unknown or revoked.
+//
+// Keys are looked up by the SHA-256 of the secret, and the stored hash is
+// compared in constant time. Verified keys are cached in memory by hash;
+// RevokeKey evicts them at once, and cached entries are re-checked against
+// the database every keyCacheTTL so that revocations by other processes are
+// also seen. Each call returns a fresh copy the caller may modify.
+func (s *Store) Authenticate(ctx context.Context, secret string) (*APIKey, error) {
+	if !wellFormed(secret) {
+		return nil, ErrUnauthorized
+	}
+	h := sha256.Sum256([]byte(secret))
+	now := time.Now()
+
+	s.keyMu.RLock()
+	e, ok := s.keyCache[h]
+	gen := s.keyGen
+	ttl := s.keyTTL
+	s.keyMu.RUnlock()
+	if ok && now.Sub(e.checked) < ttl && subtle.ConstantTimeCompare(e.hash[:], h[:]) == 1 {
+		k := e.key
+		return &k, nil
+	}
+
+	k, stored, err := scanKey(s.keyByHsh.QueryRowContext(ctx, h[:]))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, ErrUnauthorized
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store: authenticate: %w", err)
+	}
+	if subtle.ConstantTimeCompare(stored, h[:]) != 1 || k.RevokedAt != nil {
+		if ok {
+			s.keyMu.Lock()
+			delete(s.keyCache, h)
+			s.keyMu.Unlock()
+		}
+		return nil, ErrUnauthorized
+	}
+	s.keyMu.Lock()
+	// A RevokeKey that ran since gen was read may have revoked this very
+	// key after our read; caching it then would resurrect it.
+	if s.keyGen == gen {
+		s.keyCache[h] = cachedKey{key: *k, hash: h, checked: now}
+	}
+	s.keyMu.Unlock()
+	return k, nil
+}
+
+// GetKey returns the key with the given ID (revoked or not), or an error
+// wrapping ErrNotFound.
+func (s *Store) GetKey(ctx context.Context, id string) (*APIKey, error) {
+	k, _, err := scanKey(s.r.QueryRowContext(ctx,
+		`SELECT id, name, hash, created_at, revoked_at, max_sandboxes FROM api_keys WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("store: key %q: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store: get key %q: %w", id, err)
+	}
+	return k, nil
+}
+
+// ListKeys returns every key, revoked ones included, oldest first. The
+// result is never nil.
+func (s *Store) ListKeys(ctx context.Context) ([]*APIKey, error) {
+	rows, err := s.r.QueryContext(ctx,
+		`SELECT id, name, hash, created_at, revoked_at, max_sandboxes FROM api_keys ORDER BY created_at, id`)
+	if err != nil {
+		return nil, fmt.Errorf("store: list keys: %w", err)
+	}
+	defer rows.Close()
+	out := []*APIKey{}
+	for rows.Next() {
+		k, _, err := scanKey(rows)
+		if err != nil {
+			return nil, fmt.Errorf("store: list keys: %w", err)
+		}
+		out = append(out, k)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: list keys: %w", err)
+	}
+	return out, nil
+}
+
+// RevokeKey revokes the key with the given ID; it stops authenticating
+// through this Store immediately. Revoking a revoked key is a no-op that
+// keeps the first revocation time. It returns an error wrapping ErrNotFound
+// for an unknown ID.
+func (s *Store) RevokeKey(ctx context.Context, id string) error {
+	res, err := s.w.ExecContext(ctx,
+		`UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL`, time.Now().UnixNano(), id)
+	if err != nil {
+		return fmt.Errorf("store: revoke key %q: %w", id, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("store: revoke key %q: %w", id, err)
+	}
+	// Evict after the update committed, and bump the generation so an
+	// Authenticate that read the key before the update does not cache it.
+	s.keyMu.Lock()
+	s.keyGen++
+	for h, e := range s.keyCache {
+		if e.key.ID == id {
+			delete(s.keyCache, h)
+		}
+	}
+	s.keyMu.Unlock()
+	if n == 0 {
+		if _, err := s.GetKey(ctx, id); err != nil {
+			return fmt.Errorf("store: revoke key: %w", err)
+		}
+	}
+	return nil
+}
+
+// scanKey reads one api_keys row and returns the key and its stored hash.
+func scanKey(sc scanner) (*APIKey, []byte, error) {
+	var (
+		k       APIKey
+		hash    []byte
+		created int64
+		revoked sql.NullInt64
+	)
+	if err := sc.Scan(&k.ID, &k.Name, &hash, &created, &revoked, &k.MaxSandboxes); err != nil {
+		return nil, nil, err
+	}
+	k.CreatedAt = fromNanos(created)
+	if revoked.Valid {
+		t := fromNanos(revoked.Int64)
+		k.RevokedAt = &t
+	}
+	return &k, hash, nil
+}
