@@ -1,0 +1,81 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+
+	"airlock/policy"
+	rt "airlock/runtime"
+	"airlock/runtime/native"
+	"airlock/runtime/native/cgroups"
+)
+
+// cmdDoctor reports every isolation layer by starting a real strict sandbox
+// and reading back what it enforced.
+func cmdDoctor(args []string) int {
+	fs := flag.NewFlagSet("doctor", flag.ContinueOnError)
+	asJSON := fs.Bool("json", false, "print JSON")
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	layers, ok := doctor()
+	if *asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(map[string]any{"strict_ok": ok, "layers": layers})
+	} else {
+		for _, l := range layers {
+			fmt.Printf("%-13s %-9s %s\n", l.Name, l.State, l.Detail)
+		}
+		if ok {
+			fmt.Println("strict profile: can be honoured on this host")
+		} else {
+			fmt.Println("strict profile: CANNOT be honoured on this host (see the lines above)")
+		}
+	}
+	if !ok {
+		return exitDoctorFail
+	}
+	return 0
+}
+
+// doctor returns the layers and whether the strict profile holds.
+func doctor() (rt.Enforced, bool) {
+	var out rt.Enforced
+	ok := true
+	info := cgroups.Detect()
+	cg := rt.Layer{Name: "cgroup", State: rt.StateOK, Detail: fmt.Sprintf("v%d, controllers %s, root %s", info.Version, strings.Join(info.Controllers, ","), info.Root)}
+	if info.Version == 0 || info.Reason != "" {
+		cg.State, cg.Detail, ok = rt.StateMissing, info.Reason, false
+	}
+	out = append(out, cg)
+
+	p, _ := policy.Preset(policy.Strict)
+	res, err := native.Run(context.Background(), native.Config{Policy: p, Args: []string{"/bin/true"}, AllowDegraded: true}, native.RunOptions{})
+	if err != nil {
+		ok = false
+		out = append(out, rt.Layer{Name: "sandbox", State: rt.StateMissing, Detail: "cannot start a strict sandbox: " + oneLine(err)})
+	} else {
+		for _, l := range res.Enforced {
+			if l.Name == "cgroup" {
+				continue
+			}
+			if l.State != rt.StateOK {
+				ok = false
+			}
+			out = append(out, l)
+		}
+		out = append(out, rt.Layer{Name: "sandbox", State: rt.StateOK, Detail: fmt.Sprintf("strict sandbox ran /bin/true in %.1f ms", res.WallMS)})
+	}
+	if path, err := exec.LookPath("runsc"); err == nil {
+		out = append(out, rt.Layer{Name: "runsc", State: rt.StateOK, Detail: path + " (gVisor tier available)"})
+	} else {
+		out = append(out, rt.Layer{Name: "runsc", State: rt.StateMissing, Detail: "not on PATH (optional gVisor tier)"})
+	}
+	return out, ok
+}

@@ -1,0 +1,63 @@
+// Command airlock runs untrusted code in sandboxes: one-shot (`airlock run`),
+// as a server (`airlock serve`), or as MCP tools (`airlock mcp`).
+package main
+
+import (
+	"fmt"
+	"os"
+)
+
+// Exit codes of airlock itself; a sandboxed command's own code passes through.
+const (
+	exitUsage      = 125 // bad flags, bad sizes, invalid policy
+	exitSetup      = 123 // the sandbox could not be built
+	exitTimeout    = 124 // the wall-clock deadline killed the sandbox
+	exitOutput     = 122 // the output limit stopped the run
+	exitNotExec    = 126 // command found but not executable inside
+	exitNotFound   = 127 // command not found inside
+	exitDoctorFail = 1
+)
+
+const usage = `airlock: run untrusted code in a sandbox
+
+usage:
+  airlock run [flags] -- CMD [ARGS...]   run one command in a fresh sandbox
+  airlock doctor [--json]                report which isolation layers this host enforces
+  airlock version
+
+Run 'airlock COMMAND --help' for a command's flags.
+`
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(exitUsage)
+	}
+	cmd, args := os.Args[1], os.Args[2:]
+	var code int
+	switch cmd {
+	case "run":
+		code = cmdRun(args)
+	case "doctor":
+		code = cmdDoctor(args)
+	case "version", "--version":
+		fmt.Println("airlock", version)
+	case "help", "-h", "--help":
+		fmt.Print(usage)
+	default:
+		if h, ok := hidden[cmd]; ok {
+			code = h(args)
+			break
+		}
+		fmt.Fprintf(os.Stderr, "airlock: unknown command %q\n%s", cmd, usage)
+		code = exitUsage
+	}
+	os.Exit(code)
+}
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "0.1.0-dev"
+
+// hidden are internal subcommands (the in-sandbox agent) registered by
+// other files.
+var hidden = map[string]func([]string) int{}

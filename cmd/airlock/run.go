@@ -1,0 +1,215 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"airlock/policy"
+	"airlock/runtime/native"
+)
+
+// listFlag collects a repeated flag.
+type listFlag []string
+
+func (l *listFlag) String() string     { return strings.Join(*l, ",") }
+func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
+
+// policyFlags are the flags shared by every command that builds a policy.
+type policyFlags struct {
+	profile, memory, disk, timeout, workdir, workspace, output string
+	cpus                                                       float64
+	pids                                                       int64
+	mounts, env                                                listFlag
+	allowDegraded                                              bool
+}
+
+func (f *policyFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.profile, "profile", "strict", "policy preset: strict, standard or light")
+	fs.StringVar(&f.memory, "memory", "", "memory limit, e.g. 256M, 1G")
+	fs.StringVar(&f.disk, "disk", "", "size of /workspace and /tmp (each), e.g. 64M")
+	fs.StringVar(&f.output, "output-limit", "", "stdout+stderr bytes before the run is stopped, e.g. 1M")
+	fs.Float64Var(&f.cpus, "cpus", 0, "CPU quota in cores, e.g. 0.5")
+	fs.Int64Var(&f.pids, "pids", 0, "maximum number of processes")
+	fs.StringVar(&f.timeout, "timeout", "", "wall-clock limit, e.g. 10s, 2m")
+	fs.Var(&f.mounts, "mount", "bind a host path: SRC:DST[:ro|rw] (repeatable; read-only by default)")
+	fs.StringVar(&f.workdir, "workdir", "", "working directory inside the sandbox (default /workspace)")
+	fs.Var(&f.env, "env", "environment variable KEY=VALUE (repeatable; nothing is inherited from the host)")
+	fs.StringVar(&f.workspace, "workspace", "", "host directory to bind read-write at /workspace (default: a fresh tmpfs)")
+	fs.BoolVar(&f.allowDegraded, "allow-degraded", false, "run even when cgroups are unavailable (limits fall back to rlimits; the result says so)")
+}
+
+// policy turns the flags into a validated policy.
+func (f *policyFlags) policy() (policy.Policy, error) {
+	p, err := policy.Preset(policy.Profile(f.profile))
+	if err != nil {
+		return p, err
+	}
+	size := func(name, v string, dst *int64) error {
+		if v == "" {
+			return nil
+		}
+		n, err := policy.ParseSize(v)
+		if err != nil {
+			return fmt.Errorf("--%s: %w", name, err)
+		}
+		*dst = n
+		return nil
+	}
+	if err := errors.Join(size("memory", f.memory, &p.Limits.MemoryBytes), size("disk", f.disk, &p.Limits.DiskBytes),
+		size("output-limit", f.output, &p.Limits.OutputBytes)); err != nil {
+		return p, err
+	}
+	if f.cpus != 0 {
+		p.Limits.CPUs = f.cpus
+	}
+	if f.pids != 0 {
+		p.Limits.Pids = f.pids
+	}
+	if f.timeout != "" {
+		d, err := time.ParseDuration(f.timeout)
+		if err != nil {
+			if n, err2 := strconv.ParseFloat(f.timeout, 64); err2 == nil {
+				d = time.Duration(n * float64(time.Second))
+			} else {
+				return p, fmt.Errorf("--timeout: bad duration %q (want e.g. 10s, 2m)", f.timeout)
+			}
+		}
+		p.Limits.WallTime = d
+	}
+	for _, m := range f.mounts {
+		parts := strings.Split(m, ":")
+		if len(parts) < 2 || len(parts) > 3 || parts[0] == "" || parts[1] == "" {
+			return p, fmt.Errorf("--mount %q: want SRC:DST[:ro|rw]", m)
+		}
+		mnt := policy.Mount{Source: parts[0], Target: parts[1]}
+		if len(parts) == 3 {
+			switch parts[2] {
+			case "ro":
+			case "rw":
+				mnt.Writable = true
+			default:
+				return p, fmt.Errorf("--mount %q: mode must be ro or rw", m)
+			}
+		}
+		abs, err := filepath.Abs(mnt.Source)
+		if err != nil {
+			return p, fmt.Errorf("--mount %q: %w", m, err)
+		}
+		mnt.Source = abs
+		if _, err := os.Stat(abs); err != nil {
+			return p, fmt.Errorf("--mount %q: source does not exist: %s", m, abs)
+		}
+		p.Filesystem.Mounts = append(p.Filesystem.Mounts, mnt)
+	}
+	for _, kv := range f.env {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return p, fmt.Errorf("--env %q: want KEY=VALUE", kv)
+		}
+		p.SetEnv(k, v)
+	}
+	if f.workdir != "" {
+		p.Filesystem.Workdir = f.workdir
+	}
+	if f.workspace != "" {
+		abs, err := filepath.Abs(f.workspace)
+		if err != nil {
+			return p, fmt.Errorf("--workspace: %w", err)
+		}
+		p.Filesystem.Workspace = abs
+	}
+	return p, p.Validate()
+}
+
+func cmdRun(args []string) int {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var pf policyFlags
+	pf.register(fs)
+	asJSON := fs.Bool("json", false, "print one JSON result object instead of streaming output")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(os.Stdout)
+			fmt.Println("usage: airlock run [flags] -- CMD [ARGS...]")
+			fs.PrintDefaults()
+			return 0
+		}
+		fmt.Fprintf(os.Stderr, "airlock run: %v\n", err)
+		return exitUsage
+	}
+	argv := fs.Args()
+	if len(argv) == 0 {
+		fmt.Fprintln(os.Stderr, "airlock run: missing command (usage: airlock run [flags] -- CMD [ARGS...])")
+		return exitUsage
+	}
+	p, err := pf.policy()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "airlock run: %s\n", oneLine(err))
+		return exitUsage
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	cfg := native.Config{Policy: p, Args: argv, AllowDegraded: pf.allowDegraded}
+	opts := native.RunOptions{Stdin: os.Stdin, Capture: *asJSON}
+	if !*asJSON {
+		opts.Stdout, opts.Stderr = os.Stdout, os.Stderr
+	} else {
+		opts.Stdin = nil
+	}
+	res, err := native.Run(ctx, cfg, opts)
+	if *asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(res)
+	}
+	if err != nil {
+		if !*asJSON {
+			fmt.Fprintf(os.Stderr, "airlock run: %s\n", oneLine(err))
+		}
+		return exitCodeFor(res)
+	}
+	if !*asJSON {
+		for _, l := range res.Enforced {
+			if l.State != "ok" {
+				fmt.Fprintf(os.Stderr, "airlock: WARNING: %s %s: %s\n", l.Name, l.State, l.Detail)
+			}
+		}
+		switch res.Status {
+		case native.StatusTimeout:
+			fmt.Fprintf(os.Stderr, "airlock: timeout: killed after %s\n", p.Limits.WallTime)
+		case native.StatusOOM:
+			fmt.Fprintf(os.Stderr, "airlock: oom: killed at the %d-byte memory limit\n", p.Limits.MemoryBytes)
+		case native.StatusOutputLimit:
+			fmt.Fprintf(os.Stderr, "airlock: output_limit: stopped after %d bytes of output\n", p.Limits.OutputBytes)
+		}
+	}
+	return exitCodeFor(res)
+}
+
+func exitCodeFor(r *native.Result) int {
+	switch r.Status {
+	case native.StatusOK, native.StatusNonzeroExit, native.StatusKilled, native.StatusOOM:
+		return r.ExitCode
+	case native.StatusTimeout:
+		return exitTimeout
+	case native.StatusOutputLimit:
+		return exitOutput
+	}
+	if r.ExitCode == 126 || r.ExitCode == 127 {
+		return r.ExitCode
+	}
+	return exitSetup
+}
+
+func oneLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", "; ") }

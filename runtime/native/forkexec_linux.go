@@ -1,0 +1,380 @@
+package native
+
+import (
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// The runtime hooks that syscall.forkExec uses around fork. They block
+// signals and poison the stack guard so that the child can never grow its
+// stack or allocate by accident.
+
+//go:linkname runtimeBeforeFork syscall.runtime_BeforeFork
+func runtimeBeforeFork()
+
+//go:linkname runtimeAfterFork syscall.runtime_AfterFork
+func runtimeAfterFork()
+
+//go:linkname runtimeAfterForkInChild syscall.runtime_AfterForkInChild
+func runtimeAfterForkInChild()
+
+// opKind is one set-up step performed in the child before pivot_root.
+type opKind uint8
+
+const (
+	opMkdir   opKind = iota // mkdir(path, mode); EEXIST is fine
+	opFile                  // create path (mode) and write data
+	opMount                 // mount(src, path, fstype, flags, data)
+	opSymlink               // symlink(src, path)
+	opOpenTry               // like opMount but skipped when the source is missing (ENOENT)
+)
+
+// op is a precomputed set-up step. Every pointer is allocated by the parent
+// before fork: the child only reads.
+type op struct {
+	kind   opKind
+	path   *byte
+	src    *byte
+	fstype *byte
+	data   *byte
+	flags  uintptr
+	mode   uint32
+	buf    []byte
+}
+
+// rlimitOp is one prlimit64 call.
+type rlimitOp struct {
+	resource int
+	lim      unix.Rlimit
+}
+
+// llRule is one Landlock path-beneath rule, opened by path in the child
+// after pivot_root so that it names the sandbox's own tree.
+type llRule struct {
+	path *byte
+	attr landlockPathBeneath
+}
+
+// landlockPathBeneath mirrors struct landlock_path_beneath_attr, which is
+// packed: 8 bytes of access then a 4-byte fd.
+type landlockPathBeneath struct {
+	raw [12]byte
+}
+
+// plan is everything the child does between clone and execve, computed by
+// the parent. The child performs only raw system calls over it.
+type plan struct {
+	cloneFlags uintptr
+	syncFd     int // child reads one byte: uid maps and cgroup are ready
+	syncWrFd   int // the parent's end, closed in the child so EOF means the parent died
+	errFd      int // child writes a childError on failure (close-on-exec)
+	stdio      [3]int
+
+	ops      []op
+	newRoot  *byte
+	dot      *byte
+	slash    *byte
+	hostname []byte
+	remount  []op // after pivot_root (read-only remounts, /proc)
+
+	rlimits   []rlimitOp
+	lastCap   uintptr
+	setgroups bool
+	uid, gid  uintptr
+	capHdr    unix.CapUserHeader
+	capData   [2]unix.CapUserData
+
+	llAttr    []byte // struct landlock_ruleset_attr, sized for the ABI; nil = no Landlock
+	llRules   []llRule
+	seccomp   *unix.SockFprog
+	workdir   *byte
+	argv0     []*byte // candidate executables, tried in order
+	argv      []*byte // nil-terminated
+	envv      []*byte // nil-terminated
+	unshareCg bool
+}
+
+// Stages reported by the child with its errno. Values >= stageOp index p.ops;
+// values >= stageRemount index p.remount.
+const (
+	stageSync uint32 = iota + 1
+	stageCgroupNS
+	stageSetsid
+	stagePrivate
+	stagePivot
+	stageHostname
+	stageRlimit
+	stageSecurebits
+	stageCapBound
+	stageSetgroups
+	stageSetgid
+	stageSetuid
+	stageCapset
+	stageAmbient
+	stagePdeath
+	stageNoNewPrivs
+	stageLandlock
+	stageDup
+	stageCloseRange
+	stageChdir
+	stageSeccomp
+	stageExec
+	stageOp      uint32 = 1000
+	stageRemount uint32 = 2000
+)
+
+// childError is what the child writes to errFd before exiting.
+type childError struct {
+	stage uint32
+	errno uint32
+}
+
+// Securebits that make uid 0 inside the sandbox powerless across execve.
+const secureNoRoot = 1<<0 | 1<<1 | 1<<2 | 1<<3 | 1<<4 | 1<<5 // NOROOT, NO_SETUID_FIXUP, KEEP_CAPS (+ _LOCKED)
+
+// forkChild clones into new namespaces and, in the child, performs the plan
+// and execs. It returns the child's pid in the parent. It must not be split:
+// the child runs on a copy of this frame with the stack guard poisoned, so it
+// calls nothing but raw system calls.
+//
+//go:noinline
+//go:norace
+//go:nocheckptr
+func forkChild(p *plan) (pid int, err syscall.Errno) {
+	var (
+		r1      uintptr
+		e1      syscall.Errno
+		stage   uint32
+		b       [1]byte
+		fd      uintptr
+		ruleset uintptr
+	)
+	runtimeBeforeFork()
+	r1, _, e1 = syscall.RawSyscall6(syscall.SYS_CLONE, p.cloneFlags|uintptr(syscall.SIGCHLD), 0, 0, 0, 0, 0)
+	if e1 != 0 || r1 != 0 {
+		runtimeAfterFork()
+		return int(r1), e1
+	}
+
+	// ---- child: no allocation, no stack growth, raw system calls only ----
+	runtimeAfterForkInChild()
+
+	// Wait until the parent has written our uid/gid maps and put us in our
+	// cgroup. EOF means the parent is gone.
+	syscall.RawSyscall(syscall.SYS_CLOSE, uintptr(p.syncWrFd), 0, 0)
+	r1, _, e1 = syscall.RawSyscall(syscall.SYS_READ, uintptr(p.syncFd), uintptr(unsafe.Pointer(&b[0])), 1)
+	if e1 != 0 || r1 != 1 {
+		stage = stageSync
+		goto fail
+	}
+	syscall.RawSyscall(syscall.SYS_CLOSE, uintptr(p.syncFd), 0, 0)
+	if p.unshareCg {
+		if _, _, e1 = syscall.RawSyscall(syscall.SYS_UNSHARE, syscall.CLONE_NEWCGROUP, 0, 0); e1 != 0 {
+			stage = stageCgroupNS
+			goto fail
+		}
+	}
+	if _, _, e1 = syscall.RawSyscall(syscall.SYS_SETSID, 0, 0, 0); e1 != 0 {
+		stage = stageSetsid
+		goto fail
+	}
+
+	// Mount tree: nothing we do propagates back to the host.
+	if _, _, e1 = syscall.RawSyscall6(syscall.SYS_MOUNT, 0, uintptr(unsafe.Pointer(p.slash)), 0, syscall.MS_REC|syscall.MS_PRIVATE, 0, 0); e1 != 0 {
+		stage = stagePrivate
+		goto fail
+	}
+	for i := 0; i < len(p.ops); i++ {
+		o := &p.ops[i]
+		switch o.kind {
+		case opMkdir:
+			_, _, e1 = syscall.RawSyscall(syscall.SYS_MKDIR, uintptr(unsafe.Pointer(o.path)), uintptr(o.mode), 0)
+			if e1 == syscall.EEXIST {
+				e1 = 0
+			}
+		case opFile:
+			fd, _, e1 = syscall.RawSyscall6(syscall.SYS_OPENAT, atFDCWD, uintptr(unsafe.Pointer(o.path)),
+				syscall.O_CREAT|syscall.O_WRONLY|syscall.O_TRUNC|syscall.O_CLOEXEC|syscall.O_NOFOLLOW, uintptr(o.mode), 0, 0)
+			if e1 == 0 {
+				if len(o.buf) > 0 {
+					_, _, e1 = syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&o.buf[0])), uintptr(len(o.buf)))
+				}
+				syscall.RawSyscall(syscall.SYS_CLOSE, fd, 0, 0)
+			}
+		case opMount, opOpenTry:
+			_, _, e1 = syscall.RawSyscall6(syscall.SYS_MOUNT, uintptr(unsafe.Pointer(o.src)), uintptr(unsafe.Pointer(o.path)),
+				uintptr(unsafe.Pointer(o.fstype)), o.flags, uintptr(unsafe.Pointer(o.data)), 0)
+			if e1 == syscall.ENOENT && o.kind == opOpenTry {
+				e1 = 0
+			}
+		case opSymlink:
+			_, _, e1 = syscall.RawSyscall(syscall.SYS_SYMLINK, uintptr(unsafe.Pointer(o.src)), uintptr(unsafe.Pointer(o.path)), 0)
+		}
+		if e1 != 0 {
+			stage = stageOp + uint32(i)
+			goto fail
+		}
+	}
+
+	// pivot_root into the new tree and detach the old root entirely.
+	if _, _, e1 = syscall.RawSyscall(syscall.SYS_CHDIR, uintptr(unsafe.Pointer(p.newRoot)), 0, 0); e1 != 0 {
+		stage = stagePivot
+		goto fail
+	}
+	if _, _, e1 = syscall.RawSyscall(syscall.SYS_PIVOT_ROOT, uintptr(unsafe.Pointer(p.dot)), uintptr(unsafe.Pointer(p.dot)), 0); e1 != 0 {
+		stage = stagePivot
+		goto fail
+	}
+	if _, _, e1 = syscall.RawSyscall(syscall.SYS_UMOUNT2, uintptr(unsafe.Pointer(p.dot)), syscall.MNT_DETACH, 0); e1 != 0 {
+		stage = stagePivot
+		goto fail
+	}
+	if _, _, e1 = syscall.RawSyscall(syscall.SYS_CHDIR, uintptr(unsafe.Pointer(p.slash)), 0, 0); e1 != 0 {
+		stage = stagePivot
+		goto fail
+	}
+	for i := 0; i < len(p.remount); i++ {
+		o := &p.remount[i]
+		_, _, e1 = syscall.RawSyscall6(syscall.SYS_MOUNT, uintptr(unsafe.Pointer(o.src)), uintptr(unsafe.Pointer(o.path)),
+			uintptr(unsafe.Pointer(o.fstype)), o.flags, uintptr(unsafe.Pointer(o.data)), 0)
+		if e1 != 0 {
+			stage = stageRemount + uint32(i)
+			goto fail
+		}
+	}
+	if len(p.hostname) > 0 {
+		if _, _, e1 = syscall.RawSyscall(syscall.SYS_SETHOSTNAME, uintptr(unsafe.Pointer(&p.hostname[0])), uintptr(len(p.hostname)), 0); e1 != 0 {
+			stage = stageHostname
+			goto fail
+		}
+	}
+	for i := 0; i < len(p.rlimits); i++ {
+		if _, _, e1 = syscall.RawSyscall6(unix.SYS_PRLIMIT64, 0, uintptr(p.rlimits[i].resource), uintptr(unsafe.Pointer(&p.rlimits[i].lim)), 0, 0, 0); e1 != 0 {
+			stage = stageRlimit
+			goto fail
+		}
+	}
+
+	// Privileges: lock uid 0 out of capabilities, empty the bounding set,
+	// become the sandbox user, then clear every remaining set.
+	if _, _, e1 = syscall.RawSyscall(syscall.SYS_PRCTL, unix.PR_SET_SECUREBITS, secureNoRoot, 0); e1 != 0 {
+		stage = stageSecurebits
+		goto fail
+	}
+	for c := uintptr(0); c <= p.lastCap; c++ {
+		if _, _, e1 = syscall.RawSyscall(syscall.SYS_PRCTL, unix.PR_CAPBSET_DROP, c, 0); e1 != 0 && e1 != syscall.EINVAL {
+			stage = stageCapBound
+			goto fail
+		}
+	}
+	if p.setgroups {
+		if _, _, e1 = syscall.RawSyscall(syscall.SYS_SETGROUPS, 0, 0, 0); e1 != 0 {
+			stage = stageSetgroups
+			goto fail
+		}
+	}
+	if _, _, e1 = syscall.RawSyscall(syscall.SYS_SETRESGID, p.gid, p.gid, p.gid); e1 != 0 {
+		stage = stageSetgid
+		goto fail
+	}
+	if _, _, e1 = syscall.RawSyscall(syscall.SYS_SETRESUID, p.uid, p.uid, p.uid); e1 != 0 {
+		stage = stageSetuid
+		goto fail
+	}
+	if _, _, e1 = syscall.RawSyscall(syscall.SYS_CAPSET, uintptr(unsafe.Pointer(&p.capHdr)), uintptr(unsafe.Pointer(&p.capData[0])), 0); e1 != 0 {
+		stage = stageCapset
+		goto fail
+	}
+	if _, _, e1 = syscall.RawSyscall6(syscall.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0, 0); e1 != 0 {
+		stage = stageAmbient
+		goto fail
+	}
+	// The parent-death signal is cleared by credential changes: set it now.
+	if _, _, e1 = syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_PDEATHSIG, uintptr(syscall.SIGKILL), 0); e1 != 0 {
+		stage = stagePdeath
+		goto fail
+	}
+	if _, _, e1 = syscall.RawSyscall6(syscall.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0, 0); e1 != 0 {
+		stage = stageNoNewPrivs
+		goto fail
+	}
+
+	// Landlock: read-only everywhere but the writable trees.
+	if len(p.llAttr) > 0 {
+		ruleset, _, e1 = syscall.RawSyscall(unix.SYS_LANDLOCK_CREATE_RULESET, uintptr(unsafe.Pointer(&p.llAttr[0])), uintptr(len(p.llAttr)), 0)
+		if e1 != 0 {
+			stage = stageLandlock
+			goto fail
+		}
+		for i := 0; i < len(p.llRules); i++ {
+			r := &p.llRules[i]
+			fd, _, e1 = syscall.RawSyscall6(syscall.SYS_OPENAT, atFDCWD, uintptr(unsafe.Pointer(r.path)), unix.O_PATH|syscall.O_CLOEXEC, 0, 0, 0)
+			if e1 == syscall.ENOENT {
+				continue
+			}
+			if e1 != 0 {
+				stage = stageLandlock
+				goto fail
+			}
+			*(*int32)(unsafe.Pointer(&r.attr.raw[8])) = int32(fd)
+			_, _, e1 = syscall.RawSyscall6(unix.SYS_LANDLOCK_ADD_RULE, ruleset, unix.LANDLOCK_RULE_PATH_BENEATH, uintptr(unsafe.Pointer(&r.attr.raw[0])), 0, 0, 0)
+			syscall.RawSyscall(syscall.SYS_CLOSE, fd, 0, 0)
+			if e1 != 0 {
+				stage = stageLandlock
+				goto fail
+			}
+		}
+		if _, _, e1 = syscall.RawSyscall(unix.SYS_LANDLOCK_RESTRICT_SELF, ruleset, 0, 0); e1 != 0 {
+			stage = stageLandlock
+			goto fail
+		}
+		syscall.RawSyscall(syscall.SYS_CLOSE, ruleset, 0, 0)
+	}
+
+	// Standard streams, then every other descriptor is closed on exec.
+	// The parent made every stdio descriptor >= 3, so dup3 never aliases.
+	for i := 0; i < 3; i++ {
+		if _, _, e1 = syscall.RawSyscall(syscall.SYS_DUP3, uintptr(p.stdio[i]), uintptr(i), 0); e1 != 0 {
+			stage = stageDup
+			goto fail
+		}
+	}
+	if _, _, e1 = syscall.RawSyscall(unix.SYS_CLOSE_RANGE, 3, ^uintptr(0), unix.CLOSE_RANGE_CLOEXEC); e1 != 0 {
+		stage = stageCloseRange
+		goto fail
+	}
+	if _, _, e1 = syscall.RawSyscall(syscall.SYS_CHDIR, uintptr(unsafe.Pointer(p.workdir)), 0, 0); e1 != 0 {
+		stage = stageChdir
+		goto fail
+	}
+
+	// seccomp last: from here on only execve and the error report run.
+	if p.seccomp != nil {
+		if _, _, e1 = syscall.RawSyscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, 0, uintptr(unsafe.Pointer(p.seccomp))); e1 != 0 {
+			stage = stageSeccomp
+			goto fail
+		}
+	}
+	for i := 0; i < len(p.argv0); i++ {
+		_, _, e1 = syscall.RawSyscall(syscall.SYS_EXECVE, uintptr(unsafe.Pointer(p.argv0[i])),
+			uintptr(unsafe.Pointer(&p.argv[0])), uintptr(unsafe.Pointer(&p.envv[0])))
+		if e1 != syscall.ENOENT && e1 != syscall.ENOTDIR {
+			break
+		}
+	}
+	stage = stageExec
+
+fail:
+	{
+		ce := childError{stage: stage, errno: uint32(e1)}
+		syscall.RawSyscall(syscall.SYS_WRITE, uintptr(p.errFd), uintptr(unsafe.Pointer(&ce)), unsafe.Sizeof(ce))
+		for {
+			syscall.RawSyscall(syscall.SYS_EXIT_GROUP, 127, 0, 0)
+		}
+	}
+}
+
+// atFDCWD is AT_FDCWD (-100) as a system-call argument.
+const atFDCWD = ^uintptr(99)

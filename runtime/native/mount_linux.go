@@ -1,0 +1,325 @@
+package native
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"airlock/policy"
+)
+
+// skelEntry is one directory, file or symlink of a root template.
+type skelEntry struct {
+	kind   opKind // opMkdir, opFile or opSymlink
+	path   string
+	data   []byte
+	target string
+	mode   os.FileMode
+}
+
+// treeBuilder accumulates the sandbox root: a skeleton (directories, mount
+// points, synthesized files) that the parent materializes once per layout
+// as a template directory, and the mounts the child performs on top of it.
+type treeBuilder struct {
+	root    string // the template directory, bound onto itself as the new root
+	skel    []skelEntry
+	ops     []op
+	opPaths []string // sandbox path each op mounts on, resolved under root at the end
+	steps   []string // human description per op, for setup errors
+	dirs    map[string]bool
+	remount []op
+	rsteps  []string
+}
+
+func cstr(s string) *byte {
+	p, err := syscall.BytePtrFromString(s)
+	if err != nil {
+		panic(fmt.Sprintf("airlock: path with NUL byte %q", s)) // validated earlier
+	}
+	return p
+}
+
+// add appends a mount step on sandbox path at.
+func (t *treeBuilder) add(o op, at, step string) {
+	t.ops = append(t.ops, o)
+	t.opPaths = append(t.opPaths, at)
+	t.steps = append(t.steps, step)
+}
+
+// mkdirAll adds mkdir steps for p (a sandbox path) and its parents.
+func (t *treeBuilder) mkdirAll(p string) {
+	if p == "/" || t.dirs[p] {
+		return
+	}
+	t.mkdirAll(path.Dir(p))
+	t.dirs[p] = true
+	t.skel = append(t.skel, skelEntry{kind: opMkdir, path: p, mode: 0o755})
+}
+
+func (t *treeBuilder) file(p string, data []byte, mode os.FileMode) {
+	t.mkdirAll(path.Dir(p))
+	t.skel = append(t.skel, skelEntry{kind: opFile, path: p, data: data, mode: mode})
+}
+
+func (t *treeBuilder) symlink(target, p string) {
+	t.mkdirAll(path.Dir(p))
+	t.skel = append(t.skel, skelEntry{kind: opSymlink, path: p, target: target})
+}
+
+func (t *treeBuilder) mount(src, dst, fstype string, flags uintptr, data string) {
+	o := op{kind: opMount, flags: flags}
+	if src != "" {
+		o.src = cstr(src)
+	}
+	if fstype != "" {
+		o.fstype = cstr(fstype)
+	}
+	if data != "" {
+		o.data = cstr(data)
+	}
+	t.add(o, dst, "mount "+fstype+" "+dst)
+}
+
+// lockedFlags returns the mount flags of the host mount holding p that a
+// user namespace may not clear on a bind remount.
+func lockedFlags(p string) uintptr {
+	var st unix.Statfs_t
+	if err := unix.Statfs(p, &st); err != nil {
+		return 0
+	}
+	var f uintptr
+	for _, m := range []struct{ st, ms int64 }{
+		{unix.ST_RDONLY, unix.MS_RDONLY}, {unix.ST_NOSUID, unix.MS_NOSUID}, {unix.ST_NODEV, unix.MS_NODEV},
+		{unix.ST_NOEXEC, unix.MS_NOEXEC}, {unix.ST_NOATIME, unix.MS_NOATIME},
+		{unix.ST_NODIRATIME, unix.MS_NODIRATIME}, {unix.ST_RELATIME, unix.MS_RELATIME},
+	} {
+		if st.Flags&m.st != 0 {
+			f |= uintptr(m.ms)
+		}
+	}
+	return f
+}
+
+// bind adds a bind of host src at sandbox dst, then a remount that makes it
+// nosuid (and nodev unless dev), read-only unless writable.
+func (t *treeBuilder) bind(src, dst string, writable, dev bool) error {
+	fi, err := os.Stat(src)
+	if err != nil {
+		return err
+	}
+	if fi.IsDir() {
+		t.mkdirAll(dst)
+	} else {
+		t.file(dst, nil, 0o644)
+	}
+	t.add(op{kind: opMount, src: cstr(src), flags: unix.MS_BIND | unix.MS_REC}, dst, "bind "+src+" at "+dst)
+	flags := uintptr(unix.MS_BIND|unix.MS_REMOUNT|unix.MS_NOSUID) | lockedFlags(src)
+	if !dev {
+		flags |= unix.MS_NODEV
+	} else {
+		flags |= unix.MS_NOEXEC
+	}
+	if !writable {
+		flags |= unix.MS_RDONLY
+	}
+	t.add(op{kind: opMount, flags: flags}, dst, "remount "+dst)
+	return nil
+}
+
+// sandboxFiles are the synthesized /etc files.
+func etcFiles(p *policy.Policy) map[string]string {
+	u := p.User
+	return map[string]string{
+		"/etc/passwd": fmt.Sprintf("root:x:0:0:root:/root:/usr/sbin/nologin\n%s:x:%d:%d:%s:%s:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+			u.Name, u.UID, u.GID, u.Name, u.Home),
+		"/etc/group":       fmt.Sprintf("root:x:0:\n%s:x:%d:\nnogroup:x:65534:\n", u.Name, u.GID),
+		"/etc/hosts":       fmt.Sprintf("127.0.0.1\tlocalhost %s\n::1\tlocalhost ip6-localhost\n", u.Hostname),
+		"/etc/hostname":    u.Hostname + "\n",
+		"/etc/resolv.conf": "# airlock: no DNS inside the sandbox; allowed egress goes through the proxy in HTTP_PROXY\n",
+	}
+}
+
+// buildTree computes every mount step of the sandbox root for policy p.
+func buildTree(base string, p *policy.Policy, cfg *Config) (*treeBuilder, error) {
+	t := &treeBuilder{dirs: map[string]bool{}}
+	fs := &p.Filesystem
+
+	for _, ro := range fs.ReadOnly {
+		fi, err := os.Lstat(ro)
+		if err != nil {
+			continue // a host may lack /lib64 or /lib32
+		}
+		if fi.Mode()&os.ModeSymlink != 0 { // merged /usr: /bin -> usr/bin
+			target, err := os.Readlink(ro)
+			if err != nil {
+				return nil, fmt.Errorf("read link %s: %w", ro, err)
+			}
+			t.symlink(target, ro)
+			continue
+		}
+		if err := t.bind(ro, ro, false, false); err != nil {
+			return nil, fmt.Errorf("bind %s: %w", ro, err)
+		}
+	}
+
+	t.mkdirAll("/etc")
+	etc := etcFiles(p)
+	for _, name := range []string{"/etc/passwd", "/etc/group", "/etc/hosts", "/etc/hostname", "/etc/resolv.conf"} {
+		t.file(name, []byte(etc[name]), 0o644)
+	}
+	for _, f := range fs.EtcFiles {
+		if _, err := os.Stat(f); err != nil {
+			continue
+		}
+		if err := t.bind(f, f, false, false); err != nil {
+			return nil, fmt.Errorf("bind %s: %w", f, err)
+		}
+	}
+
+	// /dev: the harmless devices bound from the host and a private devpts
+	// instance; no host terminal is reachable.
+	t.mkdirAll("/dev")
+	for _, d := range []string{"null", "zero", "full", "random", "urandom", "tty"} {
+		if err := t.bind("/dev/"+d, "/dev/"+d, true, true); err != nil {
+			return nil, fmt.Errorf("bind /dev/%s: %w", d, err)
+		}
+	}
+	for name, target := range map[string]string{"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0",
+		"stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2", "ptmx": "pts/ptmx"} {
+		t.symlink(target, "/dev/"+name)
+	}
+	t.mkdirAll("/dev/pts")
+	t.mount("devpts", "/dev/pts", "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620")
+	t.mkdirAll("/dev/shm")
+	t.mount("tmpfs", "/dev/shm", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC,
+		fmt.Sprintf("mode=1777,size=%d,nr_inodes=%d", min(p.Limits.DiskBytes, 64<<20), min(p.Limits.Inodes, 4096)))
+
+	t.mkdirAll("/proc")
+	t.mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
+
+	t.mkdirAll("/tmp")
+	t.mount("tmpfs", "/tmp", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV,
+		fmt.Sprintf("mode=1777,size=%d,nr_inodes=%d", p.Limits.DiskBytes, p.Limits.Inodes))
+
+	if fs.Workspace != "" {
+		if err := t.bind(fs.Workspace, "/workspace", true, false); err != nil {
+			return nil, fmt.Errorf("workspace %s: %w", fs.Workspace, err)
+		}
+	} else {
+		t.mkdirAll("/workspace")
+		t.mount("tmpfs", "/workspace", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV,
+			fmt.Sprintf("mode=0755,size=%d,nr_inodes=%d,uid=%d,gid=%d", p.Limits.DiskBytes, p.Limits.Inodes, p.User.UID, p.User.GID))
+	}
+
+	for _, m := range fs.Mounts {
+		src, err := filepath.EvalSymlinks(m.Source)
+		if err != nil {
+			return nil, fmt.Errorf("mount source %s: %w", m.Source, err)
+		}
+		if err := t.bind(src, m.Target, m.Writable, false); err != nil {
+			return nil, fmt.Errorf("mount %s: %w", m.Source, err)
+		}
+	}
+	if cfg.AgentBinary != "" {
+		if err := t.bind(cfg.AgentBinary, AgentPath, false, false); err != nil {
+			return nil, fmt.Errorf("agent binary %s: %w", cfg.AgentBinary, err)
+		}
+	}
+	for _, h := range fs.Hidden {
+		// Whatever is at h is covered: a directory by an empty read-only
+		// tmpfs, anything else by /dev/null. Hidden paths live under the
+		// read-only binds, which sit at their host paths; missing ones are
+		// skipped.
+		fi, err := os.Stat(h)
+		switch {
+		case err != nil:
+			continue
+		case fi.IsDir():
+			t.add(op{kind: opMount, src: cstr("tmpfs"), fstype: cstr("tmpfs"),
+				flags: unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC, data: cstr("size=4k,nr_inodes=4")}, h, "hide "+h)
+		default:
+			t.add(op{kind: opMount, src: cstr("/dev/null"), flags: unix.MS_BIND}, h, "hide "+h)
+		}
+	}
+
+	// The template becomes the root: bound onto itself (pivot_root needs a
+	// mount point) first, read-only after pivot_root.
+	tmpl, err := materialize(base, t.skel)
+	if err != nil {
+		return nil, err
+	}
+	t.root = tmpl
+	for i := range t.ops {
+		t.ops[i].path = cstr(tmpl + t.opPaths[i])
+	}
+	t.ops = append([]op{{kind: opMount, src: cstr(tmpl), path: cstr(tmpl), flags: unix.MS_BIND | unix.MS_REC}}, t.ops...)
+	t.steps = append([]string{"bind root template"}, t.steps...)
+	t.remount = append(t.remount,
+		op{kind: opMount, path: cstr("/"), flags: unix.MS_BIND | unix.MS_REMOUNT | unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV | lockedFlags(tmpl)})
+	t.rsteps = append(t.rsteps, "remount / read-only")
+	return t, nil
+}
+
+// materialize creates (once) the template directory holding skel under base
+// and returns its path. Templates are named by a hash of their content, so
+// concurrent launchers agree and a changed layout gets a new directory.
+func materialize(base string, skel []skelEntry) (string, error) {
+	h := sha256.New()
+	for _, e := range skel {
+		fmt.Fprintf(h, "%d\x00%s\x00%s\x00%o\x00%d\x00", e.kind, e.path, e.target, e.mode, len(e.data))
+		h.Write(e.data)
+	}
+	dir := filepath.Join(base, "root-"+hex.EncodeToString(h.Sum(nil))[:24])
+	templates.Lock()
+	defer templates.Unlock()
+	if templates.ready[dir] {
+		return dir, nil
+	}
+	if _, err := os.Stat(filepath.Join(dir, ".airlock-template")); err == nil {
+		templates.ready[dir] = true
+		return dir, nil
+	}
+	tmp, err := os.MkdirTemp(base, ".tmp-root-")
+	if err != nil {
+		return "", fmt.Errorf("create root template: %w", err)
+	}
+	defer os.RemoveAll(tmp)
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return "", err
+	}
+	for _, e := range skel {
+		p := filepath.Join(tmp, e.path)
+		switch e.kind {
+		case opMkdir:
+			err = os.Mkdir(p, e.mode)
+		case opFile:
+			err = os.WriteFile(p, e.data, e.mode)
+		case opSymlink:
+			err = os.Symlink(e.target, p)
+		}
+		if err != nil && !os.IsExist(err) {
+			return "", fmt.Errorf("root template %s: %w", e.path, err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(tmp, ".airlock-template"), nil, 0o444); err != nil {
+		return "", err
+	}
+	if err := os.Rename(tmp, dir); err != nil && !os.IsExist(err) && !errors.Is(err, syscall.ENOTEMPTY) {
+		return "", fmt.Errorf("install root template: %w", err)
+	}
+	templates.ready[dir] = true
+	return dir, nil
+}
+
+var templates = struct {
+	sync.Mutex
+	ready map[string]bool
+}{ready: map[string]bool{}}

@@ -1,0 +1,89 @@
+// Package native is airlock's embedded runtime: Linux namespaces,
+// pivot_root onto a minimal root, seccomp-bpf, Landlock, cgroups, rlimits
+// and dropped capabilities, set up by a raw-syscall child between clone and
+// execve so that a sandbox costs no second Go runtime start.
+//
+// One file per kernel concern: forkexec (the child), mount (the root tree),
+// userns (uid maps), landlock, rlimit, caps; cgroups and seccomp are
+// sub-packages.
+package native
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"airlock/policy"
+	"airlock/runtime"
+)
+
+// Config describes one sandbox to start.
+type Config struct {
+	// ID names the sandbox (its cgroup, its log lines). Empty means a random id.
+	ID string
+	// Policy is what the sandbox may do. It must validate.
+	Policy policy.Policy
+	// Args is the program and its arguments. A name without a slash is looked
+	// up in the sandbox's PATH.
+	Args []string
+	// Stdin, Stdout and Stderr become fds 0-2 inside; nil means /dev/null.
+	Stdin, Stdout, Stderr *os.File
+	// AgentBinary, if set, is a host file bound read-only at AgentPath inside
+	// (the airlock binary itself, for the in-sandbox agent).
+	AgentBinary string
+	// AllowDegraded lets the sandbox start when cgroups are unavailable
+	// (resource limits then fall back to rlimits and the run says so).
+	AllowDegraded bool
+}
+
+// AgentPath is where AgentBinary appears inside the sandbox.
+const AgentPath = "/.airlock/airlock"
+
+// SetupError is a failure to build the sandbox, as opposed to a failure of
+// the program inside it.
+type SetupError struct {
+	Step string // what was being done, e.g. "mount /usr"
+	Err  error
+}
+
+func (e *SetupError) Error() string { return fmt.Sprintf("sandbox setup: %s: %v", e.Step, e.Err) }
+func (e *SetupError) Unwrap() error { return e.Err }
+
+// ErrNotFound is returned (wrapped) when the command does not exist inside
+// the sandbox; ErrNotExecutable when it exists but cannot be executed.
+var (
+	ErrNotFound      = errors.New("command not found in sandbox")
+	ErrNotExecutable = errors.New("command not executable in sandbox")
+)
+
+// Status is how a run ended.
+type Status string
+
+// Run statuses.
+const (
+	StatusOK          Status = "ok"
+	StatusNonzeroExit Status = "nonzero_exit"
+	StatusTimeout     Status = "timeout"
+	StatusOOM         Status = "oom"
+	StatusOutputLimit Status = "output_limit"
+	StatusKilled      Status = "killed"
+	StatusSetupError  Status = "setup_error"
+)
+
+// Result is the outcome of a one-shot run.
+type Result struct {
+	Status          Status           `json:"status"`
+	ExitCode        int              `json:"exit_code"`
+	Signal          string           `json:"signal,omitempty"`
+	Stdout          string           `json:"stdout"`
+	Stderr          string           `json:"stderr"`
+	Truncated       bool             `json:"truncated"`
+	WallMS          float64          `json:"wall_ms"`
+	CPUMS           float64          `json:"cpu_ms"`
+	PeakMemoryBytes int64            `json:"peak_memory_bytes"`
+	Enforced        runtime.Enforced `json:"enforced"`
+	Error           string           `json:"error,omitempty"`
+	// Wall is WallMS as a duration, for Go callers.
+	Wall time.Duration `json:"-"`
+}

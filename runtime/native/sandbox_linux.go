@@ -1,0 +1,498 @@
+package native
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	rt "airlock/runtime"
+	"airlock/runtime/native/cgroups"
+	"airlock/runtime/native/seccomp"
+)
+
+// Sandbox is a started native sandbox: its init process (the program, or
+// the agent) is PID 1 of a fresh pid namespace, so when it exits the kernel
+// kills everything else inside.
+type Sandbox struct {
+	// ID names the sandbox.
+	ID string
+	// Pid is the host pid of the sandbox's init process.
+	Pid int
+	// Started is when the init process was released to exec.
+	Started time.Time
+
+	proc     *os.Process
+	group    *cgroups.Group
+	enforced rt.Enforced
+
+	mu       sync.Mutex
+	waited   bool
+	state    *os.ProcessState
+	waitErr  error
+	waitDone chan struct{}
+	destroy  sync.Once
+}
+
+// NewID returns a random sandbox id.
+func NewID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return "sb-" + hex.EncodeToString(b[:])
+}
+
+var stagingOnce struct {
+	sync.Once
+	dir string
+	err error
+}
+
+// stagingDir is the private host directory holding root templates.
+func stagingDir() (string, error) {
+	stagingOnce.Do(func() {
+		base := "/run/airlock"
+		if os.Geteuid() != 0 {
+			if x := os.Getenv("XDG_RUNTIME_DIR"); x != "" {
+				base = path.Join(x, "airlock")
+			} else {
+				base = fmt.Sprintf("/tmp/airlock-%d", os.Geteuid())
+			}
+		}
+		dir := path.Join(base, "templates")
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			stagingOnce.err = fmt.Errorf("create staging dir: %w", err)
+			return
+		}
+		// Refuse a staging dir that someone else controls.
+		for _, p := range []string{base, dir} {
+			fi, err := os.Lstat(p)
+			if err != nil {
+				stagingOnce.err = err
+				return
+			}
+			st := fi.Sys().(*syscall.Stat_t)
+			if !fi.IsDir() || int(st.Uid) != os.Geteuid() || fi.Mode().Perm()&0o022 != 0 {
+				stagingOnce.err = fmt.Errorf("staging dir %s is not a private directory owned by uid %d", p, os.Geteuid())
+				return
+			}
+		}
+		stagingOnce.dir = dir
+	})
+	return stagingOnce.dir, stagingOnce.err
+}
+
+var lastCapOnce struct {
+	sync.Once
+	v uintptr
+}
+
+// lastCap is the highest capability number the kernel knows.
+func lastCap() uintptr {
+	lastCapOnce.Do(func() {
+		lastCapOnce.v = 63
+		if b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap"); err == nil {
+			var n int
+			if _, err := fmt.Sscan(strings.TrimSpace(string(b)), &n); err == nil {
+				lastCapOnce.v = uintptr(n)
+			}
+		}
+	})
+	return lastCapOnce.v
+}
+
+// candidates returns the paths execve tries for argv0, in PATH order.
+func candidates(argv0 string, env []string) []string {
+	if strings.Contains(argv0, "/") {
+		return []string{argv0}
+	}
+	pathEnv := "/usr/local/bin:/usr/bin:/bin"
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			pathEnv = v
+		}
+	}
+	var out []string
+	for _, d := range strings.Split(pathEnv, ":") {
+		if d == "" || !path.IsAbs(d) {
+			continue
+		}
+		out = append(out, path.Join(d, argv0))
+	}
+	return out
+}
+
+func cstrs(ss []string) []*byte {
+	out := make([]*byte, 0, len(ss)+1)
+	for _, s := range ss {
+		out = append(out, cstr(s))
+	}
+	return append(out, nil)
+}
+
+// stdioFd returns a descriptor >= 3 for f (or /dev/null), owned by the caller.
+func stdioFd(f *os.File, write bool) (int, error) {
+	if f == nil {
+		flag := unix.O_RDONLY
+		if write {
+			flag = unix.O_WRONLY
+		}
+		return unix.Open("/dev/null", flag|unix.O_CLOEXEC, 0)
+	}
+	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 3)
+	runtime.KeepAlive(f)
+	return fd, err
+}
+
+// Start builds and starts a sandbox. The program has been exec'ed (or
+// failed to) when Start returns.
+func Start(cfg Config) (*Sandbox, error) {
+	p := cfg.Policy
+	if err := p.Validate(); err != nil {
+		return nil, fmt.Errorf("invalid policy: %w", err)
+	}
+	if len(cfg.Args) == 0 || cfg.Args[0] == "" {
+		return nil, errors.New("no command given")
+	}
+	for _, s := range append(append([]string{}, cfg.Args...), p.Env...) {
+		if strings.IndexByte(s, 0) >= 0 {
+			return nil, errors.New("argument or environment contains a NUL byte")
+		}
+	}
+	id := cfg.ID
+	if id == "" {
+		id = NewID()
+	}
+	ids, err := mapping(p.User.UID, p.User.GID)
+	if err != nil {
+		return nil, err
+	}
+	if p.Filesystem.Workspace != "" {
+		if err := prepareWorkspace(p.Filesystem.Workspace, ids); err != nil {
+			return nil, err
+		}
+	}
+	root, err := stagingDir()
+	if err != nil {
+		return nil, err
+	}
+	tree, err := buildTree(root, &p, &cfg)
+	if err != nil {
+		return nil, &SetupError{Step: "root filesystem", Err: err}
+	}
+	filter, err := seccomp.Build(string(p.Profile))
+	if err != nil {
+		return nil, &SetupError{Step: "seccomp", Err: err}
+	}
+
+	enforced := rt.Enforced{
+		{Name: "userns", State: rt.StateOK, Detail: ids.desc},
+		{Name: "pidns", State: rt.StateOK},
+		{Name: "mountns", State: rt.StateOK, Detail: "pivot_root onto a read-only tmpfs, old root detached"},
+		{Name: "netns", State: rt.StateOK, Detail: "empty"},
+		{Name: "ipcns", State: rt.StateOK},
+		{Name: "utsns", State: rt.StateOK},
+		{Name: "cgroupns", State: rt.StateOK},
+	}
+
+	var group *cgroups.Group
+	info := cgroups.Detect()
+	if info.Version == 0 || info.Reason != "" {
+		if !cfg.AllowDegraded {
+			return nil, &SetupError{Step: "cgroups", Err: fmt.Errorf("resource limits cannot be enforced: %s (run as root on a host with cgroups, or allow degraded mode explicitly)", orUnknown(info.Reason))}
+		}
+	} else {
+		group, err = cgroups.Create(id, cgroups.Limits{MemoryBytes: p.Limits.MemoryBytes, CPUs: p.Limits.CPUs, Pids: p.Limits.Pids})
+		if err != nil && !cfg.AllowDegraded {
+			return nil, &SetupError{Step: "cgroups", Err: err}
+		}
+	}
+	if group != nil {
+		enforced = append(enforced, rt.Layer{Name: "cgroup", State: rt.StateOK, Detail: group.Describe()})
+	} else {
+		reason := info.Reason
+		if err != nil {
+			reason = err.Error()
+		}
+		enforced = append(enforced, rt.Layer{Name: "cgroup", State: rt.StateMissing,
+			Detail: "memory, pids and cpu limits NOT enforced (rlimits only): " + orUnknown(reason)})
+	}
+
+	pl := &plan{
+		cloneFlags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWNET |
+			syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS,
+		unshareCg: true,
+		ops:       tree.ops,
+		remount:   tree.remount,
+		newRoot:   cstr(tree.root),
+		dot:       cstr("."),
+		slash:     cstr("/"),
+		hostname:  []byte(p.User.Hostname),
+		rlimits:   rlimitsFor(p.Limits, group != nil),
+		lastCap:   lastCap(),
+		setgroups: ids.setgroups,
+		uid:       uintptr(p.User.UID),
+		gid:       uintptr(p.User.GID),
+		capHdr:    unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3},
+		workdir:   cstr(orDefault(p.Filesystem.Workdir, "/")),
+		argv:      cstrs(cfg.Args),
+		envv:      cstrs(p.Env),
+	}
+	pl.argv0 = cstrs(candidates(cfg.Args[0], p.Env))
+	pl.argv0 = pl.argv0[:len(pl.argv0)-1]
+	enforced = append(enforced,
+		rt.Layer{Name: "capabilities", State: rt.StateOK, Detail: "all dropped (effective, permitted, inheritable, bounding, ambient); securebits noroot locked"},
+		rt.Layer{Name: "no_new_privs", State: rt.StateOK},
+		rt.Layer{Name: "rlimits", State: rt.StateOK, Detail: fmt.Sprintf("nofile %d, fsize %d, core 0, cpu %s", p.Limits.OpenFiles, p.Limits.FileSizeBytes, p.Limits.CPUTime)},
+		rt.Layer{Name: "tmpfs", State: rt.StateOK, Detail: fmt.Sprintf("/tmp and /workspace capped at %d bytes, %d inodes", p.Limits.DiskBytes, p.Limits.Inodes)},
+	)
+	if p.Filesystem.Workspace != "" {
+		enforced[len(enforced)-1].Detail = fmt.Sprintf("/tmp capped at %d bytes, %d inodes; /workspace is host dir %s (no size cap)", p.Limits.DiskBytes, p.Limits.Inodes, p.Filesystem.Workspace)
+	}
+	if abi, err := LandlockABI(); err == nil && abi > 0 {
+		pl.llAttr, pl.llRules = landlockPlan(&p, abi)
+		enforced = append(enforced, rt.Layer{Name: "landlock", State: rt.StateOK, Detail: fmt.Sprintf("ABI %d: read-only except /workspace, /tmp, /dev/shm", abi)})
+	} else {
+		enforced = append(enforced, rt.Layer{Name: "landlock", State: rt.StateMissing, Detail: fmt.Sprint(err)})
+	}
+	prog := unix.SockFprog{Len: uint16(len(filter.Instructions)), Filter: &filter.Instructions[0]}
+	pl.seccomp = &prog
+	enforced = append(enforced, rt.Layer{Name: "seccomp", State: rt.StateOK, Detail: filter.Describe()})
+
+	// Descriptors: stdio >= 3, a sync pipe and an error pipe.
+	var fds []int
+	closeAll := func() {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		fds = nil
+	}
+	for i, f := range []*os.File{cfg.Stdin, cfg.Stdout, cfg.Stderr} {
+		fd, err := stdioFd(f, i > 0)
+		if err != nil {
+			closeAll()
+			destroyGroup(group)
+			return nil, fmt.Errorf("stdio: %w", err)
+		}
+		pl.stdio[i] = fd
+		fds = append(fds, fd)
+	}
+	var syncP, errP [2]int
+	if err := unix.Pipe2(syncP[:], unix.O_CLOEXEC); err != nil {
+		closeAll()
+		destroyGroup(group)
+		return nil, fmt.Errorf("pipe: %w", err)
+	}
+	if err := unix.Pipe2(errP[:], unix.O_CLOEXEC); err != nil {
+		unix.Close(syncP[0])
+		unix.Close(syncP[1])
+		closeAll()
+		destroyGroup(group)
+		return nil, fmt.Errorf("pipe: %w", err)
+	}
+	pl.syncFd, pl.syncWrFd, pl.errFd = syncP[0], syncP[1], errP[1]
+
+	syscall.ForkLock.Lock()
+	pid, errno := forkChild(pl)
+	syscall.ForkLock.Unlock()
+	// The parent's copies of the child's ends.
+	unix.Close(syncP[0])
+	unix.Close(errP[1])
+	closeAll()
+	if errno != 0 {
+		unix.Close(syncP[1])
+		unix.Close(errP[0])
+		destroyGroup(group)
+		if errno == syscall.EPERM || errno == syscall.ENOSPC || errno == syscall.EINVAL {
+			return nil, &SetupError{Step: "clone into new namespaces (user namespaces disabled?)", Err: errno}
+		}
+		return nil, &SetupError{Step: "clone", Err: errno}
+	}
+	proc, _ := os.FindProcess(pid) // holds a pidfd: signals never hit a recycled pid
+	s := &Sandbox{ID: id, Pid: pid, proc: proc, group: group, enforced: enforced, waitDone: make(chan struct{})}
+
+	fail := func(step string, err error) (*Sandbox, error) {
+		unix.Close(syncP[1])
+		unix.Close(errP[0])
+		proc.Kill()
+		s.Wait()
+		destroyGroup(group)
+		return nil, &SetupError{Step: step, Err: err}
+	}
+	if err := ids.write(pid); err != nil {
+		return fail("uid map", err)
+	}
+	if group != nil {
+		if err := group.Add(pid); err != nil {
+			return fail("join cgroup", err)
+		}
+	}
+	if _, err := unix.Write(syncP[1], []byte{1}); err != nil {
+		return fail("release child", err)
+	}
+	unix.Close(syncP[1])
+	s.Started = time.Now()
+	var buf [8]byte
+	n, _ := readFull(errP[0], buf[:])
+	unix.Close(errP[0])
+	runtime.KeepAlive(pl)
+	runtime.KeepAlive(filter)
+	if n == 0 {
+		return s, nil // exec succeeded
+	}
+	ce := childError{stage: binary.NativeEndian.Uint32(buf[0:]), errno: binary.NativeEndian.Uint32(buf[4:])}
+	s.Wait()
+	destroyGroup(group)
+	e := syscall.Errno(ce.errno)
+	if ce.stage == stageExec {
+		switch e {
+		case syscall.ENOENT, syscall.ENOTDIR:
+			return nil, fmt.Errorf("%s: %w", cfg.Args[0], ErrNotFound)
+		case syscall.EACCES, syscall.ENOEXEC, syscall.EISDIR:
+			return nil, fmt.Errorf("%s: %w (%v)", cfg.Args[0], ErrNotExecutable, e)
+		}
+	}
+	return nil, &SetupError{Step: stageName(ce.stage, tree), Err: e}
+}
+
+func readFull(fd int, b []byte) (int, error) {
+	n := 0
+	for n < len(b) {
+		m, err := unix.Read(fd, b[n:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || m == 0 {
+			return n, err
+		}
+		n += m
+	}
+	return n, nil
+}
+
+func stageName(st uint32, t *treeBuilder) string {
+	switch {
+	case st >= stageRemount && int(st-stageRemount) < len(t.rsteps):
+		return t.rsteps[st-stageRemount]
+	case st >= stageOp && int(st-stageOp) < len(t.steps):
+		return t.steps[st-stageOp]
+	}
+	names := map[uint32]string{stageSync: "wait for parent", stageCgroupNS: "cgroup namespace", stageSetsid: "setsid",
+		stagePrivate: "make mounts private", stagePivot: "pivot_root", stageHostname: "sethostname", stageRlimit: "rlimits",
+		stageSecurebits: "securebits", stageCapBound: "drop bounding capabilities", stageSetgroups: "setgroups",
+		stageSetgid: "setgid", stageSetuid: "setuid", stageCapset: "capset", stageAmbient: "clear ambient capabilities",
+		stagePdeath: "parent-death signal", stageNoNewPrivs: "no_new_privs", stageLandlock: "landlock",
+		stageDup: "stdio", stageCloseRange: "close descriptors", stageChdir: "chdir to workdir",
+		stageSeccomp: "seccomp", stageExec: "execve"}
+	if n, ok := names[st]; ok {
+		return n
+	}
+	return fmt.Sprintf("stage %d", st)
+}
+
+func orDefault(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
+}
+
+func orUnknown(s string) string { return orDefault(s, "unknown reason") }
+
+// prepareWorkspace makes a host workspace directory usable by the sandbox
+// user: a missing directory is created for it; an existing one must already
+// be owned by the sandbox's host uid (airlock never chowns a user's files).
+func prepareWorkspace(dir string, ids idMap) error {
+	fi, err := os.Lstat(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("create workspace: %w", err)
+		}
+		if err := os.Lchown(dir, ids.hostUID, ids.hostGID); err != nil {
+			return fmt.Errorf("chown workspace: %w", err)
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("workspace: %w", err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("workspace %s is not a directory", dir)
+	}
+	st := fi.Sys().(*syscall.Stat_t)
+	if int(st.Uid) != ids.hostUID {
+		return fmt.Errorf("workspace %s is owned by uid %d but the sandbox user is host uid %d: chown -R %d:%d %s, or pass a directory that does not exist yet",
+			dir, st.Uid, ids.hostUID, ids.hostUID, ids.hostGID, dir)
+	}
+	return nil
+}
+
+// Wait waits for the sandbox's init process to exit. Everything else in the
+// sandbox is killed by the kernel when it does. Safe to call many times.
+func (s *Sandbox) Wait() (*os.ProcessState, error) {
+	s.mu.Lock()
+	if !s.waited {
+		s.waited = true
+		s.mu.Unlock()
+		st, err := s.proc.Wait()
+		s.mu.Lock()
+		s.state, s.waitErr = st, err
+		close(s.waitDone)
+	} else {
+		s.mu.Unlock()
+		<-s.waitDone
+		s.mu.Lock()
+	}
+	defer s.mu.Unlock()
+	return s.state, s.waitErr
+}
+
+// Done is closed when Wait has returned.
+func (s *Sandbox) Done() <-chan struct{} { return s.waitDone }
+
+// Kill kills every process of the sandbox.
+func (s *Sandbox) Kill() {
+	_ = s.proc.Kill() // PID 1 of the namespace: the kernel kills the rest
+	if s.group != nil {
+		_ = s.group.Kill()
+	}
+}
+
+// Stats returns the sandbox's cgroup accounting.
+func (s *Sandbox) Stats() (cgroups.Stats, error) {
+	if s.group == nil {
+		return cgroups.Stats{}, errors.New("no cgroup: accounting unavailable")
+	}
+	return s.group.Stats()
+}
+
+// Enforced lists the isolation layers applied to this sandbox.
+func (s *Sandbox) Enforced() rt.Enforced { return s.enforced }
+
+// Destroy kills the sandbox, reaps it and removes its cgroup. Idempotent.
+func (s *Sandbox) Destroy() error {
+	var err error
+	s.destroy.Do(func() {
+		s.Kill()
+		s.Wait()
+		if s.group != nil {
+			err = s.group.Destroy()
+		}
+	})
+	return err
+}
+
+func destroyGroup(g *cgroups.Group) {
+	if g != nil {
+		_ = g.Destroy()
+	}
+}
