@@ -94,6 +94,8 @@ type plan struct {
 	argv      []*byte // nil-terminated
 	envv      []*byte // nil-terminated
 	unshareCg bool
+	noPdeath  bool     // long-lived sandboxes survive a restart of the server
+	ifreqLo   [40]byte // struct ifreq{"lo", IFF_UP} to bring loopback up
 }
 
 // Stages reported by the child with its errno. Values >= stageOp index p.ops;
@@ -121,6 +123,7 @@ const (
 	stageChdir
 	stageSeccomp
 	stageExec
+	stageLoopback
 	stageOp      uint32 = 1000
 	stageRemount uint32 = 2000
 )
@@ -244,6 +247,19 @@ func forkChild(p *plan) (pid int, err syscall.Errno) {
 			goto fail
 		}
 	}
+	// Loopback up: the namespace stays empty, but programs may talk to
+	// themselves (and to the agent's proxy) over 127.0.0.1.
+	fd, _, e1 = syscall.RawSyscall(syscall.SYS_SOCKET, syscall.AF_INET, syscall.SOCK_DGRAM|syscall.SOCK_CLOEXEC, 0)
+	if e1 != 0 {
+		stage = stageLoopback
+		goto fail
+	}
+	_, _, e1 = syscall.RawSyscall(syscall.SYS_IOCTL, fd, syscall.SIOCSIFFLAGS, uintptr(unsafe.Pointer(&p.ifreqLo[0])))
+	syscall.RawSyscall(syscall.SYS_CLOSE, fd, 0, 0)
+	if e1 != 0 {
+		stage = stageLoopback
+		goto fail
+	}
 	if len(p.hostname) > 0 {
 		if _, _, e1 = syscall.RawSyscall(syscall.SYS_SETHOSTNAME, uintptr(unsafe.Pointer(&p.hostname[0])), uintptr(len(p.hostname)), 0); e1 != 0 {
 			stage = stageHostname
@@ -292,9 +308,11 @@ func forkChild(p *plan) (pid int, err syscall.Errno) {
 		goto fail
 	}
 	// The parent-death signal is cleared by credential changes: set it now.
-	if _, _, e1 = syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_PDEATHSIG, uintptr(syscall.SIGKILL), 0); e1 != 0 {
-		stage = stagePdeath
-		goto fail
+	if !p.noPdeath {
+		if _, _, e1 = syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_PDEATHSIG, uintptr(syscall.SIGKILL), 0); e1 != 0 {
+			stage = stagePdeath
+			goto fail
+		}
 	}
 	if _, _, e1 = syscall.RawSyscall6(syscall.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0, 0); e1 != 0 {
 		stage = stageNoNewPrivs

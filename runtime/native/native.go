@@ -35,6 +35,10 @@ type Config struct {
 	// AllowDegraded lets the sandbox start when cgroups are unavailable
 	// (resource limits then fall back to rlimits and the run says so).
 	AllowDegraded bool
+	// SurviveParent keeps the sandbox alive if the launching process dies
+	// (a server that restarts and reattaches). By default the sandbox is
+	// killed with its launcher.
+	SurviveParent bool
 }
 
 // AgentPath is where AgentBinary appears inside the sandbox.

@@ -198,7 +198,7 @@ func Start(cfg Config) (*Sandbox, error) {
 		{Name: "userns", State: rt.StateOK, Detail: ids.desc},
 		{Name: "pidns", State: rt.StateOK},
 		{Name: "mountns", State: rt.StateOK, Detail: "pivot_root onto a read-only tmpfs, old root detached"},
-		{Name: "netns", State: rt.StateOK, Detail: "empty"},
+		{Name: "netns", State: rt.StateOK, Detail: "empty (loopback only)"},
 		{Name: "ipcns", State: rt.StateOK},
 		{Name: "utsns", State: rt.StateOK},
 		{Name: "cgroupns", State: rt.StateOK},
@@ -247,6 +247,9 @@ func Start(cfg Config) (*Sandbox, error) {
 		argv:      cstrs(cfg.Args),
 		envv:      cstrs(p.Env),
 	}
+	copy(pl.ifreqLo[:], "lo")
+	binary.NativeEndian.PutUint16(pl.ifreqLo[16:], syscall.IFF_UP|syscall.IFF_RUNNING)
+	pl.noPdeath = cfg.SurviveParent
 	pl.argv0 = cstrs(candidates(cfg.Args[0], p.Env))
 	pl.argv0 = pl.argv0[:len(pl.argv0)-1]
 	enforced = append(enforced,
@@ -392,7 +395,7 @@ func stageName(st uint32, t *treeBuilder) string {
 		stageSetgid: "setgid", stageSetuid: "setuid", stageCapset: "capset", stageAmbient: "clear ambient capabilities",
 		stagePdeath: "parent-death signal", stageNoNewPrivs: "no_new_privs", stageLandlock: "landlock",
 		stageDup: "stdio", stageCloseRange: "close descriptors", stageChdir: "chdir to workdir",
-		stageSeccomp: "seccomp", stageExec: "execve"}
+		stageSeccomp: "seccomp", stageExec: "execve", stageLoopback: "bring up loopback"}
 	if n, ok := names[st]; ok {
 		return n
 	}
