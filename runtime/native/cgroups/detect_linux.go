@@ -287,7 +287,9 @@ func setupV2(mount, own string, asRoot bool) *host {
 		notes = append(notes, err.Error())
 		return &host{info: Info{Version: 0, Reason: strings.Join(notes, "; ")}}
 	}
-	if len(notes) > 0 {
+	if h.info.Reason != "" && len(notes) > 0 {
+		// Degraded anyway: say why the root-owned location was not used
+		// either. When the delegated subtree is fine, that is no reason.
 		h.info.Reason = strings.Join(append(notes, h.info.Reason), "; ")
 	}
 	return h

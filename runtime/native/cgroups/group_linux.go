@@ -67,7 +67,7 @@ func (h *host) create(name string, l Limits) (*Group, error) {
 	g := h.group(name)
 	for i, d := range g.dirs {
 		if err := unix.Mkdir(d, 0o755); err != nil {
-			g.removeDirs(g.dirs[:i])
+			removeDirs(g.dirs[:i], time.Now().Add(killTimeout))
 			if err == unix.EEXIST {
 				return nil, fmt.Errorf("cgroups: create airlock/%s: group already exists (%s)", name, d)
 			}
@@ -75,7 +75,7 @@ func (h *host) create(name string, l Limits) (*Group, error) {
 		}
 	}
 	if err := g.apply(l); err != nil {
-		g.removeDirs(g.dirs)
+		removeDirs(g.dirs, time.Now().Add(killTimeout))
 		return nil, fmt.Errorf("cgroups: create airlock/%s: %w", name, err)
 	}
 	return g, nil
@@ -288,14 +288,14 @@ func (g *Group) Kill() error {
 	if g.destroyed {
 		return nil
 	}
-	if err := g.kill(); err != nil {
+	if err := g.kill(time.Now().Add(killTimeout)); err != nil {
 		return fmt.Errorf("cgroups: kill airlock/%s: %w", g.name, err)
 	}
 	return nil
 }
 
-func (g *Group) kill() error {
-	deadline := time.Now().Add(killTimeout)
+// kill is Kill without the lock, giving up at deadline.
+func (g *Group) kill(deadline time.Time) error {
 	// Signal first and freeze only when needed: on cgroup v1 every
 	// freeze/thaw pair flips the kernel's freezer_active static key, which
 	// costs milliseconds (see docs/rationale/cgroups.md). A SIGKILLed
@@ -577,21 +577,22 @@ func (g *Group) Destroy() error {
 	if g.destroyed {
 		return nil
 	}
-	killErr := g.kill()
-	if err := g.removeDirs(g.dirs); err != nil {
+	deadline := time.Now().Add(killTimeout)
+	killErr := g.kill(deadline)
+	if err := removeDirs(g.dirs, deadline); err != nil {
 		return fmt.Errorf("cgroups: destroy airlock/%s: %w", g.name, errors.Join(killErr, err))
 	}
 	g.destroyed = true
 	return nil
 }
 
-// removeDirs removes the given group directories, retrying while the
-// kernel still reports them busy and removing any child cgroups the
-// sandbox may have made. Missing directories are fine.
-func (g *Group) removeDirs(dirs []string) error {
+// removeDirs removes the given group directories, retrying until deadline
+// while the kernel still reports them busy and removing any child cgroups
+// the sandbox may have made. Missing directories are fine.
+func removeDirs(dirs []string, deadline time.Time) error {
 	var errs []error
 	for _, d := range dirs {
-		if err := removeCgroup(d, time.Now().Add(killTimeout)); err != nil {
+		if err := removeCgroup(d, deadline); err != nil {
 			errs = append(errs, err)
 		}
 	}
