@@ -17,6 +17,7 @@ package cgroups
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"time"
@@ -148,8 +149,8 @@ func checkName(name string) error {
 }
 
 func checkLimits(l Limits) error {
-	if l.MemoryBytes < 0 || l.Pids < 0 || l.CPUs < 0 {
-		return fmt.Errorf("cgroups: negative limit in %+v", l)
+	if l.MemoryBytes < 0 || l.Pids < 0 || l.CPUs < 0 || math.IsNaN(l.CPUs) || math.IsInf(l.CPUs, 0) {
+		return fmt.Errorf("cgroups: invalid limits %+v: want finite, non-negative values", l)
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -398,8 +399,10 @@ func TestCreateRejects(t *testing.T) {
 			t.Errorf("create(%q) succeeded", name)
 		}
 	}
-	if _, err := h.create(testName(t), Limits{MemoryBytes: -1}); err == nil {
-		t.Error("negative limit accepted")
+	for _, l := range []Limits{{MemoryBytes: -1}, {Pids: -1}, {CPUs: -0.5}, {CPUs: math.NaN()}, {CPUs: math.Inf(1)}} {
+		if _, err := h.create(testName(t), l); err == nil {
+			t.Errorf("invalid limits %+v accepted", l)
+		}
 	}
 	g := mustCreate(t, h, Limits{Pids: 8})
 	if _, err := h.create(g.Name(), Limits{Pids: 8}); err == nil || !strings.Contains(err.Error(), "already exists") {
