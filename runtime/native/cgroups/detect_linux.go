@@ -182,7 +182,7 @@ func detect() *host {
 	}
 	own, err := ownV2Cgroup()
 	if err != nil {
-		return &host{info: Info{Version: 2, Reason: err.Error()}}
+		return &host{info: Info{Reason: err.Error()}}
 	}
 	return setupV2(m.v2, own, os.Geteuid() == 0)
 }
