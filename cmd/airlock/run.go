@@ -168,6 +168,8 @@ func cmdRun(args []string) int {
 		opts.Stdin = nil
 	}
 	res, err := native.Run(ctx, cfg, opts)
+	// Off the critical path: remove cgroups left by launchers that crashed.
+	_, _ = native.CleanupOrphans()
 	if *asJSON {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")

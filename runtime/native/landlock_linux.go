@@ -71,7 +71,7 @@ func handledFS(abi int) uint64 {
 
 // landlockPlan builds the ruleset attribute and the rules: read and execute
 // everywhere, write only in /workspace, /tmp, /dev/shm and writable mounts,
-// and devices usable in /dev. With ABI 6 the sandbox is also scoped: it can
+// devices usable in /dev, and /proc read-only. With ABI 6 the sandbox is also scoped: it can
 // neither signal nor reach abstract unix sockets outside itself.
 func landlockPlan(p *policy.Policy, abi int) (attr []byte, rules []llRule) {
 	handled := handledFS(abi)
@@ -95,7 +95,7 @@ func landlockPlan(p *policy.Policy, abi int) (attr []byte, rules []llRule) {
 		rules = append(rules, r)
 	}
 	rule("/", ro)
-	rule("/proc", ro|llWriteFile)
+	rule("/proc", ro) // writes to /proc/self/* are refused: nothing needs them
 	rule("/dev", ro|llWriteFile|llTruncate|llIoctlDev)
 	for _, w := range []string{"/workspace", "/tmp", "/dev/shm"} {
 		rule(w, handled)

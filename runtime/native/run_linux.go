@@ -78,6 +78,9 @@ func (l *limitedSink) pump(stream int, r *os.File, w io.Writer, wg *sync.WaitGro
 // setup_error).
 func Run(ctx context.Context, cfg Config, opts RunOptions) (*Result, error) {
 	start := time.Now()
+	if cfg.ID == "" {
+		cfg.ID = NewRunID()
+	}
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		return setupResult(start, err), err

@@ -21,6 +21,10 @@ import (
 	"airlock/runtime/native/seccomp"
 )
 
+// testBreak deliberately disables one layer ("seccomp", "landlock") so
+// tests can show that their assertions fail without it. Only tests set it.
+var testBreak string
+
 // Sandbox is a started native sandbox: its init process (the program, or
 // the agent) is PID 1 of a fresh pid namespace, so when it exits the kernel
 // kills everything else inside.
@@ -261,15 +265,17 @@ func Start(cfg Config) (*Sandbox, error) {
 	if p.Filesystem.Workspace != "" {
 		enforced[len(enforced)-1].Detail = fmt.Sprintf("/tmp capped at %d bytes, %d inodes; /workspace is host dir %s (no size cap)", p.Limits.DiskBytes, p.Limits.Inodes, p.Filesystem.Workspace)
 	}
-	if abi, err := LandlockABI(); err == nil && abi > 0 {
+	if abi, err := LandlockABI(); err == nil && abi > 0 && testBreak != "landlock" {
 		pl.llAttr, pl.llRules = landlockPlan(&p, abi)
 		enforced = append(enforced, rt.Layer{Name: "landlock", State: rt.StateOK, Detail: fmt.Sprintf("ABI %d: read-only except /workspace, /tmp, /dev/shm", abi)})
 	} else {
 		enforced = append(enforced, rt.Layer{Name: "landlock", State: rt.StateMissing, Detail: fmt.Sprint(err)})
 	}
-	prog := unix.SockFprog{Len: uint16(len(filter.Instructions)), Filter: &filter.Instructions[0]}
-	pl.seccomp = &prog
-	enforced = append(enforced, rt.Layer{Name: "seccomp", State: rt.StateOK, Detail: filter.Describe()})
+	if testBreak != "seccomp" {
+		prog := unix.SockFprog{Len: uint16(len(filter.Instructions)), Filter: &filter.Instructions[0]}
+		pl.seccomp = &prog
+		enforced = append(enforced, rt.Layer{Name: "seccomp", State: rt.StateOK, Detail: filter.Describe()})
+	}
 
 	// Descriptors: stdio >= 3, a sync pipe and an error pipe.
 	var fds []int
