@@ -46,7 +46,7 @@ func (f *policyFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.workdir, "workdir", "", "working directory inside the sandbox (default /workspace)")
 	fs.Var(&f.env, "env", "environment variable KEY=VALUE (repeatable; nothing is inherited from the host)")
 	fs.StringVar(&f.workspace, "workspace", "", "host directory to bind read-write at /workspace (default: a fresh tmpfs)")
-	fs.BoolVar(&f.allowDegraded, "allow-degraded", false, "run even when cgroups are unavailable (limits fall back to rlimits; the result says so)")
+	fs.BoolVar(&f.allowDegraded, "allow-degraded", true, "run even when cgroups are unavailable to this user (limits fall back to rlimits; a warning is printed and the result says so); --allow-degraded=false refuses instead")
 }
 
 // policy turns the flags into a validated policy.

@@ -79,7 +79,7 @@ const (
 type Result struct {
 	Status          Status           `json:"status"`
 	ExitCode        int              `json:"exit_code"`
-	Signal          string           `json:"signal,omitempty"`
+	Signal          string           `json:"signal"`
 	Stdout          string           `json:"stdout"`
 	Stderr          string           `json:"stderr"`
 	Truncated       bool             `json:"truncated"`

@@ -1,0 +1,162 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+)
+
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  error
+)
+
+// airlockBin builds the CLI once per test binary.
+func airlockBin(t *testing.T) string {
+	t.Helper()
+	binOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "airlock-cli-test-")
+		if err != nil {
+			binErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "airlock")
+		if out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput(); err != nil {
+			binErr = err
+			t.Logf("%s", out)
+		}
+		os.Chmod(dir, 0o755)
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return binPath
+}
+
+func runCLI(t *testing.T, cred *syscall.Credential, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	cmd := exec.Command(airlockBin(t), args...)
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=/tmp"}
+	if cred != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	}
+	var o, e strings.Builder
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	code = 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return o.String(), e.String(), code
+}
+
+func TestRunPythonRoot(t *testing.T) {
+	out, errOut, code := runCLI(t, nil, "run", "--", "python3", "-c", "print(1)")
+	if code != 0 || out != "1\n" || errOut != "" {
+		t.Fatalf("code %d out %q err %q", code, out, errOut)
+	}
+}
+
+// TestRunPythonUnprivileged: an ordinary user gets a sandbox through
+// unprivileged user namespaces; on a cgroup v1 host limits degrade loudly.
+func TestRunPythonUnprivileged(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to switch to an unprivileged user")
+	}
+	out, errOut, code := runCLI(t, &syscall.Credential{Uid: 65534, Gid: 65534}, "run", "--", "python3", "-c", "print(1)")
+	if code != 0 || out != "1\n" {
+		t.Fatalf("code %d out %q err %q", code, out, errOut)
+	}
+	out, _, code = runCLI(t, &syscall.Credential{Uid: 65534, Gid: 65534}, "run", "--json", "--", "id", "-u")
+	var res struct {
+		Status   string
+		Stdout   string
+		Enforced []struct{ Name, State string }
+	}
+	if err := json.Unmarshal([]byte(out), &res); err != nil || code != 0 || res.Stdout != "1000\n" {
+		t.Fatalf("code %d %q %v", code, out, err)
+	}
+	for _, l := range res.Enforced {
+		if l.Name == "cgroup" && l.State != "ok" && !strings.Contains(errOut, "WARNING") {
+			t.Fatalf("cgroup %s but no warning printed: %q", l.State, errOut)
+		}
+	}
+}
+
+// TestBadInput: every kind of bad input gets one line on stderr, a distinct
+// exit code, and never a Go panic.
+func TestBadInput(t *testing.T) {
+	cases := []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"unknown flag", []string{"run", "--bogus", "--", "true"}, exitUsage, "flag provided but not defined"},
+		{"missing command", []string{"run"}, exitUsage, "missing command"},
+		{"bad size", []string{"run", "--memory", "12xb", "--", "true"}, exitUsage, "bad size"},
+		{"bad timeout", []string{"run", "--timeout", "soon", "--", "true"}, exitUsage, "bad duration"},
+		{"missing mount source", []string{"run", "--mount", "/no/such/dir:/data", "--", "true"}, exitUsage, "source does not exist"},
+		{"bad mount target", []string{"run", "--mount", "/tmp:/proc", "--", "true"}, exitUsage, "cannot be replaced"},
+		{"bad profile", []string{"run", "--profile", "yolo", "--", "true"}, exitUsage, "unknown profile"},
+		{"command not found", []string{"run", "--", "no-such-command"}, exitNotFound, "not found"},
+		{"not executable", []string{"run", "--", "/etc/passwd"}, exitNotExec, "not executable"},
+		{"unknown command", []string{"fly"}, exitUsage, "unknown command"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, errOut, code := runCLI(t, nil, c.args...)
+			if code != c.code {
+				t.Errorf("exit code %d, want %d (stderr %q)", code, c.code, errOut)
+			}
+			if !strings.Contains(errOut, c.want) {
+				t.Errorf("stderr %q does not say %q", errOut, c.want)
+			}
+			if strings.Contains(errOut, "panic") || strings.Contains(errOut, "goroutine") {
+				t.Errorf("Go panic: %q", errOut)
+			}
+			if c.name != "unknown command" && strings.Count(strings.TrimSpace(errOut), "\n") > 0 {
+				t.Errorf("want one line, got %q", errOut)
+			}
+		})
+	}
+}
+
+func TestExitCodes(t *testing.T) {
+	if _, _, code := runCLI(t, nil, "run", "--", "sh", "-c", "exit 7"); code != 7 {
+		t.Errorf("exit code %d, want 7", code)
+	}
+	if _, _, code := runCLI(t, nil, "run", "--timeout", "200ms", "--", "sleep", "5"); code != exitTimeout {
+		t.Errorf("timeout exit code %d, want %d", code, exitTimeout)
+	}
+	out, _, code := runCLI(t, nil, "run", "--json", "--timeout", "200ms", "--", "sleep", "5")
+	var res map[string]any
+	if err := json.Unmarshal([]byte(out), &res); err != nil || res["status"] != "timeout" || code != exitTimeout {
+		t.Errorf("json %q code %d err %v", out, code, err)
+	}
+	for _, k := range []string{"status", "exit_code", "signal", "stdout", "stderr", "truncated", "wall_ms", "cpu_ms", "peak_memory_bytes", "enforced"} {
+		if _, ok := res[k]; !ok {
+			t.Errorf("json result lacks %q", k)
+		}
+	}
+}
+
+func TestDoctor(t *testing.T) {
+	out, errOut, code := runCLI(t, nil, "doctor")
+	for _, l := range []string{"cgroup", "userns", "pidns", "netns", "seccomp", "landlock", "runsc"} {
+		if !strings.Contains(out, l) {
+			t.Errorf("doctor output lacks %s: %q", l, out)
+		}
+	}
+	if code != 0 {
+		t.Errorf("doctor exit %d on a host that supports strict: %q %q", code, out, errOut)
+	}
+}
