@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"airlock/policy"
 	"airlock/runtime/native"
 )
@@ -138,6 +140,7 @@ func cmdRun(args []string) int {
 	var pf policyFlags
 	pf.register(fs)
 	asJSON := fs.Bool("json", false, "print one JSON result object instead of streaming output")
+	interactive := fs.Bool("i", false, "copy a terminal's input to the program (through a pipe: the sandbox never gets the terminal itself)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(os.Stdout)
@@ -162,6 +165,14 @@ func cmdRun(args []string) int {
 	defer stop()
 	cfg := native.Config{Policy: p, Args: argv, AllowDegraded: pf.allowDegraded}
 	opts := native.RunOptions{Stdin: os.Stdin, Capture: *asJSON}
+	if isTerminal(os.Stdin) {
+		// Never hand the caller's terminal to the sandbox (TIOCSTI and
+		// friends): copy it through a pipe, and only when asked to.
+		opts.Stdin = nil
+		if *interactive {
+			opts.Stdin = struct{ io.Reader }{os.Stdin}
+		}
+	}
 	if !*asJSON {
 		opts.Stdout, opts.Stderr = os.Stdout, os.Stderr
 	} else {
@@ -215,3 +226,9 @@ func exitCodeFor(r *native.Result) int {
 }
 
 func oneLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", "; ") }
+
+// isTerminal reports whether f is a terminal.
+func isTerminal(f *os.File) bool {
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
