@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"sync"
 	"syscall"
@@ -26,6 +27,11 @@ func Main() {
 	// An idle agent should cost little: collect early, and return freed
 	// memory to the kernel promptly.
 	debug.SetGCPercent(50)
+	// Each P costs memory (per-P caches); the agent mostly waits on pipes
+	// and sockets, and fork/exec blocks an M, not a P.
+	if runtime.GOMAXPROCS(0) > 2 {
+		runtime.GOMAXPROCS(2)
+	}
 	f := os.NewFile(0, "host")
 	conn, err := net.FileConn(f)
 	if err != nil {
@@ -357,6 +363,27 @@ func (s *astream) sendData(t FrameType, p []byte) error {
 	return nil
 }
 
+// sendWhole sends credited payload as one frame, waiting until the credit
+// covers all of it (Items frames must not be split). len(p) must be at most
+// InitialWindow/2, so that the host's batched grants always suffice.
+func (s *astream) sendWhole(t FrameType, p []byte) error {
+	s.mu.Lock()
+	for s.credit < int64(len(p)) && !s.gone {
+		s.cond.Wait()
+	}
+	if s.gone {
+		s.mu.Unlock()
+		return errStreamGone
+	}
+	s.credit -= int64(len(p))
+	s.mu.Unlock()
+	if err := s.a.write(t, s.id, p); err != nil {
+		s.abort(err)
+		return errStreamGone
+	}
+	return nil
+}
+
 // send sends a non-final control frame.
 func (s *astream) send(t FrameType, v any) error {
 	s.mu.Lock()
@@ -456,7 +483,12 @@ func (a *agent) shutdown() {
 		s.kill(false, nil)
 	}
 	for _, p := range procs {
-		syscall.Kill(-p.pid, syscall.SIGKILL)
+		p.mu.Lock()
+		running := !p.exited
+		p.mu.Unlock()
+		if running {
+			syscall.Kill(-p.pid, syscall.SIGKILL)
+		}
 	}
 	deadline := time.Now().Add(3 * time.Second)
 	for time.Now().Before(deadline) {

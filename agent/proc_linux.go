@@ -708,14 +708,51 @@ func (a *agent) handleProcesses(s *astream, payload []byte) (any, error) {
 		if i == MaxListEntries {
 			return truncMsg{Truncated: true}, items.flush(s)
 		}
-		if err := items.add(s, p.info()); err != nil {
+		info := p.info()
+		info.Argv = shortArgv(info.Argv)
+		if err := items.add(s, info); err != nil {
 			return nil, err
 		}
 	}
 	return truncMsg{}, items.flush(s)
 }
 
-// itemWriter batches JSON items into Items frames of about 64 KiB.
+// Items frames are batched up to itemBatch bytes; one item may be at most
+// maxItem bytes, so a frame never exceeds itemBatch+maxItem, which must stay
+// under 3/4 of InitialWindow: the host grants credit back in quarters of the
+// window, so that much credit always comes back.
+const (
+	itemBatch = 64 << 10
+	maxItem   = 96 << 10
+)
+
+// shortArgv bounds an argv for listings to about 8 KiB: long arguments are
+// cut and marked with "...", later ones dropped.
+func shortArgv(argv []string) []string {
+	const total, each = 8 << 10, 1 << 10
+	n := 0
+	for _, a := range argv {
+		n += len(a)
+	}
+	if n <= total {
+		return argv
+	}
+	out := make([]string, 0, len(argv))
+	n = 0
+	for _, a := range argv {
+		if len(a) > each {
+			a = a[:each] + "..."
+		}
+		if n+len(a) > total {
+			return append(out, "...")
+		}
+		n += len(a)
+		out = append(out, a)
+	}
+	return out
+}
+
+// itemWriter batches JSON items into Items frames.
 type itemWriter struct {
 	buf []byte
 }
@@ -725,7 +762,10 @@ func (w *itemWriter) add(s *astream, v any) error {
 	if err != nil {
 		return fmt.Errorf("encoding item: %w", err)
 	}
-	if len(w.buf)+len(b)+2 > 64<<10 && len(w.buf) > 0 {
+	if len(b) > maxItem {
+		return &Error{Code: CodeTooLarge, Message: fmt.Sprintf("list item of %d bytes", len(b))}
+	}
+	if len(w.buf)+len(b)+2 > itemBatch && len(w.buf) > 0 {
 		if err := w.flush(s); err != nil {
 			return err
 		}
@@ -744,7 +784,7 @@ func (w *itemWriter) flush(s *astream) error {
 		return nil
 	}
 	w.buf = append(w.buf, ']')
-	err := s.sendData(FrameItems, w.buf)
+	err := s.sendWhole(FrameItems, w.buf)
 	w.buf = w.buf[:0]
 	return err
 }
