@@ -3,6 +3,7 @@ package native
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -121,16 +122,62 @@ func (t *treeBuilder) bind(src, dst string, writable, dev bool) error {
 		t.file(dst, nil, 0o644)
 	}
 	t.add(op{kind: opMount, src: cstr(src), flags: unix.MS_BIND | unix.MS_REC}, dst, "bind "+src+" at "+dst)
-	flags := uintptr(unix.MS_BIND|unix.MS_REMOUNT|unix.MS_NOSUID) | lockedFlags(src)
+	want := uintptr(unix.MS_NOSUID)
 	if !dev {
-		flags |= unix.MS_NODEV
+		want |= unix.MS_NODEV
 	} else {
-		flags |= unix.MS_NOEXEC
+		want |= unix.MS_NOEXEC
 	}
 	if !writable {
-		flags |= unix.MS_RDONLY
+		want |= unix.MS_RDONLY
 	}
-	t.add(op{kind: opMount, flags: flags}, dst, "remount "+dst)
+	have := lockedFlags(src)
+	if have&want == want {
+		return nil // the bind inherits the source mount's flags: nothing to tighten
+	}
+	t.add(op{kind: opMount, flags: unix.MS_BIND | unix.MS_REMOUNT | want | have}, dst, "remount "+dst)
+	return nil
+}
+
+// maxEtcCopy bounds what copyEtc takes from the host's /etc.
+const maxEtcCopy = 16 << 20
+
+// copyEtc copies a host /etc entry (file, symlink or directory tree) into
+// the template, so it costs no mount per sandbox. Copies are read-only
+// inside; the template is rebuilt when the host's files change.
+func (t *treeBuilder) copyEtc(p string, budget *int64) error {
+	fi, err := os.Lstat(p)
+	if err != nil {
+		return nil // optional
+	}
+	switch {
+	case fi.Mode()&os.ModeSymlink != 0:
+		target, err := os.Readlink(p)
+		if err != nil {
+			return err
+		}
+		t.symlink(target, p)
+	case fi.IsDir():
+		t.mkdirAll(p)
+		ents, err := os.ReadDir(p)
+		if err != nil {
+			return err
+		}
+		for _, e := range ents {
+			if err := t.copyEtc(path.Join(p, e.Name()), budget); err != nil {
+				return err
+			}
+		}
+	case fi.Mode().IsRegular():
+		if *budget -= fi.Size(); *budget < 0 {
+			return fmt.Errorf("host files under /etc to copy exceed %d bytes", maxEtcCopy)
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return nil // unreadable host file: leave it out
+		}
+		t.file(p, data, 0o644)
+	}
 	return nil
 }
 
@@ -175,12 +222,10 @@ func buildTree(base string, p *policy.Policy, cfg *Config) (*treeBuilder, error)
 	for _, name := range []string{"/etc/passwd", "/etc/group", "/etc/hosts", "/etc/hostname", "/etc/resolv.conf"} {
 		t.file(name, []byte(etc[name]), 0o644)
 	}
+	budget := int64(maxEtcCopy)
 	for _, f := range fs.EtcFiles {
-		if _, err := os.Stat(f); err != nil {
-			continue
-		}
-		if err := t.bind(f, f, false, false); err != nil {
-			return nil, fmt.Errorf("bind %s: %w", f, err)
+		if err := t.copyEtc(f, &budget); err != nil {
+			return nil, fmt.Errorf("copy %s: %w", f, err)
 		}
 	}
 
@@ -323,3 +368,44 @@ var templates = struct {
 	sync.Mutex
 	ready map[string]bool
 }{ready: map[string]bool{}}
+
+// treeCache holds built trees by the inputs they depend on, so a repeated
+// policy costs a few stat calls instead of a rebuild.
+var treeCache = struct {
+	sync.Mutex
+	m map[string]*treeBuilder
+}{m: map[string]*treeBuilder{}}
+
+// cachedTree returns the tree for p, building it on first use. The key
+// covers the filesystem policy, the tmpfs sizes, the user, the agent binary
+// and the size and mtime of every host file the tree copies or binds.
+func cachedTree(base string, p *policy.Policy, cfg *Config) (*treeBuilder, error) {
+	h := sha256.New()
+	enc := json.NewEncoder(h)
+	_ = enc.Encode([]any{p.Filesystem, p.Limits.DiskBytes, p.Limits.Inodes, p.User, cfg.AgentBinary})
+	for _, f := range append(append([]string{}, p.Filesystem.EtcFiles...), p.Filesystem.Hidden...) {
+		if fi, err := os.Lstat(f); err == nil {
+			fmt.Fprintf(h, "%s %d %d\n", f, fi.Size(), fi.ModTime().UnixNano())
+		}
+	}
+	key := string(h.Sum(nil))
+	treeCache.Lock()
+	t, ok := treeCache.m[key]
+	treeCache.Unlock()
+	if ok {
+		if _, err := os.Stat(t.root); err == nil {
+			return t, nil
+		}
+	}
+	t, err := buildTree(base, p, cfg)
+	if err != nil {
+		return nil, err
+	}
+	treeCache.Lock()
+	if len(treeCache.m) > 256 {
+		clear(treeCache.m)
+	}
+	treeCache.m[key] = t
+	treeCache.Unlock()
+	return t, nil
+}

@@ -189,7 +189,7 @@ func Start(cfg Config) (*Sandbox, error) {
 	if err != nil {
 		return nil, err
 	}
-	tree, err := buildTree(root, &p, &cfg)
+	tree, err := cachedTree(root, &p, &cfg)
 	if err != nil {
 		return nil, &SetupError{Step: "root filesystem", Err: err}
 	}
