@@ -1,0 +1,89 @@
+package native_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"airlock/policy"
+	"airlock/runtime/native"
+)
+
+// TestMounts: a read-only mount cannot be written, a read-write one can, and
+// the host sees exactly the writes to the read-write one.
+func TestMounts(t *testing.T) {
+	ro, rw := t.TempDir(), filepath.Join(t.TempDir(), "rw")
+	if err := os.WriteFile(filepath.Join(ro, "data.txt"), []byte("read me"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(rw, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(rw, 0o777) // the sandbox user is not the host's owner of this directory
+	res := sh(t, func(p *policy.Policy) {
+		p.Filesystem.Mounts = []policy.Mount{{Source: ro, Target: "/data"}, {Source: rw, Target: "/out", Writable: true}}
+	}, "cat /data/data.txt; echo; echo x > /data/new 2>/dev/null && echo WROTE-RO; echo result > /out/r.txt && echo wrote-rw")
+	if !strings.Contains(res.Stdout, "read me") || strings.Contains(res.Stdout, "WROTE-RO") || !strings.Contains(res.Stdout, "wrote-rw") {
+		t.Fatalf("got %q %q", res.Stdout, res.Stderr)
+	}
+	if _, err := os.Stat(filepath.Join(ro, "new")); err == nil {
+		t.Fatal("read-only mount was written on the host")
+	}
+	if b, err := os.ReadFile(filepath.Join(rw, "r.txt")); err != nil || string(b) != "result\n" {
+		t.Fatalf("read-write mount: %q %v", b, err)
+	}
+}
+
+// TestHiddenPaths: hidden directories look empty, hidden files read empty.
+func TestHiddenPaths(t *testing.T) {
+	res := sh(t, func(p *policy.Policy) {
+		p.Filesystem.Hidden = []string{"/usr/share/doc", "/usr/bin/perl"}
+	}, "ls /usr/share/doc | wc -l; wc -c < /usr/bin/perl; ls /usr/share | head -1 >/dev/null && echo share-visible")
+	if got := strings.Fields(res.Stdout); len(got) < 3 || got[0] != "0" || got[1] != "0" || got[2] != "share-visible" {
+		t.Fatalf("got %q %q", res.Stdout, res.Stderr)
+	}
+}
+
+// TestRlimits: the third layer is in place and enforced.
+func TestRlimits(t *testing.T) {
+	res := sh(t, func(p *policy.Policy) {
+		p.Limits.OpenFiles = 64
+		p.Limits.FileSizeBytes = 1 << 20
+	}, `grep -E "Max (open files|file size|core file size)" /proc/self/limits
+python3 -c "
+fs = []
+try:
+    while True: fs.append(open('/dev/null'))
+except OSError as e: print('nofile stop', len(fs) + 3)
+"
+dd if=/dev/zero of=/tmp/f bs=1M count=4 2>&1 | grep -o "File too large"`)
+	if !strings.Contains(res.Stdout+res.Stderr, "File too large") && !strings.Contains(res.Stderr, "File size limit exceeded") {
+		t.Errorf("a 4 MiB write passed the 1 MiB file size limit: %q %q", res.Stdout, res.Stderr)
+	}
+	for _, want := range []string{"Max open files            64", "Max file size             1048576", "Max core file size        0", "nofile stop 64"} {
+		if !strings.Contains(res.Stdout, want) {
+			t.Errorf("missing %q in %q (stderr %q)", want, res.Stdout, res.Stderr)
+		}
+	}
+}
+
+// TestInt80 : a 32-bit system call never succeeds (SIGSYS where the kernel
+// has the 32-bit entry; a fault where it has none).
+func TestInt80(t *testing.T) {
+	_, res := probeIn(t, policy.Strict, "int80")
+	if strings.Contains(res.Stdout, "alive") || res.Status == native.StatusOK {
+		t.Fatalf("int 0x80 getpid survived: %+v", res)
+	}
+}
+
+// TestWorkdirAndEnv: the program starts in the policy's workdir with exactly its env.
+func TestWorkdirAndEnv(t *testing.T) {
+	res := sh(t, func(p *policy.Policy) {
+		p.Filesystem.Workdir = "/tmp"
+		p.SetEnv("GREETING", "hi")
+	}, "pwd; echo $GREETING; env | wc -l")
+	if got := strings.Fields(res.Stdout); len(got) != 3 || got[0] != "/tmp" || got[1] != "hi" || got[2] != "6" {
+		t.Fatalf("got %q", res.Stdout)
+	}
+}
