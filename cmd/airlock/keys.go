@@ -1,0 +1,99 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"text/tabwriter"
+	"time"
+
+	"airlock/store"
+)
+
+const keysUsage = `usage:
+  airlock keys create --name NAME [--max-sandboxes N] --state-dir DIR
+  airlock keys list --state-dir DIR
+  airlock keys revoke --state-dir DIR KEY_ID
+`
+
+func init() { hidden["keys"] = cmdKeys }
+
+// cmdKeys manages API keys in a server's state directory.
+func cmdKeys(args []string) int {
+	if len(args) == 0 {
+		fmt.Fprint(os.Stderr, keysUsage)
+		return exitUsage
+	}
+	sub, args := args[0], args[1:]
+	fs := flag.NewFlagSet("keys "+sub, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	stateDir := fs.String("state-dir", "", "the server's state directory (required)")
+	name := fs.String("name", "", "a label for the key (create)")
+	maxSB := fs.Int("max-sandboxes", 0, "sandboxes the key may have running at once; 0 means only the server's limit (create)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Print(keysUsage)
+			return 0
+		}
+		fmt.Fprintf(os.Stderr, "airlock keys %s: %v\n%s", sub, err, keysUsage)
+		return exitUsage
+	}
+	if *stateDir == "" {
+		fmt.Fprintf(os.Stderr, "airlock keys %s: --state-dir is required\n", sub)
+		return exitUsage
+	}
+	st, err := store.Open(*stateDir)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "airlock keys: %v\n", err)
+		return 1
+	}
+	defer st.Close()
+	ctx := context.Background()
+	switch sub {
+	case "create":
+		if *name == "" {
+			fmt.Fprintln(os.Stderr, "airlock keys create: --name is required")
+			return exitUsage
+		}
+		k, secret, err := st.CreateKey(ctx, *name, *maxSB)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "airlock keys create: %v\n", err)
+			return 1
+		}
+		fmt.Fprintf(os.Stderr, "created key %s (%s); the secret below is shown once and cannot be recovered\n", k.ID, k.Name)
+		fmt.Println(secret)
+	case "list":
+		keys, err := st.ListKeys(ctx)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "airlock keys list: %v\n", err)
+			return 1
+		}
+		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tNAME\tCREATED\tMAX_SANDBOXES\tREVOKED")
+		for _, k := range keys {
+			rev := "-"
+			if k.RevokedAt != nil {
+				rev = k.RevokedAt.Format(time.RFC3339)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", k.ID, k.Name, k.CreatedAt.Format(time.RFC3339), k.MaxSandboxes, rev)
+		}
+		tw.Flush()
+	case "revoke":
+		if fs.NArg() != 1 {
+			fmt.Fprintln(os.Stderr, "airlock keys revoke: want exactly one KEY_ID")
+			return exitUsage
+		}
+		if err := st.RevokeKey(ctx, fs.Arg(0)); err != nil {
+			fmt.Fprintf(os.Stderr, "airlock keys revoke: %v\n", err)
+			return 1
+		}
+		fmt.Fprintf(os.Stderr, "revoked %s\n", fs.Arg(0))
+	default:
+		fmt.Fprintf(os.Stderr, "airlock keys: unknown subcommand %q\n%s", sub, keysUsage)
+		return exitUsage
+	}
+	return 0
+}

@@ -1,0 +1,125 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"airlock/manager"
+	rt "airlock/runtime"
+	"airlock/runtime/native/cgroups"
+	"airlock/server"
+	"airlock/store"
+)
+
+func init() { hidden["serve"] = cmdServe }
+
+const serveUsage = `usage: airlock serve --listen ADDR --state-dir DIR [flags]
+
+Serves the HTTP API (api/openapi.yaml). Requests need "Authorization: Bearer
+al_..." with a key from 'airlock keys create'; --no-auth is only accepted on a
+loopback address.
+`
+
+// cmdServe runs the HTTP API server.
+func cmdServe(args []string) int {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	listen := fs.String("listen", "127.0.0.1:7070", "address to listen on (host:port; port 0 picks a free one)")
+	stateDir := fs.String("state-dir", "", "state directory: database, agent sockets (required)")
+	noAuth := fs.Bool("no-auth", false, "disable authentication (only on a loopback listener)")
+	maxSB := fs.Int("max-sandboxes", 100, "sandboxes this server runs at once")
+	allowDegraded := fs.Bool("allow-degraded", false, "start sandboxes even when cgroups are unavailable (no memory/pids/cpu limits)")
+	defTimeout := fs.Duration("default-timeout", 15*time.Minute, "TTL of a sandbox created without a timeout")
+	maxTimeout := fs.Duration("max-timeout", 24*time.Hour, "largest TTL a client may ask for")
+	reap := fs.Duration("reap-interval", time.Second, "how often expired sandboxes are looked for")
+	grace := fs.Duration("agent-grace", 10*time.Minute, "how long a sandbox waits for the server to come back after losing its connection")
+	keep := fs.Bool("keep-on-shutdown", false, "on SIGTERM leave sandboxes running for the next server to reattach (default: kill them)")
+	maxFile := fs.Int64("max-file-bytes", server.MaxFileBody, "largest file upload")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(os.Stdout)
+			fmt.Print(serveUsage)
+			fs.PrintDefaults()
+			return 0
+		}
+		fmt.Fprintf(os.Stderr, "airlock serve: %v\n%s", err, serveUsage)
+		return exitUsage
+	}
+	if *stateDir == "" {
+		fmt.Fprintln(os.Stderr, "airlock serve: --state-dir is required")
+		return exitUsage
+	}
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "airlock serve: %v\n", err)
+		return 1
+	}
+	if *noAuth {
+		if ip := ln.Addr().(*net.TCPAddr).IP; !ip.IsLoopback() {
+			ln.Close()
+			fmt.Fprintf(os.Stderr, "airlock serve: --no-auth is only allowed on a loopback address, not %s\n", ln.Addr())
+			return exitUsage
+		}
+	}
+	if info := cgroups.Detect(); (info.Version == 0 || info.Reason != "") && !*allowDegraded {
+		ln.Close()
+		fmt.Fprintf(os.Stderr, "airlock serve: cgroups unavailable (%s): memory, pids and cpu limits cannot be enforced; refusing to start without --allow-degraded\n", info.Reason)
+		return exitSetup
+	}
+	self, err := os.Executable()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "airlock serve: locate own binary: %v\n", err)
+		return 1
+	}
+	st, err := store.Open(*stateDir)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "airlock serve: %v\n", err)
+		return 1
+	}
+	defer st.Close()
+	logger := log.New(os.Stderr, "airlock: ", log.LstdFlags)
+	m, err := manager.Open(manager.Config{StateDir: *stateDir, Store: st, AgentBinary: self, MaxSandboxes: *maxSB,
+		AllowDegraded: *allowDegraded, DefaultTimeout: *defTimeout, MaxTimeout: *maxTimeout, ReapInterval: *reap,
+		AgentGrace: *grace, KeepOnShutdown: *keep, Logf: logger.Printf})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "airlock serve: %v\n", err)
+		return 1
+	}
+	srv, err := server.New(server.Config{Manager: m, Store: st, NoAuth: *noAuth, Version: version,
+		MaxFileBytes: *maxFile, Layers: func() rt.Enforced { l, _ := doctor(); return l }})
+	if err != nil {
+		m.Close()
+		fmt.Fprintf(os.Stderr, "airlock serve: %v\n", err)
+		return 1
+	}
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10, ErrorLog: logger}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	// Tests and scripts read this line to learn the port.
+	fmt.Printf("airlock: listening on http://%s\n", ln.Addr())
+	code := 0
+	select {
+	case <-ctx.Done():
+		logger.Printf("shutting down")
+	case err := <-errc:
+		logger.Printf("serve: %v", err)
+		code = 1
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	hs.Shutdown(sctx)
+	m.Close()
+	return code
+}

@@ -1,0 +1,673 @@
+// Package manager owns the lifecycle of long-lived sandboxes: it creates
+// them (a native sandbox whose PID 1 is the agent), tracks them in the
+// store, enforces per-server and per-key limits, kills them when their TTL
+// passes, records an audit trail, and after a crash of the server reattaches
+// to the sandboxes that survived or records them as lost.
+//
+// # Shutdown
+//
+// Close kills every sandbox by default. With Config.KeepOnShutdown it only
+// disconnects: the sandboxes keep running (their agents wait AgentGrace for
+// a new connection) and the next Manager opened on the same state directory
+// reattaches to them.
+package manager
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log"
+	"maps"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"sync"
+	"time"
+
+	"airlock/agent"
+	"airlock/policy"
+	"airlock/runtime"
+	"airlock/runtime/native/cgroups"
+	"airlock/store"
+)
+
+// Errors returned (wrapped) by the Manager. The server maps them to HTTP
+// status codes.
+var (
+	// ErrNotFound: no such sandbox, or it belongs to another owner.
+	ErrNotFound = errors.New("sandbox not found")
+	// ErrNotRunning: the sandbox exists but has ended.
+	ErrNotRunning = errors.New("sandbox is not running")
+	// ErrLimit: a sandbox limit (per server or per key) is reached.
+	ErrLimit = errors.New("sandbox limit reached")
+	// ErrInvalid: the request is malformed (bad metadata, timeout...).
+	ErrInvalid = errors.New("invalid request")
+	// ErrPolicy: the requested policy is invalid.
+	ErrPolicy = errors.New("invalid policy")
+	// ErrClosed: the manager is shutting down.
+	ErrClosed = errors.New("manager is closed")
+)
+
+// Config configures a Manager.
+type Config struct {
+	// StateDir holds per-sandbox directories (agent sockets, logs) under
+	// StateDir/sandboxes. It should be the store's directory.
+	StateDir string
+	// Store persists sandboxes and the audit log. Required.
+	Store *store.Store
+	// AgentBinary is the airlock binary, bound into each sandbox and run
+	// as its agent. Required.
+	AgentBinary string
+	// MaxSandboxes caps running sandboxes on this server; 0 means 100.
+	MaxSandboxes int
+	// AllowDegraded starts sandboxes even when cgroups are unavailable.
+	AllowDegraded bool
+	// DefaultTimeout is the TTL of a sandbox created without one; 0 means
+	// 15 minutes.
+	DefaultTimeout time.Duration
+	// MaxTimeout caps any TTL; 0 means 24 hours.
+	MaxTimeout time.Duration
+	// ReapInterval is how often expired sandboxes are looked for; 0 means
+	// one second.
+	ReapInterval time.Duration
+	// AgentGrace is how long an agent whose host connection dropped waits
+	// for a new one before killing everything; 0 means 10 minutes.
+	AgentGrace time.Duration
+	// KeepOnShutdown leaves sandboxes running on Close for a later
+	// Manager to reattach.
+	KeepOnShutdown bool
+	// Logf logs operational events; log.Printf if nil.
+	Logf func(format string, args ...any)
+}
+
+// CreateRequest describes a sandbox to create.
+type CreateRequest struct {
+	// Owner is the API key ID creating it ("" without auth).
+	Owner string
+	// OwnerLimit is the owner's own cap on running sandboxes; 0 means none.
+	OwnerLimit int
+	// Profile is the policy preset; "" means strict.
+	Profile string
+	// Limits overrides the preset's limits; zero fields keep the preset.
+	Limits Limits
+	// Env is added to the sandbox's environment.
+	Env map[string]string
+	// Metadata labels the sandbox for listing.
+	Metadata map[string]string
+	// Timeout is the TTL from now; 0 means Config.DefaultTimeout.
+	Timeout time.Duration
+}
+
+// Limits are the per-sandbox resource overrides a client may request.
+type Limits struct {
+	MemoryBytes int64   `json:"memory_bytes,omitempty"`
+	CPUs        float64 `json:"cpus,omitempty"`
+	Pids        int64   `json:"pids,omitempty"`
+	DiskBytes   int64   `json:"disk_bytes,omitempty"`
+}
+
+// Info describes a sandbox, running or ended.
+type Info struct {
+	ID         string            `json:"id"`
+	State      string            `json:"state"`
+	Profile    string            `json:"profile"`
+	Metadata   map[string]string `json:"metadata"`
+	CreatedAt  time.Time         `json:"created_at"`
+	ExpiresAt  *time.Time        `json:"expires_at,omitempty"`
+	EndedAt    *time.Time        `json:"ended_at,omitempty"`
+	EndReason  string            `json:"end_reason,omitempty"`
+	Reattached bool              `json:"reattached,omitempty"`
+	Enforced   runtime.Enforced  `json:"enforced,omitempty"`
+}
+
+// Metrics is a sandbox's resource use now.
+type Metrics struct {
+	CPUSeconds      float64 `json:"cpu_seconds"`
+	MemoryBytes     int64   `json:"memory_bytes"`
+	PeakMemoryBytes int64   `json:"peak_memory_bytes"`
+	Pids            int64   `json:"pids"`
+	OOMKills        int64   `json:"oom_kills"`
+	DiskUsedBytes   int64   `json:"disk_used_bytes"`
+	DiskTotalBytes  int64   `json:"disk_total_bytes"`
+}
+
+// Counters are cumulative counts for the Prometheus endpoint.
+type Counters struct {
+	Running, Created, Killed, Expired, Lost, Reattached, CreateErrors int64
+}
+
+// instance is a running sandbox as seen by the runtime.
+type instance interface {
+	// pid is the host pid of the sandbox's init (the agent).
+	pid() int
+	// done is closed when the init has exited.
+	done() <-chan struct{}
+	// stats reads the sandbox's cgroup accounting.
+	stats() (cgroups.Stats, error)
+	// destroy kills everything, waits, and removes the cgroup. Idempotent.
+	destroy() error
+}
+
+// Sandbox is a running sandbox held by the Manager.
+type Sandbox struct {
+	// ID is the sandbox's id.
+	ID string
+
+	m          *Manager
+	inst       instance
+	client     *agent.Client
+	enforced   runtime.Enforced
+	reattached bool
+	ended      chan struct{}
+
+	mu  sync.Mutex
+	rec store.Sandbox
+	end sync.Once
+}
+
+// Agent returns the connection to the sandbox's agent.
+func (s *Sandbox) Agent() *agent.Client { return s.client }
+
+// Owner is the API key ID that owns the sandbox.
+func (s *Sandbox) Owner() string { return s.rec.Owner }
+
+// Ended is closed once the sandbox has ended.
+func (s *Sandbox) Ended() <-chan struct{} { return s.ended }
+
+func (s *Sandbox) info() Info {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	in := infoFromRecord(&s.rec)
+	in.Reattached = s.reattached
+	in.Enforced = s.enforced
+	return in
+}
+
+func infoFromRecord(r *store.Sandbox) Info {
+	in := Info{ID: r.ID, State: r.State, Profile: r.Profile, Metadata: maps.Clone(r.Metadata),
+		CreatedAt: r.CreatedAt, EndReason: r.EndReason, EndedAt: r.EndedAt}
+	if in.Metadata == nil {
+		in.Metadata = map[string]string{}
+	}
+	if !r.ExpiresAt.IsZero() {
+		t := r.ExpiresAt
+		in.ExpiresAt = &t
+	}
+	return in
+}
+
+// Manager runs sandboxes. It is safe for concurrent use.
+type Manager struct {
+	cfg Config
+	st  *store.Store
+	dir string // StateDir/sandboxes
+
+	mu       sync.Mutex
+	live     map[string]*Sandbox
+	pending  int            // creates in progress
+	perOwner map[string]int // running + pending, by owner
+	closed   bool
+
+	ctrMu sync.Mutex
+	ctr   Counters
+
+	stop     chan struct{}
+	reaperWG sync.WaitGroup
+}
+
+// Open starts a Manager: it recovers the sandboxes a previous server left
+// running (reattaching or recording them as lost, and removing everything
+// that remains of the lost ones), then starts the TTL reaper.
+func Open(cfg Config) (*Manager, error) {
+	if cfg.Store == nil || cfg.StateDir == "" || cfg.AgentBinary == "" {
+		return nil, errors.New("manager: Store, StateDir and AgentBinary are required")
+	}
+	if cfg.MaxSandboxes <= 0 {
+		cfg.MaxSandboxes = 100
+	}
+	if cfg.DefaultTimeout <= 0 {
+		cfg.DefaultTimeout = 15 * time.Minute
+	}
+	if cfg.MaxTimeout <= 0 {
+		cfg.MaxTimeout = 24 * time.Hour
+	}
+	if cfg.ReapInterval <= 0 {
+		cfg.ReapInterval = time.Second
+	}
+	if cfg.AgentGrace <= 0 {
+		cfg.AgentGrace = 10 * time.Minute
+	}
+	if cfg.Logf == nil {
+		cfg.Logf = log.Printf
+	}
+	abs, err := filepath.Abs(cfg.StateDir)
+	if err != nil {
+		return nil, fmt.Errorf("manager: state dir: %w", err)
+	}
+	m := &Manager{cfg: cfg, st: cfg.Store, dir: filepath.Join(abs, "sandboxes"),
+		live: map[string]*Sandbox{}, perOwner: map[string]int{}, stop: make(chan struct{})}
+	if err := os.MkdirAll(m.dir, 0o700); err != nil {
+		return nil, fmt.Errorf("manager: create %s: %w", m.dir, err)
+	}
+	if err := os.Chmod(m.dir, 0o700); err != nil {
+		return nil, fmt.Errorf("manager: chmod %s: %w", m.dir, err)
+	}
+	if err := m.recover(context.Background()); err != nil {
+		return nil, fmt.Errorf("manager: recovery: %w", err)
+	}
+	m.reaperWG.Add(1)
+	go m.reaper()
+	return m, nil
+}
+
+func (m *Manager) count(f func(c *Counters)) {
+	m.ctrMu.Lock()
+	f(&m.ctr)
+	m.ctrMu.Unlock()
+}
+
+// Counters returns cumulative counters and the number running now.
+func (m *Manager) Counters() Counters {
+	m.ctrMu.Lock()
+	c := m.ctr
+	m.ctrMu.Unlock()
+	m.mu.Lock()
+	c.Running = int64(len(m.live))
+	m.mu.Unlock()
+	return c
+}
+
+// Audit appends an event to the audit log; failures are logged, not
+// returned, so that auditing never changes an operation's outcome.
+func (m *Manager) Audit(ctx context.Context, keyID, sandboxID, action string, detail any) {
+	var raw json.RawMessage
+	if detail != nil {
+		b, err := json.Marshal(detail)
+		if err == nil {
+			raw = b
+		}
+	}
+	if err := m.st.Audit(context.WithoutCancel(ctx), store.AuditEvent{KeyID: keyID, SandboxID: sandboxID, Action: action, Detail: raw}); err != nil {
+		m.cfg.Logf("audit %s %s: %v", action, sandboxID, err)
+	}
+}
+
+var metaKeyRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
+
+// checkMetadata validates metadata labels.
+func checkMetadata(md map[string]string) error {
+	if len(md) > 32 {
+		return fmt.Errorf("%w: at most 32 metadata entries", ErrInvalid)
+	}
+	for k, v := range md {
+		if !metaKeyRE.MatchString(k) {
+			return fmt.Errorf("%w: metadata key %q must match [A-Za-z0-9_.-]{1,64}", ErrInvalid, k)
+		}
+		if len(v) > 256 {
+			return fmt.Errorf("%w: metadata value of %q longer than 256 bytes", ErrInvalid, k)
+		}
+	}
+	return nil
+}
+
+var envKeyRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
+
+// buildPolicy turns a request into a validated policy.
+func buildPolicy(req *CreateRequest) (policy.Policy, error) {
+	p, err := policy.Preset(policy.Profile(req.Profile))
+	if err != nil {
+		return p, fmt.Errorf("%w: %w", ErrPolicy, err)
+	}
+	l := req.Limits
+	if l.MemoryBytes < 0 || l.CPUs < 0 || l.Pids < 0 || l.DiskBytes < 0 {
+		return p, fmt.Errorf("%w: negative limit", ErrPolicy)
+	}
+	if l.MemoryBytes != 0 {
+		p.Limits.MemoryBytes = l.MemoryBytes
+	}
+	if l.CPUs != 0 {
+		p.Limits.CPUs = l.CPUs
+	}
+	if l.Pids != 0 {
+		p.Limits.Pids = l.Pids
+	}
+	if l.DiskBytes != 0 {
+		p.Limits.DiskBytes = l.DiskBytes
+	}
+	if len(req.Env) > 128 {
+		return p, fmt.Errorf("%w: at most 128 environment variables", ErrPolicy)
+	}
+	keys := make([]string, 0, len(req.Env))
+	for k := range req.Env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		v := req.Env[k]
+		if !envKeyRE.MatchString(k) || len(v) > 32<<10 {
+			return p, fmt.Errorf("%w: bad environment variable %q", ErrPolicy, k)
+		}
+		p.SetEnv(k, v)
+	}
+	// The agent is PID 1 for the sandbox's whole life: the one-shot wall
+	// clock does not apply; the TTL does.
+	if err := p.Validate(); err != nil {
+		return p, fmt.Errorf("%w: %w", ErrPolicy, err)
+	}
+	return p, nil
+}
+
+// reserve takes a slot for a new sandbox of owner.
+func (m *Manager) reserve(owner string, ownerLimit int) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return ErrClosed
+	}
+	if len(m.live)+m.pending >= m.cfg.MaxSandboxes {
+		return fmt.Errorf("%w: this server runs at most %d sandboxes", ErrLimit, m.cfg.MaxSandboxes)
+	}
+	if ownerLimit > 0 && m.perOwner[owner] >= ownerLimit {
+		return fmt.Errorf("%w: this API key may run at most %d sandboxes", ErrLimit, ownerLimit)
+	}
+	m.pending++
+	m.perOwner[owner]++
+	return nil
+}
+
+// Create starts a sandbox and connects to its agent.
+func (m *Manager) Create(ctx context.Context, req CreateRequest) (Info, error) {
+	if err := checkMetadata(req.Metadata); err != nil {
+		return Info{}, err
+	}
+	if req.Timeout < 0 {
+		return Info{}, fmt.Errorf("%w: negative timeout", ErrInvalid)
+	}
+	ttl := req.Timeout
+	if ttl == 0 {
+		ttl = m.cfg.DefaultTimeout
+	}
+	if ttl > m.cfg.MaxTimeout {
+		return Info{}, fmt.Errorf("%w: timeout above the maximum %s", ErrInvalid, m.cfg.MaxTimeout)
+	}
+	p, err := buildPolicy(&req)
+	if err != nil {
+		return Info{}, err
+	}
+	if err := m.reserve(req.Owner, req.OwnerLimit); err != nil {
+		return Info{}, err
+	}
+	sb, err := m.start(ctx, &req, p, ttl)
+	m.mu.Lock()
+	m.pending--
+	if err != nil || m.closed {
+		m.perOwner[req.Owner]--
+	} else {
+		m.live[sb.ID] = sb
+	}
+	closed := m.closed
+	m.mu.Unlock()
+	if err != nil {
+		m.count(func(c *Counters) { c.CreateErrors++ })
+		return Info{}, err
+	}
+	if closed {
+		m.finish(sb, store.StateKilled, "server shutting down")
+		return Info{}, ErrClosed
+	}
+	go m.watch(sb)
+	m.count(func(c *Counters) { c.Created++ })
+	m.Audit(ctx, req.Owner, sb.ID, store.ActionSandboxCreate, map[string]any{
+		"profile": p.Profile, "metadata": req.Metadata, "timeout_s": ttl.Seconds(), "limits": req.Limits})
+	return sb.info(), nil
+}
+
+// watch ends the sandbox's record when its init exits on its own.
+func (m *Manager) watch(sb *Sandbox) {
+	select {
+	case <-sb.inst.done():
+		m.finish(sb, store.StateExited, "the sandbox's agent exited")
+	case <-sb.ended:
+	}
+}
+
+// finish ends a running sandbox once: kill it, remove its cgroup and state
+// directory, record the end state.
+func (m *Manager) finish(sb *Sandbox, state, reason string) bool {
+	first := false
+	sb.end.Do(func() {
+		first = true
+		if sb.client != nil {
+			sb.client.Close()
+		}
+		if err := sb.inst.destroy(); err != nil {
+			m.cfg.Logf("sandbox %s: destroy: %v", sb.ID, err)
+		}
+		if err := os.RemoveAll(filepath.Join(m.dir, sb.ID)); err != nil {
+			m.cfg.Logf("sandbox %s: remove state dir: %v", sb.ID, err)
+		}
+		now := time.Now().UTC()
+		if err := m.st.EndSandbox(context.Background(), sb.ID, state, reason, now); err != nil && !errors.Is(err, store.ErrEnded) {
+			m.cfg.Logf("sandbox %s: record end: %v", sb.ID, err)
+		}
+		sb.mu.Lock()
+		sb.rec.State, sb.rec.EndReason, sb.rec.EndedAt = state, reason, &now
+		sb.mu.Unlock()
+		m.mu.Lock()
+		if m.live[sb.ID] == sb {
+			delete(m.live, sb.ID)
+			m.perOwner[sb.rec.Owner]--
+			if m.perOwner[sb.rec.Owner] <= 0 {
+				delete(m.perOwner, sb.rec.Owner)
+			}
+		}
+		m.mu.Unlock()
+		close(sb.ended)
+		switch state {
+		case store.StateKilled:
+			m.count(func(c *Counters) { c.Killed++ })
+		case store.StateExpired:
+			m.count(func(c *Counters) { c.Expired++ })
+		}
+	})
+	return first
+}
+
+// Lookup returns a running sandbox owned by owner.
+func (m *Manager) Lookup(owner, id string) (*Sandbox, error) {
+	m.mu.Lock()
+	sb := m.live[id]
+	m.mu.Unlock()
+	if sb != nil {
+		if sb.rec.Owner != owner {
+			return nil, ErrNotFound
+		}
+		return sb, nil
+	}
+	rec, err := m.st.GetSandbox(context.Background(), id)
+	if err != nil || rec.Owner != owner {
+		return nil, ErrNotFound
+	}
+	return nil, fmt.Errorf("%w: %s", ErrNotRunning, rec.State)
+}
+
+// Get describes a sandbox owned by owner, running or ended.
+func (m *Manager) Get(ctx context.Context, owner, id string) (Info, error) {
+	m.mu.Lock()
+	sb := m.live[id]
+	m.mu.Unlock()
+	if sb != nil && sb.rec.Owner == owner {
+		return sb.info(), nil
+	}
+	rec, err := m.st.GetSandbox(ctx, id)
+	if err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return Info{}, ErrNotFound
+		}
+		return Info{}, fmt.Errorf("manager: get %s: %w", id, err)
+	}
+	if rec.Owner != owner {
+		return Info{}, ErrNotFound
+	}
+	return infoFromRecord(rec), nil
+}
+
+// ListOptions filter List.
+type ListOptions struct {
+	// Metadata keeps sandboxes with all of these labels.
+	Metadata map[string]string
+	// States keeps sandboxes in these states; empty means running only.
+	States []string
+	// Limit caps the results; 0 means 1000.
+	Limit int
+}
+
+// List returns the owner's sandboxes matching opts, by id.
+func (m *Manager) List(ctx context.Context, owner string, opts ListOptions) ([]Info, error) {
+	states := opts.States
+	if len(states) == 0 {
+		states = []string{store.StateRunning}
+	}
+	limit := opts.Limit
+	if limit <= 0 || limit > 1000 {
+		limit = 1000
+	}
+	recs, err := m.st.ListSandboxes(ctx, store.ListFilter{Owner: owner, States: states, Metadata: opts.Metadata, Limit: limit})
+	if err != nil {
+		return nil, fmt.Errorf("manager: list: %w", err)
+	}
+	out := make([]Info, 0, len(recs))
+	for _, r := range recs {
+		if r.Owner != owner {
+			continue
+		}
+		m.mu.Lock()
+		sb := m.live[r.ID]
+		m.mu.Unlock()
+		if sb != nil {
+			out = append(out, sb.info())
+		} else {
+			out = append(out, infoFromRecord(r))
+		}
+	}
+	return out, nil
+}
+
+// Kill kills a running sandbox owned by owner.
+func (m *Manager) Kill(ctx context.Context, owner, id string) error {
+	sb, err := m.Lookup(owner, id)
+	if err != nil {
+		return err
+	}
+	if !m.finish(sb, store.StateKilled, "killed on request") {
+		return fmt.Errorf("%w: already ended", ErrNotRunning)
+	}
+	m.Audit(ctx, owner, id, store.ActionSandboxKill, map[string]string{"reason": "request"})
+	return nil
+}
+
+// SetTimeout makes a running sandbox expire d from now.
+func (m *Manager) SetTimeout(ctx context.Context, owner, id string, d time.Duration) (Info, error) {
+	if d <= 0 || d > m.cfg.MaxTimeout {
+		return Info{}, fmt.Errorf("%w: timeout must be positive and at most %s", ErrInvalid, m.cfg.MaxTimeout)
+	}
+	sb, err := m.Lookup(owner, id)
+	if err != nil {
+		return Info{}, err
+	}
+	at := time.Now().Add(d).UTC()
+	if err := m.st.SetExpiry(ctx, id, at); err != nil {
+		if errors.Is(err, store.ErrEnded) {
+			return Info{}, ErrNotRunning
+		}
+		return Info{}, fmt.Errorf("manager: set timeout: %w", err)
+	}
+	sb.mu.Lock()
+	sb.rec.ExpiresAt = at
+	sb.mu.Unlock()
+	m.Audit(ctx, owner, id, "sandbox.timeout", map[string]float64{"timeout_s": d.Seconds()})
+	return sb.info(), nil
+}
+
+// Metrics reads a running sandbox's resource use: cgroup accounting from
+// the host, disk use from the agent (statfs of /workspace, inside).
+func (m *Manager) Metrics(ctx context.Context, owner, id string) (Metrics, error) {
+	sb, err := m.Lookup(owner, id)
+	if err != nil {
+		return Metrics{}, err
+	}
+	var out Metrics
+	if st, err := sb.inst.stats(); err == nil {
+		out.CPUSeconds = st.CPUTime.Seconds()
+		out.MemoryBytes, out.PeakMemoryBytes, out.Pids, out.OOMKills = st.MemoryBytes, st.PeakMemoryBytes, st.Pids, st.OOMKills
+	}
+	used, total, err := diskUsage(ctx, sb.client)
+	if err == nil {
+		out.DiskUsedBytes, out.DiskTotalBytes = used, total
+	}
+	return out, nil
+}
+
+// reaper kills sandboxes whose TTL passed.
+func (m *Manager) reaper() {
+	defer m.reaperWG.Done()
+	t := time.NewTicker(m.cfg.ReapInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-t.C:
+		}
+		now := time.Now()
+		m.mu.Lock()
+		var due []*Sandbox
+		for _, sb := range m.live {
+			sb.mu.Lock()
+			if !sb.rec.ExpiresAt.IsZero() && now.After(sb.rec.ExpiresAt) {
+				due = append(due, sb)
+			}
+			sb.mu.Unlock()
+		}
+		m.mu.Unlock()
+		for _, sb := range due {
+			if m.finish(sb, store.StateExpired, "timeout expired") {
+				m.Audit(context.Background(), "", sb.ID, store.ActionSandboxKill, map[string]string{"reason": "expired"})
+			}
+		}
+	}
+}
+
+// Close stops the reaper and kills every sandbox, or with KeepOnShutdown
+// only disconnects from them so that the next Manager reattaches.
+func (m *Manager) Close() error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil
+	}
+	m.closed = true
+	all := make([]*Sandbox, 0, len(m.live))
+	for _, sb := range m.live {
+		all = append(all, sb)
+	}
+	m.mu.Unlock()
+	close(m.stop)
+	m.reaperWG.Wait()
+	var wg sync.WaitGroup
+	for _, sb := range all {
+		if m.cfg.KeepOnShutdown {
+			sb.client.Close()
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m.finish(sb, store.StateKilled, "server shut down")
+		}()
+	}
+	wg.Wait()
+	return nil
+}

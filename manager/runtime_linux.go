@@ -1,0 +1,421 @@
+package manager
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"airlock/agent"
+	"airlock/policy"
+	rt "airlock/runtime"
+	"airlock/runtime/native"
+	"airlock/runtime/native/cgroups"
+	"airlock/store"
+)
+
+// runtimeState is what the store keeps to find a sandbox again after a
+// restart: its init's host pid and that process's start time (clock ticks
+// since boot, /proc/PID/stat field 22), which together identify it even
+// if the pid is reused.
+type runtimeState struct {
+	Runtime   string `json:"runtime"`
+	Pid       int    `json:"pid"`
+	StartTime uint64 `json:"start_time"`
+	Socket    string `json:"socket"`
+	// Enforced is what the runtime reported at start.
+	Enforced rt.Enforced `json:"enforced,omitempty"`
+}
+
+// connectedMode starts agents on a connected socketpair instead of a
+// listening socket. Such sandboxes cannot be reattached after a restart.
+var connectedMode = true
+
+// procStartTime returns field 22 of /proc/pid/stat.
+func procStartTime(pid int) (uint64, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	// The command name may contain spaces and parentheses: split after
+	// the last ')'.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, errors.New("malformed stat")
+	}
+	f := strings.Fields(string(b[i+1:]))
+	// f[0] is field 3 (state); field 22 is f[19].
+	if len(f) < 20 {
+		return 0, errors.New("short stat")
+	}
+	return strconv.ParseUint(f[19], 10, 64)
+}
+
+// nativeInst is a sandbox this process started (and so can reap).
+type nativeInst struct {
+	sb   *native.Sandbox
+	once sync.Once
+}
+
+func (n *nativeInst) pid() int { return n.sb.Pid }
+func (n *nativeInst) done() <-chan struct{} {
+	n.once.Do(func() { go n.sb.Wait() })
+	return n.sb.Done()
+}
+func (n *nativeInst) stats() (cgroups.Stats, error) { return n.sb.Stats() }
+func (n *nativeInst) destroy() error {
+	if err := n.sb.Destroy(); err != nil {
+		return fmt.Errorf("destroy sandbox %s: %w", n.sb.ID, err)
+	}
+	return nil
+}
+
+// adoptedInst is a sandbox started by a previous server process and
+// reattached: it is known by a pidfd, and its cgroup by name.
+type adoptedInst struct {
+	id     string
+	p      int
+	pidfd  int
+	exited chan struct{}
+	once   sync.Once
+	err    error
+}
+
+func adopt(id string, pid int, start uint64) (*adoptedInst, error) {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return nil, fmt.Errorf("pidfd_open %d: %w", pid, err)
+	}
+	// Verify after opening: the pidfd now pins this exact process.
+	if st, err := procStartTime(pid); err != nil || st != start {
+		unix.Close(fd)
+		return nil, fmt.Errorf("pid %d is no longer the sandbox's init", pid)
+	}
+	a := &adoptedInst{id: id, p: pid, pidfd: fd, exited: make(chan struct{})}
+	go func() {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		for {
+			n, err := unix.Poll(fds, -1)
+			if err == unix.EINTR || (err == nil && n == 0) {
+				continue
+			}
+			break
+		}
+		close(a.exited)
+	}()
+	return a, nil
+}
+
+func (a *adoptedInst) pid() int              { return a.p }
+func (a *adoptedInst) done() <-chan struct{} { return a.exited }
+func (a *adoptedInst) stats() (cgroups.Stats, error) {
+	return readStats(a.p)
+}
+func (a *adoptedInst) destroy() error {
+	a.once.Do(func() {
+		unix.PidfdSendSignal(a.pidfd, unix.SIGKILL, nil, 0)
+		select {
+		case <-a.exited:
+		case <-time.After(10 * time.Second):
+		}
+		_, a.err = destroyCgroup(a.id)
+		// Unblock the poller if it is still waiting, then release the fd.
+		unix.Close(a.pidfd)
+	})
+	return a.err
+}
+
+// destroyCgroup kills what is in the named airlock cgroup and removes it.
+func destroyCgroup(id string) ([]string, error) {
+	return cgroups.CleanupStale(func(name string) bool { return name != id })
+}
+
+// readStats reads v1 or v2 accounting of the cgroup pid is in.
+func readStats(pid int) (cgroups.Stats, error) {
+	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/cgroup")
+	if err != nil {
+		return cgroups.Stats{}, fmt.Errorf("read cgroup of %d: %w", pid, err)
+	}
+	defer f.Close()
+	var st cgroups.Stats
+	readInt := func(p string) int64 {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return 0
+		}
+		n, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		return n
+	}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		parts := strings.SplitN(sc.Text(), ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		for _, c := range strings.Split(parts[1], ",") {
+			dir := filepath.Join("/sys/fs/cgroup", c, parts[2])
+			switch c {
+			case "memory":
+				st.MemoryBytes = readInt(dir + "/memory.usage_in_bytes")
+				st.PeakMemoryBytes = readInt(dir + "/memory.max_usage_in_bytes")
+			case "pids":
+				st.Pids = readInt(dir + "/pids.current")
+			case "cpuacct":
+				st.CPUTime = time.Duration(readInt(dir + "/cpuacct.usage"))
+			case "":
+				if parts[0] == "0" {
+					dir = filepath.Join("/sys/fs/cgroup", parts[2])
+					st.MemoryBytes = readInt(dir + "/memory.current")
+					st.PeakMemoryBytes = readInt(dir + "/memory.peak")
+					st.Pids = readInt(dir + "/pids.current")
+				}
+			}
+		}
+	}
+	return st, nil
+}
+
+// sockPath is where the agent of sandbox id listens.
+func (m *Manager) sockPath(id string) string { return filepath.Join(m.dir, id, "agent.sock") }
+
+// start builds the sandbox: state dir, store record, listening socket,
+// native sandbox running the agent, connection.
+func (m *Manager) start(ctx context.Context, req *CreateRequest, p policy.Policy, ttl time.Duration) (*Sandbox, error) {
+	id := native.NewID()
+	dir := filepath.Join(m.dir, id)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("manager: create sandbox dir: %w", err)
+	}
+	sock := m.sockPath(id)
+	if len(sock) >= 108 {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("manager: socket path %s too long (state dir too deep)", sock)
+	}
+	pol, _ := json.Marshal(p)
+	rec := store.Sandbox{ID: id, Owner: req.Owner, Profile: string(p.Profile), State: store.StateRunning,
+		CreatedAt: time.Now().UTC(), ExpiresAt: time.Now().Add(ttl).UTC(), Metadata: req.Metadata,
+		Policy: pol, Cgroup: id}
+	// Recorded before anything exists on the host, so that a crash at any
+	// later point leaves a record recovery can clean up after.
+	if err := m.st.PutSandbox(ctx, &rec); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("manager: record sandbox: %w", err)
+	}
+	fail := func(err error) (*Sandbox, error) {
+		os.RemoveAll(dir)
+		m.st.EndSandbox(context.Background(), id, store.StateKilled, "create failed: "+err.Error(), time.Time{})
+		return nil, err
+	}
+	logf, err := os.OpenFile(filepath.Join(dir, "agent.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return fail(fmt.Errorf("manager: agent log: %w", err))
+	}
+	defer logf.Close()
+
+	var stdin, hostEnd *os.File
+	if connectedMode {
+		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return fail(fmt.Errorf("manager: socketpair: %w", err))
+		}
+		hostEnd, stdin = os.NewFile(uintptr(fds[0]), "host"), os.NewFile(uintptr(fds[1]), "agent")
+		defer stdin.Close()
+	} else {
+		ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+		if err != nil {
+			return fail(fmt.Errorf("manager: agent socket: %w", err))
+		}
+		ln.SetUnlinkOnClose(false)
+		if err := os.Chmod(sock, 0o600); err != nil {
+			ln.Close()
+			return fail(fmt.Errorf("manager: chmod agent socket: %w", err))
+		}
+		stdin, err = ln.File()
+		ln.Close() // the sandbox holds the listening socket from now on
+		if err != nil {
+			return fail(fmt.Errorf("manager: agent socket fd: %w", err))
+		}
+		defer stdin.Close()
+	}
+	args := []string{native.AgentPath, "__agent"}
+	if !connectedMode {
+		args = append(args, "--grace", m.cfg.AgentGrace.String())
+	}
+	nsb, err := native.Start(native.Config{ID: id, Policy: p, Args: args, Stdin: stdin, Stdout: logf, Stderr: logf,
+		AgentBinary: m.cfg.AgentBinary, AllowDegraded: m.cfg.AllowDegraded, SurviveParent: !connectedMode})
+	if err != nil {
+		if hostEnd != nil {
+			hostEnd.Close()
+		}
+		return fail(fmt.Errorf("manager: start sandbox: %w", err))
+	}
+	stdin.Close()
+	inst := &nativeInst{sb: nsb}
+	var conn net.Conn
+	if connectedMode {
+		conn, err = net.FileConn(hostEnd)
+		hostEnd.Close()
+	} else {
+		conn, err = dialAgent(ctx, sock)
+	}
+	var client *agent.Client
+	if err == nil {
+		client, err = agent.NewClientConfig(conn, agent.Config{Home: "/workspace"})
+	}
+	if err != nil {
+		inst.destroy()
+		return fail(fmt.Errorf("manager: connect to agent: %w", err))
+	}
+	startTime, _ := procStartTime(nsb.Pid)
+	rs, _ := json.Marshal(runtimeState{Runtime: "native", Pid: nsb.Pid, StartTime: startTime, Socket: sock, Enforced: nsb.Enforced()})
+	rec.InitPID, rec.Runtime = nsb.Pid, rs
+	if err := m.st.PutSandbox(ctx, &rec); err != nil {
+		client.Close()
+		inst.destroy()
+		return fail(fmt.Errorf("manager: record sandbox: %w", err))
+	}
+	return &Sandbox{ID: id, m: m, inst: inst, client: client, enforced: nsb.Enforced(), ended: make(chan struct{}), rec: rec}, nil
+}
+
+// dialAgent connects to an agent's listening socket.
+func dialAgent(ctx context.Context, sock string) (net.Conn, error) {
+	d := net.Dialer{Timeout: 5 * time.Second}
+	c, err := d.DialContext(ctx, "unix", sock)
+	if err != nil {
+		return nil, fmt.Errorf("dial agent: %w", err)
+	}
+	return c, nil
+}
+
+// recover handles the sandboxes a previous server process left in the
+// store as running: reattach to those whose agent answers, kill what
+// remains of the others and record them lost. Then remove cgroups and
+// state directories of sandboxes of this state dir that are not running.
+func (m *Manager) recover(ctx context.Context) error {
+	recs, err := m.st.ListSandboxes(ctx, store.ListFilter{States: []string{store.StateRunning}})
+	if err != nil {
+		return fmt.Errorf("list running sandboxes: %w", err)
+	}
+	for _, rec := range recs {
+		sb, why := m.reattach(ctx, rec)
+		if sb != nil {
+			m.live[sb.ID] = sb
+			m.perOwner[rec.Owner]++
+			go m.watch(sb)
+			m.count(func(c *Counters) { c.Reattached++ })
+			m.cfg.Logf("sandbox %s: reattached", rec.ID)
+			m.Audit(ctx, "", rec.ID, "sandbox.reattach", nil)
+			continue
+		}
+		m.cfg.Logf("sandbox %s: lost: %s", rec.ID, why)
+		m.killRemains(rec)
+		if err := m.st.EndSandbox(ctx, rec.ID, store.StateLost, why, time.Time{}); err != nil && !errors.Is(err, store.ErrEnded) {
+			return fmt.Errorf("record sandbox %s lost: %w", rec.ID, err)
+		}
+		m.count(func(c *Counters) { c.Lost++ })
+		m.Audit(ctx, "", rec.ID, "sandbox.lost", map[string]string{"reason": why})
+	}
+	// Cgroups named after sandboxes of this state dir that are not live.
+	// Cgroups of other servers (unknown ids) are left alone.
+	if _, err := cgroups.CleanupStale(func(name string) bool {
+		if m.live[name] != nil {
+			return true
+		}
+		_, err := m.st.GetSandbox(ctx, name)
+		return err != nil // unknown here: not ours
+	}); err != nil {
+		m.cfg.Logf("recovery: cgroup cleanup: %v", err)
+	}
+	ents, err := os.ReadDir(m.dir)
+	if err != nil {
+		return fmt.Errorf("list %s: %w", m.dir, err)
+	}
+	for _, e := range ents {
+		if m.live[e.Name()] == nil {
+			if err := os.RemoveAll(filepath.Join(m.dir, e.Name())); err != nil {
+				return fmt.Errorf("remove stale state dir: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+// reattach tries to take over a sandbox a previous server started.
+func (m *Manager) reattach(ctx context.Context, rec *store.Sandbox) (*Sandbox, string) {
+	var rs runtimeState
+	if len(rec.Runtime) == 0 || json.Unmarshal(rec.Runtime, &rs) != nil || rs.Pid <= 0 {
+		return nil, "server crashed before the sandbox was started"
+	}
+	inst, err := adopt(rec.ID, rs.Pid, rs.StartTime)
+	if err != nil {
+		return nil, "sandbox init is gone: " + err.Error()
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	conn, err := dialAgent(cctx, m.sockPath(rec.ID))
+	var client *agent.Client
+	if err == nil {
+		client, err = agent.NewClientConfig(conn, agent.Config{Home: "/workspace", HelloTimeout: 5 * time.Second})
+	}
+	if err == nil {
+		if err = client.Ping(cctx); err != nil {
+			client.Close()
+		}
+	}
+	if err != nil {
+		inst.destroy()
+		return nil, "agent does not answer: " + err.Error()
+	}
+	return &Sandbox{ID: rec.ID, m: m, inst: inst, client: client, reattached: true, enforced: rs.Enforced,
+		ended: make(chan struct{}), rec: *rec}, ""
+}
+
+// killRemains kills the init of a lost sandbox if it is still the process
+// recorded, removes its cgroup and its state directory.
+func (m *Manager) killRemains(rec *store.Sandbox) {
+	var rs runtimeState
+	if json.Unmarshal(rec.Runtime, &rs) == nil && rs.Pid > 0 {
+		if fd, err := unix.PidfdOpen(rs.Pid, 0); err == nil {
+			if st, err := procStartTime(rs.Pid); err == nil && st == rs.StartTime {
+				unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
+			}
+			unix.Close(fd)
+		}
+	}
+	if _, err := destroyCgroup(rec.ID); err != nil {
+		m.cfg.Logf("sandbox %s: remove cgroup: %v", rec.ID, err)
+	}
+	os.RemoveAll(filepath.Join(m.dir, rec.ID))
+}
+
+// diskUsage asks the agent for statfs of /workspace by running stat -f
+// inside the sandbox: the host never resolves a sandbox path.
+func diskUsage(ctx context.Context, c *agent.Client) (used, total int64, err error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	p, err := c.Exec(ctx, agent.ExecRequest{Argv: []string{"stat", "-f", "-c", "%S %b %f", "/workspace"}, Tag: "airlock-metrics"})
+	if err != nil {
+		return 0, 0, fmt.Errorf("statfs via agent: %w", err)
+	}
+	defer p.Close()
+	out, _, _, st, err := p.Collect(ctx, 256)
+	if err != nil || st.Code != 0 {
+		return 0, 0, fmt.Errorf("statfs via agent: exit %d: %v", st.Code, err)
+	}
+	var bsize, blocks, free int64
+	if _, err := fmt.Sscan(string(out), &bsize, &blocks, &free); err != nil {
+		return 0, 0, fmt.Errorf("statfs via agent: %q: %w", out, err)
+	}
+	return (blocks - free) * bsize, blocks * bsize, nil
+}

@@ -1,0 +1,489 @@
+// Package server is airlock's HTTP API: JSON over HTTP with Server-Sent
+// Events for streams, bearer-token auth, strict request decoding and size
+// caps. api/openapi.yaml is its contract. All sandbox work is delegated to
+// the manager; file operations run inside the sandbox through its agent, so
+// the server never resolves a sandbox-controlled path on the host.
+package server
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"airlock/api"
+	"airlock/manager"
+	"airlock/runtime"
+	"airlock/store"
+)
+
+// Size caps on request bodies.
+const (
+	// MaxJSONBody caps a JSON request body.
+	MaxJSONBody = 1 << 20
+	// MaxFileBody caps an uploaded file by default.
+	MaxFileBody = 256 << 20
+)
+
+// Config configures a Server.
+type Config struct {
+	// Manager runs the sandboxes. Required.
+	Manager *manager.Manager
+	// Store authenticates API keys. Required unless NoAuth.
+	Store *store.Store
+	// NoAuth disables authentication; every request acts as owner "".
+	// The caller must only allow it on a loopback listener.
+	NoAuth bool
+	// Version is reported by GET /v1/info.
+	Version string
+	// Layers reports the isolation layers this host enforces (GET
+	// /v1/info); called once, lazily.
+	Layers func() runtime.Enforced
+	// MaxFileBytes caps file uploads; 0 means MaxFileBody.
+	MaxFileBytes int64
+}
+
+// Server serves the API.
+type Server struct {
+	cfg Config
+	m   *manager.Manager
+	mux *http.ServeMux
+
+	layersOnce atomic.Pointer[runtime.Enforced]
+
+	execs, errors5xx, errors4xx, requests atomic.Int64
+}
+
+// New returns the API handler.
+func New(cfg Config) (*Server, error) {
+	if cfg.Manager == nil || (cfg.Store == nil && !cfg.NoAuth) {
+		return nil, errors.New("server: Manager and Store are required")
+	}
+	if cfg.MaxFileBytes <= 0 {
+		cfg.MaxFileBytes = MaxFileBody
+	}
+	s := &Server{cfg: cfg, m: cfg.Manager, mux: http.NewServeMux()}
+	s.routes()
+	return s, nil
+}
+
+// keyInfo is the authenticated caller.
+type keyInfo struct {
+	id           string
+	maxSandboxes int
+}
+
+type ctxKey struct{}
+
+func caller(r *http.Request) keyInfo {
+	k, _ := r.Context().Value(ctxKey{}).(keyInfo)
+	return k
+}
+
+// handler is an API handler that may fail with an error mapped to JSON.
+type handler func(w http.ResponseWriter, r *http.Request) error
+
+func (s *Server) routes() {
+	open := func(pattern string, h handler) { s.mux.Handle(pattern, s.wrap(h, false)) }
+	authed := func(pattern string, h handler) { s.mux.Handle(pattern, s.wrap(h, true)) }
+	open("GET /healthz", func(w http.ResponseWriter, r *http.Request) error {
+		w.Header().Set("Content-Type", "text/plain")
+		io.WriteString(w, "ok\n")
+		return nil
+	})
+	open("GET /v1/openapi.yaml", func(w http.ResponseWriter, r *http.Request) error {
+		w.Header().Set("Content-Type", "application/yaml")
+		w.Write(api.OpenAPI)
+		return nil
+	})
+	authed("GET /metrics", s.prometheus)
+	authed("GET /v1/info", s.info)
+	authed("POST /v1/sandboxes", s.createSandbox)
+	authed("GET /v1/sandboxes", s.listSandboxes)
+	authed("GET /v1/sandboxes/{id}", s.getSandbox)
+	authed("DELETE /v1/sandboxes/{id}", s.killSandbox)
+	authed("POST /v1/sandboxes/{id}/timeout", s.setTimeout)
+	authed("GET /v1/sandboxes/{id}/metrics", s.metrics)
+	authed("POST /v1/sandboxes/{id}/exec", s.exec)
+	authed("GET /v1/sandboxes/{id}/processes", s.processes)
+	authed("POST /v1/sandboxes/{id}/processes/{pid}/stdin", s.stdin)
+	authed("POST /v1/sandboxes/{id}/processes/{pid}/signal", s.signal)
+	authed("GET /v1/sandboxes/{id}/processes/{pid}/events", s.events)
+	authed("GET /v1/sandboxes/{id}/files", s.readFile)
+	authed("PUT /v1/sandboxes/{id}/files", s.writeFile)
+	authed("DELETE /v1/sandboxes/{id}/files", s.removeFile)
+	authed("GET /v1/sandboxes/{id}/files/list", s.listFiles)
+	authed("GET /v1/sandboxes/{id}/files/stat", s.statFile)
+	authed("POST /v1/sandboxes/{id}/files/mkdir", s.mkdir)
+	authed("POST /v1/sandboxes/{id}/files/move", s.move)
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.requests.Add(1)
+	if _, pattern := s.mux.Handler(r); pattern == "" {
+		// Unknown route or wrong method: answer in our error format.
+		code, msg := http.StatusNotFound, "no such endpoint"
+		if rr := r.Clone(r.Context()); true {
+			for _, m := range []string{"GET", "POST", "PUT", "DELETE"} {
+				rr.Method = m
+				if _, p := s.mux.Handler(rr); p != "" {
+					code, msg = http.StatusMethodNotAllowed, "method not allowed"
+					break
+				}
+			}
+		}
+		s.count(code)
+		writeError(w, code, codeFor(code), msg)
+		return
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+func (s *Server) count(code int) {
+	switch {
+	case code >= 500:
+		s.errors5xx.Add(1)
+	case code >= 400:
+		s.errors4xx.Add(1)
+	}
+}
+
+// wrap authenticates (if required) and maps a handler's error to JSON.
+func (s *Server) wrap(h handler, auth bool) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if auth {
+			k, err := s.authenticate(r)
+			if err != nil {
+				s.count(http.StatusUnauthorized)
+				w.Header().Set("WWW-Authenticate", `Bearer realm="airlock"`)
+				writeError(w, http.StatusUnauthorized, "unauthorized", err.Error())
+				return
+			}
+			r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, k))
+		}
+		if err := h(w, r); err != nil {
+			status, code, msg := classify(err)
+			s.count(status)
+			writeError(w, status, code, msg)
+		}
+	})
+}
+
+func (s *Server) authenticate(r *http.Request) (keyInfo, error) {
+	if s.cfg.NoAuth {
+		return keyInfo{}, nil
+	}
+	h := r.Header.Get("Authorization")
+	const prefix = "Bearer "
+	if len(h) < len(prefix) || subtle.ConstantTimeCompare([]byte(strings.ToLower(h[:len(prefix)])), []byte("bearer ")) != 1 {
+		return keyInfo{}, errors.New("missing bearer token (Authorization: Bearer al_...)")
+	}
+	k, err := s.cfg.Store.Authenticate(r.Context(), strings.TrimSpace(h[len(prefix):]))
+	if err != nil {
+		return keyInfo{}, errors.New("invalid or revoked API key")
+	}
+	return keyInfo{id: k.ID, maxSandboxes: k.MaxSandboxes}, nil
+}
+
+// apiError is an error with an explicit HTTP status and code.
+type apiError struct {
+	status int
+	code   string
+	msg    string
+}
+
+func (e *apiError) Error() string { return e.msg }
+
+func errf(status int, code, format string, args ...any) error {
+	return &apiError{status: status, code: code, msg: fmt.Sprintf(format, args...)}
+}
+
+func codeFor(status int) string {
+	switch status {
+	case 400:
+		return "bad_request"
+	case 401:
+		return "unauthorized"
+	case 403:
+		return "forbidden"
+	case 404:
+		return "not_found"
+	case 405:
+		return "method_not_allowed"
+	case 409:
+		return "conflict"
+	case 413:
+		return "too_large"
+	case 415:
+		return "unsupported_media_type"
+	case 422:
+		return "invalid_policy"
+	case 429:
+		return "limit_reached"
+	case 507:
+		return "no_space"
+	}
+	return "internal"
+}
+
+// classify maps an error to status, code and message.
+func classify(err error) (int, string, string) {
+	var ae *apiError
+	if errors.As(err, &ae) {
+		return ae.status, ae.code, ae.msg
+	}
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return 413, "too_large", fmt.Sprintf("request body larger than %d bytes", mbe.Limit)
+	}
+	switch {
+	case errors.Is(err, manager.ErrNotFound):
+		return 404, "not_found", "sandbox not found"
+	case errors.Is(err, manager.ErrNotRunning):
+		return 409, "not_running", err.Error()
+	case errors.Is(err, manager.ErrLimit):
+		return 429, "limit_reached", err.Error()
+	case errors.Is(err, manager.ErrPolicy):
+		return 422, "invalid_policy", err.Error()
+	case errors.Is(err, manager.ErrInvalid):
+		return 400, "bad_request", err.Error()
+	case errors.Is(err, manager.ErrClosed):
+		return 503, "unavailable", err.Error()
+	}
+	if st, code, ok := agentStatus(err); ok {
+		return st, code, agentMessage(err)
+	}
+	return 500, "internal", err.Error()
+}
+
+// errorBody is the JSON error envelope.
+type errorBody struct {
+	Error struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+func writeError(w http.ResponseWriter, status int, code, msg string) {
+	var b errorBody
+	b.Error.Code, b.Error.Message = code, msg
+	writeJSON(w, status, b)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.Encode(v)
+}
+
+// decode reads one JSON object from a capped body, rejecting unknown
+// fields and trailing data.
+func decode(w http.ResponseWriter, r *http.Request, v any) error {
+	body := http.MaxBytesReader(w, r.Body, MaxJSONBody)
+	return DecodeJSON(body, v)
+}
+
+// DecodeJSON decodes exactly one JSON value from r into v, rejecting
+// unknown fields and trailing data; failures are 400 errors (413 when r is
+// a capped body that overflowed). Exported for fuzzing.
+func DecodeJSON(r io.Reader, v any) error {
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return err
+		}
+		if errors.Is(err, io.EOF) {
+			return errf(400, "bad_request", "empty request body")
+		}
+		return errf(400, "bad_request", "malformed JSON: %v", err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return err
+		}
+		return errf(400, "bad_request", "trailing data after the JSON object")
+	}
+	return nil
+}
+
+func (s *Server) info(w http.ResponseWriter, r *http.Request) error {
+	layers := s.layersOnce.Load()
+	if layers == nil {
+		var l runtime.Enforced
+		if s.cfg.Layers != nil {
+			l = s.cfg.Layers()
+		}
+		s.layersOnce.Store(&l)
+		layers = &l
+	}
+	writeJSON(w, 200, map[string]any{
+		"version":  s.cfg.Version,
+		"runtimes": []string{"native"},
+		"enforced": *layers,
+		"auth":     !s.cfg.NoAuth,
+	})
+	return nil
+}
+
+func (s *Server) prometheus(w http.ResponseWriter, r *http.Request) error {
+	c := s.m.Counters()
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+	p := func(name, typ, help string, v int64) {
+		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n%s %d\n", name, help, name, typ, name, v)
+	}
+	p("airlock_sandboxes_running", "gauge", "Sandboxes running now.", c.Running)
+	p("airlock_sandboxes_created_total", "counter", "Sandboxes created.", c.Created)
+	p("airlock_sandboxes_killed_total", "counter", "Sandboxes killed on request or shutdown.", c.Killed)
+	p("airlock_sandboxes_expired_total", "counter", "Sandboxes killed by their TTL.", c.Expired)
+	p("airlock_sandboxes_lost_total", "counter", "Sandboxes lost across a server restart.", c.Lost)
+	p("airlock_sandboxes_reattached_total", "counter", "Sandboxes reattached after a server restart.", c.Reattached)
+	p("airlock_sandbox_create_errors_total", "counter", "Failed sandbox creations.", c.CreateErrors)
+	p("airlock_execs_total", "counter", "Processes started through the API.", s.execs.Load())
+	p("airlock_http_requests_total", "counter", "HTTP requests received.", s.requests.Load())
+	fmt.Fprintf(w, "# HELP airlock_http_errors_total HTTP error responses.\n# TYPE airlock_http_errors_total counter\n")
+	fmt.Fprintf(w, "airlock_http_errors_total{class=\"4xx\"} %d\nairlock_http_errors_total{class=\"5xx\"} %d\n", s.errors4xx.Load(), s.errors5xx.Load())
+	return nil
+}
+
+// CreateRequest is the body of POST /v1/sandboxes.
+type CreateRequest struct {
+	Profile  string            `json:"profile,omitempty"`
+	Limits   *manager.Limits   `json:"limits,omitempty"`
+	Env      map[string]string `json:"env,omitempty"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+	// Timeout is the TTL in seconds.
+	Timeout float64 `json:"timeout,omitempty"`
+}
+
+func seconds(f float64) (time.Duration, error) {
+	if f < 0 || f > 1e7 || f != f {
+		return 0, errf(400, "bad_request", "timeout out of range")
+	}
+	return time.Duration(f * float64(time.Second)), nil
+}
+
+func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
+	var req CreateRequest
+	if err := decode(w, r, &req); err != nil {
+		return err
+	}
+	d, err := seconds(req.Timeout)
+	if err != nil {
+		return err
+	}
+	k := caller(r)
+	cr := manager.CreateRequest{Owner: k.id, OwnerLimit: k.maxSandboxes, Profile: req.Profile,
+		Env: req.Env, Metadata: req.Metadata, Timeout: d}
+	if req.Limits != nil {
+		cr.Limits = *req.Limits
+	}
+	info, err := s.m.Create(r.Context(), cr)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, 201, info)
+	return nil
+}
+
+func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) error {
+	opts := manager.ListOptions{Metadata: map[string]string{}}
+	for k, vs := range r.URL.Query() {
+		switch {
+		case strings.HasPrefix(k, "metadata."):
+			if len(vs) != 1 {
+				return errf(400, "bad_request", "repeated filter %s", k)
+			}
+			opts.Metadata[strings.TrimPrefix(k, "metadata.")] = vs[0]
+		case k == "state":
+			for _, v := range vs {
+				for _, st := range strings.Split(v, ",") {
+					switch st {
+					case store.StateRunning, store.StateKilled, store.StateExpired, store.StateLost, store.StateExited:
+						opts.States = append(opts.States, st)
+					default:
+						return errf(400, "bad_request", "unknown state %q", st)
+					}
+				}
+			}
+		default:
+			return errf(400, "bad_request", "unknown query parameter %q", k)
+		}
+	}
+	list, err := s.m.List(r.Context(), caller(r).id, opts)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, 200, map[string]any{"sandboxes": list})
+	return nil
+}
+
+func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) error {
+	info, err := s.m.Get(r.Context(), caller(r).id, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, 200, info)
+	return nil
+}
+
+func (s *Server) killSandbox(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	if err := s.m.Kill(r.Context(), caller(r).id, id); err != nil {
+		return err
+	}
+	info, err := s.m.Get(r.Context(), caller(r).id, id)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, 200, info)
+	return nil
+}
+
+// TimeoutRequest is the body of POST /v1/sandboxes/{id}/timeout.
+type TimeoutRequest struct {
+	// Timeout is the new TTL in seconds, from now.
+	Timeout float64 `json:"timeout"`
+}
+
+func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) error {
+	var req TimeoutRequest
+	if err := decode(w, r, &req); err != nil {
+		return err
+	}
+	d, err := seconds(req.Timeout)
+	if err != nil {
+		return err
+	}
+	info, err := s.m.SetTimeout(r.Context(), caller(r).id, r.PathValue("id"), d)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, 200, info)
+	return nil
+}
+
+func (s *Server) metrics(w http.ResponseWriter, r *http.Request) error {
+	mt, err := s.m.Metrics(r.Context(), caller(r).id, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, 200, mt)
+	return nil
+}
+
+// sandbox returns the caller's running sandbox named in the path.
+func (s *Server) sandbox(r *http.Request) (*manager.Sandbox, error) {
+	return s.m.Lookup(caller(r).id, r.PathValue("id"))
+}
