@@ -8,9 +8,11 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -32,6 +34,7 @@ func Main() {
 	if runtime.GOMAXPROCS(0) > 2 {
 		runtime.GOMAXPROCS(2)
 	}
+	cloexecFrom(3)
 	f := os.NewFile(0, "host")
 	conn, err := net.FileConn(f)
 	if err != nil {
@@ -41,6 +44,26 @@ func Main() {
 	f.Close() // FileConn holds a close-on-exec duplicate
 	code := run(conn)
 	os.Exit(code)
+}
+
+// cloexecFrom marks every fd >= lowfd close-on-exec, so that nothing the
+// agent inherited beyond its socket and log leaks into the processes it starts.
+func cloexecFrom(lowfd int) {
+	const sysCloseRange, closeRangeCloexec = 436, 4 // same number on every arch
+	if _, _, errno := syscall.Syscall(sysCloseRange, uintptr(lowfd), uintptr(^uint32(0)), closeRangeCloexec); errno == 0 {
+		return
+	}
+	d, err := os.Open("/proc/self/fd")
+	if err != nil {
+		return
+	}
+	names, _ := d.Readdirnames(-1)
+	d.Close()
+	for _, n := range names {
+		if fd, err := strconv.Atoi(n); err == nil && fd >= lowfd {
+			syscall.CloseOnExec(fd)
+		}
+	}
 }
 
 // run serves one connection and tears everything down when it ends.
@@ -57,6 +80,7 @@ func run(conn net.Conn) int {
 	// them and can kill them on shutdown.
 	syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0)
 	a.startReaper()
+	a.handleSignals()
 	err := a.serve()
 	a.shutdown()
 	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
@@ -64,6 +88,26 @@ func run(conn net.Conn) int {
 		return 1
 	}
 	return 0
+}
+
+// handleSignals keeps catchable signals from killing the agent. As PID 1,
+// every one is swallowed: sandboxed code (a stray pkill) must not take the
+// agent down, and the host ends it by closing the socket. Outside a pid
+// namespace, SIGTERM, SIGINT and SIGHUP shut it down cleanly. The signals are
+// caught, not ignored, so that children start with default dispositions.
+func (a *agent) handleSignals() {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT,
+		syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGALRM, syscall.SIGPIPE,
+		syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU, syscall.SIGVTALRM, syscall.SIGPROF)
+	pid1 := os.Getpid() == 1
+	go func() {
+		for sig := range ch {
+			if !pid1 && (sig == syscall.SIGTERM || sig == syscall.SIGINT || sig == syscall.SIGHUP) {
+				a.conn.Close() // serve returns and run shuts down
+			}
+		}
+	}()
 }
 
 // agent is the state of the in-sandbox agent.

@@ -153,6 +153,35 @@ func TestExecEcho(t *testing.T) {
 	if err := ta.c.Ping(ctxT(t)); err != nil {
 		t.Fatal(err)
 	}
+	// Children get fds 0, 1 and 2 only (3 is ls's own directory).
+	out, _, _ = run(t, ta.c, agent.ExecRequest{Argv: []string{"ls", "/proc/self/fd"}})
+	if strings.Fields(out)[0] != "0" || len(strings.Fields(out)) != 4 {
+		t.Fatalf("child fds: %q", out)
+	}
+	// Signal dispositions are the defaults, not the agent's.
+	out, _, _ = run(t, ta.c, agent.ExecRequest{Shell: "grep -E 'Sig(Ign|Blk)' /proc/self/status"})
+	if !strings.Contains(out, "SigIgn:\t0000000000000000") || !strings.Contains(out, "SigBlk:\t0000000000000000") {
+		t.Fatalf("child signal state: %q", out)
+	}
+}
+
+func TestSigtermShutsDown(t *testing.T) {
+	ta := startAgent(t)
+	ctx := ctxT(t)
+	p, err := ta.c.Exec(ctx, agent.ExecRequest{Argv: []string{"sleep", "100"}, Background: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ta.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-ta.exited:
+	case <-time.After(5 * time.Second):
+		t.Fatal("agent did not exit on SIGTERM")
+	}
+	waitGone(t, p.Pid)
+	if code := ta.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Fatalf("agent exit code %d", code)
+	}
 }
 
 func TestStdoutStderr(t *testing.T) {
