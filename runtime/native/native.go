@@ -39,6 +39,11 @@ type Config struct {
 	// (a server that restarts and reattaches). By default the sandbox is
 	// killed with its launcher.
 	SurviveParent bool
+	// Listen lists TCP addresses (e.g. "127.0.0.1:3128") to open inside the
+	// sandbox's network namespace before the program starts. The listeners
+	// belong to the caller (Sandbox.Listeners), which serves them from the
+	// host: the egress proxy uses this.
+	Listen []string
 }
 
 // AgentPath is where AgentBinary appears inside the sandbox.

@@ -19,6 +19,9 @@ type RunOptions struct {
 	Stdout, Stderr io.Writer
 	// Capture keeps stdout/stderr in the Result, up to the output limit.
 	Capture bool
+	// OnStart, if set, is called once the program runs (e.g. to serve
+	// Sandbox.Listeners); the sandbox is destroyed when Run returns.
+	OnStart func(*Sandbox)
 }
 
 // limitedSink counts a run's output against its limit and keeps a capped
@@ -117,6 +120,9 @@ func Run(ctx context.Context, cfg Config, opts RunOptions) (*Result, error) {
 		return setupResult(start, err), err
 	}
 	defer sb.Destroy()
+	if opts.OnStart != nil {
+		opts.OnStart(sb)
+	}
 
 	var (
 		mu       sync.Mutex

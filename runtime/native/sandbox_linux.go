@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path"
 	"runtime"
@@ -39,6 +40,8 @@ type Sandbox struct {
 	proc     *os.Process
 	group    *cgroups.Group
 	enforced rt.Enforced
+
+	listeners []net.Listener
 
 	mu       sync.Mutex
 	waited   bool
@@ -330,6 +333,7 @@ func Start(cfg Config) (*Sandbox, error) {
 	s := &Sandbox{ID: id, Pid: pid, proc: proc, group: group, enforced: enforced, waitDone: make(chan struct{})}
 
 	fail := func(step string, err error) (*Sandbox, error) {
+		s.closeListeners()
 		unix.Close(syncP[1])
 		unix.Close(errP[0])
 		proc.Kill()
@@ -345,6 +349,9 @@ func Start(cfg Config) (*Sandbox, error) {
 			return fail("join cgroup", err)
 		}
 	}
+	if s.listeners, err = listenIn(pid, cfg.Listen); err != nil {
+		return fail("listeners", err)
+	}
 	if _, err := unix.Write(syncP[1], []byte{1}); err != nil {
 		return fail("release child", err)
 	}
@@ -359,6 +366,7 @@ func Start(cfg Config) (*Sandbox, error) {
 		return s, nil // exec succeeded
 	}
 	ce := childError{stage: binary.NativeEndian.Uint32(buf[0:]), errno: binary.NativeEndian.Uint32(buf[4:])}
+	s.closeListeners()
 	s.Wait()
 	destroyGroup(group)
 	e := syscall.Errno(ce.errno)
@@ -465,6 +473,16 @@ func (s *Sandbox) Wait() (*os.ProcessState, error) {
 	return s.state, s.waitErr
 }
 
+// Listeners returns the listeners opened inside the sandbox's network
+// namespace for Config.Listen, in order. The caller serves and closes them.
+func (s *Sandbox) Listeners() []net.Listener { return s.listeners }
+
+func (s *Sandbox) closeListeners() {
+	for _, l := range s.listeners {
+		l.Close()
+	}
+}
+
 // Done is closed when Wait has returned.
 func (s *Sandbox) Done() <-chan struct{} { return s.waitDone }
 
@@ -491,6 +509,7 @@ func (s *Sandbox) Enforced() rt.Enforced { return s.enforced }
 func (s *Sandbox) Destroy() error {
 	var err error
 	s.destroy.Do(func() {
+		s.closeListeners()
 		s.Kill()
 		s.Wait()
 		if s.group != nil {
