@@ -1,0 +1,531 @@
+// Package client is the Go SDK for airlock's HTTP API (api/openapi.yaml).
+//
+//	c := client.New("http://127.0.0.1:7070", "al_...")
+//	sb, _ := c.Create(ctx, client.CreateRequest{Timeout: 600})
+//	res, _ := c.Exec(ctx, sb.ID, client.ExecRequest{Shell: "echo hi"})
+package client
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Error is an API error response.
+type Error struct {
+	// Status is the HTTP status code.
+	Status int
+	// Code is the machine-readable error code, e.g. "not_found".
+	Code string
+	// Message explains the error.
+	Message string
+}
+
+// Error implements error.
+func (e *Error) Error() string {
+	return fmt.Sprintf("airlock: %d %s: %s", e.Status, e.Code, e.Message)
+}
+
+// StatusOf returns the HTTP status of an *Error in err's chain, or 0.
+func StatusOf(err error) int {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Status
+	}
+	return 0
+}
+
+// Client talks to one airlock server. It is safe for concurrent use.
+type Client struct {
+	base  string
+	token string
+	// HTTP is the underlying client; replace it to tune transports.
+	HTTP *http.Client
+}
+
+// New returns a client for the server at baseURL authenticating with token
+// (empty for a --no-auth server).
+func New(baseURL, token string) *Client {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = 64
+	return &Client{base: strings.TrimRight(baseURL, "/"), token: token, HTTP: &http.Client{Transport: tr}}
+}
+
+// Layer is one isolation mechanism and its state.
+type Layer struct {
+	Name   string `json:"name"`
+	State  string `json:"state"`
+	Detail string `json:"detail,omitempty"`
+}
+
+// Limits are resource overrides for a new sandbox; zero keeps the preset.
+type Limits struct {
+	MemoryBytes int64   `json:"memory_bytes,omitempty"`
+	CPUs        float64 `json:"cpus,omitempty"`
+	Pids        int64   `json:"pids,omitempty"`
+	DiskBytes   int64   `json:"disk_bytes,omitempty"`
+}
+
+// CreateRequest describes a sandbox to create.
+type CreateRequest struct {
+	Profile  string            `json:"profile,omitempty"`
+	Limits   *Limits           `json:"limits,omitempty"`
+	Env      map[string]string `json:"env,omitempty"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+	// Timeout is the TTL in seconds; 0 means the server's default.
+	Timeout float64 `json:"timeout,omitempty"`
+}
+
+// Sandbox describes a sandbox.
+type Sandbox struct {
+	ID         string            `json:"id"`
+	State      string            `json:"state"`
+	Profile    string            `json:"profile"`
+	Metadata   map[string]string `json:"metadata"`
+	CreatedAt  time.Time         `json:"created_at"`
+	ExpiresAt  *time.Time        `json:"expires_at,omitempty"`
+	EndedAt    *time.Time        `json:"ended_at,omitempty"`
+	EndReason  string            `json:"end_reason,omitempty"`
+	Reattached bool              `json:"reattached,omitempty"`
+	Enforced   []Layer           `json:"enforced,omitempty"`
+}
+
+// ExecRequest describes a process to run.
+type ExecRequest struct {
+	Argv       []string          `json:"argv,omitempty"`
+	Shell      string            `json:"shell,omitempty"`
+	Cwd        string            `json:"cwd,omitempty"`
+	Env        map[string]string `json:"env,omitempty"`
+	Stdin      string            `json:"stdin,omitempty"`
+	StdinOpen  bool              `json:"stdin_open,omitempty"`
+	Tag        string            `json:"tag,omitempty"`
+	Background bool              `json:"background,omitempty"`
+	// Timeout in seconds for a foreground process; 0 means 60.
+	Timeout   float64 `json:"timeout,omitempty"`
+	MaxOutput int     `json:"max_output,omitempty"`
+}
+
+// ExecResult is the outcome of a foreground process.
+type ExecResult struct {
+	Pid        int     `json:"pid"`
+	ExitCode   int     `json:"exit_code"`
+	Signal     string  `json:"signal,omitempty"`
+	Stdout     string  `json:"stdout"`
+	Stderr     string  `json:"stderr"`
+	Truncated  bool    `json:"truncated"`
+	Status     string  `json:"status"`
+	DurationMS float64 `json:"duration_ms"`
+}
+
+// Process describes a process known to a sandbox's agent.
+type Process struct {
+	Pid        int       `json:"pid"`
+	Argv       []string  `json:"argv"`
+	Tag        string    `json:"tag,omitempty"`
+	Cwd        string    `json:"cwd,omitempty"`
+	Background bool      `json:"background,omitempty"`
+	Running    bool      `json:"running"`
+	ExitCode   int       `json:"exit_code"`
+	Signal     string    `json:"signal,omitempty"`
+	StartedAt  time.Time `json:"started_at"`
+	ExitedAt   time.Time `json:"exited_at,omitzero"`
+}
+
+// FileInfo describes a path inside a sandbox.
+type FileInfo struct {
+	Name    string    `json:"name"`
+	Path    string    `json:"path"`
+	Type    string    `json:"type"`
+	Size    int64     `json:"size"`
+	Mode    uint32    `json:"mode"`
+	ModTime time.Time `json:"mtime"`
+	Target  string    `json:"target,omitempty"`
+}
+
+// Metrics is a sandbox's resource use now.
+type Metrics struct {
+	CPUSeconds      float64 `json:"cpu_seconds"`
+	MemoryBytes     int64   `json:"memory_bytes"`
+	PeakMemoryBytes int64   `json:"peak_memory_bytes"`
+	Pids            int64   `json:"pids"`
+	OOMKills        int64   `json:"oom_kills"`
+	DiskUsedBytes   int64   `json:"disk_used_bytes"`
+	DiskTotalBytes  int64   `json:"disk_total_bytes"`
+}
+
+// Info describes the server.
+type Info struct {
+	Version  string   `json:"version"`
+	Runtimes []string `json:"runtimes"`
+	Enforced []Layer  `json:"enforced"`
+	Auth     bool     `json:"auth"`
+}
+
+// newRequest builds a request to path (with query) and a JSON or raw body.
+func (c *Client) newRequest(ctx context.Context, method, path string, q url.Values, body io.Reader) (*http.Request, error) {
+	u := c.base + path
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, body)
+	if err != nil {
+		return nil, fmt.Errorf("airlock: build request: %w", err)
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	return req, nil
+}
+
+// do sends a request and returns the response if it is 2xx, an *Error
+// otherwise.
+func (c *Client) do(req *http.Request) (*http.Response, error) {
+	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("airlock: %s %s: %w", req.Method, req.URL.Path, err)
+	}
+	if resp.StatusCode/100 == 2 {
+		return resp, nil
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	var env struct {
+		Error struct {
+			Code    string `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	e := &Error{Status: resp.StatusCode}
+	if json.Unmarshal(b, &env) == nil && env.Error.Code != "" {
+		e.Code, e.Message = env.Error.Code, env.Error.Message
+	} else {
+		e.Code, e.Message = "http_error", strings.TrimSpace(string(b))
+	}
+	return nil, e
+}
+
+// call sends in as JSON (if not nil) and decodes the response into out
+// (if not nil).
+func (c *Client) call(ctx context.Context, method, path string, q url.Values, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return fmt.Errorf("airlock: encode request: %w", err)
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := c.newRequest(ctx, method, path, q, body)
+	if err != nil {
+		return err
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if out == nil {
+		io.Copy(io.Discard, resp.Body)
+		return nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("airlock: decode %s %s response: %w", method, path, err)
+	}
+	return nil
+}
+
+func sbPath(id string, rest ...string) string {
+	return "/v1/sandboxes/" + url.PathEscape(id) + strings.Join(rest, "")
+}
+
+// Info describes the server and the isolation it enforces.
+func (c *Client) Info(ctx context.Context) (*Info, error) {
+	var out Info
+	return &out, c.call(ctx, "GET", "/v1/info", nil, nil, &out)
+}
+
+// Create creates a sandbox.
+func (c *Client) Create(ctx context.Context, req CreateRequest) (*Sandbox, error) {
+	var out Sandbox
+	return &out, c.call(ctx, "POST", "/v1/sandboxes", nil, req, &out)
+}
+
+// Get describes a sandbox.
+func (c *Client) Get(ctx context.Context, id string) (*Sandbox, error) {
+	var out Sandbox
+	return &out, c.call(ctx, "GET", sbPath(id), nil, nil, &out)
+}
+
+// List lists the caller's sandboxes having all of the metadata labels;
+// states filters by state (default: running only).
+func (c *Client) List(ctx context.Context, metadata map[string]string, states ...string) ([]Sandbox, error) {
+	q := url.Values{}
+	for k, v := range metadata {
+		q.Set("metadata."+k, v)
+	}
+	if len(states) > 0 {
+		q.Set("state", strings.Join(states, ","))
+	}
+	var out struct {
+		Sandboxes []Sandbox `json:"sandboxes"`
+	}
+	return out.Sandboxes, c.call(ctx, "GET", "/v1/sandboxes", q, nil, &out)
+}
+
+// Kill kills a sandbox.
+func (c *Client) Kill(ctx context.Context, id string) error {
+	return c.call(ctx, "DELETE", sbPath(id), nil, nil, nil)
+}
+
+// SetTimeout makes the sandbox expire d from now.
+func (c *Client) SetTimeout(ctx context.Context, id string, d time.Duration) (*Sandbox, error) {
+	var out Sandbox
+	return &out, c.call(ctx, "POST", sbPath(id, "/timeout"), nil, map[string]float64{"timeout": d.Seconds()}, &out)
+}
+
+// Metrics reads a sandbox's resource use.
+func (c *Client) Metrics(ctx context.Context, id string) (*Metrics, error) {
+	var out Metrics
+	return &out, c.call(ctx, "GET", sbPath(id, "/metrics"), nil, nil, &out)
+}
+
+// Exec runs a process to completion and returns its result.
+func (c *Client) Exec(ctx context.Context, id string, req ExecRequest) (*ExecResult, error) {
+	req.Background = false
+	var out ExecResult
+	return &out, c.call(ctx, "POST", sbPath(id, "/exec"), nil, req, &out)
+}
+
+// Start starts a background process and returns its pid at once.
+func (c *Client) Start(ctx context.Context, id string, req ExecRequest) (int, error) {
+	req.Background = true
+	var out struct {
+		Pid int `json:"pid"`
+	}
+	return out.Pid, c.call(ctx, "POST", sbPath(id, "/exec"), nil, req, &out)
+}
+
+// Event is one Server-Sent Event of a process stream.
+type Event struct {
+	// Type is "start", "stdout", "stderr", "exit" or "error".
+	Type string
+	// Data is the output of stdout/stderr events.
+	Data []byte
+	// Pid is set on start events.
+	Pid int
+	// ExitCode, Signal and Status are set on exit events.
+	ExitCode int
+	Signal   string
+	Status   string
+}
+
+// Stream is a process's event stream.
+type Stream struct {
+	body io.ReadCloser
+	sc   *bufio.Scanner
+}
+
+// Next returns the next event, or io.EOF after the last.
+func (s *Stream) Next() (Event, error) {
+	var typ string
+	var data []byte
+	for s.sc.Scan() {
+		line := s.sc.Text()
+		switch {
+		case line == "":
+			if typ == "" {
+				continue
+			}
+			return parseEvent(typ, data)
+		case strings.HasPrefix(line, "event: "):
+			typ = line[len("event: "):]
+		case strings.HasPrefix(line, "data: "):
+			data = append(data, line[len("data: "):]...)
+		}
+	}
+	if err := s.sc.Err(); err != nil {
+		return Event{}, fmt.Errorf("airlock: read event stream: %w", err)
+	}
+	return Event{}, io.EOF
+}
+
+func parseEvent(typ string, data []byte) (Event, error) {
+	var raw struct {
+		Data     string `json:"data"`
+		DataB64  string `json:"data_b64"`
+		Pid      int    `json:"pid"`
+		ExitCode int    `json:"exit_code"`
+		Signal   string `json:"signal"`
+		Status   string `json:"status"`
+		Message  string `json:"message"`
+	}
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return Event{}, fmt.Errorf("airlock: bad %s event: %w", typ, err)
+	}
+	ev := Event{Type: typ, Pid: raw.Pid, ExitCode: raw.ExitCode, Signal: raw.Signal, Status: raw.Status}
+	switch {
+	case raw.DataB64 != "":
+		b, err := base64.StdEncoding.DecodeString(raw.DataB64)
+		if err != nil {
+			return Event{}, fmt.Errorf("airlock: bad %s event: %w", typ, err)
+		}
+		ev.Data = b
+	case raw.Data != "":
+		ev.Data = []byte(raw.Data)
+	case raw.Message != "":
+		ev.Data = []byte(raw.Message)
+	}
+	return ev, nil
+}
+
+// Close ends the stream (a foreground exec's process is then killed; an
+// attached process only detaches).
+func (s *Stream) Close() error { return s.body.Close() }
+
+func (c *Client) stream(ctx context.Context, method, path string, in any) (*Stream, error) {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return nil, fmt.Errorf("airlock: encode request: %w", err)
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := c.newRequest(ctx, method, path, nil, body)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.do(req)
+	if err != nil {
+		return nil, err
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	return &Stream{body: resp.Body, sc: sc}, nil
+}
+
+// ExecStream runs a process and streams its events.
+func (c *Client) ExecStream(ctx context.Context, id string, req ExecRequest) (*Stream, error) {
+	req.Background = false
+	return c.stream(ctx, "POST", sbPath(id, "/exec"), req)
+}
+
+// Attach streams a running (or recently exited background) process's
+// buffered and live output and its exit.
+func (c *Client) Attach(ctx context.Context, id string, pid int) (*Stream, error) {
+	return c.stream(ctx, "GET", sbPath(id, "/processes/", strconv.Itoa(pid), "/events"), nil)
+}
+
+// Processes lists the processes of a sandbox.
+func (c *Client) Processes(ctx context.Context, id string) ([]Process, error) {
+	var out struct {
+		Processes []Process `json:"processes"`
+	}
+	return out.Processes, c.call(ctx, "GET", sbPath(id, "/processes"), nil, nil, &out)
+}
+
+// WriteStdin writes to a process's stdin, closing it after if close.
+func (c *Client) WriteStdin(ctx context.Context, id string, pid int, data string, close bool) error {
+	return c.call(ctx, "POST", sbPath(id, "/processes/", strconv.Itoa(pid), "/stdin"), nil,
+		map[string]any{"data": data, "close": close}, nil)
+}
+
+// Signal sends a signal ("TERM", "KILL", ...) to a process's group.
+func (c *Client) Signal(ctx context.Context, id string, pid int, sig string) error {
+	return c.call(ctx, "POST", sbPath(id, "/processes/", strconv.Itoa(pid), "/signal"), nil,
+		map[string]string{"signal": sig}, nil)
+}
+
+// ReadFile reads a file from the sandbox.
+func (c *Client) ReadFile(ctx context.Context, id, path string) ([]byte, error) {
+	req, err := c.newRequest(ctx, "GET", sbPath(id, "/files"), url.Values{"path": {path}}, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("airlock: read %s: %w", path, err)
+	}
+	return b, nil
+}
+
+// WriteFile writes r to a file in the sandbox (mode 0 keeps the default),
+// streaming it, and returns the bytes written.
+func (c *Client) WriteFile(ctx context.Context, id, path string, r io.Reader, mode uint32) (int64, error) {
+	q := url.Values{"path": {path}}
+	if mode != 0 {
+		q.Set("mode", strconv.FormatUint(uint64(mode), 8))
+	}
+	req, err := c.newRequest(ctx, "PUT", sbPath(id, "/files"), q, r)
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Content-Type", "application/octet-stream")
+	resp, err := c.do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Bytes int64 `json:"bytes"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return 0, fmt.Errorf("airlock: decode write response: %w", err)
+	}
+	return out.Bytes, nil
+}
+
+// Remove removes a file or directory tree.
+func (c *Client) Remove(ctx context.Context, id, path string) error {
+	return c.call(ctx, "DELETE", sbPath(id, "/files"), url.Values{"path": {path}}, nil, nil)
+}
+
+// ListFiles lists a directory tree depth levels deep (0 means 1).
+func (c *Client) ListFiles(ctx context.Context, id, path string, depth int) ([]FileInfo, error) {
+	q := url.Values{"path": {path}}
+	if depth > 0 {
+		q.Set("depth", strconv.Itoa(depth))
+	}
+	var out struct {
+		Entries []FileInfo `json:"entries"`
+	}
+	return out.Entries, c.call(ctx, "GET", sbPath(id, "/files/list"), q, nil, &out)
+}
+
+// Stat describes a path without following a final symlink.
+func (c *Client) Stat(ctx context.Context, id, path string) (*FileInfo, error) {
+	var out FileInfo
+	return &out, c.call(ctx, "GET", sbPath(id, "/files/stat"), url.Values{"path": {path}}, nil, &out)
+}
+
+// Mkdir creates a directory and its parents.
+func (c *Client) Mkdir(ctx context.Context, id, path string) error {
+	return c.call(ctx, "POST", sbPath(id, "/files/mkdir"), nil, map[string]string{"path": path}, nil)
+}
+
+// Move renames a path.
+func (c *Client) Move(ctx context.Context, id, from, to string) error {
+	return c.call(ctx, "POST", sbPath(id, "/files/move"), nil, map[string]string{"from": from, "to": to}, nil)
+}
