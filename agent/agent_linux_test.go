@@ -192,6 +192,34 @@ func TestStdoutStderr(t *testing.T) {
 	}
 }
 
+// A descendant that keeps stdout open must not hold back the exit; output
+// written after the exit still reaches the ring for Attach.
+func TestExitWithInheritedPipes(t *testing.T) {
+	ta := startAgent(t)
+	ctx := ctxT(t)
+	start := time.Now()
+	p, err := ta.c.Exec(ctx, agent.ExecRequest{Shell: "(sleep 0.5; echo late) & echo early", Background: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _, _, st, err := p.Collect(ctx, 100)
+	if err != nil || string(out) != "early\n" || st.Code != 0 {
+		t.Fatalf("got %q %+v %v", out, st, err)
+	}
+	if d := time.Since(start); d > 400*time.Millisecond {
+		t.Fatalf("exit took %v", d)
+	}
+	time.Sleep(700 * time.Millisecond)
+	a, err := ta.c.Attach(ctx, p.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _, _, _, err = a.Collect(ctx, 100)
+	if err != nil || string(out) != "early\nlate\n" {
+		t.Fatalf("replay %q %v", out, err)
+	}
+}
+
 func TestConcurrentExec(t *testing.T) {
 	ta := startAgent(t)
 	var wg sync.WaitGroup
