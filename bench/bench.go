@@ -46,6 +46,16 @@ type Peer struct {
 	// Prepare was called. Prepare and Cleanup must be safe to call again
 	// for the next figure.
 	Cleanup func()
+	// StartIdle, if set, starts argv (an idle command such as sleep) as a
+	// sandbox that stays up, for the density figure, and returns once it
+	// runs. Nil means the peer cannot be measured for density; IdleMissing
+	// then says why.
+	StartIdle func(argv []string) (*Idle, error)
+	// IdleMissing is why StartIdle is nil, for the report.
+	IdleMissing string
+	// IdleNote says how StartIdle starts a sandbox, where that differs
+	// from Note.
+	IdleNote string
 }
 
 // Figure is one measured quantity (cold start, cold python, ...) for every
@@ -57,6 +67,14 @@ type Figure struct {
 	Unit string `json:"unit"`
 	// Command is the command that was run, if the figure runs one.
 	Command []string `json:"command,omitempty"`
+	// Unavailable is why the figure could not be measured at all in this
+	// build or on this machine (e.g. the server it needs does not exist
+	// yet). An unavailable figure has no results; it is reported, never
+	// silently dropped.
+	Unavailable string `json:"unavailable,omitempty"`
+	// Note says how the figure was measured, where that is not obvious
+	// from its name (e.g. how density is counted).
+	Note string `json:"note,omitempty"`
 	// Rounds is the number of measured rounds (excluding warm-up).
 	Rounds int `json:"rounds"`
 	// Results holds one entry per peer, in the order the peers were given.
@@ -91,6 +109,12 @@ type PeerResult struct {
 	Ratio float64 `json:"ratio_airlock_over_peer,omitempty"`
 	// RatioPairs is the number of rounds the Ratio is computed from.
 	RatioPairs int `json:"ratio_pairs,omitempty"`
+	// Detail is extra information about a successful measurement (for
+	// density: how many sandboxes ran and what the cost is made of).
+	Detail string `json:"detail,omitempty"`
+	// Density holds the density measurement's particulars, for the
+	// density figure only.
+	Density *DensityResult `json:"density,omitempty"`
 
 	// rounds holds one value per round, NaN for a failed run.
 	rounds []float64
@@ -211,6 +235,11 @@ func (f *Figure) summarise() {
 			}
 		}
 	}
+}
+
+// Unavailable returns a figure that could not be measured, with the reason.
+func Unavailable(name, reason string) Figure {
+	return Figure{Name: name, Unavailable: reason}
 }
 
 // Result returns the result for the named peer, or nil.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"math"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 )
@@ -273,8 +274,11 @@ func TestDetectPeers(t *testing.T) {
 	if peers[0].Name != "bare" || peers[0].Missing != "" {
 		t.Errorf("bare peer = %+v", peers[0])
 	}
-	if srt := peers[6]; srt.Missing == "" {
-		t.Errorf("srt without a path should be missing")
+	if _, err := exec.LookPath("srt"); err != nil && peers[6].Missing == "" {
+		t.Errorf("srt is not on PATH but is not missing")
+	}
+	if p := DetectPeers(Options{Srt: "/nonexistent/srt"})[6]; p.Missing == "" {
+		t.Errorf("srt with a bad path should be missing")
 	}
 }
 

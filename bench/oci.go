@@ -116,6 +116,7 @@ type ociNamespace struct {
 }
 
 type ociLinux struct {
+	CgroupsPath string         `json:"cgroupsPath,omitempty"`
 	Namespaces  []ociNamespace `json:"namespaces"`
 	UIDMappings []ociIDMap     `json:"uidMappings,omitempty"`
 	GIDMappings []ociIDMap     `json:"gidMappings,omitempty"`
@@ -130,6 +131,7 @@ type bundle struct {
 	dir      string
 	rootless bool
 	last     []string
+	lastCg   string
 }
 
 // newBundle creates a bundle under parent.
@@ -164,19 +166,26 @@ func (b *bundle) stateDir(runtime string) string {
 	return filepath.Join(b.dir, "state-"+runtime)
 }
 
-// setArgs writes config.json for argv unless it already holds argv.
-func (b *bundle) setArgs(argv []string) error {
-	if b.last != nil && slices.Equal(b.last, argv) {
+// setArgs writes config.json for argv unless it already holds argv. The
+// runtime chooses the container's cgroup.
+func (b *bundle) setArgs(argv []string) error { return b.setSpec(argv, "") }
+
+// setSpec writes config.json for argv and the cgroup path (empty: the
+// runtime's default) unless it already holds them.
+func (b *bundle) setSpec(argv []string, cgroupsPath string) error {
+	if b.last != nil && slices.Equal(b.last, argv) && b.lastCg == cgroupsPath {
 		return nil
 	}
-	data, err := json.MarshalIndent(b.spec(argv), "", "  ")
+	spec := b.spec(argv)
+	spec.Linux.CgroupsPath = cgroupsPath
+	data, err := json.MarshalIndent(spec, "", "  ")
 	if err != nil {
 		return err
 	}
 	if err := os.WriteFile(filepath.Join(b.dir, "config.json"), data, 0o644); err != nil {
 		return err
 	}
-	b.last = slices.Clone(argv)
+	b.last, b.lastCg = slices.Clone(argv), cgroupsPath
 	return nil
 }
 
@@ -241,7 +250,9 @@ func removeCgroups(prefix string) {
 	}
 }
 
-// containerID returns a fresh container name.
+// containerID returns a fresh container name. The counter is zero-padded
+// so that no id is a prefix of another: runsc resolves ids by prefix and
+// refuses "x-1" while "x-10" exists.
 func containerID(prefix string, n int) string {
-	return fmt.Sprintf("%s-%d-%d", prefix, os.Getpid(), n)
+	return fmt.Sprintf("%s-%d-%06d", prefix, os.Getpid(), n)
 }

@@ -7,8 +7,11 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -16,7 +19,8 @@ import (
 type Options struct {
 	// Runsc is the path of gVisor's runsc; empty means look it up on PATH.
 	Runsc string
-	// Srt is the path of sandbox-runtime's srt; empty means srt is missing.
+	// Srt is the path of sandbox-runtime's srt; empty means look it up on
+	// PATH.
 	Srt string
 	// ScratchDir is where bundles and runtime state are created (each peer
 	// makes its own directory in Prepare and removes it in Cleanup); empty
@@ -78,6 +82,10 @@ type runSpec struct {
 	// start, if set, starts the command; it lets the crun peer start its
 	// process from a thread in a private mount namespace.
 	start func(*exec.Cmd) error
+	// stderrFile sends stderr to a temporary file instead of a pipe, for
+	// commands that leave a detached child holding their stderr (an OCI
+	// runtime's `run --detach`): with a pipe, Wait would wait for it.
+	stderrFile bool
 }
 
 // runWith is run with the adjustments of spec.
@@ -90,7 +98,18 @@ func runWith(timeout time.Duration, spec runSpec, name string, args ...string) e
 		cmd.Env = append(os.Environ(), spec.env...)
 	}
 	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
+	var errFile *os.File
+	if spec.stderrFile {
+		f, err := os.CreateTemp("", "bench-stderr-")
+		if err != nil {
+			return err
+		}
+		os.Remove(f.Name())
+		defer f.Close()
+		cmd.Stderr, errFile = f, f
+	} else {
+		cmd.Stderr = &stderr
+	}
 	cmd.WaitDelay = time.Second
 	var err error
 	if spec.start != nil {
@@ -102,6 +121,10 @@ func runWith(timeout time.Duration, spec runSpec, name string, args ...string) e
 		err = cmd.Wait()
 	}
 	if err != nil {
+		if errFile != nil {
+			b, _ := os.ReadFile(fmt.Sprintf("/proc/self/fd/%d", errFile.Fd()))
+			stderr.Write(b)
+		}
 		msg := strings.TrimSpace(stderr.String())
 		if len(msg) > 300 {
 			msg = "..." + msg[len(msg)-300:]
@@ -125,6 +148,9 @@ func (d *detector) bare() Peer {
 			}
 			return d.run(argv[0], argv[1:]...)
 		},
+		StartIdle: func(argv []string) (*Idle, error) {
+			return startIdleProcess(runSpec{}, argv[0], argv[1:]...)
+		},
 	}
 }
 
@@ -144,6 +170,9 @@ func (d *detector) unshare() Peer {
 	p.Run = func(argv []string) error {
 		return d.run(path, append(append(append([]string{}, unshareFlags...), "--"), argv...)...)
 	}
+	p.StartIdle = func(argv []string) (*Idle, error) {
+		return startIdleProcess(runSpec{}, path, append(append(append([]string{}, unshareFlags...), "--"), argv...)...)
+	}
 	return p
 }
 
@@ -158,6 +187,9 @@ func (d *detector) bwrap() Peer {
 	}
 	p.Note = "bwrap " + strings.Join(bwrapArgs([]string{"CMD"}), " ")
 	p.Run = func(argv []string) error { return d.run(path, bwrapArgs(argv)...) }
+	p.StartIdle = func(argv []string) (*Idle, error) {
+		return startIdleProcess(runSpec{}, path, bwrapArgs(argv)...)
+	}
 	return p
 }
 
@@ -199,6 +231,54 @@ func (o *ociPeer) next(argv []string) (string, error) {
 	return containerID(o.name, o.n), nil
 }
 
+// startIdle starts argv detached (`RUNTIME --root STATE run --detach`) in a
+// container of its own whose cgroup, when running as root, is
+// DensityCgroupParent/ID, so the density figure finds all its processes
+// and its kernel memory there. start runs the runtime (crun needs its
+// namespace thread); the container is removed with `delete --force`.
+func (o *ociPeer) startIdle(path string, start func(*exec.Cmd) error, globals, argv []string) (*Idle, error) {
+	if o.b == nil {
+		return nil, errors.New("bundle not prepared")
+	}
+	o.n++
+	id := containerID(o.name, o.n)
+	cgPath := ""
+	if o.d.root {
+		cgPath = "/" + densityCgroupParent() + "/" + id
+	}
+	if err := o.b.setSpec(argv, cgPath); err != nil {
+		return nil, err
+	}
+	pidFile := filepath.Join(o.b.dir, id+".pid")
+	spec := runSpec{start: start, stderrFile: true}
+	args := append(append([]string{}, globals...), "run", "--detach", "--pid-file", pidFile, "--bundle", o.b.dir, id)
+	del := func() error {
+		return runWith(o.d.opts.Timeout, runSpec{start: start}, path, append(append([]string{}, globals...), "delete", "--force", id)...)
+	}
+	if err := runWith(o.d.opts.Timeout, spec, path, args...); err != nil {
+		del()
+		return nil, err
+	}
+	b, err := os.ReadFile(pidFile)
+	pid, perr := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || perr != nil || pid <= 0 {
+		del()
+		return nil, fmt.Errorf("%s: no container pid in %s: %v", o.name, pidFile, errors.Join(err, perr))
+	}
+	cg := memCgroup(pid)
+	stop := func() error {
+		err := del()
+		if err != nil && cg != "" && cg != memCgroup(os.Getpid()) {
+			// Leave nothing running: kill what is left in its cgroup.
+			for _, p := range cgroupProcs(cg) {
+				_ = syscall.Kill(p, syscall.SIGKILL)
+			}
+		}
+		return err
+	}
+	return &Idle{Root: pid, Stop: stop}, nil
+}
+
 // runc runs the command as `runc run` of an OCI bundle.
 func (d *detector) runc() Peer {
 	p := Peer{Name: "runc"}
@@ -217,7 +297,21 @@ func (d *detector) runc() Peer {
 		}
 		return d.run(path, "--root", o.b.stateDir("runc"), "run", "--bundle", o.b.dir, id)
 	}
+	p.StartIdle = func(argv []string) (*Idle, error) {
+		return o.startIdle(path, nil, []string{"--root", o.b.stateDir("runc")}, argv)
+	}
+	p.IdleNote = "runc --root STATE run --detach --pid-file F --bundle B ID; " + idleBundleNote(d.root)
 	return p
+}
+
+// idleBundleNote describes the bundle of the container peers' idle
+// sandboxes.
+func idleBundleNote(root bool) string {
+	s := "the same bundle, detached (the runtime exits; no monitor process)"
+	if root {
+		s += ", in cgroup " + densityCgroupParent() + "/ID"
+	}
+	return s
 }
 
 // bundleNote describes the OCI bundle the container peers run.
@@ -287,6 +381,17 @@ func (d *detector) crun() Peer {
 		}
 		return runWith(d.opts.Timeout, spec, path, "--root", o.b.stateDir("crun"), "run", "--bundle", o.b.dir, id)
 	}
+	p.StartIdle = func(argv []string) (*Idle, error) {
+		var start func(*exec.Cmd) error
+		if ns != nil {
+			start = ns.start
+		}
+		return o.startIdle(path, start, []string{"--root", o.b.stateDir("crun")}, argv)
+	}
+	p.IdleNote = "crun --root STATE run --detach --pid-file F --bundle B ID; " + idleBundleNote(d.root)
+	if hybrid {
+		p.IdleNote = "crun started from a thread in a private mount namespace with a tmpfs over /sys/fs/cgroup/unified; " + p.IdleNote
+	}
 	return p
 }
 
@@ -330,6 +435,7 @@ func (d *detector) runsc() Peer {
 			args := append(d.runscFlags(o.b.stateDir("runsc")), "do")
 			return d.run(path, append(args, argv...)...)
 		}
+		p.IdleMissing = "rootless runsc runs `do`, not a detached container"
 		return p
 	}
 	p.Note = "runsc " + strings.Join(d.runscFlags("STATE"), " ") + " run --bundle B ID; " + bundleNote(false)
@@ -341,25 +447,33 @@ func (d *detector) runsc() Peer {
 		args := append(d.runscFlags(o.b.stateDir("runsc")), "run", "--bundle", o.b.dir, id)
 		return d.run(path, args...)
 	}
+	p.StartIdle = func(argv []string) (*Idle, error) {
+		return o.startIdle(path, nil, d.runscFlags(o.b.stateDir("runsc")), argv)
+	}
+	p.IdleNote = "runsc " + strings.Join(d.runscFlags("STATE"), " ") + " run --detach --pid-file F --bundle B ID; " + idleBundleNote(d.root)
 	return p
 }
 
-// srt runs the command under Anthropic's sandbox-runtime CLI. srt joins
+// srt runs the command under Anthropic's sandbox-runtime CLI (the path
+// given, or srt on PATH). srt joins
 // its arguments into one bash command line without quoting, so the command
 // is passed shell-quoted with -c. srt scans and exposes its working
 // directory, and leaves a socket in TMPDIR on every run, so it runs with
 // both set to an empty directory made in Prepare.
 func (d *detector) srt() Peer {
 	p := Peer{Name: "srt"}
-	if d.opts.Srt == "" {
-		p.Missing = "srt not given (pass the path of sandbox-runtime's srt)"
-		return p
-	}
-	if _, err := os.Stat(d.opts.Srt); err != nil {
+	path := d.opts.Srt
+	if path == "" {
+		var missing string
+		path, missing = look("srt")
+		if missing != "" {
+			p.Missing = missing + " (install @anthropic-ai/sandbox-runtime with npm, or pass its path)"
+			return p
+		}
+	} else if _, err := os.Stat(path); err != nil {
 		p.Missing = "srt: " + err.Error()
 		return p
 	}
-	path := d.opts.Srt
 	var dir string
 	p.Note = "srt -c 'CMD' with cwd and TMPDIR an empty directory, default settings (bwrap + seccomp + its HTTP/SOCKS proxies)"
 	p.Prepare = func() error {
@@ -376,6 +490,10 @@ func (d *detector) srt() Peer {
 	p.Run = func(argv []string) error {
 		spec := runSpec{dir: dir, env: []string{"TMPDIR=" + dir}}
 		return runWith(d.opts.Timeout, spec, path, "-c", shellJoin(argv))
+	}
+	p.StartIdle = func(argv []string) (*Idle, error) {
+		spec := runSpec{dir: dir, env: []string{"TMPDIR=" + dir}}
+		return startIdleProcess(spec, path, "-c", shellJoin(argv))
 	}
 	return p
 }

@@ -149,3 +149,34 @@ func unescapeMountinfo(s string) string {
 	}
 	return b.String()
 }
+
+// kernelRelease returns uname -r.
+func kernelRelease() string {
+	var u syscall.Utsname
+	if syscall.Uname(&u) != nil {
+		return "unknown"
+	}
+	var b []byte
+	for _, c := range u.Release {
+		if c == 0 {
+			break
+		}
+		b = append(b, byte(c))
+	}
+	return string(b)
+}
+
+// cgroupLayout describes the host's cgroup layout.
+func cgroupLayout() string {
+	var st syscall.Statfs_t
+	if syscall.Statfs("/sys/fs/cgroup", &st) != nil {
+		return "none"
+	}
+	if st.Type == cgroup2Magic {
+		return "v2"
+	}
+	if hybridCgroups() {
+		return "v1 + cgroup2 at /sys/fs/cgroup/unified (hybrid)"
+	}
+	return "v1"
+}

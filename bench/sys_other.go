@@ -24,3 +24,9 @@ func detectHybrid() bool { return false }
 
 // unmountUnder is a no-op outside Linux.
 func unmountUnder(string) {}
+
+// kernelRelease is unknown outside Linux.
+func kernelRelease() string { return "unknown" }
+
+// cgroupLayout is "none" outside Linux.
+func cgroupLayout() string { return "none" }

@@ -19,7 +19,7 @@ import (
 func main() {
 	runs := flag.Int("runs", 10, "measured rounds per figure")
 	runsc := flag.String("runsc", "", "path of runsc (default: runsc on PATH)")
-	srt := flag.String("srt", "", "path of sandbox-runtime's srt (default: not measured)")
+	srt := flag.String("srt", "", "path of sandbox-runtime's srt (default: srt on PATH)")
 	python := flag.String("python", "/usr/bin/python3", "python interpreter for the cold python figure")
 	jsonOut := flag.String("json", "", "also write the figures as JSON to this file")
 	scratch := flag.String("scratch", "", "scratch directory for bundles (default: $TMPDIR)")

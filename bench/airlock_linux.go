@@ -1,0 +1,75 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"airlock/policy"
+	"airlock/runtime/native"
+)
+
+// AirlockCLI returns the airlock peer that runs a command the way a user
+// does: exe (the airlock binary) is executed as `exe run -- CMD`, a fresh
+// process each time, like every other peer. Its figure therefore includes
+// the Go runtime's start, flag parsing, the strict policy, the sandbox and
+// its teardown. Its idle sandboxes, for density, are started in the bench
+// process with native.Start (see AirlockInProcess).
+func AirlockCLI(exe string, timeout time.Duration) Peer {
+	if timeout <= 0 {
+		timeout = time.Minute
+	}
+	p := Peer{Name: Reference, Note: "airlock run -- CMD (the whole CLI, exec'ed: Go start, strict policy, sandbox, teardown)"}
+	if exe == "" {
+		p.Missing = "airlock binary unknown"
+		return p
+	}
+	p.Run = func(argv []string) error {
+		return runWith(timeout, runSpec{}, exe, append([]string{"run", "--"}, argv...)...)
+	}
+	p.StartIdle, p.IdleNote = startNativeIdle, nativeIdleNote
+	return p
+}
+
+// nativeIdleNote says how airlock's idle sandboxes are started.
+const nativeIdleNote = "native.Start(strict preset) of the idle command as PID 1, launched by the bench process (not yet the agent)"
+
+// AirlockInProcess returns the airlock peer that calls native.Run with the
+// strict preset inside the bench process: the runtime's own cost without
+// starting a Go program. Its idle sandboxes, for density, are native.Start
+// of the idle command with the strict preset (init is the command itself,
+// not the in-sandbox agent).
+func AirlockInProcess() Peer {
+	p := Peer{Name: Reference, Note: "native.Run(strict preset) inside the bench process (no CLI start)"}
+	pol, err := policy.Preset(policy.Strict)
+	if err != nil {
+		p.Missing = "strict preset: " + err.Error()
+		return p
+	}
+	p.Run = func(argv []string) error {
+		res, err := native.Run(context.Background(), native.Config{Policy: pol, Args: argv}, native.RunOptions{})
+		if err != nil {
+			return err
+		}
+		if res.Status != native.StatusOK {
+			return fmt.Errorf("status %s, exit code %d: %s", res.Status, res.ExitCode, res.Error)
+		}
+		return nil
+	}
+	p.StartIdle, p.IdleNote = startNativeIdle, nativeIdleNote
+	return p
+}
+
+// startNativeIdle starts argv as PID 1 of a native sandbox with the strict
+// preset, launched by the bench process.
+func startNativeIdle(argv []string) (*Idle, error) {
+	pol, err := policy.Preset(policy.Strict)
+	if err != nil {
+		return nil, err
+	}
+	sb, err := native.Start(native.Config{Policy: pol, Args: argv})
+	if err != nil {
+		return nil, err
+	}
+	return &Idle{Root: sb.Pid, Stop: sb.Destroy}, nil
+}
