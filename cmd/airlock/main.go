@@ -23,6 +23,7 @@ const usage = `airlock: run untrusted code in a sandbox
 usage:
   airlock run [flags] -- CMD [ARGS...]   run one command in a fresh sandbox
   airlock doctor [--json]                report which isolation layers this host enforces
+  airlock bench [--json] [--only NAME]   measure airlock against bwrap, crun, runc, runsc, srt
   airlock version
 
 Run 'airlock COMMAND --help' for a command's flags.
@@ -40,6 +41,8 @@ func main() {
 		code = cmdRun(args)
 	case "doctor":
 		code = cmdDoctor(args)
+	case "bench":
+		code = cmdBench(args)
 	case "version", "--version":
 		fmt.Println("airlock", version)
 	case "help", "-h", "--help":
