@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -21,10 +22,21 @@ import (
 // prSetChildSubreaper is prctl's PR_SET_CHILD_SUBREAPER.
 const prSetChildSubreaper = 36
 
-// Main runs the agent on fd 0, which must be a connected stream socket to the
-// host. It never returns: it exits the process when the host closes the
-// connection (status 0) or on a fatal error (status 1), after killing every
-// process it started and their descendants.
+// defaultGrace is how long a listening agent waits for a host connection.
+const defaultGrace = 10 * time.Minute
+
+// Main runs the agent on fd 0 and never returns.
+//
+// If fd 0 is a connected stream socket, the agent serves that one host
+// connection and exits when it closes (status 0; 1 on a fatal error), after
+// killing every process it started and their descendants.
+//
+// If fd 0 is a listening socket, the agent accepts host connections on it,
+// one at a time (a new one replaces the current one). Processes outlive a
+// connection, except foreground processes, which are killed with their
+// streams. After a connection ends, or at start, the agent waits for the
+// grace period ("--grace DURATION" in its arguments, default 10 minutes)
+// for the next one, and if none comes kills everything and exits.
 func Main() {
 	// An idle agent should cost little: collect early, and return freed
 	// memory to the kernel promptly.
@@ -36,14 +48,48 @@ func Main() {
 	}
 	cloexecFrom(3)
 	f := os.NewFile(0, "host")
-	conn, err := net.FileConn(f)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "airlock agent: fd 0 is not a socket: %v\n", err)
-		os.Exit(1)
+	var code int
+	if v, err := syscall.GetsockoptInt(0, syscall.SOL_SOCKET, syscall.SO_ACCEPTCONN); err == nil && v == 1 {
+		grace, err := graceArg(os.Args)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "airlock agent: %v\n", err)
+			os.Exit(2)
+		}
+		ln, err := net.FileListener(f)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "airlock agent: fd 0: %v\n", err)
+			os.Exit(1)
+		}
+		f.Close() // FileListener holds a close-on-exec duplicate
+		code = runListener(ln, grace)
+	} else {
+		conn, err := net.FileConn(f)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "airlock agent: fd 0 is not a socket: %v\n", err)
+			os.Exit(1)
+		}
+		f.Close() // FileConn holds a close-on-exec duplicate
+		code = run(conn)
 	}
-	f.Close() // FileConn holds a close-on-exec duplicate
-	code := run(conn)
 	os.Exit(code)
+}
+
+// graceArg finds "--grace DURATION" or "--grace=DURATION" in args.
+func graceArg(args []string) (time.Duration, error) {
+	for i, arg := range args {
+		v, ok := strings.CutPrefix(arg, "--grace=")
+		if !ok && arg == "--grace" && i+1 < len(args) {
+			v, ok = args[i+1], true
+		}
+		if ok {
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				return 0, fmt.Errorf("bad --grace %q", v)
+			}
+			return d, nil
+		}
+	}
+	return defaultGrace, nil
 }
 
 // cloexecFrom marks every fd >= lowfd close-on-exec, so that nothing the
@@ -66,14 +112,12 @@ func cloexecFrom(lowfd int) {
 	}
 }
 
-// run serves one connection and tears everything down when it ends.
-func run(conn net.Conn) int {
+// newAgent sets up the process-wide state: subreaper, reaper, signals.
+func newAgent() *agent {
 	a := &agent{
-		conn:    conn,
-		home:    "/workspace",
-		env:     os.Environ(),
-		streams: make(map[uint32]*astream),
-		procs:   make(map[int]*proc),
+		env:   os.Environ(),
+		procs: make(map[int]*proc),
+		quit:  make(chan struct{}),
 	}
 	// As PID 1 of a pid namespace orphans come to us anyway; outside one
 	// (tests, debugging) this makes them come to us too, so that we reap
@@ -81,13 +125,86 @@ func run(conn net.Conn) int {
 	syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0)
 	a.startReaper()
 	a.handleSignals()
-	err := a.serve()
+	return a
+}
+
+// run serves one connection and tears everything down when it ends.
+func run(conn net.Conn) int {
+	a := newAgent()
+	c := a.newConn(conn)
+	go func() {
+		<-a.quit
+		c.close()
+	}()
+	err := c.serve()
+	c.close()
 	a.shutdown()
 	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 		fmt.Fprintf(os.Stderr, "airlock agent: %v\n", err)
 		return 1
 	}
 	return 0
+}
+
+// runListener serves connections from ln until none comes for grace.
+func runListener(ln net.Listener, grace time.Duration) int {
+	a := newAgent()
+	conns := make(chan net.Conn)
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				if ne, ok := err.(net.Error); ok && ne.Timeout() {
+					continue
+				}
+				fmt.Fprintf(os.Stderr, "airlock agent: accept: %v\n", err)
+				close(conns)
+				return
+			}
+			conns <- conn
+		}
+	}()
+	ended := make(chan *hostConn, 1)
+	var cur *hostConn
+	timer := time.NewTimer(grace)
+	for {
+		select {
+		case conn, ok := <-conns:
+			if !ok {
+				conns = nil // no more connections: wait out the grace
+				continue
+			}
+			if cur != nil {
+				cur.close() // replaced; its end is ignored below
+			}
+			timer.Stop()
+			cur = a.newConn(conn)
+			go func(c *hostConn) {
+				err := c.serve()
+				c.close()
+				if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+					fmt.Fprintf(os.Stderr, "airlock agent: %v\n", err)
+				}
+				ended <- c
+			}(cur)
+		case c := <-ended:
+			if c == cur {
+				cur = nil
+				timer.Reset(grace)
+			}
+		case <-timer.C:
+			ln.Close()
+			a.shutdown()
+			return 0
+		case <-a.quit:
+			ln.Close()
+			if cur != nil {
+				cur.close()
+			}
+			a.shutdown()
+			return 0
+		}
+	}
 }
 
 // handleSignals keeps catchable signals from killing the agent. As PID 1,
@@ -104,24 +221,18 @@ func (a *agent) handleSignals() {
 	go func() {
 		for sig := range ch {
 			if !pid1 && (sig == syscall.SIGTERM || sig == syscall.SIGINT || sig == syscall.SIGHUP) {
-				a.conn.Close() // serve returns and run shuts down
+				a.quitOnce.Do(func() { close(a.quit) })
 			}
 		}
 	}()
 }
 
-// agent is the state of the in-sandbox agent.
+// agent is the process-wide state of the in-sandbox agent: the processes it
+// started, which outlive any one host connection.
 type agent struct {
-	conn net.Conn
-	home string
-	env  []string
-
-	wmu  sync.Mutex // serializes frame writes
-	wbuf []byte
-	dead bool // a write failed; guarded by wmu
+	env []string
 
 	mu      sync.Mutex
-	streams map[uint32]*astream
 	procs   map[int]*proc
 	exited  []*proc // exited background processes, oldest first
 	closing bool
@@ -130,44 +241,86 @@ type agent struct {
 	// exclusively by the reaper while it waits for and dispatches exits,
 	// so that no exit is reaped before its process is registered.
 	forkMu sync.RWMutex
+
+	quit     chan struct{} // closed to shut down (SIGTERM outside a pid namespace)
+	quitOnce sync.Once
+}
+
+// hostConn is one host connection and its streams. Request handlers are its
+// methods; the embedded agent holds the process state they share.
+type hostConn struct {
+	*agent
+	conn net.Conn
+	home string
+
+	wmu  sync.Mutex // serializes frame writes
+	wbuf []byte
+	dead bool // closed or a write failed; guarded by wmu
+
+	smu     sync.Mutex
+	streams map[uint32]*astream
+	closed  bool // guarded by smu
+}
+
+func (a *agent) newConn(conn net.Conn) *hostConn {
+	return &hostConn{agent: a, conn: conn, home: "/workspace", streams: make(map[uint32]*astream)}
+}
+
+// close ends the connection and every stream on it: followers detach, and
+// foreground processes started on it are killed.
+func (c *hostConn) close() {
+	c.wmu.Lock()
+	c.dead = true
+	c.wmu.Unlock()
+	c.conn.Close()
+	c.smu.Lock()
+	c.closed = true
+	streams := make([]*astream, 0, len(c.streams))
+	for _, s := range c.streams {
+		streams = append(streams, s)
+	}
+	c.smu.Unlock()
+	for _, s := range streams {
+		s.kill(false, nil)
+	}
 }
 
 // write sends one frame. It is safe for concurrent use.
-func (a *agent) write(t FrameType, id uint32, payload []byte) error {
-	a.wmu.Lock()
-	defer a.wmu.Unlock()
-	if a.dead {
+func (c *hostConn) write(t FrameType, id uint32, payload []byte) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.dead {
 		return net.ErrClosed
 	}
 	var err error
 	if len(payload) <= 4096 {
-		a.wbuf = AppendFrame(a.wbuf[:0], t, id, payload)
-		_, err = a.conn.Write(a.wbuf)
+		c.wbuf = AppendFrame(c.wbuf[:0], t, id, payload)
+		_, err = c.conn.Write(c.wbuf)
 	} else {
 		var h [HeaderSize]byte
 		putHeader(&h, t, id, len(payload))
 		bufs := net.Buffers{h[:], payload}
-		_, err = bufs.WriteTo(a.conn)
+		_, err = bufs.WriteTo(c.conn)
 	}
 	if err != nil {
-		a.dead = true
-		a.conn.Close() // the reader notices and shuts the agent down
+		c.dead = true
+		c.conn.Close() // the reader notices and ends the connection
 		return fmt.Errorf("writing %s frame: %w", t, err)
 	}
 	return nil
 }
 
-func (a *agent) writeJSON(t FrameType, id uint32, v any) error {
+func (c *hostConn) writeJSON(t FrameType, id uint32, v any) error {
 	p, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("encoding %s: %w", t, err)
 	}
-	return a.write(t, id, p)
+	return c.write(t, id, p)
 }
 
 // serve does the hello and then dispatches frames until the connection ends.
-func (a *agent) serve() error {
-	br := bufio.NewReaderSize(a.conn, 4096)
+func (c *hostConn) serve() error {
+	br := bufio.NewReaderSize(c.conn, 4096)
 	f, err := ReadFrame(br)
 	if err != nil {
 		return fmt.Errorf("reading hello: %w", err)
@@ -181,13 +334,13 @@ func (a *agent) serve() error {
 		err = fmt.Errorf("home %q is not absolute", h.Home)
 	}
 	if err != nil {
-		a.writeJSON(FrameError, 0, &Error{Code: CodeProtocol, Message: err.Error()})
+		c.writeJSON(FrameError, 0, &Error{Code: CodeProtocol, Message: err.Error()})
 		return err
 	}
 	if h.Home != "" {
-		a.home = filepath.Clean(h.Home)
+		c.home = filepath.Clean(h.Home)
 	}
-	if err := a.writeJSON(FrameHello, 0, helloMsg{Version: Version, Pid: os.Getpid()}); err != nil {
+	if err := c.writeJSON(FrameHello, 0, helloMsg{Version: Version, Pid: os.Getpid()}); err != nil {
 		return err
 	}
 	for {
@@ -195,20 +348,20 @@ func (a *agent) serve() error {
 		if err != nil {
 			return err
 		}
-		a.dispatch(f)
+		c.dispatch(f)
 	}
 }
 
 // dispatch handles one frame from the host. It never blocks on a stream.
-func (a *agent) dispatch(f Frame) {
+func (c *hostConn) dispatch(f Frame) {
 	switch f.Type {
 	case FramePing:
-		a.writeJSON(FrameResult, f.Stream, emptyMsg{})
+		c.writeJSON(FrameResult, f.Stream, emptyMsg{})
 		return
 	case FrameWindow, FrameData, FrameEOF, FrameReset:
-		a.mu.Lock()
-		s := a.streams[f.Stream]
-		a.mu.Unlock()
+		c.smu.Lock()
+		s := c.streams[f.Stream]
+		c.smu.Unlock()
 		if s == nil {
 			return // finished or reset: late frames are expected
 		}
@@ -231,22 +384,22 @@ func (a *agent) dispatch(f Frame) {
 	}
 	h, ok := handlers[f.Type]
 	if !ok || f.Stream == 0 {
-		a.writeJSON(FrameError, f.Stream, &Error{Code: CodeUnsupported,
+		c.writeJSON(FrameError, f.Stream, &Error{Code: CodeUnsupported,
 			Message: fmt.Sprintf("unsupported frame type %s", f.Type)})
 		return
 	}
-	s := newStream(a, f.Stream)
-	a.mu.Lock()
-	if _, dup := a.streams[f.Stream]; dup || a.closing {
-		a.mu.Unlock()
-		a.writeJSON(FrameError, f.Stream, &Error{Code: CodeProtocol, Message: "stream id already in use"})
+	s := newStream(c, f.Stream)
+	c.smu.Lock()
+	if _, dup := c.streams[f.Stream]; dup || c.closed {
+		c.smu.Unlock()
+		c.writeJSON(FrameError, f.Stream, &Error{Code: CodeProtocol, Message: "stream id already in use"})
 		return
 	}
-	a.streams[f.Stream] = s
-	a.mu.Unlock()
+	c.streams[f.Stream] = s
+	c.smu.Unlock()
 	go func() {
 		defer s.release()
-		res, err := h(a, s, f.Payload)
+		res, err := h(c, s, f.Payload)
 		if err != nil {
 			s.finishErr(err)
 		} else if res != nil {
@@ -257,24 +410,24 @@ func (a *agent) dispatch(f Frame) {
 
 // handler serves one request. It returns the Result payload, or an error to
 // send as the final Error, or (nil, nil) when it has ended the stream itself.
-type handler func(a *agent, s *astream, payload []byte) (any, error)
+type handler func(c *hostConn, s *astream, payload []byte) (any, error)
 
 var handlers map[FrameType]handler
 
 func init() {
 	handlers = map[FrameType]handler{
-		FrameExec:      (*agent).handleExec,
-		FrameAttach:    (*agent).handleAttach,
-		FrameProcesses: (*agent).handleProcesses,
-		FrameStdin:     (*agent).handleStdin,
-		FrameSignal:    (*agent).handleSignal,
-		FrameReadFile:  (*agent).handleReadFile,
-		FrameWriteFile: (*agent).handleWriteFile,
-		FrameRemove:    (*agent).handleRemove,
-		FrameList:      (*agent).handleList,
-		FrameStat:      (*agent).handleStat,
-		FrameMkdir:     (*agent).handleMkdir,
-		FrameMove:      (*agent).handleMove,
+		FrameExec:      (*hostConn).handleExec,
+		FrameAttach:    (*hostConn).handleAttach,
+		FrameProcesses: (*hostConn).handleProcesses,
+		FrameStdin:     (*hostConn).handleStdin,
+		FrameSignal:    (*hostConn).handleSignal,
+		FrameReadFile:  (*hostConn).handleReadFile,
+		FrameWriteFile: (*hostConn).handleWriteFile,
+		FrameRemove:    (*hostConn).handleRemove,
+		FrameList:      (*hostConn).handleList,
+		FrameStat:      (*hostConn).handleStat,
+		FrameMkdir:     (*hostConn).handleMkdir,
+		FrameMove:      (*hostConn).handleMove,
 	}
 }
 
@@ -284,7 +437,7 @@ var errStreamGone = errors.New("stream reset or connection closed")
 
 // astream is the agent's side of one stream.
 type astream struct {
-	a  *agent
+	c  *hostConn
 	id uint32
 
 	mu       sync.Mutex
@@ -299,19 +452,19 @@ type astream struct {
 	onReset  []func()
 }
 
-func newStream(a *agent, id uint32) *astream {
-	s := &astream{a: a, id: id, credit: InitialWindow, recvLeft: InitialWindow}
+func newStream(c *hostConn, id uint32) *astream {
+	s := &astream{c: c, id: id, credit: InitialWindow, recvLeft: InitialWindow}
 	s.cond.L = &s.mu
 	return s
 }
 
 // release unregisters the stream once its handler is done.
 func (s *astream) release() {
-	s.a.mu.Lock()
-	if s.a.streams[s.id] == s {
-		delete(s.a.streams, s.id)
+	s.c.smu.Lock()
+	if s.c.streams[s.id] == s {
+		delete(s.c.streams, s.id)
 	}
-	s.a.mu.Unlock()
+	s.c.smu.Unlock()
 }
 
 // grant adds credit from a Window frame.
@@ -376,7 +529,7 @@ func (s *astream) consumed(n int) {
 	}
 	s.mu.Unlock()
 	if grant > 0 {
-		s.a.write(FrameWindow, s.id, encodeWindow(uint32(grant)))
+		s.c.write(FrameWindow, s.id, encodeWindow(uint32(grant)))
 	}
 }
 
@@ -398,7 +551,7 @@ func (s *astream) sendData(t FrameType, p []byte) error {
 		}
 		s.credit -= n
 		s.mu.Unlock()
-		if err := s.a.write(t, s.id, p[:n]); err != nil {
+		if err := s.c.write(t, s.id, p[:n]); err != nil {
 			s.abort(err)
 			return errStreamGone
 		}
@@ -421,7 +574,7 @@ func (s *astream) sendWhole(t FrameType, p []byte) error {
 	}
 	s.credit -= int64(len(p))
 	s.mu.Unlock()
-	if err := s.a.write(t, s.id, p); err != nil {
+	if err := s.c.write(t, s.id, p); err != nil {
 		s.abort(err)
 		return errStreamGone
 	}
@@ -436,7 +589,7 @@ func (s *astream) send(t FrameType, v any) error {
 	if gone {
 		return errStreamGone
 	}
-	return s.a.writeJSON(t, s.id, v)
+	return s.c.writeJSON(t, s.id, v)
 }
 
 // finish sends the final frame, unless the stream is already gone.
@@ -450,7 +603,7 @@ func (s *astream) finish(t FrameType, v any) {
 	s.mu.Unlock()
 	s.cond.Broadcast()
 	s.release()
-	s.a.writeJSON(t, s.id, v)
+	s.c.writeJSON(t, s.id, v)
 }
 
 // finishErr ends the stream with an Error built from err.
@@ -498,7 +651,7 @@ func (s *astream) kill(tell bool, why error) {
 	if tell {
 		e := toError(why)
 		e.Code = CodeProtocol
-		s.a.writeJSON(FrameError, s.id, e)
+		s.c.writeJSON(FrameError, s.id, e)
 	}
 	for _, fn := range fns {
 		fn()
@@ -508,24 +661,13 @@ func (s *astream) kill(tell bool, why error) {
 // shutdown kills every process started by the agent and every descendant,
 // reaps them, and leaves the agent ready to exit.
 func (a *agent) shutdown() {
-	a.wmu.Lock()
-	a.dead = true
-	a.wmu.Unlock()
-	a.conn.Close()
 	a.mu.Lock()
 	a.closing = true
-	streams := make([]*astream, 0, len(a.streams))
-	for _, s := range a.streams {
-		streams = append(streams, s)
-	}
 	procs := make([]*proc, 0, len(a.procs))
 	for _, p := range a.procs {
 		procs = append(procs, p)
 	}
 	a.mu.Unlock()
-	for _, s := range streams {
-		s.kill(false, nil)
-	}
 	for _, p := range procs {
 		p.mu.Lock()
 		running := !p.exited

@@ -946,3 +946,109 @@ func BenchmarkExecEcho(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkForkExecBaseline is the floor for BenchmarkExecTrue: fork, exec
+// and wait for /bin/true directly from the test process.
+func BenchmarkForkExecBaseline(b *testing.B) {
+	for b.Loop() {
+		pid, err := syscall.ForkExec("/bin/true", []string{"/bin/true"}, &syscall.ProcAttr{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		var ws syscall.WaitStatus
+		if _, err := syscall.Wait4(pid, &ws, 0, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func TestListeningReconnect(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "agent.sock")
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.SetUnlinkOnClose(false)
+	lf, err := ln.File()
+	ln.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "__agent", "--grace", "700ms")
+	cmd.Stdin = lf
+	cmd.Stderr = os.Stderr
+	cmd.Env = append(os.Environ(), childEnv+"=1")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lf.Close()
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	t.Cleanup(func() { cmd.Process.Kill(); <-exited })
+	ctx := ctxT(t)
+	home := t.TempDir()
+	dial := func() *agent.Client {
+		t.Helper()
+		conn, err := net.Dial("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := agent.NewClientConfig(conn, agent.Config{Home: home})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	c1 := dial()
+	bg, err := c1.Exec(ctx, agent.ExecRequest{Shell: "echo bg-out; exec sleep 100", Background: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fg, err := c1.Exec(ctx, agent.ExecRequest{Argv: []string{"sleep", "100"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c1.Close()
+	waitGone(t, fg.Pid) // foreground processes die with their connection
+	if !alive(bg.Pid) {
+		t.Fatal("background process died with the connection")
+	}
+	c2 := dial()
+	var procs []agent.ProcessInfo
+	for range 200 { // the killed foreground process is reaped and forgotten
+		if procs, err = c2.Processes(ctx); err != nil || len(procs) == 1 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err != nil || len(procs) != 1 || procs[0].Pid != bg.Pid || !procs[0].Running {
+		t.Fatalf("processes after reconnect: %+v %v", procs, err)
+	}
+	a, err := c2.Attach(ctx, bg.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev := <-a.Events(); string(ev.Data) != "bg-out\n" {
+		t.Fatalf("replay %+v", ev)
+	}
+	// A new connection replaces the current one.
+	c3 := dial()
+	select {
+	case <-c2.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("old connection not closed")
+	}
+	if err := c3.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !alive(bg.Pid) {
+		t.Fatal("background process died")
+	}
+	c3.Close()
+	select {
+	case <-exited:
+	case <-time.After(5 * time.Second):
+		t.Fatal("agent did not exit after the grace period")
+	}
+	waitGone(t, bg.Pid)
+}

@@ -64,7 +64,7 @@ func toError(err error) *Error {
 
 // resolve makes a request path absolute against the home directory. An
 // empty path is the home itself when allowEmpty, an error otherwise.
-func (a *agent) resolve(p string, allowEmpty bool) (string, error) {
+func (a *hostConn) resolve(p string, allowEmpty bool) (string, error) {
 	if p == "" {
 		if allowEmpty {
 			return a.home, nil
@@ -80,7 +80,7 @@ func (a *agent) resolve(p string, allowEmpty bool) (string, error) {
 	return filepath.Clean(p), nil
 }
 
-func (a *agent) pathRequest(payload []byte) (string, error) {
+func (a *hostConn) pathRequest(payload []byte) (string, error) {
 	var req pathMsg
 	if err := decodeJSON(payload, &req); err != nil {
 		return "", invalid(err)
@@ -140,7 +140,7 @@ func openRegular(path string, flags int, perm uint32) (*os.File, bool, error) {
 	return os.NewFile(uintptr(fd), path), created, nil
 }
 
-func (a *agent) handleReadFile(s *astream, payload []byte) (any, error) {
+func (a *hostConn) handleReadFile(s *astream, payload []byte) (any, error) {
 	path, err := a.pathRequest(payload)
 	if err != nil {
 		return nil, err
@@ -177,7 +177,7 @@ func (a *agent) handleReadFile(s *astream, payload []byte) (any, error) {
 	}
 }
 
-func (a *agent) handleWriteFile(s *astream, payload []byte) (any, error) {
+func (a *hostConn) handleWriteFile(s *astream, payload []byte) (any, error) {
 	var req writeFileMsg
 	if err := decodeJSON(payload, &req); err != nil {
 		return nil, invalid(err)
@@ -231,7 +231,7 @@ func (a *agent) handleWriteFile(s *astream, payload []byte) (any, error) {
 	return countMsg{Bytes: total}, nil
 }
 
-func (a *agent) handleRemove(s *astream, payload []byte) (any, error) {
+func (a *hostConn) handleRemove(s *astream, payload []byte) (any, error) {
 	path, err := a.pathRequest(payload)
 	if err != nil {
 		return nil, err
@@ -248,7 +248,7 @@ func (a *agent) handleRemove(s *astream, payload []byte) (any, error) {
 	return emptyMsg{}, nil
 }
 
-func (a *agent) handleMkdir(s *astream, payload []byte) (any, error) {
+func (a *hostConn) handleMkdir(s *astream, payload []byte) (any, error) {
 	path, err := a.pathRequest(payload)
 	if err != nil {
 		return nil, err
@@ -259,7 +259,7 @@ func (a *agent) handleMkdir(s *astream, payload []byte) (any, error) {
 	return emptyMsg{}, nil
 }
 
-func (a *agent) handleMove(s *astream, payload []byte) (any, error) {
+func (a *hostConn) handleMove(s *astream, payload []byte) (any, error) {
 	var req moveMsg
 	if err := decodeJSON(payload, &req); err != nil {
 		return nil, invalid(err)
@@ -304,7 +304,7 @@ func fileInfo(path string, st os.FileInfo) FileInfo {
 	return fi
 }
 
-func (a *agent) handleStat(s *astream, payload []byte) (any, error) {
+func (a *hostConn) handleStat(s *astream, payload []byte) (any, error) {
 	path, err := a.pathRequest(payload)
 	if err != nil {
 		return nil, err
@@ -316,7 +316,7 @@ func (a *agent) handleStat(s *astream, payload []byte) (any, error) {
 	return fileInfo(path, st), nil
 }
 
-func (a *agent) handleList(s *astream, payload []byte) (any, error) {
+func (a *hostConn) handleList(s *astream, payload []byte) (any, error) {
 	var req listMsg
 	if err := decodeJSON(payload, &req); err != nil {
 		return nil, invalid(err)

@@ -571,7 +571,7 @@ func getenv(env []string, key string) string {
 	return ""
 }
 
-func (a *agent) handleExec(s *astream, payload []byte) (any, error) {
+func (a *hostConn) handleExec(s *astream, payload []byte) (any, error) {
 	var req execMsg
 	if err := decodeJSON(payload, &req); err != nil {
 		return nil, invalid(err)
@@ -618,13 +618,19 @@ func (a *agent) handleExec(s *astream, payload []byte) (any, error) {
 		Files: []uintptr{uintptr(fds[0]), uintptr(fds[3]), uintptr(fds[5])},
 		Sys:   &syscall.SysProcAttr{Setpgid: true},
 	}
-	p := &proc{a: a, argv: argv, tag: req.Tag, cwd: cwd, background: req.Background,
+	p := &proc{a: a.agent, argv: argv, tag: req.Tag, cwd: cwd, background: req.Background,
 		ring: outRing{max: RingSize}, pipeFd: [2]int{fds[2], fds[4]}}
 	p.cond.L = &p.mu
 	// The owner follows from the first byte: register it before the fork.
 	f := p.newFollower(s, true)
 	a.forkMu.RLock()
-	pid, err := syscall.ForkExec(path, argv, attr)
+	a.mu.Lock()
+	closing := a.closing
+	a.mu.Unlock()
+	pid, err := 0, error(&Error{Code: CodeClosed, Message: "agent is shutting down"})
+	if !closing {
+		pid, err = syscall.ForkExec(path, argv, attr)
+	}
 	if err == nil {
 		p.pid = pid
 		p.started = time.Now()
@@ -676,7 +682,7 @@ func (a *agent) lookup(pid int) (*proc, error) {
 	return p, nil
 }
 
-func (a *agent) handleAttach(s *astream, payload []byte) (any, error) {
+func (a *hostConn) handleAttach(s *astream, payload []byte) (any, error) {
 	var req pidMsg
 	if err := decodeJSON(payload, &req); err != nil {
 		return nil, invalid(err)
@@ -692,7 +698,7 @@ func (a *agent) handleAttach(s *astream, payload []byte) (any, error) {
 	return nil, nil
 }
 
-func (a *agent) handleProcesses(s *astream, payload []byte) (any, error) {
+func (a *hostConn) handleProcesses(s *astream, payload []byte) (any, error) {
 	if err := decodeJSON(payload, &emptyMsg{}); err != nil {
 		return nil, invalid(err)
 	}
@@ -789,7 +795,7 @@ func (w *itemWriter) flush(s *astream) error {
 	return err
 }
 
-func (a *agent) handleStdin(s *astream, payload []byte) (any, error) {
+func (a *hostConn) handleStdin(s *astream, payload []byte) (any, error) {
 	var req stdinMsg
 	if err := decodeJSON(payload, &req); err != nil {
 		return nil, invalid(err)
@@ -811,7 +817,7 @@ func (a *agent) handleStdin(s *astream, payload []byte) (any, error) {
 	return countMsg{Bytes: n}, nil
 }
 
-func (a *agent) handleSignal(s *astream, payload []byte) (any, error) {
+func (a *hostConn) handleSignal(s *astream, payload []byte) (any, error) {
 	var req signalMsg
 	if err := decodeJSON(payload, &req); err != nil {
 		return nil, invalid(err)
