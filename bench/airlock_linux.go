@@ -13,8 +13,7 @@ import (
 // does: exe (the airlock binary) is executed as `exe run -- CMD`, a fresh
 // process each time, like every other peer. Its figure therefore includes
 // the Go runtime's start, flag parsing, the strict policy, the sandbox and
-// its teardown. Its idle sandboxes, for density, are started in the bench
-// process with native.Start (see AirlockInProcess).
+// its teardown.
 func AirlockCLI(exe string, timeout time.Duration) Peer {
 	if timeout <= 0 {
 		timeout = time.Minute
@@ -27,18 +26,15 @@ func AirlockCLI(exe string, timeout time.Duration) Peer {
 	p.Run = func(argv []string) error {
 		return runWith(timeout, runSpec{}, exe, append([]string{"run", "--"}, argv...)...)
 	}
-	p.StartIdle, p.IdleNote = startNativeIdle, nativeIdleNote
 	return p
 }
 
 // nativeIdleNote says how airlock's idle sandboxes are started.
-const nativeIdleNote = "native.Start(strict preset) of the idle command as PID 1, launched by the bench process (not yet the agent)"
+const nativeIdleNote = "native.Start(strict preset) of the idle command as PID 1, launched by the bench process (no agent)"
 
 // AirlockInProcess returns the airlock peer that calls native.Run with the
 // strict preset inside the bench process: the runtime's own cost without
-// starting a Go program. Its idle sandboxes, for density, are native.Start
-// of the idle command with the strict preset (init is the command itself,
-// not the in-sandbox agent).
+// starting a Go program.
 func AirlockInProcess() Peer {
 	p := Peer{Name: Reference, Note: "native.Run(strict preset) inside the bench process (no CLI start)"}
 	pol, err := policy.Preset(policy.Strict)
@@ -56,7 +52,6 @@ func AirlockInProcess() Peer {
 		}
 		return nil
 	}
-	p.StartIdle, p.IdleNote = startNativeIdle, nativeIdleNote
 	return p
 }
 
@@ -72,4 +67,11 @@ func startNativeIdle(argv []string) (*Idle, error) {
 		return nil, err
 	}
 	return &Idle{Root: sb.Pid, Stop: sb.Destroy}, nil
+}
+
+// AirlockNativeIdle returns the density peer "airlock-sleep": a native
+// sandbox (strict preset) whose init is the idle command itself, started by
+// the bench process: the sandbox's own cost, without the agent.
+func AirlockNativeIdle() Peer {
+	return Peer{Name: "airlock-sleep", Note: nativeIdleNote, StartIdle: startNativeIdle}
 }

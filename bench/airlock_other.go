@@ -14,3 +14,9 @@ func AirlockCLI(exe string, timeout time.Duration) Peer {
 func AirlockInProcess() Peer {
 	return Peer{Name: Reference, Missing: "airlock sandboxes need Linux"}
 }
+
+// AirlockNativeIdle returns the airlock-sleep density peer; airlock
+// sandboxes need Linux.
+func AirlockNativeIdle() Peer {
+	return Peer{Name: "airlock-sleep", Missing: "airlock sandboxes need Linux"}
+}

@@ -56,6 +56,11 @@ type Peer struct {
 	// IdleNote says how StartIdle starts a sandbox, where that differs
 	// from Note.
 	IdleNote string
+	// CanExec says that the sandboxes StartIdle returns can run further
+	// commands (Idle.Exec): the exec, live start, throughput figures.
+	CanExec bool
+	// ExecNote says how Idle.Exec runs a command, for the report.
+	ExecNote string
 }
 
 // Figure is one measured quantity (cold start, cold python, ...) for every

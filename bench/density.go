@@ -27,6 +27,9 @@ type Idle struct {
 	// Stop kills the sandbox and releases what it holds, and says if it
 	// could not.
 	Stop func() error
+	// Exec, if set, runs argv to completion inside the live sandbox and
+	// fails unless it exits 0. Peers with Peer.CanExec set it.
+	Exec func(argv []string) error
 }
 
 // DensityOptions configures Density.
@@ -86,6 +89,11 @@ type DensityResult struct {
 	KernelSource string `json:"kernel_source"`
 	// Processes is the median number of host processes per sandbox.
 	Processes int `json:"processes"`
+	// ExecChecked is how many sandboxes were asked to run a command (the
+	// peers that can exec into a running sandbox); ExecAnswered how many
+	// ran it successfully.
+	ExecChecked  int `json:"exec_checked,omitempty"`
+	ExecAnswered int `json:"exec_answered,omitempty"`
 	// HostKernelDeltaMiB is the growth of the host's kernel memory (Slab +
 	// KernelStack + PageTables + Percpu in /proc/meminfo) from before the
 	// first start to after the last, divided by Started. It includes what
@@ -95,19 +103,24 @@ type DensityResult struct {
 	HostKernelDeltaMiB float64 `json:"host_kernel_delta_mib"`
 }
 
+// densityProbe is the command every density sandbox that can exec must run.
+var densityProbe = []string{"/bin/true"}
+
 // Density starts idle sandboxes running argv for every peer that can, one
 // peer after another, until opts.Max run, their cost reaches opts.Budget,
 // opts.StartTime has passed or the host runs low on memory. It then
 // measures what each sandbox costs, PSS of its processes plus kernel memory
 // from its own cgroup, checks that every one is still running, and stops
-// them all. The samples are the per-sandbox costs in MiB, in start order;
+// them all; a sandbox of a peer that can exec into it (Peer.CanExec) must also
+// run /bin/true. The samples are the per-sandbox costs in MiB, in start order;
 // the ratio pairs airlock's i-th sandbox with the peer's i-th.
 func Density(peers []Peer, argv []string, opts DensityOptions) Figure {
 	opts.defaults()
-	fig := Figure{Name: "density (idle)", Unit: UnitMiB, Command: append([]string(nil), argv...)}
+	fig := Figure{Name: "density", Unit: UnitMiB, Command: append([]string(nil), argv...)}
 	fig.Note = fmt.Sprintf("per sandbox: PSS of its processes (sum of Pss in /proc/PID/smaps_rollup) + kernel memory of its own cgroup "+
 		"(v1 memory.kmem.usage_in_bytes; else usage_in_bytes minus the processes' RSS; v2 memory.stat kernel); "+
-		"up to %d sandboxes or %s per peer, peers one after another (not alternated), each sandbox checked alive at the end; "+
+		"up to %d sandboxes or %s per peer, peers one after another (not alternated); at the end every sandbox must be alive "+
+		"and, where the peer can exec into it, run /bin/true; "+
 		"the host kernel delta per sandbox (Slab+KernelStack+PageTables+Percpu) also covers namespace objects charged to no sandbox cgroup",
 		opts.Max, formatBytes(opts.Budget))
 	fig.Results = make([]PeerResult, len(peers))
@@ -219,14 +232,24 @@ func densityPeer(p Peer, argv []string, opts DensityOptions, self string, r *Pee
 
 	tree := processTree()
 	var pss, kern, procs []float64
+	execs, execOK := 0, 0
 	r.rounds = make([]float64, 0, len(idles))
 	for i, idle := range idles {
 		c := measureSandbox(idle, self, tree)
-		if err := aliveErr(idle.Root); err != nil {
+		err := aliveErr(idle.Root)
+		if err == nil && idle.Exec != nil {
+			execs++
+			if err = idle.Exec(densityProbe); err != nil {
+				err = fmt.Errorf("does not answer an exec: %w", err)
+			} else {
+				execOK++
+			}
+		}
+		if err != nil {
 			r.rounds = append(r.rounds, math.NaN())
 			r.Failures++
 			if r.Error == "" {
-				r.Error = fmt.Sprintf("sandbox %d not alive: %v", i+1, err)
+				r.Error = fmt.Sprintf("sandbox %d: %v", i+1, err)
 			}
 			continue
 		}
@@ -240,9 +263,14 @@ func densityPeer(p Peer, argv []string, opts DensityOptions, self string, r *Pee
 	if len(pss) > 0 {
 		d.PSSMiB, d.KernelMiB, d.Processes = Median(pss), Median(kern), int(Median(procs))
 	}
+	d.ExecChecked, d.ExecAnswered = execs, execOK
 	r.Density = d
-	r.Detail = fmt.Sprintf("%d started (stopped by %s), %d alive; median pss %.2f + kernel %.2f MiB (%s), %d procs; host kernel delta %.2f MiB/sandbox",
-		d.Started, d.StoppedBy, d.Alive, d.PSSMiB, d.KernelMiB, d.KernelSource, d.Processes, d.HostKernelDeltaMiB)
+	check := "alive"
+	if execs > 0 {
+		check = fmt.Sprintf("alive and answering %s", densityProbe[0])
+	}
+	r.Detail = fmt.Sprintf("%d started (stopped by %s), %d %s; median pss %.2f + kernel %.2f MiB (%s), %d procs; host kernel delta %.2f MiB/sandbox",
+		d.Started, d.StoppedBy, d.Alive, check, d.PSSMiB, d.KernelMiB, d.KernelSource, d.Processes, d.HostKernelDeltaMiB)
 	opts.Progress("density: %s: %s", p.Name, r.Detail)
 }
 

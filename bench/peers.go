@@ -276,7 +276,10 @@ func (o *ociPeer) startIdle(path string, start func(*exec.Cmd) error, globals, a
 		}
 		return err
 	}
-	return &Idle{Root: pid, Stop: stop}, nil
+	exec := func(cmd []string) error {
+		return runWith(o.d.opts.Timeout, runSpec{start: start}, path, append(append(append([]string{}, globals...), "exec", id), cmd...)...)
+	}
+	return &Idle{Root: pid, Stop: stop, Exec: exec}, nil
 }
 
 // runc runs the command as `runc run` of an OCI bundle.
@@ -301,6 +304,7 @@ func (d *detector) runc() Peer {
 		return o.startIdle(path, nil, []string{"--root", o.b.stateDir("runc")}, argv)
 	}
 	p.IdleNote = "runc --root STATE run --detach --pid-file F --bundle B ID; " + idleBundleNote(d.root)
+	p.CanExec, p.ExecNote = true, "runc --root STATE exec ID CMD in a container started with run --detach"
 	return p
 }
 
@@ -389,6 +393,7 @@ func (d *detector) crun() Peer {
 		return o.startIdle(path, start, []string{"--root", o.b.stateDir("crun")}, argv)
 	}
 	p.IdleNote = "crun --root STATE run --detach --pid-file F --bundle B ID; " + idleBundleNote(d.root)
+	p.CanExec, p.ExecNote = true, "crun --root STATE exec ID CMD in a container started with run --detach"
 	if hybrid {
 		p.IdleNote = "crun started from a thread in a private mount namespace with a tmpfs over /sys/fs/cgroup/unified; " + p.IdleNote
 	}
@@ -451,6 +456,7 @@ func (d *detector) runsc() Peer {
 		return o.startIdle(path, nil, d.runscFlags(o.b.stateDir("runsc")), argv)
 	}
 	p.IdleNote = "runsc " + strings.Join(d.runscFlags("STATE"), " ") + " run --detach --pid-file F --bundle B ID; " + idleBundleNote(d.root)
+	p.CanExec, p.ExecNote = true, "runsc "+strings.Join(d.runscFlags("STATE"), " ")+" exec ID CMD in a container started with run --detach"
 	return p
 }
 

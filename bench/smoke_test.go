@@ -7,8 +7,51 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"sync"
 	"testing"
 )
+
+var airlockBin struct {
+	sync.Once
+	path string
+	err  error
+	out  []byte
+}
+
+// buildAirlock builds the airlock binary once per test binary, into a
+// directory removed by TestMain.
+func buildAirlock(t *testing.T) string {
+	t.Helper()
+	airlockBin.Do(func() {
+		goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
+		if _, err := os.Stat(goTool); err != nil {
+			goTool = "go"
+		}
+		dir, err := os.MkdirTemp("", "bench-airlock-")
+		if err != nil {
+			airlockBin.err = err
+			return
+		}
+		buildDir = dir
+		airlockBin.path = filepath.Join(dir, "airlock")
+		airlockBin.out, airlockBin.err = exec.Command(goTool, "build", "-o", airlockBin.path, "airlock/cmd/airlock").CombinedOutput()
+	})
+	if airlockBin.err != nil {
+		t.Fatalf("go build airlock: %v\n%s", airlockBin.err, airlockBin.out)
+	}
+	return airlockBin.path
+}
+
+// buildDir is removed after the tests.
+var buildDir string
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if buildDir != "" {
+		os.RemoveAll(buildDir)
+	}
+	os.Exit(code)
+}
 
 // TestCLISmoke is the CI smoke step of `airlock bench`: it builds the
 // airlock binary, runs `airlock bench --runs 3 --only cold --json` and
@@ -21,15 +64,7 @@ func TestCLISmoke(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("airlock sandboxes need Linux")
 	}
-	goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(goTool); err != nil {
-		goTool = "go"
-	}
-	bin := filepath.Join(t.TempDir(), "airlock")
-	build := exec.Command(goTool, "build", "-o", bin, "airlock/cmd/airlock")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildAirlock(t)
 	var stdout, stderr bytes.Buffer
 	cmd := exec.Command(bin, "bench", "--runs", "3", "--only", "cold", "--json", "--scratch", t.TempDir())
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

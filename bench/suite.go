@@ -11,8 +11,9 @@ import (
 )
 
 // Keys are the figure groups `airlock bench --only` selects, in the order
-// they run: cold (cold start, cold python, cold start in-process), pooled,
-// exec, cell, throughput and density.
+// they run: cold (cold start, cold python, cold start in-process), pooled
+// (pooled start, live start without a pool), exec, cell (code cell),
+// throughput and density.
 var Keys = []string{"cold", "pooled", "exec", "cell", "throughput", "density"}
 
 // ParseOnly splits a comma-separated --only value into keys, checking each
@@ -54,18 +55,28 @@ type Config struct {
 	// Idle is the idle command of the density figure; empty means
 	// /bin/sleep 3600.
 	Idle []string
+	// Clients is the number of concurrent clients of the throughput
+	// figure; zero means 4.
+	Clients int
+	// Window is how long each throughput sample runs; zero means one
+	// second.
+	Window time.Duration
 	// Progress, if set, receives a line as each figure starts.
 	Progress io.Writer
 }
 
-// serverMissing is why the figures that need airlock's sandbox server are
-// unavailable in this build.
-const serverMissing = "needs the sandbox server (packages airlock/manager, airlock/server and airlock/client, issue 4), " +
-	"which is not in this build yet"
+// Reasons for the figures that cannot be measured in this build.
+const (
+	noPool = "the manager has no warm pool yet (issue 4 creates every sandbox on demand); " +
+		"see \"live start (no pool)\" for the same path without one"
+	noInterp = "needs the interpreter (package airlock/interp) and its API route, not in this build yet"
+)
 
 // Run runs the selected figures, each alternating airlock with every peer
 // found on this machine, and returns the report. Figures that cannot be
-// measured in this build are included as unavailable, with the reason.
+// measured in this build are included as unavailable, with the reason. The
+// figures that go through airlock's API start `airlock serve` (the Airlock
+// binary) once and stop it at the end.
 func Run(cfg Config) *Report {
 	if cfg.Runs <= 0 {
 		cfg.Runs = 20
@@ -78,6 +89,12 @@ func Run(cfg Config) *Report {
 	}
 	if len(cfg.Only) == 0 {
 		cfg.Only = slices.Clone(Keys)
+	}
+	if cfg.Clients <= 0 {
+		cfg.Clients = 4
+	}
+	if cfg.Window <= 0 {
+		cfg.Window = time.Second
 	}
 	progress := func(format string, args ...any) {
 		if cfg.Progress != nil {
@@ -93,33 +110,64 @@ func Run(cfg Config) *Report {
 	cli := append([]Peer{AirlockCLI(cfg.Airlock, cfg.Peers.Timeout)}, others...)
 	inproc := append([]Peer{AirlockInProcess()}, others...)
 
+	// The API server, started on first use.
+	var (
+		srv     *apiServer
+		srvErr  error
+		started bool
+	)
+	api := func() Peer {
+		if !started {
+			started = true
+			scratch := cfg.Peers.ScratchDir
+			if scratch == "" {
+				scratch = os.TempDir()
+			}
+			progress("starting airlock serve")
+			srv, srvErr = startServer(cfg.Airlock, scratch, cfg.Density.Max+8, cfg.Peers.Timeout)
+		}
+		if srvErr != nil {
+			return Peer{Name: Reference, Missing: "airlock serve did not start: " + srvErr.Error()}
+		}
+		return srv.peer()
+	}
+	defer func() { srv.stop() }()
+	withAPI := func(extra ...Peer) []Peer {
+		return append(append([]Peer{api()}, extra...), others...)
+	}
+
 	timed := func(name string, peers []Peer, argv []string) {
 		progress("%s: %d rounds of %s", name, cfg.Runs, strings.Join(argv, " "))
 		f := Alternate(peers, argv, cfg.Runs)
 		f.Name = name
 		rep.Figures = append(rep.Figures, f)
 	}
+	true_ := []string{"/bin/true"}
 	for _, key := range Keys {
 		if !slices.Contains(cfg.Only, key) {
 			continue
 		}
 		switch key {
 		case "cold":
-			timed("cold start", cli, []string{"/bin/true"})
+			timed("cold start", cli, true_)
 			timed("cold python", cli, []string{cfg.Python, "-c", "pass"})
-			timed("cold start (in-process)", inproc, []string{"/bin/true"})
+			timed("cold start (in-process)", inproc, true_)
 		case "pooled":
-			rep.Figures = append(rep.Figures, Unavailable("pooled start", serverMissing))
+			rep.Figures = append(rep.Figures, Unavailable("pooled start", noPool))
+			progress("live start (no pool): %d rounds", cfg.Runs)
+			rep.Figures = append(rep.Figures, LiveStartFigure(withAPI(), true_, cfg.Runs))
 		case "exec":
-			rep.Figures = append(rep.Figures, Unavailable("exec", serverMissing))
+			progress("exec: %d rounds", cfg.Runs)
+			rep.Figures = append(rep.Figures, ExecFigure(withAPI(), true_, cfg.Runs))
 		case "cell":
-			rep.Figures = append(rep.Figures, Unavailable("code cell", serverMissing))
+			rep.Figures = append(rep.Figures, Unavailable("code cell", noInterp))
 		case "throughput":
-			rep.Figures = append(rep.Figures, Unavailable("throughput", serverMissing))
+			rounds := max(3, cfg.Runs/4)
+			progress("throughput: %d rounds of %d clients for %s", rounds, cfg.Clients, cfg.Window)
+			rep.Figures = append(rep.Figures, ThroughputFigure(withAPI(), true_, rounds, cfg.Clients, cfg.Window))
 		case "density":
-			rep.Figures = append(rep.Figures, Unavailable("density (live, agent up)", serverMissing))
-			progress("density (idle): up to %d sandboxes of %s per peer", cfg.Density.Max, strings.Join(cfg.Idle, " "))
-			rep.Figures = append(rep.Figures, Density(inproc, cfg.Idle, cfg.Density))
+			progress("density: up to %d sandboxes per peer", cfg.Density.Max)
+			rep.Figures = append(rep.Figures, Density(withAPI(AirlockNativeIdle()), cfg.Idle, cfg.Density))
 		}
 	}
 	rep.LoadAfter = LoadAverage()

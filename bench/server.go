@@ -1,0 +1,183 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"airlock/client"
+)
+
+// apiServer is an `airlock serve` process started for the figures that go
+// through airlock's HTTP API, and a client for it.
+type apiServer struct {
+	cmd     *exec.Cmd
+	url     string
+	dir     string
+	c       *client.Client
+	exited  chan struct{}
+	errf    *os.File
+	timeout time.Duration
+}
+
+// startServer starts `exe serve` on a free loopback port without
+// authentication, with its state in a fresh directory under scratch, and
+// waits until it listens.
+func startServer(exe, scratch string, maxSandboxes int, timeout time.Duration) (*apiServer, error) {
+	if exe == "" {
+		return nil, errors.New("airlock binary unknown")
+	}
+	if timeout <= 0 {
+		timeout = time.Minute
+	}
+	dir, err := os.MkdirTemp(scratch, "airlock-bench-serve-")
+	if err != nil {
+		return nil, err
+	}
+	errf, err := os.Create(filepath.Join(dir, "serve.log"))
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	cmd := exec.Command(exe, "serve", "--listen", "127.0.0.1:0", "--state-dir", dir, "--no-auth",
+		"--max-sandboxes", strconv.Itoa(maxSandboxes), "--default-timeout", "1h")
+	cmd.Stderr = errf
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		errf.Close()
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		errf.Close()
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	s := &apiServer{cmd: cmd, dir: dir, errf: errf, exited: make(chan struct{}), timeout: timeout}
+	urlc := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if u, ok := strings.CutPrefix(sc.Text(), "airlock: listening on "); ok {
+				urlc <- strings.TrimSpace(u)
+			}
+		}
+		// Keep draining nothing: stdout is closed when the server exits.
+	}()
+	go func() { _ = cmd.Wait(); close(s.exited) }()
+	select {
+	case s.url = <-urlc:
+	case <-s.exited:
+		err := fmt.Errorf("airlock serve exited: %s: %s", cmd.ProcessState, s.log())
+		s.cleanup()
+		return nil, err
+	case <-time.After(30 * time.Second):
+		s.stop()
+		return nil, errors.New("airlock serve did not listen within 30s")
+	}
+	s.c = client.New(s.url, "")
+	return s, nil
+}
+
+// log returns the tail of the server's stderr.
+func (s *apiServer) log() string {
+	b, _ := os.ReadFile(s.errf.Name())
+	msg := oneLine(string(b))
+	if len(msg) > 300 {
+		msg = "..." + msg[len(msg)-300:]
+	}
+	return msg
+}
+
+// stop stops the server, which kills its sandboxes, and removes its state.
+func (s *apiServer) stop() {
+	if s == nil {
+		return
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.exited:
+	case <-time.After(30 * time.Second):
+		_ = s.cmd.Process.Kill()
+		<-s.exited
+	}
+	s.cleanup()
+}
+
+func (s *apiServer) cleanup() {
+	s.errf.Close()
+	os.RemoveAll(s.dir)
+}
+
+// ctx returns a context bounded by the per-operation timeout.
+func (s *apiServer) ctx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), s.timeout)
+}
+
+// peer returns the airlock peer whose sandboxes are live sandboxes of the
+// server: created with POST /v1/sandboxes (strict preset, the agent as
+// init) and run commands with POST /v1/sandboxes/{id}/exec.
+func (s *apiServer) peer() Peer {
+	return Peer{
+		Name:      Reference,
+		Note:      "airlock serve (loopback, no auth) and the Go client: POST /v1/sandboxes, then POST /v1/sandboxes/{id}/exec",
+		IdleNote:  "a live sandbox of airlock serve (POST /v1/sandboxes, strict preset): the agent is its init, idle and ready to exec",
+		ExecNote:  "POST /v1/sandboxes/{id}/exec through the Go client, end to end",
+		CanExec:   true,
+		StartIdle: s.startLive,
+	}
+}
+
+// startLive creates a live sandbox through the API. Its init is the agent,
+// so argv is not used.
+func (s *apiServer) startLive([]string) (*Idle, error) {
+	ctx, cancel := s.ctx()
+	defer cancel()
+	sb, err := s.c.Create(ctx, client.CreateRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("create: %w", err)
+	}
+	id := sb.ID
+	kill := func() error {
+		ctx, cancel := s.ctx()
+		defer cancel()
+		return s.c.Kill(ctx, id)
+	}
+	root := s.sandboxPid(id)
+	if root == 0 {
+		kill()
+		return nil, fmt.Errorf("sandbox %s: no process of the server is in its cgroup", id)
+	}
+	return &Idle{Root: root, Stop: kill, Exec: func(argv []string) error {
+		ctx, cancel := s.ctx()
+		defer cancel()
+		res, err := s.c.Exec(ctx, id, client.ExecRequest{Argv: argv})
+		if err != nil {
+			return err
+		}
+		if res.Status != "ok" || res.ExitCode != 0 {
+			return fmt.Errorf("exec %s: status %s, exit code %d: %s", strings.Join(argv, " "), res.Status, res.ExitCode, oneLine(res.Stderr))
+		}
+		return nil
+	}}, nil
+}
+
+// sandboxPid finds the init process of sandbox id: a child of the server
+// whose memory cgroup is named after the sandbox.
+func (s *apiServer) sandboxPid(id string) int {
+	tree := processTree()
+	for _, pid := range tree[s.cmd.Process.Pid] {
+		if filepath.Base(memCgroup(pid)) == id {
+			return pid
+		}
+	}
+	return 0
+}
