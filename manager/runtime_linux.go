@@ -40,7 +40,7 @@ type runtimeState struct {
 
 // connectedMode starts agents on a connected socketpair instead of a
 // listening socket. Such sandboxes cannot be reattached after a restart.
-var connectedMode = true
+var connectedMode = false
 
 // procStartTime returns field 22 of /proc/pid/stat.
 func procStartTime(pid int) (uint64, error) {
