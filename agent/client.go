@@ -878,6 +878,7 @@ type fileReader struct {
 	err    error
 }
 
+// Read implements io.Reader, granting the agent credit as data is consumed.
 func (r *fileReader) Read(p []byte) (int, error) {
 	for len(r.cur) == 0 {
 		if r.err != nil {
@@ -915,6 +916,7 @@ func (r *fileReader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
+// Close abandons the read if it is not finished.
 func (r *fileReader) Close() error {
 	if r.err != io.EOF {
 		r.s.reset()

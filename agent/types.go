@@ -114,16 +114,25 @@ type ExecRequest struct {
 // ProcessInfo describes a process known to the agent: running, or exited and
 // still retained (background processes, the most recent ones).
 type ProcessInfo struct {
-	Pid        int       `json:"pid"`
-	Argv       []string  `json:"argv"`
-	Tag        string    `json:"tag,omitempty"`
-	Cwd        string    `json:"cwd,omitempty"`
-	Background bool      `json:"background,omitempty"`
-	Running    bool      `json:"running"`
-	ExitCode   int       `json:"exit_code"`
-	Signal     string    `json:"signal,omitempty"`
-	StartedAt  time.Time `json:"started_at"`
-	ExitedAt   time.Time `json:"exited_at,omitzero"`
+	// Pid is the pid (and process group id) inside the sandbox.
+	Pid int `json:"pid"`
+	// Argv is the command; /bin/sh -c ... for a shell command. Listings
+	// shorten very long argvs.
+	Argv []string `json:"argv"`
+	// Tag is ExecRequest.Tag.
+	Tag string `json:"tag,omitempty"`
+	// Cwd is the absolute working directory it started in.
+	Cwd string `json:"cwd,omitempty"`
+	// Background is ExecRequest.Background.
+	Background bool `json:"background,omitempty"`
+	// Running is false once the agent has reaped it.
+	Running bool `json:"running"`
+	// ExitCode and Signal are its exit status once it is not Running.
+	ExitCode int    `json:"exit_code"`
+	Signal   string `json:"signal,omitempty"`
+	// StartedAt and ExitedAt are the agent's clock at start and reaping.
+	StartedAt time.Time `json:"started_at"`
+	ExitedAt  time.Time `json:"exited_at,omitzero"`
 }
 
 // File types of FileInfo.Type.
