@@ -22,6 +22,7 @@ import (
 const (
 	leafLifetime = 24 * time.Hour
 	leafRenew    = time.Hour
+	maxLeaves    = 1024
 )
 
 // authority is a sandbox's own certificate authority. It signs leaf
@@ -142,6 +143,9 @@ func (a *authority) leaf(host string) (*tls.Certificate, error) {
 		return nil, fmt.Errorf("egress: parse certificate for %s: %w", host, err)
 	}
 	c := &tls.Certificate{Certificate: [][]byte{der, a.certDER}, PrivateKey: key, Leaf: leaf}
+	if len(a.leaves) >= maxLeaves {
+		clear(a.leaves) // a wildcard secret can mint one leaf per subdomain
+	}
 	a.leaves[host] = c
 	return c, nil
 }

@@ -25,6 +25,36 @@ type session struct {
 	// refuse, when set, is the reason every request on this connection is
 	// refused (unknown sandbox, too many connections).
 	refuse string
+
+	mu      sync.Mutex
+	aborted bool
+	ups     []net.Conn // upstream connections, closed by abort
+}
+
+// abort ends the session: it closes the client and every upstream
+// connection, which unblocks whatever the session is waiting for.
+func (s *session) abort() {
+	s.mu.Lock()
+	s.aborted = true
+	ups := s.ups
+	s.mu.Unlock()
+	s.client.Close()
+	for _, c := range ups {
+		c.Close()
+	}
+}
+
+// addUpstream registers c for abort; it reports false (and closes c) if
+// the session is already aborted.
+func (s *session) addUpstream(c net.Conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.aborted {
+		c.Close()
+		return false
+	}
+	s.ups = append(s.ups, c)
+	return true
 }
 
 // ServeConn serves one connection accepted from a sandbox, speaking kind,
@@ -50,10 +80,10 @@ func (p *Proxy) ServeConn(ctx context.Context, sandboxID string, c net.Conn, kin
 		p.untrack(c)
 		p.wg.Done()
 	}()
-	stop := context.AfterFunc(ctx, func() { c.Close() })
+	s := &session{p: p, ctx: ctx, id: sandboxID, sb: sb, client: c}
+	stop := context.AfterFunc(ctx, s.abort)
 	defer stop()
 
-	s := &session{p: p, ctx: ctx, id: sandboxID, sb: sb, client: c}
 	switch {
 	case sb == nil:
 		s.refuse = fmt.Sprintf("denied: sandbox %q is not registered with the egress proxy", sandboxID)
@@ -149,9 +179,11 @@ func (s *session) connect(t target, port int, rec *Record) (*meteredConn, failur
 			errs = append(errs, err)
 			continue
 		}
-		if !s.p.track(c, s.sb) {
+		if !s.p.track(c, s.sb) || !s.addUpstream(c) {
 			c.Close()
-			return nil, failDial, "proxy closed"
+			s.p.untrack(c)
+			rec.Reason = d.Reason + "; the connection was closed while dialing"
+			return nil, failDial, rec.Reason
 		}
 		rec.Addr = ap.String()
 		return &meteredConn{Conn: c, sb: s.sb}, 0, ""

@@ -162,6 +162,7 @@ func (inj *injection) scrub(resp *http.Response) {
 		}
 		resp.Header[k] = vs
 	}
+	resp.Trailer = nil // not scrubbed, so not forwarded
 	if ce := resp.Header.Get("Content-Encoding"); ce == "" || strings.EqualFold(ce, "identity") {
 		resp.Body = newMasker(resp.Body, inj.masks)
 	}
