@@ -1,6 +1,6 @@
 // Package agent is the in-sandbox agent (PID 1 of a sandbox) and its
 // host-side client. The two talk over one connected stream socket using the
-// multiplexed frame protocol defined in this file.
+// multiplexed frame protocol described below.
 //
 // # Frames
 //
