@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -24,6 +25,21 @@ func TestE2ELifecycle(t *testing.T) {
 	info, err := c.Info(ctx)
 	if err != nil || info.Version == "" || len(info.Enforced) == 0 {
 		t.Fatalf("info: %+v %v", info, err)
+	}
+	// The contract is served unauthenticated, and matches the routes.
+	resp, err := http.Get(s.URL + "/v1/openapi.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, p := range []string{"openapi: 3.1.0", "/v1/sandboxes/{id}/exec:", "/v1/sandboxes/{id}/files/list:", "/v1/sandboxes/{id}/processes/{pid}/events:"} {
+		if !strings.Contains(string(spec), p) {
+			t.Fatalf("openapi.yaml lacks %q", p)
+		}
+	}
+	if resp, err := http.Get(s.URL + "/healthz"); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("healthz: %v", err)
 	}
 	sb, err := c.Create(ctx, client.CreateRequest{Metadata: map[string]string{"test": "lifecycle"}, Timeout: 300})
 	if err != nil {
