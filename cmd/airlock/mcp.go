@@ -1,0 +1,248 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"golang.org/x/sys/unix"
+
+	"airlock/manager"
+	"airlock/mcp"
+	"airlock/policy"
+	"airlock/runtime/native/cgroups"
+	"airlock/store"
+)
+
+func init() { hidden["mcp"] = cmdMCP }
+
+const mcpUsage = `usage: airlock mcp [flags]
+
+Serves airlock's sandboxes as MCP tools over stdio, for MCP clients that
+launch it (Claude Desktop, Cursor, VS Code...): run_command, write_file,
+read_file, list_files, create_sandbox, list_sandboxes, kill_sandbox.
+Tools called without a sandbox_id share one sandbox, created on first use
+and killed when stdin closes. No server is needed: the sandboxes run in
+this process's own manager. See docs/mcp.md.
+
+Every flag can also be set in the environment variable named after it,
+e.g. AIRLOCK_PROFILE=standard or AIRLOCK_SANDBOX_TIMEOUT=2h.
+
+`
+
+// mcpFlags are the flags of airlock mcp.
+type mcpFlags struct {
+	profile, memory, disk, maxOutput, stateDir string
+	cpus                                       float64
+	pids                                       int64
+	timeout, sandboxTimeout                    time.Duration
+	maxSandboxes                               int
+	allowDegraded                              bool
+}
+
+func (f *mcpFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.profile, "profile", "strict", "policy preset of the sandboxes: strict, standard or light")
+	fs.StringVar(&f.memory, "memory", "", "memory limit of each sandbox, e.g. 256M, 1G (default: the profile's)")
+	fs.StringVar(&f.disk, "disk", "", "size of /workspace and /tmp (each) in each sandbox, e.g. 64M (default: the profile's)")
+	fs.Float64Var(&f.cpus, "cpus", 0, "CPU quota of each sandbox in cores (default: the profile's)")
+	fs.Int64Var(&f.pids, "pids", 0, "maximum number of processes in each sandbox (default: the profile's)")
+	fs.DurationVar(&f.timeout, "timeout", mcp.DefaultCallTimeout, "time limit of one run_command call that does not ask for its own (calls may ask for up to 10m or this, whichever is larger)")
+	fs.DurationVar(&f.sandboxTimeout, "sandbox-timeout", time.Hour, "a session's sandbox is killed after this long without a tool call; also the lifetime of create_sandbox sandboxes that do not ask for one")
+	fs.IntVar(&f.maxSandboxes, "max-sandboxes", 10, "sandboxes running at once")
+	fs.StringVar(&f.maxOutput, "max-output", "32K", "bytes of stdout and of stderr a result shows; the middle of longer output is cut")
+	fs.StringVar(&f.stateDir, "state-dir", defaultMCPStateDir(), "directory for the state database and sandbox sockets; each running airlock mcp takes its own numbered subdirectory")
+	fs.BoolVar(&f.allowDegraded, "allow-degraded", true, "run even when cgroups are unavailable to this user (memory, process and CPU limits then fall back to rlimits; a warning is logged); false refuses instead")
+}
+
+// defaultMCPStateDir is a per-user directory: $XDG_STATE_HOME/airlock/mcp
+// or ~/.local/state/airlock/mcp.
+func defaultMCPStateDir() string {
+	if d := os.Getenv("XDG_STATE_HOME"); filepath.IsAbs(d) {
+		return filepath.Join(d, "airlock", "mcp")
+	}
+	if h, err := os.UserHomeDir(); err == nil && filepath.IsAbs(h) {
+		return filepath.Join(h, ".local", "state", "airlock", "mcp")
+	}
+	return filepath.Join(os.TempDir(), "airlock-mcp-"+strconv.Itoa(os.Getuid()))
+}
+
+// envDefaults sets every flag not given on the command line from
+// AIRLOCK_<FLAG> (upper case, - as _).
+func envDefaults(fs *flag.FlagSet) error {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		key := "AIRLOCK_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v, ok := os.LookupEnv(key); ok && !given[f.Name] {
+			if err := f.Value.Set(v); err != nil {
+				errs = append(errs, fmt.Errorf("%s=%q: %w", key, v, err))
+			}
+		}
+	})
+	return errors.Join(errs...)
+}
+
+// limits turns the size and count flags into manager limits.
+func (f *mcpFlags) limits() (manager.Limits, error) {
+	var l manager.Limits
+	size := func(name, v string, dst *int64) error {
+		if v == "" {
+			return nil
+		}
+		n, err := policy.ParseSize(v)
+		if err != nil {
+			return fmt.Errorf("--%s: %w", name, err)
+		}
+		*dst = n
+		return nil
+	}
+	err := errors.Join(size("memory", f.memory, &l.MemoryBytes), size("disk", f.disk, &l.DiskBytes))
+	l.CPUs, l.Pids = f.cpus, f.pids
+	if f.cpus < 0 || f.pids < 0 {
+		err = errors.Join(err, errors.New("--cpus and --pids must not be negative"))
+	}
+	return l, err
+}
+
+// cmdMCP serves MCP over stdio.
+func cmdMCP(args []string) int {
+	fs := flag.NewFlagSet("mcp", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var f mcpFlags
+	f.register(fs)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(os.Stdout)
+			fmt.Print(mcpUsage)
+			fs.PrintDefaults()
+			return 0
+		}
+		fmt.Fprintf(os.Stderr, "airlock mcp: %v\n%s", err, mcpUsage)
+		return exitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "airlock mcp: unexpected arguments %q\n", fs.Args())
+		return exitUsage
+	}
+	if err := envDefaults(fs); err != nil {
+		fmt.Fprintf(os.Stderr, "airlock mcp: %v\n", err)
+		return exitUsage
+	}
+	limits, err := f.limits()
+	maxOut, err2 := policy.ParseSize(f.maxOutput)
+	if err = errors.Join(err, err2); err != nil {
+		fmt.Fprintf(os.Stderr, "airlock mcp: %v\n", err)
+		return exitUsage
+	}
+	// Check the profile and limits now rather than at the first tool call.
+	p, err := policy.Preset(policy.Profile(f.profile))
+	if err == nil {
+		for _, o := range []struct {
+			dst *int64
+			v   int64
+		}{{&p.Limits.MemoryBytes, limits.MemoryBytes}, {&p.Limits.DiskBytes, limits.DiskBytes}, {&p.Limits.Pids, limits.Pids}} {
+			if o.v != 0 {
+				*o.dst = o.v
+			}
+		}
+		if limits.CPUs != 0 {
+			p.Limits.CPUs = limits.CPUs
+		}
+		err = p.Validate()
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "airlock mcp: %v\n", oneLine(err))
+		return exitUsage
+	}
+	// Everything goes to stderr: stdout carries the protocol.
+	logger := log.New(os.Stderr, "airlock mcp: ", log.LstdFlags)
+	if info := cgroups.Detect(); info.Version == 0 || info.Reason != "" {
+		if !f.allowDegraded {
+			logger.Printf("cgroups unavailable (%s): memory, process and CPU limits cannot be enforced; refusing to start with --allow-degraded=false", info.Reason)
+			return exitSetup
+		}
+		logger.Printf("WARNING: cgroups unavailable (%s): memory, process and CPU limits fall back to rlimits", info.Reason)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		logger.Printf("locate own binary: %v", err)
+		return 1
+	}
+	dir, unlock, err := lockStateSlot(f.stateDir)
+	if err != nil {
+		logger.Printf("%v", err)
+		return 1
+	}
+	defer unlock()
+	logger.Printf("state dir %s", dir)
+	st, err := store.Open(dir)
+	if err != nil {
+		logger.Printf("%v", err)
+		return 1
+	}
+	defer st.Close()
+	m, err := manager.Open(manager.Config{StateDir: dir, Store: st, AgentBinary: self, MaxSandboxes: f.maxSandboxes,
+		AllowDegraded: f.allowDegraded, DefaultTimeout: f.sandboxTimeout, MaxTimeout: max(24*time.Hour, f.sandboxTimeout),
+		Logf: logger.Printf})
+	if err != nil {
+		logger.Printf("%v", err)
+		return 1
+	}
+	defer m.Close()
+	svc, err := mcp.New(mcp.Config{Manager: m, Version: version, Profile: f.profile, Limits: limits,
+		SandboxTimeout: f.sandboxTimeout, CallTimeout: f.timeout, MaxOutput: int(min(maxOut, 1<<30)), Logf: logger.Printf})
+	if err != nil {
+		logger.Printf("%v", err)
+		return exitUsage
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err = svc.Run(ctx, &sdk.StdioTransport{})
+	svc.Close()
+	if err != nil && !errors.Is(err, io.EOF) {
+		logger.Printf("session ended: %v", err)
+	}
+	return 0
+}
+
+// lockStateSlot takes the first numbered subdirectory of base that no
+// other airlock mcp holds, locked (flock) for this process's life. Each
+// slot has its own database and sandboxes, so that concurrent servers
+// never recover (kill) each other's sandboxes, while a crashed server's
+// leftovers are cleaned up by the next one taking its slot.
+func lockStateSlot(base string) (string, func(), error) {
+	if err := os.MkdirAll(base, 0o700); err != nil {
+		return "", nil, fmt.Errorf("state dir: %w", err)
+	}
+	for i := 0; i < 256; i++ {
+		dir := filepath.Join(base, strconv.Itoa(i))
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return "", nil, fmt.Errorf("state dir: %w", err)
+		}
+		lf, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_RDWR|os.O_CREATE, 0o600)
+		if err != nil {
+			return "", nil, fmt.Errorf("state dir: %w", err)
+		}
+		err = unix.Flock(int(lf.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			return dir, func() { lf.Close() }, nil
+		}
+		lf.Close()
+		if !errors.Is(err, unix.EWOULDBLOCK) {
+			return "", nil, fmt.Errorf("lock %s: %w", dir, err)
+		}
+	}
+	return "", nil, fmt.Errorf("state dir %s: 256 airlock mcp servers are running already", base)
+}
