@@ -286,7 +286,13 @@ func (s *session) intercept(client *bufConn, up *meteredConn, t target, port int
 	if upErr != nil {
 		msg := fmt.Sprintf("egress: TLS to %s failed: %v", joinHostPort(t.display(), port), upErr)
 		rec.Reason += "; " + msg
-		writeHTTPError(cc, http.StatusBadGateway, msg)
+		// Answer the first request, not before it: a response on an idle
+		// connection would be taken for a protocol error.
+		cc.SetReadDeadline(time.Now().Add(s.p.cfg.HandshakeTimeout))
+		if req, err := http.ReadRequest(bufio.NewReader(cc)); err == nil {
+			req.Body.Close()
+			writeHTTPError(cc, http.StatusBadGateway, msg)
+		}
 		return
 	}
 	s.serveRequests(&bufConn{Conn: cc, r: bufio.NewReader(cc)}, uc, t, port, inj, rec)
