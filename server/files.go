@@ -1,13 +1,16 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"path"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"airlock/agent"
@@ -174,9 +177,18 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) error {
 	s.m.Audit(r.Context(), k.id, sb.ID, store.ActionFileWrite, detail)
 	if err != nil {
 		// A capped body that overflowed leaves a partial file: remove it.
+		// The agent abandons the write asynchronously, so the file may
+		// be created after a first Remove: remove until it stays gone.
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			sb.Agent().Remove(r.Context(), p)
+			ctx := context.WithoutCancel(r.Context())
+			for range 10 {
+				sb.Agent().Remove(ctx, p)
+				time.Sleep(20 * time.Millisecond)
+				if _, serr := sb.Agent().Stat(ctx, p); errors.Is(serr, fs.ErrNotExist) {
+					break
+				}
+			}
 		}
 		return err
 	}
