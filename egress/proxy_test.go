@@ -587,3 +587,60 @@ func TestProxyEnv(t *testing.T) {
 		t.Errorf("ProxyEnv(3128, 0) sets ALL_PROXY: %s", env)
 	}
 }
+
+func TestSOCKSProtocolErrors(t *testing.T) {
+	tp := startProxy(t, nil, Sandbox{Policy: Policy{Mode: ModeOpen}})
+	exchange := func(greeting, req []byte) []byte {
+		t.Helper()
+		c, err := net.Dial("tcp", tp.socksAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.Write(greeting)
+		if req == nil {
+			b, _ := io.ReadAll(c)
+			return b
+		}
+		sel := make([]byte, 2)
+		if _, err := io.ReadFull(c, sel); err != nil || sel[1] != 0 {
+			t.Fatalf("method selection %v %v", sel, err)
+		}
+		c.Write(req)
+		b, _ := io.ReadAll(c)
+		return b
+	}
+	// Only username/password offered: no acceptable method.
+	if got := exchange([]byte{5, 1, 2}, nil); len(got) != 2 || got[1] != 0xff {
+		t.Errorf("no-auth missing: %v", got)
+	}
+	if rec := tp.rec.next(t); rec.Allowed || !strings.Contains(rec.Reason, "no acceptable method") {
+		t.Errorf("record %+v", rec)
+	}
+	// BIND is not supported.
+	if got := exchange([]byte{5, 1, 0}, []byte{5, 2, 0, 1, 127, 0, 0, 1, 0, 80}); len(got) < 2 || got[1] != 0x07 {
+		t.Errorf("BIND: %v", got)
+	}
+	tp.rec.next(t)
+	// Unknown address type.
+	if got := exchange([]byte{5, 1, 0}, []byte{5, 1, 0, 9, 0, 0}); len(got) < 2 || got[1] != 0x08 {
+		t.Errorf("address type 9: %v", got)
+	}
+	tp.rec.next(t)
+	// A name that is not a host name.
+	name := "bad name!"
+	req := append([]byte{5, 1, 0, 3, byte(len(name))}, name...)
+	if got := exchange([]byte{5, 1, 0}, append(req, 0, 80)); len(got) < 2 || got[1] != 0x02 {
+		t.Errorf("bad name: %v", got)
+	}
+	if rec := tp.rec.next(t); rec.Allowed || !strings.Contains(rec.Reason, "contains") {
+		t.Errorf("record %+v", rec)
+	}
+	// Special addresses are refused in open mode too, by IPv6 literal.
+	if code, _ := socksDial(t, tp.socksAddr, 4, "::ffff:169.254.169.254", 80); code != 0x02 {
+		t.Errorf("mapped metadata address: reply %#x", code)
+	}
+	if rec := tp.rec.next(t); !strings.Contains(rec.Reason, "cloud metadata service") {
+		t.Errorf("record %+v", rec)
+	}
+}
