@@ -266,12 +266,6 @@ func forkChild(p *plan) (pid int, err syscall.Errno) {
 			goto fail
 		}
 	}
-	for i := 0; i < len(p.rlimits); i++ {
-		if _, _, e1 = syscall.RawSyscall6(unix.SYS_PRLIMIT64, 0, uintptr(p.rlimits[i].resource), uintptr(unsafe.Pointer(&p.rlimits[i].lim)), 0, 0, 0); e1 != 0 {
-			stage = stageRlimit
-			goto fail
-		}
-	}
 
 	// Privileges: lock uid 0 out of capabilities, empty the bounding set,
 	// become the sandbox user, then clear every remaining set.
@@ -366,6 +360,15 @@ func forkChild(p *plan) (pid int, err syscall.Errno) {
 	if _, _, e1 = syscall.RawSyscall(syscall.SYS_CHDIR, uintptr(unsafe.Pointer(p.workdir)), 0, 0); e1 != 0 {
 		stage = stageChdir
 		goto fail
+	}
+
+	// rlimits late: the child still holds the launcher's descriptors until
+	// execve, so an early RLIMIT_NOFILE would break the opens above.
+	for i := 0; i < len(p.rlimits); i++ {
+		if _, _, e1 = syscall.RawSyscall6(unix.SYS_PRLIMIT64, 0, uintptr(p.rlimits[i].resource), uintptr(unsafe.Pointer(&p.rlimits[i].lim)), 0, 0, 0); e1 != 0 {
+			stage = stageRlimit
+			goto fail
+		}
 	}
 
 	// seccomp last: from here on only execve and the error report run.
