@@ -87,3 +87,25 @@ func TestWorkdirAndEnv(t *testing.T) {
 		t.Fatalf("got %q", res.Stdout)
 	}
 }
+
+// TestBusyLauncher: a launcher holding more descriptors than the sandbox's
+// open-files limit (a server with many sandboxes) still starts sandboxes.
+func TestBusyLauncher(t *testing.T) {
+	var files []*os.File
+	defer func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}()
+	for i := 0; i < 300; i++ {
+		f, err := os.Open("/dev/null")
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, f)
+	}
+	res := run(t, func(p *policy.Policy) { p.Limits.OpenFiles = 64 }, "true")
+	if res.Status != native.StatusOK {
+		t.Fatalf("got %+v", res)
+	}
+}
