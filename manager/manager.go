@@ -312,9 +312,6 @@ func checkMetadata(md map[string]string) error {
 	return nil
 }
 
-// openFilesFloor is the smallest RLIMIT_NOFILE given to server sandboxes.
-const openFilesFloor = 4096
-
 var envKeyRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
 
 // buildPolicy turns a request into a validated policy.
@@ -353,13 +350,6 @@ func buildPolicy(req *CreateRequest) (policy.Policy, error) {
 			return p, fmt.Errorf("%w: bad environment variable %q", ErrPolicy, k)
 		}
 		p.SetEnv(k, v)
-	}
-	// Work around the native launcher applying RLIMIT_NOFILE before it
-	// creates its Landlock ruleset fd: a server holding more descriptors
-	// than the limit (two per running sandbox) would fail every start with
-	// EMFILE. Raise the floor so a full server (MaxSandboxes) still starts.
-	if p.Limits.OpenFiles < openFilesFloor {
-		p.Limits.OpenFiles = openFilesFloor
 	}
 	if err := p.Validate(); err != nil {
 		return p, fmt.Errorf("%w: %w", ErrPolicy, err)
