@@ -22,6 +22,9 @@ const usage = `airlock: run untrusted code in a sandbox
 
 usage:
   airlock run [flags] -- CMD [ARGS...]   run one command in a fresh sandbox
+  airlock serve [flags]                  serve the HTTP API (long-lived sandboxes)
+  airlock keys create|list|revoke        manage the server's API keys
+  airlock mcp [flags]                    serve sandboxes as MCP tools over stdio
   airlock doctor [--json]                report which isolation layers this host enforces
   airlock bench [--json] [--only NAME]   measure airlock against bwrap, crun, runc, runsc, srt
   airlock version
@@ -61,6 +64,6 @@ func main() {
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "0.1.0-dev"
 
-// hidden are internal subcommands (the in-sandbox agent) registered by
-// other files.
+// hidden are subcommands registered by other files' init functions
+// (serve, keys, mcp, and the internal __agent).
 var hidden = map[string]func([]string) int{}
