@@ -138,7 +138,11 @@ func call(t testing.TB, cs *sdk.ClientSession, name string, args map[string]any)
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	start := time.Now()
 	res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: name, Arguments: args})
+	if d := time.Since(start); d > 2*time.Second {
+		t.Logf("%s %v took %s", name, args, d.Round(time.Millisecond))
+	}
 	if err != nil {
 		t.Fatalf("%s %v: protocol error: %v", name, args, err)
 	}
