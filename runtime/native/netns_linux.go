@@ -9,6 +9,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// ListenIn opens TCP listeners inside the network namespace of the
+// sandbox whose init has host pid pid (a server that restarted uses it to
+// offer the egress proxy again to a sandbox it reattached).
+func ListenIn(pid int, addrs []string) ([]net.Listener, error) { return listenIn(pid, addrs) }
+
 // listenIn opens TCP listeners inside the network namespace of pid. The
 // sockets live in the sandbox's namespace (programs inside reach them at
 // the given addresses, e.g. 127.0.0.1:3128) but belong to the host process:
