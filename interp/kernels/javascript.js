@@ -1,0 +1,251 @@
+// airlock JavaScript kernel.
+//
+// Started by airlock/interp as `node --expose-internals -e <bootstrap>`; the
+// bootstrap reads this source from fd 3 and calls the function it evaluates
+// to with node's require. File descriptors are as for the Python kernel:
+// 0 /dev/null, 1 and 2 user output, 3 requests (JSON lines), 4 messages
+// (JSON lines), 5 and 6 duplicates of 1 and 2 for sync markers.
+//
+// Cells run in one persistent vm context. A cell that does not compile as a
+// script but contains `await` is rewritten by node's own REPL transform
+// (internal/repl/await, hence --expose-internals), which hoists top-level
+// declarations out of an async wrapper so that they persist.
+//
+// Interrupts: SIGINT. While a cell's synchronous part runs, vm's breakOnSigint
+// aborts it (the context survives). While the cell awaits, the SIGINT listener
+// ends the cell; work it started keeps running in the background. Code that
+// spins in a callback after an await cannot be stopped by either; the Go side
+// then kills the kernel.
+(function kernel(require) {
+  'use strict';
+  const fs = require('fs');
+  const net = require('net');
+  const path = require('path');
+  const util = require('util');
+  const vm = require('vm');
+  const { createRequire, builtinModules } = require('module');
+
+  const REQ_FD = 3, MSG_FD = 4, SYNC_FDS = [5, 6];
+  let processTopLevelAwait = null;
+  try {
+    ({ processTopLevelAwait } = require('internal/repl/await'));
+  } catch {
+    // Without --expose-internals top-level await falls back to a plain
+    // async wrapper whose declarations do not persist.
+  }
+
+  const state = { token: '', synced: [0, 0], maxResult: 16 << 20, cell: null };
+
+  function writeAll(fd, buf) {
+    let off = 0;
+    while (off < buf.length) {
+      try {
+        off += fs.writeSync(fd, buf, off, buf.length - off);
+      } catch (e) {
+        if (e.code !== 'EAGAIN') throw e;
+      }
+    }
+  }
+
+  function send(msgs) {
+    const marker = Buffer.from('\0airlock-sync:' + state.token + '\0');
+    SYNC_FDS.forEach((fd, i) => {
+      try {
+        writeAll(fd, marker);
+        state.synced[i]++;
+      } catch {
+        // user code closed or redirected the stream
+      }
+    });
+    const lines = msgs.map((m) => JSON.stringify({ ...m, sync: state.synced.slice() }));
+    try {
+      writeAll(MSG_FD, Buffer.from(lines.join('\n') + '\n'));
+    } catch {
+      process.exit(70);
+    }
+  }
+
+  // The context: a fresh global plus what node's own global offers
+  // (process, Buffer, timers, fetch, builtin modules...), like node's REPL.
+  const context = vm.createContext({});
+  const own = new Set(vm.runInContext('Object.getOwnPropertyNames(globalThis)', context));
+  const skip = new Set(['require', 'module', 'exports', '__filename', '__dirname', 'global', 'globalThis']);
+  for (const name of Object.getOwnPropertyNames(globalThis)) {
+    if (own.has(name) || skip.has(name)) continue;
+    Object.defineProperty(context, name, Object.getOwnPropertyDescriptor(globalThis, name));
+  }
+  for (const name of builtinModules) {
+    if (name.includes('/') || name.startsWith('_') || name in context) continue;
+    Object.defineProperty(context, name, {
+      configurable: true, enumerable: false,
+      get() { return require(name); },
+      set(v) { Object.defineProperty(context, name, { value: v, writable: true, configurable: true }); },
+    });
+  }
+  const cellFile = path.join(process.cwd(), '<cell>');
+  const userModule = { id: '<cell>', filename: cellFile, exports: {}, paths: [] };
+  context.require = createRequire(cellFile);
+  context.module = userModule;
+  context.exports = userModule.exports;
+  context.__filename = cellFile;
+  context.__dirname = process.cwd();
+  vm.runInContext('globalThis.global = globalThis', context);
+
+  const importModuleDynamically = vm.constants && vm.constants.USE_MAIN_CONTEXT_DEFAULT_LOADER;
+
+  function compile(code, filename) {
+    const opts = { filename };
+    if (importModuleDynamically) opts.importModuleDynamically = importModuleDynamically;
+    return new vm.Script(code, opts);
+  }
+
+  // Returns [script, async] for a cell, or throws its SyntaxError.
+  function prepare(code, filename) {
+    if (/^\s*\{/.test(code) && /\}\s*$/.test(code)) {
+      // `{a: 1}` is an object, not a block, as in node's REPL.
+      try {
+        return [compile('(' + code.trim() + ')\n', filename), false];
+      } catch {
+        // not an object literal
+      }
+    }
+    try {
+      return [compile(code, filename), false];
+    } catch (e) {
+      if (!(e instanceof SyntaxError) || !code.includes('await')) throw e;
+      let wrapped = null;
+      if (processTopLevelAwait) {
+        try {
+          wrapped = processTopLevelAwait(code);
+        } catch {
+          throw e;
+        }
+      } else {
+        wrapped = '(async () => { ' + code + '\n})()';
+      }
+      if (wrapped === null) throw e;
+      return [compile(wrapped, filename), processTopLevelAwait !== null];
+    }
+  }
+
+  function isInterrupt(e) {
+    return e !== null && typeof e === 'object' && (e.code === 'ERR_SCRIPT_EXECUTION_INTERRUPTED' || e === INTERRUPT);
+  }
+  const INTERRUPT = new Error('interrupted');
+
+  function formatError(e) {
+    if (isInterrupt(e)) {
+      return { type: 'error', name: 'KeyboardInterrupt', value: 'execution was interrupted', traceback: [], interrupted: true };
+    }
+    if (e instanceof Error || (e !== null && typeof e === 'object' && typeof e.stack === 'string')) {
+      const lines = String(e.stack || '').split('\n');
+      const tb = [];
+      for (const line of lines) {
+        if (/^\s+at /.test(line) && /node:vm|airlock-kernel|node:internal\/(vm|process\/execution)/.test(line)) break;
+        tb.push(line);
+      }
+      return { type: 'error', name: String(e.name || 'Error'), value: String(e.message === undefined ? '' : e.message), traceback: tb };
+    }
+    const value = util.inspect(e);
+    return { type: 'error', name: 'Error', value: 'Uncaught ' + value, traceback: ['Uncaught ' + value] };
+  }
+
+  function resultOf(value) {
+    const data = { 'text/plain': util.inspect(value) };
+    let size = 0;
+    for (const v of Object.values(data)) size += v.length;
+    if (size > state.maxResult) {
+      return { type: 'result', truncated: true, data: { 'text/plain': `<result of ${size} characters omitted: larger than the limit of ${state.maxResult}>` } };
+    }
+    return { type: 'result', data };
+  }
+
+  function runCell(req) {
+    const n = req.n || 0;
+    const cell = { n, done: false, interrupt: null };
+    state.cell = cell;
+    const finish = (err, value) => {
+      if (cell.done) return;
+      cell.done = true;
+      if (state.cell === cell) state.cell = null;
+      const msgs = [];
+      if (err !== null) {
+        msgs.push(formatError(err));
+      } else if (value !== undefined) {
+        try {
+          msgs.push(resultOf(value));
+        } catch (e) {
+          msgs.push(formatError(e));
+        }
+      }
+      msgs.push({ type: 'end', n });
+      send(msgs);
+    };
+    let script, isAsync, result;
+    try {
+      [script, isAsync] = prepare(req.code || '', `<cell-${n}>`);
+      result = script.runInContext(context, { breakOnSigint: true, displayErrors: false });
+    } catch (e) {
+      finish(e);
+      return;
+    }
+    if (!isAsync) {
+      finish(null, result);
+      return;
+    }
+    const interrupted = new Promise((resolve, reject) => { cell.interrupt = () => reject(INTERRUPT); });
+    Promise.race([result, interrupted]).then((r) => finish(null, r && r.value), (e) => finish(e));
+  }
+
+  process.on('SIGINT', () => {
+    const cell = state.cell;
+    if (cell && cell.interrupt) cell.interrupt();
+  });
+  process.on('uncaughtException', (e) => {
+    try {
+      process.stderr.write('Uncaught ' + util.inspect(e) + '\n');
+    } catch {
+      // stderr is gone
+    }
+  });
+  process.on('unhandledRejection', (reason) => {
+    try {
+      process.stderr.write('Unhandled promise rejection: ' + util.inspect(reason) + '\n');
+    } catch {
+      // stderr is gone
+    }
+  });
+
+  function handle(line) {
+    let req;
+    try {
+      req = JSON.parse(line);
+    } catch (e) {
+      send([formatError(e), { type: 'end', n: 0 }]);
+      return;
+    }
+    state.token = req.token || '';
+    state.synced = [0, 0];
+    if (req.max_result) state.maxResult = req.max_result;
+    if (req.init) {
+      send([{ type: 'ready', pid: process.pid, version: process.version }]);
+      return;
+    }
+    runCell(req);
+  }
+
+  const input = new net.Socket({ fd: REQ_FD, readable: true, writable: false });
+  let buffered = '';
+  input.setEncoding('utf8');
+  input.on('data', (s) => {
+    buffered += s;
+    let i;
+    while ((i = buffered.indexOf('\n')) >= 0) {
+      const line = buffered.slice(0, i);
+      buffered = buffered.slice(i + 1);
+      if (line) handle(line);
+    }
+  });
+  input.on('end', () => process.exit(0));
+  input.on('error', () => process.exit(0));
+});

@@ -1,0 +1,396 @@
+# airlock Python kernel.
+#
+# Started by airlock/interp as `python3 -u -c <bootstrap>`; the bootstrap reads
+# this source from fd 3 and executes it. File descriptors:
+#   0      /dev/null (user code reading stdin gets EOF)
+#   1, 2   user stdout and stderr (pipes read by the Go side)
+#   3      requests from the Go side, one JSON object per line
+#   4      messages to the Go side, one JSON object per line
+#   5, 6   duplicates of 1 and 2, used only for sync markers
+#
+# A sync marker is "\0airlock-sync:" + token + "\0" written to fds 5 and 6.
+# Every message carries "sync": [markers written to 5, to 6] so far for the
+# current token; the Go side holds a message back until it has read that many
+# markers from each stream, which keeps messages ordered after the output that
+# preceded them.
+
+import ast
+import base64
+import builtins
+import io
+import json
+import linecache
+import os
+import signal
+import sys
+import types
+import _thread
+
+REQ_FD, MSG_FD, SYNC_FDS = 3, 4, (5, 6)
+KERNEL_FILE = '<airlock-kernel>'
+MAIN_THREAD = _thread.get_ident()
+CO_COROUTINE = 0x80
+RICH_METHODS = (
+    ('_repr_html_', 'text/html'),
+    ('_repr_markdown_', 'text/markdown'),
+    ('_repr_svg_', 'image/svg+xml'),
+    ('_repr_png_', 'image/png'),
+    ('_repr_jpeg_', 'image/jpeg'),
+    ('_repr_latex_', 'text/latex'),
+    ('_repr_json_', 'application/json'),
+    ('_repr_javascript_', 'application/javascript'),
+)
+BINARY_MIMES = ('image/png', 'image/jpeg', 'image/gif', 'application/pdf')
+JSON_ROWS = 10000  # rows of a DataFrame put in its application/json
+
+
+class State:
+    running = False   # user code is executing: SIGINT raises KeyboardInterrupt
+    critical = 0      # the main thread is writing a message: defer SIGINT
+    pending = False   # a SIGINT arrived during a critical section
+    token = ''
+    synced = [0, 0]
+    max_result = 16 << 20
+    loop = None
+
+
+st = State()
+for _fd in (REQ_FD, MSG_FD) + SYNC_FDS:
+    os.set_inheritable(_fd, False)
+send_lock = _thread.allocate_lock()
+
+
+def on_sigint(signum, frame):
+    if st.critical:
+        st.pending = True
+    elif st.running:
+        raise KeyboardInterrupt
+
+
+signal.signal(signal.SIGINT, on_sigint)
+
+
+def write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def send(msgs, sync=True):
+    """Writes messages (after sync markers) without being interrupted."""
+    main = _thread.get_ident() == MAIN_THREAD
+    if main:
+        st.critical += 1
+    try:
+        with send_lock:
+            if sync:
+                for f in (sys.stdout, sys.stderr):
+                    try:
+                        f.flush()
+                    except Exception:
+                        pass
+                marker = ('\0airlock-sync:' + st.token + '\0').encode()
+                for i, fd in enumerate(SYNC_FDS):
+                    try:
+                        write_all(fd, marker)
+                        st.synced[i] += 1
+                    except OSError:
+                        pass
+            out = []
+            for m in msgs:
+                m['sync'] = list(st.synced)
+                out.append(json.dumps(m))
+            try:
+                write_all(MSG_FD, ('\n'.join(out) + '\n').encode())
+            except OSError:
+                os._exit(70)  # the Go side is gone, or user code closed fd 4
+    finally:
+        if main:
+            st.critical -= 1
+    if main and st.pending and not st.critical:
+        st.pending = False
+        if st.running:
+            raise KeyboardInterrupt
+
+
+def limit_bundle(data):
+    """Returns a result message for a MIME bundle, dropping it if too large."""
+    size = sum(len(v) for v in data.values())
+    if size <= st.max_result:
+        return {'type': 'result', 'data': data}
+    note = '<result of %d bytes omitted: larger than the limit of %d bytes>' % (size, st.max_result)
+    return {'type': 'result', 'data': {'text/plain': note}, 'truncated': True}
+
+
+def safe_getattr(obj, name):
+    try:
+        return getattr(obj, name, None)
+    except Exception:
+        return None
+
+
+def figure_bundle(fig):
+    buf = io.BytesIO()
+    fig.savefig(buf, format='png')
+    return {'image/png': base64.b64encode(buf.getvalue()).decode('ascii'), 'text/plain': repr(fig)}
+
+
+def encode_mime(mime, value):
+    if value is None:
+        return None
+    if mime in BINARY_MIMES or mime.startswith('image/') and mime != 'image/svg+xml':
+        if isinstance(value, (bytes, bytearray, memoryview)):
+            return base64.b64encode(bytes(value)).decode('ascii')
+        return str(value)  # by convention already base64
+    if mime == 'application/json' or mime.endswith('+json'):
+        return value if isinstance(value, str) else json.dumps(value, default=str)
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode('utf-8', 'replace')
+    return str(value)
+
+
+def bundle(obj):
+    """Builds the MIME bundle of a value: rich reprs, pandas, figures, repr."""
+    data = {}
+    mpl_figure = sys.modules.get('matplotlib.figure')
+    pd = sys.modules.get('pandas')
+    if mpl_figure is not None and isinstance(obj, mpl_figure.Figure):
+        data.update(figure_bundle(obj))
+        plt = sys.modules.get('matplotlib.pyplot')
+        if plt is not None:
+            plt.close(obj)
+        return data
+    if not isinstance(obj, type):
+        # Objects claiming every attribute (mocks, proxies) have no rich repr.
+        claims_all = callable(safe_getattr(obj, '_airlock_canary_method_should_not_exist_'))
+        mb = None if claims_all else safe_getattr(obj, '_repr_mimebundle_')
+        if callable(mb):
+            try:
+                got = mb(include=None, exclude=None)
+                if isinstance(got, tuple):
+                    got = got[0]
+                for mime, value in (got or {}).items():
+                    enc = encode_mime(mime, value)
+                    if enc is not None:
+                        data[mime] = enc
+            except Exception as e:
+                warn_formatter('_repr_mimebundle_', e)
+        for meth, mime in RICH_METHODS:
+            if claims_all or mime in data:
+                continue
+            f = safe_getattr(obj, meth)
+            if not callable(f):
+                continue
+            try:
+                value = f()
+                if isinstance(value, tuple):  # (data, metadata)
+                    value = value[0]
+                enc = encode_mime(mime, value)
+                if enc is not None:
+                    data[mime] = enc
+            except Exception as e:
+                warn_formatter(meth, e)
+    if pd is not None and isinstance(obj, (pd.DataFrame, pd.Series)) and 'application/json' not in data:
+        try:
+            part = obj if len(obj) <= JSON_ROWS else obj.head(JSON_ROWS)
+            data['application/json'] = part.to_json(orient='split', date_format='iso', default_handler=str)
+        except Exception as e:
+            warn_formatter('to_json', e)
+        if isinstance(obj, pd.Series) and 'text/html' not in data:
+            try:
+                data['text/html'] = obj.to_frame()._repr_html_()
+            except Exception as e:
+                warn_formatter('to_frame', e)
+    data['text/plain'] = repr(obj)
+    return data
+
+
+def warn_formatter(name, e):
+    try:
+        sys.stderr.write('airlock: %s failed: %s: %s\n' % (name, type(e).__name__, e))
+    except Exception:
+        pass
+
+
+def open_figures():
+    plt = sys.modules.get('matplotlib.pyplot')
+    if plt is None:
+        return []
+    return [plt.figure(num) for num in plt.get_fignums()]
+
+
+def flush_figures():
+    """Renders and closes every open matplotlib figure; returns the results."""
+    plt = sys.modules.get('matplotlib.pyplot')
+    out = []
+    for fig in open_figures():
+        try:
+            out.append(limit_bundle(figure_bundle(fig)))
+        except Exception as e:
+            warn_formatter('savefig', e)
+        plt.close(fig)
+    return out
+
+
+def show(*args, **kwargs):
+    """Replacement for matplotlib.pyplot.show: sends every open figure."""
+    msgs = flush_figures()
+    if msgs:
+        send(msgs)
+
+
+def display(*objs, **kwargs):
+    """Sends the rich representation of each object as a result now."""
+    for obj in objs:
+        if kwargs.get('raw') and isinstance(obj, dict):
+            data = {k: encode_mime(k, v) for k, v in obj.items()}
+        else:
+            data = bundle(obj)
+        send([limit_bundle(data)])
+
+
+class PyplotHook:
+    """Import hook that swaps pyplot.show for ours when pyplot is loaded."""
+
+    def find_spec(self, name, path, target=None):
+        if name != 'matplotlib.pyplot':
+            return None
+        import importlib.util
+        sys.meta_path.remove(self)
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            sys.meta_path.insert(0, self)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, 'exec_module'):
+            return spec
+        orig = spec.loader.exec_module
+
+        def exec_module(module):
+            orig(module)
+            show.__doc__ = module.show.__doc__
+            module.show = show
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+def format_error(e, interrupted=False):
+    import traceback
+    name = type(e).__name__
+    value = str(e)
+    if isinstance(e, SystemExit):
+        value = '' if e.code is None else str(e.code)
+    root = traceback.TracebackException(type(e), e, e.__traceback__, compact=True)
+    if isinstance(e, SyntaxError) and not any(f.filename.startswith('<cell-') for f in root.stack):
+        # The cell does not compile: only the error itself is of interest.
+        lines = list(root.format_exception_only())
+    else:
+        # Drop the kernel's frames, and those of the machinery above the
+        # cell (asyncio running a cell with top-level await).
+        te, seen = root, set()
+        while te is not None and id(te) not in seen:
+            seen.add(id(te))
+            frames = list(te.stack)
+            for i, f in enumerate(frames):
+                if f.filename.startswith('<cell-'):
+                    frames = frames[i:]
+                    break
+            te.stack = traceback.StackSummary.from_list(
+                [f for f in frames if f.filename not in (KERNEL_FILE, '<string>')])
+            te = te.__cause__ or te.__context__
+        lines = list(root.format())
+    m = {'type': 'error', 'name': name, 'value': value, 'traceback': [l for c in lines for l in c.rstrip('\n').split('\n')]}
+    if interrupted:
+        m['interrupted'] = True
+    return m
+
+
+def run_code(code, ns):
+    if code.co_flags & CO_COROUTINE:
+        if st.loop is None:
+            import asyncio
+            st.loop = asyncio.new_event_loop()
+        return st.loop.run_until_complete(eval(code, ns))
+    return eval(code, ns)
+
+
+def run_cell(req, ns):
+    n = req.get('n', 0)
+    src = req.get('code', '')
+    fname = '<cell-%d>' % n
+    linecache.cache[fname] = (len(src), None, src.splitlines(True), fname)
+    msgs = []
+    err = None
+    try:
+        st.running = True
+        try:
+            flags = getattr(ast, 'PyCF_ALLOW_TOP_LEVEL_AWAIT', 0)
+            tree = ast.parse(src, fname, 'exec')
+            last = None
+            if tree.body and isinstance(tree.body[-1], ast.Expr):
+                last = ast.Expression(tree.body.pop().value)
+            if tree.body:
+                run_code(compile(tree, fname, 'exec', flags=flags, dont_inherit=True), ns)
+            if last is not None:
+                value = run_code(compile(last, fname, 'eval', flags=flags, dont_inherit=True), ns)
+                if value is not None:
+                    ns['_'] = value
+                    msgs.append(limit_bundle(bundle(value)))
+            msgs.extend(flush_figures())
+        finally:
+            st.running = False
+    except KeyboardInterrupt as e:
+        err = format_error(e, interrupted=True)
+    except BaseException as e:
+        err = format_error(e)
+    if err is not None:
+        # Figures drawn before the error are still shown.
+        try:
+            msgs.extend(flush_figures())
+        except BaseException:
+            pass
+        msgs.append(err)
+    msgs.append({'type': 'end', 'n': n})
+    send(msgs)
+
+
+def main():
+    mod = types.ModuleType('__main__')
+    mod.__dict__['__builtins__'] = builtins
+    sys.modules['__main__'] = mod
+    ns = mod.__dict__
+    sys.argv = ['']
+    builtins.display = display
+    sys.meta_path.insert(0, PyplotHook())
+    reqs = os.fdopen(REQ_FD, 'rb', buffering=1 << 16)
+    first = True
+    while True:
+        try:
+            line = reqs.readline()
+        except KeyboardInterrupt:
+            continue
+        if not line:
+            os._exit(0)
+        try:
+            req = json.loads(line)
+            st.token = req.get('token', '')
+            st.synced = [0, 0]
+            st.max_result = req.get('max_result') or st.max_result
+            if first or req.get('init'):
+                first = False
+                send([{'type': 'ready', 'pid': os.getpid(), 'version': sys.version.split()[0]}])
+                continue
+            run_cell(req, ns)
+        except BaseException as e:
+            # An interrupt that escaped run_cell, or a bug in the kernel
+            # itself: report it and keep serving.
+            st.running = False
+            try:
+                err = format_error(e, interrupted=isinstance(e, KeyboardInterrupt))
+                send([err, {'type': 'end', 'n': 0}])
+            except BaseException:
+                os._exit(71)
+
+
+main()
