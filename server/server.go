@@ -19,6 +19,7 @@ import (
 
 	"airlock/api"
 	"airlock/manager"
+	"airlock/mcp"
 	"airlock/runtime"
 	"airlock/store"
 )
@@ -54,6 +55,7 @@ type Server struct {
 	cfg Config
 	m   *manager.Manager
 	mux *http.ServeMux
+	mcp http.Handler
 
 	layersOnce atomic.Pointer[runtime.Enforced]
 
@@ -69,6 +71,11 @@ func New(cfg Config) (*Server, error) {
 		cfg.MaxFileBytes = MaxFileBody
 	}
 	s := &Server{cfg: cfg, m: cfg.Manager, mux: http.NewServeMux()}
+	tools, err := mcp.New(mcp.Config{Manager: cfg.Manager, Version: cfg.Version})
+	if err != nil {
+		return nil, err
+	}
+	s.mcp = tools.HTTPHandler()
 	s.routes()
 	return s, nil
 }
@@ -122,6 +129,12 @@ func (s *Server) routes() {
 	authed("GET /v1/sandboxes/{id}/files/stat", s.statFile)
 	authed("POST /v1/sandboxes/{id}/files/mkdir", s.mkdir)
 	authed("POST /v1/sandboxes/{id}/files/move", s.move)
+	// MCP over streamable HTTP (package mcp), acting for the caller's key.
+	authed("/mcp", func(w http.ResponseWriter, r *http.Request) error {
+		k := caller(r)
+		s.mcp.ServeHTTP(w, r.WithContext(mcp.WithCaller(r.Context(), mcp.Caller{Owner: k.id, MaxSandboxes: k.maxSandboxes})))
+		return nil
+	})
 }
 
 // ServeHTTP implements http.Handler.
