@@ -1,0 +1,176 @@
+package mcp_test
+
+import (
+	"bufio"
+	"encoding/json"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"airlock/store"
+)
+
+// served is a running `airlock serve`.
+type served struct {
+	URL, State string
+	cmd        *exec.Cmd
+	done       chan struct{}
+}
+
+// startServe runs airlock serve on a free loopback port.
+func startServe(t testing.TB, args ...string) *served {
+	t.Helper()
+	needRoot(t)
+	state := shortDir(t)
+	cmd := exec.Command(airlockBin(t), append([]string{"serve", "--listen", "127.0.0.1:0", "--state-dir", state}, args...)...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	logPath := filepath.Join(state, "server.log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	logf.Close()
+	s := &served{State: state, cmd: cmd, done: make(chan struct{})}
+	urlc := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		re := regexp.MustCompile(`listening on (http://\S+)`)
+		for sc.Scan() {
+			if m := re.FindStringSubmatch(sc.Text()); m != nil {
+				urlc <- m[1]
+			}
+		}
+	}()
+	go func() { cmd.Wait(); close(s.done) }()
+	select {
+	case s.URL = <-urlc:
+	case <-s.done:
+		b, _ := os.ReadFile(logPath)
+		t.Fatalf("airlock serve exited: %s", b)
+	case <-time.After(30 * time.Second):
+		t.Fatal("airlock serve did not start")
+	}
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-s.done:
+		case <-time.After(30 * time.Second):
+			cmd.Process.Kill()
+			<-s.done
+		}
+		if t.Failed() {
+			b, _ := os.ReadFile(logPath)
+			t.Logf("airlock serve log:\n%s", b)
+		}
+	})
+	return s
+}
+
+// newKey creates an API key with `airlock keys create`.
+func (s *served) newKey(t testing.TB, name string) string {
+	t.Helper()
+	out, err := exec.Command(airlockBin(t), "keys", "create", "--name", name, "--state-dir", s.State).Output()
+	if err != nil {
+		t.Fatalf("keys create: %v", err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// sandboxState asks the API for a sandbox's state.
+func (s *served) sandboxState(t testing.TB, key, id string) string {
+	t.Helper()
+	req, _ := http.NewRequest("GET", s.URL+"/v1/sandboxes/"+id, nil)
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var info struct {
+		State string `json:"state"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&info); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("GET sandbox %s: %s %v", id, resp.Status, err)
+	}
+	return info.State
+}
+
+// waitGoneServed waits until the server recorded sandbox id as ended and
+// its init process and cgroups are gone from the host.
+func (s *served) waitGone(t testing.TB, key, id string) {
+	t.Helper()
+	st, err := store.Open(s.State)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if rec := waitGone(t, st, id); rec.State != store.StateKilled {
+		t.Fatalf("sandbox %s ended as %s (%s)", id, rec.State, rec.EndReason)
+	}
+	if got := s.sandboxState(t, key, id); got != store.StateKilled {
+		t.Fatalf("API says sandbox %s is %s", id, got)
+	}
+}
+
+// TestServeMCP drives /mcp of a real `airlock serve` with the Go SDK: the
+// API's bearer auth applies, tools act for the key, and the session's
+// sandbox is gone once the client ends the session.
+func TestServeMCP(t *testing.T) {
+	s := startServe(t)
+	key := s.newKey(t, "mcp")
+	other := s.newKey(t, "other")
+
+	// No or a wrong token: the API's 401 and error format.
+	for _, tok := range []string{"", "al_wrong"} {
+		req, _ := http.NewRequest("POST", s.URL+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}`))
+		if tok != "" {
+			req.Header.Set("Authorization", "Bearer "+tok)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var body struct {
+			Error struct{ Code string } `json:"error"`
+		}
+		json.NewDecoder(resp.Body).Decode(&body)
+		resp.Body.Close()
+		if resp.StatusCode != 401 || body.Error.Code != "unauthorized" {
+			t.Fatalf("token %q: %s %+v", tok, resp.Status, body)
+		}
+	}
+
+	cs := httpSession(t, s.URL+"/mcp", key)
+	if out := mustOK(t, cs, "run_command", map[string]any{"command": "echo via serve"}); out != "via serve\n\n" {
+		t.Fatalf("got %q", out)
+	}
+	mustFail(t, cs, "run_command", map[string]any{"command": "bash -c ':(){ :|:& };:'"})
+	mustFail(t, cs, "run_command", map[string]any{"command": "cat /etc/shadow"})
+	mustOK(t, cs, "write_file", map[string]any{"path": "x", "content": "y"})
+	if out := mustOK(t, cs, "read_file", map[string]any{"path": "x"}); out != "y\n" {
+		t.Fatalf("read: %q", out)
+	}
+	id := ownSandbox(t, cs)
+	// The sandbox is the key's, visible through the REST API too.
+	if got := s.sandboxState(t, key, id); got != "running" {
+		t.Fatalf("API: %s", got)
+	}
+	oc := httpSession(t, s.URL+"/mcp", other)
+	mustFail(t, oc, "read_file", map[string]any{"path": "x", "sandbox_id": id})
+
+	cs.Close()
+	s.waitGone(t, key, id)
+}
