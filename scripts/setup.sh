@@ -15,4 +15,7 @@ fi
 if [ -f tests/js/package.json ]; then
   (cd tests/js && npm ci --no-audit --no-fund --loglevel=error)
 fi
+if [ -f tests/mcp-js/package.json ]; then
+  (cd tests/mcp-js && npm ci --no-audit --no-fund --loglevel=error)
+fi
 echo "setup: ok"
