@@ -1,0 +1,448 @@
+// Package e2b serves the wire protocol of E2B (https://e2b.dev) on top of
+// airlock's manager, so that the official E2B SDKs (the e2b and
+// @e2b/code-interpreter npm packages, and the Python ones, which speak the
+// same protocol) work unchanged against `airlock serve` once E2B_API_URL
+// and E2B_SANDBOX_URL point at it.
+//
+// Three planes share the listener:
+//
+//   - the control plane (/sandboxes, /v2/sandboxes...), authenticated by
+//     X-API-KEY, which holds an airlock API key;
+//   - envd, the in-sandbox daemon of E2B: requests carrying the headers
+//     E2b-Sandbox-Id and E2b-Sandbox-Port: 49983, authenticated by the
+//     sandbox's envd access token (X-Access-Token). It speaks Connect RPC
+//     with the JSON codec (process.Process and filesystem.Filesystem) plus
+//     GET/POST /files;
+//   - the code interpreter: E2b-Sandbox-Port: 49999.
+//
+// Sandboxes are the manager's: an E2B sandbox is an airlock sandbox, and
+// everything runs inside it through its agent. See docs/e2b.md for what is
+// supported.
+package e2b
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+
+	"airlock/manager"
+	"airlock/store"
+)
+
+// EnvdVersion is the envd version airlock reports. The SDKs gate features
+// on it; airlock implements those up to 0.5.7 (stdin control 0.3.0,
+// no default username 0.4.0, CloseStdin 0.5.2, octet-stream uploads 0.5.7)
+// but not file metadata (0.6.2), which needs extended attributes.
+const EnvdVersion = "0.5.7"
+
+// Ports E2B addresses inside a sandbox.
+const (
+	// EnvdPort is envd's port.
+	EnvdPort = 49983
+	// InterpreterPort is the code interpreter's port.
+	InterpreterPort = 49999
+)
+
+// Headers of the E2B wire protocol.
+const (
+	headerSandboxID    = "E2b-Sandbox-Id"
+	headerSandboxPort  = "E2b-Sandbox-Port"
+	headerAccessToken  = "X-Access-Token"
+	headerTrafficToken = "E2b-Traffic-Access-Token"
+	headerAPIKey       = "X-Api-Key"
+)
+
+// DefaultMaxFileBytes caps an uploaded file when Config.MaxFileBytes is 0.
+const DefaultMaxFileBytes = 256 << 20
+
+// Config configures a Handler.
+type Config struct {
+	// Manager runs the sandboxes. Required.
+	Manager *manager.Manager
+	// Store authenticates API keys and tells which key owns a sandbox.
+	// Required.
+	Store *store.Store
+	// NoAuth disables API key authentication: every request acts as
+	// owner "", like airlock's own API with NoAuth. Per-sandbox access
+	// tokens are still checked.
+	NoAuth bool
+	// SecretFile holds the key the per-sandbox access tokens are derived
+	// from; it is created (mode 0600) if missing. Empty means e2b.key in
+	// the store's directory.
+	SecretFile string
+	// Profile is the airlock profile behind E2B's templates "base" and
+	// "code-interpreter-v1"; empty means standard.
+	Profile string
+	// MaxFileBytes caps a file upload; 0 means DefaultMaxFileBytes.
+	MaxFileBytes int64
+	// Logf logs operational problems; log.Printf if nil.
+	Logf func(format string, args ...any)
+}
+
+// Handler serves the E2B protocol. It is safe for concurrent use.
+type Handler struct {
+	cfg     Config
+	m       *manager.Manager
+	control *http.ServeMux
+	secret  []byte
+
+	owners sync.Map // sandbox id -> owner key id, for running sandboxes
+
+	mu    sync.Mutex
+	boxes map[string]*boxState
+}
+
+// NewHandler returns the E2B handler.
+func NewHandler(cfg Config) (*Handler, error) {
+	if cfg.Manager == nil || cfg.Store == nil {
+		return nil, errors.New("e2b: Manager and Store are required")
+	}
+	if cfg.Profile == "" {
+		cfg.Profile = "standard"
+	}
+	if cfg.MaxFileBytes <= 0 {
+		cfg.MaxFileBytes = DefaultMaxFileBytes
+	}
+	if cfg.Logf == nil {
+		cfg.Logf = log.Printf
+	}
+	if cfg.SecretFile == "" {
+		cfg.SecretFile = filepath.Join(filepath.Dir(cfg.Store.Path()), "e2b.key")
+	}
+	secret, err := loadSecret(cfg.SecretFile)
+	if err != nil {
+		return nil, err
+	}
+	h := &Handler{cfg: cfg, m: cfg.Manager, secret: secret, boxes: map[string]*boxState{}}
+	h.control = h.controlRoutes()
+	return h, nil
+}
+
+// loadSecret reads the token key, creating it on first use.
+func loadSecret(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err == nil {
+		if len(b) < 32 {
+			return nil, fmt.Errorf("e2b: token key %s is shorter than 32 bytes", path)
+		}
+		return b, nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("e2b: read token key: %w", err)
+	}
+	b = make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return nil, fmt.Errorf("e2b: token key: %w", err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, os.ErrExist) {
+		return loadSecret(path) // created concurrently
+	}
+	if err != nil {
+		return nil, fmt.Errorf("e2b: create token key: %w", err)
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		os.Remove(path)
+		return nil, fmt.Errorf("e2b: write token key: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return nil, fmt.Errorf("e2b: write token key: %w", err)
+	}
+	return b, nil
+}
+
+// token derives a per-sandbox token of the given kind. Tokens need no
+// storage, survive server restarts, and are worthless once the sandbox is
+// gone.
+func (h *Handler) token(kind, id string) string {
+	mac := hmac.New(sha256.New, h.secret)
+	io.WriteString(mac, "airlock-e2b\x00"+kind+"\x00"+id)
+	return base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
+}
+
+func (h *Handler) envdToken(id string) string    { return h.token("envd", id) }
+func (h *Handler) trafficToken(id string) string { return h.token("traffic", id) }
+
+// tokenOK compares a presented token in constant time.
+func tokenOK(got, want string) bool {
+	return got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
+}
+
+// Match reports whether r belongs to the E2B protocol: it addresses a
+// sandbox port (E2b-Sandbox-Id), carries an E2B API key, or names E2B's
+// sandbox endpoints, which airlock's own API (under /v1) does not use.
+func (h *Handler) Match(r *http.Request) bool {
+	if r.Header.Get(headerSandboxID) != "" || r.Header.Get(headerAPIKey) != "" {
+		return true
+	}
+	p := r.URL.Path
+	for _, prefix := range []string{"/sandboxes", "/v2/sandboxes"} {
+		if p == prefix || strings.HasPrefix(p, prefix+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// ServeHTTP implements http.Handler.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if id := r.Header.Get(headerSandboxID); id != "" {
+		h.serveSandbox(w, r, id)
+		return
+	}
+	h.control.ServeHTTP(w, r)
+}
+
+// apiError is an error of the control plane or of envd's HTTP endpoints;
+// its body is E2B's {"code", "message"} with code the HTTP status.
+type apiError struct {
+	status int
+	msg    string
+}
+
+func (e *apiError) Error() string { return e.msg }
+
+func apiErrorf(status int, format string, args ...any) *apiError {
+	return &apiError{status: status, msg: fmt.Sprintf(format, args...)}
+}
+
+// writeJSON writes v as the JSON body of a response.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status, b = http.StatusInternalServerError, []byte(`{"code":500,"message":"encoding the response failed"}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(status)
+	w.Write(b)
+}
+
+// writeAPIError writes E2B's error body.
+func writeAPIError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, map[string]any{"code": status, "message": msg})
+}
+
+// ownerOf returns the API key id that owns sandbox id, and whether it is
+// known.
+func (h *Handler) ownerOf(ctx context.Context, id string) (string, bool) {
+	if o, ok := h.owners.Load(id); ok {
+		return o.(string), true
+	}
+	rec, err := h.cfg.Store.GetSandbox(ctx, id)
+	if err != nil || rec.State != store.StateRunning {
+		return "", false
+	}
+	h.owners.Store(id, rec.Owner)
+	return rec.Owner, true
+}
+
+// boxState is what the handler keeps per running sandbox: the processes
+// started through envd and the directory watchers.
+type boxState struct {
+	h  *Handler
+	sb *manager.Sandbox
+
+	mu       sync.Mutex
+	procs    map[int]*eproc
+	watchers map[string]*watcher
+}
+
+// box returns the state of a running sandbox, creating it on first use.
+// It is dropped when the sandbox ends.
+func (h *Handler) box(sb *manager.Sandbox) *boxState {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if b := h.boxes[sb.ID]; b != nil && b.sb == sb {
+		return b
+	}
+	b := &boxState{h: h, sb: sb, procs: map[int]*eproc{}, watchers: map[string]*watcher{}}
+	h.boxes[sb.ID] = b
+	go func() {
+		<-sb.Ended()
+		h.mu.Lock()
+		if h.boxes[sb.ID] == b {
+			delete(h.boxes, sb.ID)
+		}
+		h.mu.Unlock()
+		h.owners.Delete(sb.ID)
+		b.mu.Lock()
+		ws := b.watchers
+		b.watchers = map[string]*watcher{}
+		b.mu.Unlock()
+		for _, w := range ws {
+			w.stop()
+		}
+	}()
+	return b
+}
+
+// serveSandbox serves a request addressed to a port of sandbox id.
+func (h *Handler) serveSandbox(w http.ResponseWriter, r *http.Request, id string) {
+	port, err := strconv.Atoi(r.Header.Get(headerSandboxPort))
+	if err != nil {
+		writeAPIError(w, http.StatusBadRequest, "missing or bad "+headerSandboxPort+" header")
+		return
+	}
+	// The token is checked before the sandbox is looked up, so that
+	// callers without one learn nothing about which sandboxes exist.
+	switch port {
+	case EnvdPort:
+		if !tokenOK(r.Header.Get(headerAccessToken), h.envdToken(id)) {
+			writeAPIError(w, http.StatusUnauthorized, "missing or wrong "+headerAccessToken+" for sandbox "+id)
+			return
+		}
+	case InterpreterPort:
+		if !tokenOK(r.Header.Get(headerAccessToken), h.envdToken(id)) &&
+			!tokenOK(r.Header.Get(headerTrafficToken), h.trafficToken(id)) {
+			writeAPIError(w, http.StatusUnauthorized, "missing or wrong access token for sandbox "+id)
+			return
+		}
+	default:
+		// Like E2B's proxy when nothing listens on the port.
+		writeAPIError(w, http.StatusBadGateway, fmt.Sprintf("port %d of sandbox %s is not served: airlock sandboxes have no network; only envd (%d) and the code interpreter (%d) are reachable", port, id, EnvdPort, InterpreterPort))
+		return
+	}
+	owner, ok := h.ownerOf(r.Context(), id)
+	var sb *manager.Sandbox
+	if ok {
+		sb, err = h.m.Lookup(owner, id)
+	}
+	if !ok || err != nil {
+		// E2B's proxy answers 502 for a sandbox that is not running; the
+		// SDKs turn it into their "sandbox timed out or was killed" error.
+		writeJSON(w, http.StatusBadGateway, map[string]any{"code": http.StatusBadGateway,
+			"message": "The sandbox " + id + " was not found or is not running", "sandboxId": id})
+		return
+	}
+	if port == InterpreterPort {
+		h.serveInterpreter(w, r, h.box(sb))
+		return
+	}
+	h.serveEnvd(w, r, h.box(sb))
+}
+
+// serveEnvd routes a request to envd's endpoints.
+func (h *Handler) serveEnvd(w http.ResponseWriter, r *http.Request, b *boxState) {
+	p := r.URL.Path
+	if svc, method, ok := strings.Cut(strings.TrimPrefix(p, "/"), "/"); ok && strings.Contains(svc, ".") {
+		h.serveRPC(w, r, b, svc, method)
+		return
+	}
+	switch {
+	case p == "/health" && (r.Method == http.MethodGet || r.Method == http.MethodHead):
+		w.WriteHeader(http.StatusNoContent)
+	case p == "/files" && r.Method == http.MethodGet:
+		h.readFile(w, r, b)
+	case p == "/files" && r.Method == http.MethodPost:
+		h.writeFiles(w, r, b)
+	case p == "/files":
+		w.Header().Set("Allow", "GET, POST")
+		writeAPIError(w, http.StatusMethodNotAllowed, "method not allowed")
+	default:
+		writeAPIError(w, http.StatusNotFound, fmt.Sprintf("%s %s is not an envd endpoint airlock serves", r.Method, p))
+	}
+}
+
+// serveRPC routes a Connect RPC to its handler.
+func (h *Handler) serveRPC(w http.ResponseWriter, r *http.Request, b *boxState, svc, method string) {
+	switch svc + "/" + method {
+	case "process.Process/Start":
+		serveStream(w, r, func(ctx context.Context, c *rpcCall, req []byte, send func(any) error) error {
+			return h.processStart(ctx, c, b, req, send)
+		})
+	case "process.Process/Connect":
+		serveStream(w, r, func(ctx context.Context, c *rpcCall, req []byte, send func(any) error) error {
+			return h.processConnect(ctx, c, b, req, send)
+		})
+	case "process.Process/List":
+		serveUnary(w, r, func(ctx context.Context, c *rpcCall, req []byte) (any, error) { return h.processList(ctx, b) })
+	case "process.Process/SendInput":
+		serveUnary(w, r, func(ctx context.Context, c *rpcCall, req []byte) (any, error) { return h.processSendInput(ctx, b, req) })
+	case "process.Process/SendSignal":
+		serveUnary(w, r, func(ctx context.Context, c *rpcCall, req []byte) (any, error) {
+			return h.processSendSignal(ctx, b, req)
+		})
+	case "process.Process/CloseStdin":
+		serveUnary(w, r, func(ctx context.Context, c *rpcCall, req []byte) (any, error) {
+			return h.processCloseStdin(ctx, b, req)
+		})
+	case "process.Process/Update":
+		serveUnary(w, r, func(ctx context.Context, c *rpcCall, req []byte) (any, error) {
+			return nil, errorf(CodeUnimplemented, "airlock has no pseudo-terminals: process.Process/Update (PTY resize) is not supported")
+		})
+	case "process.Process/StreamInput":
+		// A client stream: the Connect protocol sends it enveloped, and
+		// neither fetch-based client can send one; reject it in the
+		// stream's format.
+		serveStream(w, r, func(ctx context.Context, c *rpcCall, req []byte, send func(any) error) error {
+			return errorf(CodeUnimplemented, "process.Process/StreamInput is not supported; use SendInput")
+		})
+	case "filesystem.Filesystem/Stat":
+		serveUnary(w, r, func(ctx context.Context, c *rpcCall, req []byte) (any, error) { return h.fsStat(ctx, c, b, req) })
+	case "filesystem.Filesystem/ListDir":
+		serveUnary(w, r, func(ctx context.Context, c *rpcCall, req []byte) (any, error) { return h.fsListDir(ctx, c, b, req) })
+	case "filesystem.Filesystem/MakeDir":
+		serveUnary(w, r, func(ctx context.Context, c *rpcCall, req []byte) (any, error) { return h.fsMakeDir(ctx, c, b, req) })
+	case "filesystem.Filesystem/Move":
+		serveUnary(w, r, func(ctx context.Context, c *rpcCall, req []byte) (any, error) { return h.fsMove(ctx, c, b, req) })
+	case "filesystem.Filesystem/Remove":
+		serveUnary(w, r, func(ctx context.Context, c *rpcCall, req []byte) (any, error) { return h.fsRemove(ctx, c, b, req) })
+	case "filesystem.Filesystem/WatchDir":
+		serveStream(w, r, func(ctx context.Context, c *rpcCall, req []byte, send func(any) error) error {
+			return h.fsWatchDir(ctx, c, b, req, send)
+		})
+	case "filesystem.Filesystem/CreateWatcher":
+		serveUnary(w, r, func(ctx context.Context, c *rpcCall, req []byte) (any, error) {
+			return h.fsCreateWatcher(ctx, c, b, req)
+		})
+	case "filesystem.Filesystem/GetWatcherEvents":
+		serveUnary(w, r, func(ctx context.Context, c *rpcCall, req []byte) (any, error) {
+			return h.fsGetWatcherEvents(ctx, b, req)
+		})
+	case "filesystem.Filesystem/RemoveWatcher":
+		serveUnary(w, r, func(ctx context.Context, c *rpcCall, req []byte) (any, error) { return h.fsRemoveWatcher(ctx, b, req) })
+	default:
+		writeUnaryError(w, errorf(CodeUnimplemented, "%s/%s is not implemented", svc, method))
+	}
+}
+
+// checkUser refuses a user other than the sandbox's own. envd runs
+// commands and file operations as any user of the template; airlock runs
+// everything as the sandbox user "user". RPCs name the user in HTTP Basic
+// auth; /files in the username parameter.
+func checkUser(user string) *Error {
+	if user == "" || user == "user" {
+		return nil
+	}
+	return errorf(CodePermissionDenied, "user %q is not available: airlock runs everything in the sandbox as \"user\"", user)
+}
+
+// rpcUser extracts the user named by an RPC's Authorization header.
+func rpcUser(r *http.Request) *Error {
+	a := r.Header.Get("Authorization")
+	if a == "" {
+		return nil
+	}
+	u, _, ok := r.BasicAuth()
+	if !ok {
+		return errorf(CodeUnauthenticated, "malformed Authorization header: want Basic with a user name")
+	}
+	return checkUser(u)
+}
