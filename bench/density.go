@@ -3,7 +3,9 @@ package bench
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"os"
 	"os/exec"
@@ -11,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -40,7 +43,7 @@ type DensityOptions struct {
 	// cost, as measured right after each start; zero means 2 GiB.
 	Budget int64
 	// StartTime bounds the time spent starting one peer's sandboxes; zero
-	// means 20 seconds.
+	// means 10 seconds.
 	StartTime time.Duration
 	// HostFloor stops starting sandboxes when the host's MemAvailable
 	// falls below it, whatever the budget; zero means 1 GiB.
@@ -57,7 +60,7 @@ func (o *DensityOptions) defaults() {
 		o.Budget = 2 << 30
 	}
 	if o.StartTime <= 0 {
-		o.StartTime = 20 * time.Second
+		o.StartTime = 10 * time.Second
 	}
 	if o.HostFloor <= 0 {
 		o.HostFloor = 1 << 30
@@ -72,7 +75,7 @@ type DensityResult struct {
 	// Started is the number of idle sandboxes started.
 	Started int `json:"started"`
 	// Alive is how many of them were still running when all had started
-	// and been measured.
+	// and been measured (and, for peers that can exec, ran /bin/true).
 	Alive int `json:"alive"`
 	// StoppedBy says why no more were started: "max", "budget", "time",
 	// "host memory" or "error".
@@ -208,7 +211,7 @@ func densityPeer(p Peer, argv []string, opts DensityOptions, self string, r *Pee
 			break
 		}
 		idles = append(idles, idle)
-		c := measureSandbox(idle, self, nil)
+		c := measureSandbox(idle, self)
 		total += c.pss + c.kernel
 		if total >= opts.Budget {
 			d.StoppedBy = "budget"
@@ -230,22 +233,40 @@ func densityPeer(p Peer, argv []string, opts DensityOptions, self string, r *Pee
 		d.HostKernelDeltaMiB = float64(kernel1-kernel0) / float64(d.Started) / (1 << 20)
 	}
 
-	tree := processTree()
-	var pss, kern, procs []float64
-	execs, execOK := 0, 0
-	r.rounds = make([]float64, 0, len(idles))
+	costs := make([]cost, len(idles))
+	errs := make([]error, len(idles))
 	for i, idle := range idles {
-		c := measureSandbox(idle, self, tree)
-		err := aliveErr(idle.Root)
-		if err == nil && idle.Exec != nil {
-			execs++
-			if err = idle.Exec(densityProbe); err != nil {
-				err = fmt.Errorf("does not answer an exec: %w", err)
-			} else {
-				execOK++
-			}
+		costs[i] = measureSandbox(idle, self)
+		errs[i] = aliveErr(idle.Root)
+	}
+	// Then every live one that can must answer an exec, a few at a time.
+	var (
+		execs, execOK atomic.Int64
+		wg            sync.WaitGroup
+		sem           = make(chan struct{}, 4)
+	)
+	for i, idle := range idles {
+		if errs[i] != nil || idle.Exec == nil {
+			continue
 		}
-		if err != nil {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			execs.Add(1)
+			if err := idle.Exec(densityProbe); err != nil {
+				errs[i] = fmt.Errorf("does not answer an exec: %w", err)
+				return
+			}
+			execOK.Add(1)
+		}()
+	}
+	wg.Wait()
+	var pss, kern, procs []float64
+	r.rounds = make([]float64, 0, len(idles))
+	for i, c := range costs {
+		if err := errs[i]; err != nil {
 			r.rounds = append(r.rounds, math.NaN())
 			r.Failures++
 			if r.Error == "" {
@@ -263,10 +284,10 @@ func densityPeer(p Peer, argv []string, opts DensityOptions, self string, r *Pee
 	if len(pss) > 0 {
 		d.PSSMiB, d.KernelMiB, d.Processes = Median(pss), Median(kern), int(Median(procs))
 	}
-	d.ExecChecked, d.ExecAnswered = execs, execOK
+	d.ExecChecked, d.ExecAnswered = int(execs.Load()), int(execOK.Load())
 	r.Density = d
 	check := "alive"
-	if execs > 0 {
+	if d.ExecChecked > 0 {
 		check = fmt.Sprintf("alive and answering %s", densityProbe[0])
 	}
 	r.Detail = fmt.Sprintf("%d started (stopped by %s), %d %s; median pss %.2f + kernel %.2f MiB (%s), %d procs; host kernel delta %.2f MiB/sandbox",
@@ -318,9 +339,8 @@ type cost struct {
 }
 
 // measureSandbox sums the PSS of the sandbox's processes and reads its
-// cgroup's kernel memory. self is the bench's memory cgroup; tree is a
-// snapshot of the process tree (nil: take one).
-func measureSandbox(idle *Idle, self string, tree map[int][]int) cost {
+// cgroup's kernel memory. self is the bench's memory cgroup.
+func measureSandbox(idle *Idle, self string) cost {
 	var c cost
 	pids := map[int]bool{}
 	cg := memCgroup(idle.Root)
@@ -330,10 +350,7 @@ func measureSandbox(idle *Idle, self string, tree map[int][]int) cost {
 			pids[pid] = true
 		}
 	}
-	if tree == nil {
-		tree = processTree()
-	}
-	for _, pid := range descendants(tree, idle.Root) {
+	for _, pid := range descendants(idle.Root) {
 		pids[pid] = true
 	}
 	var rss int64
@@ -537,11 +554,50 @@ func procComm(pid int) string {
 	return strings.TrimSpace(string(b))
 }
 
-// descendants returns root and every process below it in tree.
-func descendants(tree map[int][]int, root int) []int {
+// descendants returns root and every process below it, from the
+// /proc/PID/task/TID/children files, or from a scan of /proc where the
+// kernel lacks them.
+func descendants(root int) []int {
 	if _, _, ok := procStat(root); !ok {
 		return nil
 	}
+	out := []int{root}
+	for i := 0; i < len(out); i++ {
+		kids, ok := children(out[i])
+		if !ok {
+			return descendantsIn(processTree(), root)
+		}
+		out = append(out, kids...)
+	}
+	return out
+}
+
+// children lists the children of every thread of pid; ok is false when the
+// kernel has no children files.
+func children(pid int) (kids []int, ok bool) {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return nil, true // gone
+	}
+	for _, t := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", pid, t.Name()))
+		if errors.Is(err, fs.ErrNotExist) {
+			if _, serr := os.Stat(fmt.Sprintf("/proc/%d/task/%s", pid, t.Name())); serr == nil {
+				return nil, false // the thread exists but not its children file
+			}
+			continue
+		}
+		for _, f := range strings.Fields(string(b)) {
+			if k, err := strconv.Atoi(f); err == nil {
+				kids = append(kids, k)
+			}
+		}
+	}
+	return kids, true
+}
+
+// descendantsIn returns root and every process below it in tree.
+func descendantsIn(tree map[int][]int, root int) []int {
 	out := []int{root}
 	for i := 0; i < len(out); i++ {
 		out = append(out, tree[out[i]]...)
@@ -587,7 +643,7 @@ func startIdleProcess(spec runSpec, name string, args ...string) (*Idle, error) 
 	go func() { _ = cmd.Wait(); close(exited) }()
 	stop := func() error {
 		defer errf.Close()
-		for _, pid := range descendants(processTree(), cmd.Process.Pid) {
+		for _, pid := range descendants(cmd.Process.Pid) {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 		select {
@@ -599,7 +655,7 @@ func startIdleProcess(spec runSpec, name string, args ...string) (*Idle, error) 
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		for _, pid := range descendants(processTree(), cmd.Process.Pid) {
+		for _, pid := range descendants(cmd.Process.Pid) {
 			if procComm(pid) == want {
 				return &Idle{Root: cmd.Process.Pid, Stop: stop}, nil
 			}

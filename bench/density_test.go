@@ -24,8 +24,15 @@ func TestProcHelpers(t *testing.T) {
 	defer cmd.Wait()
 	defer cmd.Process.Kill()
 	found := false
-	for _, pid := range descendants(processTree(), os.Getpid()) {
+	for _, pid := range descendants(os.Getpid()) {
 		found = found || pid == cmd.Process.Pid
+	}
+	scanned := false
+	for _, pid := range descendantsIn(processTree(), os.Getpid()) {
+		scanned = scanned || pid == cmd.Process.Pid
+	}
+	if !scanned {
+		t.Errorf("child %d not found by scanning /proc", cmd.Process.Pid)
 	}
 	if !found {
 		t.Errorf("child %d not among the descendants of %d", cmd.Process.Pid, os.Getpid())
@@ -107,7 +114,7 @@ func TestDensitySmall(t *testing.T) {
 		t.Errorf("airlock kernel memory source unknown: %+v", air.Density)
 	}
 	// Every idle sandbox is gone.
-	for _, pid := range descendants(processTree(), os.Getpid())[1:] {
+	for _, pid := range descendants(os.Getpid())[1:] {
 		if procComm(pid) == "sleep" {
 			t.Errorf("idle sandbox process %d left running", pid)
 		}

@@ -173,8 +173,11 @@ func (s *apiServer) startLive([]string) (*Idle, error) {
 // sandboxPid finds the init process of sandbox id: a child of the server
 // whose memory cgroup is named after the sandbox.
 func (s *apiServer) sandboxPid(id string) int {
-	tree := processTree()
-	for _, pid := range tree[s.cmd.Process.Pid] {
+	kids, ok := children(s.cmd.Process.Pid)
+	if !ok {
+		kids = processTree()[s.cmd.Process.Pid]
+	}
+	for _, pid := range kids {
 		if filepath.Base(memCgroup(pid)) == id {
 			return pid
 		}

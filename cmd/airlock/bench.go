@@ -19,13 +19,13 @@ func cmdBench(args []string) int {
 	fs.SetOutput(io.Discard)
 	asJSON := fs.Bool("json", false, "print the report as JSON instead of a table")
 	only := fs.String("only", "", "comma-separated figures to run: cold, pooled, exec, cell, throughput, density (default: all)")
-	runs := fs.Int("runs", 20, "measured rounds per timed figure")
+	runs := fs.Int("runs", 10, "measured rounds per timed figure")
 	runsc := fs.String("runsc", "", "path of gVisor's runsc (default: runsc on PATH)")
 	srt := fs.String("srt", "", "path of sandbox-runtime's srt (default: srt on PATH)")
 	python := fs.String("python", "/usr/bin/python3", "interpreter of the cold python figure")
 	densityMax := fs.Int("density-max", 100, "most idle sandboxes started per peer for the density figure")
 	densityBudget := fs.String("density-budget", "2G", "most memory the idle sandboxes of one peer may cost, e.g. 512M, 4G")
-	densityTime := fs.Duration("density-time", 20*time.Second, "most time spent starting one peer's idle sandboxes")
+	densityTime := fs.Duration("density-time", 10*time.Second, "most time spent starting one peer's idle sandboxes")
 	scratch := fs.String("scratch", "", "directory for OCI bundles and runtime state (default: $TMPDIR)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
