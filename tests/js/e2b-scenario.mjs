@@ -1,0 +1,307 @@
+// Runs the official E2B SDKs (e2b, @e2b/code-interpreter), unchanged,
+// against an airlock server. Needs E2B_API_URL and E2B_SANDBOX_URL (the
+// server's base URL) and E2B_API_KEY (an airlock API key). Every step
+// asserts its result; the first failure exits non-zero naming the step.
+// Steps that cannot run on this server are listed on a "SKIPPED:" line with
+// the reason. Driven by e2b/e2e_test.go.
+import { Sandbox as BaseSandbox, CommandExitError, FileNotFoundError, NotFoundError } from 'e2b'
+import { Sandbox } from '@e2b/code-interpreter'
+
+for (const v of ['E2B_API_URL', 'E2B_SANDBOX_URL', 'E2B_API_KEY']) {
+  if (!process.env[v]) {
+    console.error(`e2b-scenario: ${v} is not set`)
+    process.exit(2)
+  }
+}
+
+const skipped = []
+const cleanup = []
+let current = '(setup)'
+
+class StepError extends Error {}
+
+function assert(cond, msg) {
+  if (!cond) throw new StepError(msg)
+}
+
+function eq(got, want, what) {
+  const g = JSON.stringify(got)
+  const w = JSON.stringify(want)
+  if (g !== w) throw new StepError(`${what}: got ${g}, want ${w}`)
+}
+
+// rejects awaits p and returns its error, which must be an instance of cls.
+async function rejects(p, cls, what) {
+  let err
+  try {
+    await p
+  } catch (e) {
+    err = e
+  }
+  assert(err !== undefined, `${what}: expected ${cls.name}, but it succeeded`)
+  assert(err instanceof cls, `${what}: expected ${cls.name}, got ${err?.name}: ${err?.message}`)
+  return err
+}
+
+async function step(name, fn) {
+  current = name
+  const t0 = Date.now()
+  await fn()
+  console.log(`ok   ${name} (${Date.now() - t0} ms)`)
+}
+
+function skip(name, reason) {
+  skipped.push(`${name}: ${reason}`)
+  console.log(`skip ${name}: ${reason}`)
+}
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
+
+async function main() {
+  const run = `${process.pid}-${Date.now()}`
+  const meta = { purpose: 'airlock-e2b-scenario', run }
+  let sbx
+
+  await step('create a code-interpreter sandbox with metadata and env vars', async () => {
+    sbx = await Sandbox.create({ metadata: meta, envs: { GREETING: 'hello from envVars' }, timeoutMs: 180_000 })
+    cleanup.push(() => sbx.kill())
+    assert(typeof sbx.sandboxId === 'string' && sbx.sandboxId.length > 0, 'no sandbox id')
+    assert(await sbx.isRunning(), 'isRunning() is false right after create')
+  })
+
+  await step('commands.run: stdout and the sandbox env vars', async () => {
+    const r = await sbx.commands.run('echo "$GREETING"; echo second line')
+    eq(r.exitCode, 0, 'exit code')
+    eq(r.stdout, 'hello from envVars\nsecond line\n', 'stdout')
+    eq(r.stderr, '', 'stderr')
+  })
+
+  await step('commands.run: stderr, per-command envs and streaming callbacks', async () => {
+    const seen = { out: '', err: '' }
+    const r = await sbx.commands.run('echo "out:$ONE"; echo "err:$ONE" >&2', {
+      envs: { ONE: '1' },
+      onStdout: (d) => { seen.out += d },
+      onStderr: (d) => { seen.err += d },
+    })
+    eq(r.stdout, 'out:1\n', 'stdout')
+    eq(r.stderr, 'err:1\n', 'stderr')
+    eq(seen, { out: 'out:1\n', err: 'err:1\n' }, 'callbacks')
+  })
+
+  await step('commands.run: a non-zero exit raises CommandExitError with the exit code', async () => {
+    const err = await rejects(sbx.commands.run('echo partial; echo failing >&2; exit 3'), CommandExitError, 'exit 3')
+    eq(err.exitCode, 3, 'exitCode')
+    eq(err.stdout, 'partial\n', 'stdout')
+    eq(err.stderr, 'failing\n', 'stderr')
+    assert(/exit status 3/.test(err.message), `message ${JSON.stringify(err.message)}`)
+  })
+
+  await step('commands.run: cwd and relative paths resolve in /home/user', async () => {
+    await sbx.commands.run('mkdir -p sub && echo made > sub/by-shell.txt')
+    eq(await sbx.files.read('/home/user/sub/by-shell.txt'), 'made\n', 'file written by a shell in the home')
+    const r = await sbx.commands.run('cat by-shell.txt', { cwd: '/home/user/sub' })
+    eq(r.stdout, 'made\n', 'cat in cwd /home/user/sub')
+  })
+
+  await step('commands.run background: true, list, then kill', async () => {
+    const h = await sbx.commands.run('echo started; sleep 600', { background: true })
+    assert(Number.isInteger(h.pid) && h.pid > 0, `pid ${h.pid}`)
+    const procs = await sbx.commands.list()
+    const p = procs.find((x) => x.pid === h.pid)
+    assert(p, `pid ${h.pid} not in commands.list(): ${JSON.stringify(procs)}`)
+    eq(p.args, ['-l', '-c', 'echo started; sleep 600'], 'args')
+    eq(p.cmd, '/bin/bash', 'cmd')
+    for (let i = 0; i < 100 && h.stdout === ''; i++) await sleep(50)
+    eq(await h.kill(), true, 'kill()')
+    const err = await rejects(h.wait(), CommandExitError, 'wait() after kill')
+    eq(err.exitCode, -1, 'exit code of a killed command')
+    assert(/signal: killed/.test(err.message), `message ${JSON.stringify(err.message)}`)
+    eq(h.stdout, 'started\n', 'output before the kill')
+    const after = await sbx.commands.list()
+    assert(!after.some((x) => x.pid === h.pid), 'killed process still listed')
+    eq(await sbx.commands.kill(h.pid), false, 'killing it again')
+  })
+
+  await step('commands: sendStdin to a background command, closeStdin, connect', async () => {
+    const h = await sbx.commands.run('read a; echo "got:$a"; cat', { background: true, stdin: true })
+    await sbx.commands.sendStdin(h.pid, 'hello\n')
+    await h.sendStdin('rest of the input\n')
+    // A second client attaches to the running process.
+    const other = await sbx.commands.connect(h.pid)
+    await h.closeStdin()
+    const r = await h.wait()
+    eq(r.stdout, 'got:hello\nrest of the input\n', 'stdout')
+    const r2 = await other.wait()
+    eq(r2.exitCode, 0, 'exit code seen by the connected handle')
+  })
+
+  await step('files: write, read, exists, getInfo', async () => {
+    const info = await sbx.files.write('/home/user/dir/a.txt', 'alpha')
+    eq(info.path, '/home/user/dir/a.txt', 'written path')
+    eq(info.name, 'a.txt', 'written name')
+    eq(await sbx.files.read('/home/user/dir/a.txt'), 'alpha', 'read back')
+    eq(await sbx.files.read('dir/a.txt'), 'alpha', 'read by a relative path')
+    eq(await sbx.files.exists('/home/user/dir/a.txt'), true, 'exists')
+    eq(await sbx.files.exists('/home/user/dir/missing.txt'), false, 'exists (missing)')
+    const st = await sbx.files.getInfo('/home/user/dir/a.txt')
+    eq([st.type, st.size, st.path], ['file', 5, '/home/user/dir/a.txt'], 'getInfo')
+    const bytes = new Uint8Array(256).map((_, i) => i)
+    await sbx.files.write('/home/user/dir/bin.dat', bytes.buffer)
+    const back = await sbx.files.read('/home/user/dir/bin.dat', { format: 'bytes' })
+    eq(Array.from(back), Array.from(bytes), 'binary round trip')
+    eq(await sbx.files.read('/home/user/empty.txt').catch(() => 'missing'), 'missing', 'reading a missing file fails')
+    await sbx.files.write('/home/user/empty.txt', '')
+    eq(await sbx.files.read('/home/user/empty.txt'), '', 'empty file')
+    await sbx.files.write([
+      { path: '/home/user/multi/one.txt', data: '1' },
+      { path: '/home/user/multi/two.txt', data: '2' },
+    ])
+    eq(await sbx.files.read('/home/user/multi/two.txt'), '2', 'writeFiles')
+  })
+
+  await step('files: read of a missing file raises FileNotFoundError', async () => {
+    const err = await rejects(sbx.files.read('/home/user/nope.txt'), FileNotFoundError, 'read missing')
+    assert(err instanceof NotFoundError, 'FileNotFoundError is a NotFoundError')
+  })
+
+  await step('files: list, makeDir, rename, remove', async () => {
+    const names = (await sbx.files.list('/home/user/dir')).map((e) => `${e.name}:${e.type}`).sort()
+    eq(names, ['a.txt:file', 'bin.dat:file'], 'list')
+    eq(await sbx.files.makeDir('/home/user/newdir/deep'), true, 'makeDir')
+    eq(await sbx.files.makeDir('/home/user/newdir/deep'), false, 'makeDir of an existing directory')
+    const deep = await sbx.files.list('/home/user/newdir', { depth: 2 })
+    eq(deep.map((e) => e.path), ['/home/user/newdir/deep'], 'list depth 2')
+    const moved = await sbx.files.rename('/home/user/dir/a.txt', '/home/user/newdir/b.txt')
+    eq([moved.path, moved.type], ['/home/user/newdir/b.txt', 'file'], 'rename')
+    eq(await sbx.files.exists('/home/user/dir/a.txt'), false, 'old name gone')
+    eq(await sbx.files.read('/home/user/newdir/b.txt'), 'alpha', 'content after rename')
+    await sbx.files.remove('/home/user/newdir/b.txt')
+    eq(await sbx.files.exists('/home/user/newdir/b.txt'), false, 'removed file')
+    await sbx.files.remove('/home/user/newdir')
+    eq(await sbx.files.exists('/home/user/newdir'), false, 'removed directory')
+  })
+
+  await step('files: watchDir reports a created file', async () => {
+    await sbx.files.makeDir('/home/user/watched')
+    const events = []
+    const handle = await sbx.files.watchDir('/home/user/watched', (e) => events.push(e))
+    await sbx.files.write('/home/user/watched/new.txt', 'x')
+    for (let i = 0; i < 40 && !events.some((e) => e.name === 'new.txt' && e.type === 'create'); i++) await sleep(100)
+    await handle.stop()
+    assert(events.some((e) => e.name === 'new.txt' && e.type === 'create'), `events ${JSON.stringify(events)}`)
+  })
+
+  await step('Sandbox.connect from a second client', async () => {
+    const again = await Sandbox.connect(sbx.sandboxId)
+    const r = await again.commands.run('cat /home/user/multi/one.txt 2>/dev/null || cat multi/one.txt')
+    eq(r.stdout, '1', 'command through the connected instance')
+  })
+
+  await runCodeSteps(sbx)
+
+  await step('setTimeout and getInfo', async () => {
+    await sbx.setTimeout(300_000)
+    const info = await sbx.getInfo()
+    eq(info.sandboxId, sbx.sandboxId, 'sandboxId')
+    eq(info.templateId, 'code-interpreter-v1', 'templateId')
+    eq(info.metadata, meta, 'metadata')
+    eq(info.state, 'running', 'state')
+    const left = info.endAt.getTime() - Date.now()
+    assert(left > 270_000 && left <= 301_000, `endAt is ${left} ms away, want about 300 s`)
+    assert(info.startedAt.getTime() <= Date.now(), 'startedAt in the future')
+  })
+
+  let other
+  await step('Sandbox.list with a metadata filter and paging', async () => {
+    other = await BaseSandbox.create({ metadata: { purpose: 'airlock-e2b-scenario', run: `${run}-other` } })
+    cleanup.push(() => other.kill())
+    const page = await Sandbox.list({ query: { metadata: { run } } }).nextItems()
+    eq(page.map((s) => s.sandboxId), [sbx.sandboxId], 'sandboxes with metadata run')
+    eq(page[0].metadata, meta, 'listed metadata')
+    const both = Sandbox.list({ query: { metadata: { purpose: 'airlock-e2b-scenario' } }, limit: 1 })
+    const seen = []
+    for (let pages = 0; both.hasNext; pages++) {
+      assert(pages < 5, `paging does not end: ${JSON.stringify(seen)}`)
+      seen.push(...(await both.nextItems()).map((s) => s.sandboxId))
+    }
+    eq(seen.slice().sort(), [sbx.sandboxId, other.sandboxId].sort(), 'two pages of one')
+    const infoOther = await other.getInfo()
+    eq(infoOther.templateId, 'base', 'template of a base sandbox')
+  })
+
+  await step('kill, then calls on the killed sandbox fail with NotFoundError', async () => {
+    eq(await sbx.kill(), true, 'kill()')
+    eq(await Sandbox.kill(sbx.sandboxId), false, 'killing it again')
+    await rejects(sbx.getInfo(), NotFoundError, 'getInfo() of a killed sandbox')
+    await rejects(sbx.setTimeout(60_000), NotFoundError, 'setTimeout() of a killed sandbox')
+    await rejects(sbx.commands.run('true'), NotFoundError, 'commands.run() in a killed sandbox')
+    eq(await sbx.isRunning(), false, 'isRunning()')
+    const left = await Sandbox.list({ query: { metadata: { run } } }).nextItems()
+    eq(left.length, 0, 'killed sandbox still listed')
+    eq(await other.kill(), true, 'kill() of the second sandbox')
+  })
+}
+
+async function runCodeSteps(sbx) {
+  // The code interpreter needs interpreter kernels inside the sandbox;
+  // find out whether this server has them before asserting on results.
+  let first
+  try {
+    first = await sbx.runCode('x = 41\nx + 1')
+  } catch (e) {
+    const reason = `the server's code interpreter is unavailable (${e.name}: ${e.message})`
+    for (const s of ['runCode: state across cells', 'runCode: matplotlib chart as PNG',
+      'runCode: exception as ExecutionError', 'runCode: JavaScript context']) skip(s, reason)
+    return
+  }
+  await step('runCode: state across cells', async () => {
+    eq(first.error, undefined, 'error')
+    eq(first.text, '42', 'x + 1')
+    const r = await sbx.runCode('x * 2')
+    eq(r.text, '82', 'x * 2 in the next cell')
+    const out = await sbx.runCode('print("printed", x)')
+    eq(out.logs.stdout, ['printed 41\n'], 'stdout')
+  })
+  await step('runCode: matplotlib chart as PNG', async () => {
+    const r = await sbx.runCode(
+      'import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [1, 4, 9])\nplt.title("squares")\nplt.show()')
+    eq(r.error, undefined, 'error')
+    const png = r.results.find((x) => x.png)
+    assert(png, `no PNG among ${JSON.stringify(r.results.map((x) => x.formats()))}`)
+    const bytes = Buffer.from(png.png, 'base64')
+    eq(Array.from(bytes.subarray(0, 8)), [0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a], 'PNG signature')
+  })
+  await step('runCode: exception as ExecutionError', async () => {
+    const r = await sbx.runCode('1 / 0')
+    assert(r.error, 'no error')
+    eq(r.error.name, 'ZeroDivisionError', 'error name')
+    assert(/division by zero/.test(r.error.value), `value ${r.error.value}`)
+    assert(r.error.traceback.includes('ZeroDivisionError'), 'traceback')
+    const after = await sbx.runCode('x')
+    eq(after.text, '41', 'state survives an exception')
+  })
+  await step('runCode: JavaScript context', async () => {
+    const ctx = await sbx.createCodeContext({ language: 'javascript' })
+    assert(ctx.id, 'no context id')
+    eq(ctx.language, 'javascript', 'language')
+    await sbx.runCode('const y = 20', { context: ctx })
+    const r = await sbx.runCode('y + 22', { context: ctx })
+    eq(r.text, '42', 'y + 22')
+    const ids = (await sbx.listCodeContexts()).map((c) => c.id)
+    assert(ids.includes(ctx.id), 'context not listed')
+    await sbx.removeCodeContext(ctx)
+  })
+}
+
+try {
+  await main()
+  if (skipped.length) console.log(`SKIPPED: ${JSON.stringify(skipped)}`)
+  console.log('e2b-scenario: all steps passed')
+  // Exit now: a failed runCode leaves the SDK's 60 s request timer armed.
+  process.exit(0)
+} catch (e) {
+  const what = e instanceof StepError ? e.message : `${e?.name}: ${e?.message}\n${e?.stack}`
+  console.error(`FAIL ${current}: ${what}`)
+  for (const f of cleanup) await f().catch(() => {})
+  process.exit(1)
+}
