@@ -1,0 +1,368 @@
+package e2b
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"airlock/manager"
+	"airlock/store"
+)
+
+var (
+	agentOnce sync.Once
+	agentBin  string
+	agentErr  error
+)
+
+// airlockBinary builds the airlock binary (the sandboxes' agent) once.
+func airlockBinary(t *testing.T) string {
+	t.Helper()
+	agentOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "e2b-bin")
+		if err != nil {
+			agentErr = err
+			return
+		}
+		agentBin = filepath.Join(dir, "airlock")
+		if out, err := exec.Command("go", "build", "-o", agentBin, "airlock/cmd/airlock").CombinedOutput(); err != nil {
+			agentErr = err
+			agentBin = string(out)
+		}
+	})
+	if agentErr != nil {
+		t.Fatalf("go build: %v\n%s", agentErr, agentBin)
+	}
+	return agentBin
+}
+
+// env is an E2B handler over a real manager, served by httptest.
+type env struct {
+	h          *Handler
+	st         *store.Store
+	m          *manager.Manager
+	url        string
+	key, other string
+}
+
+func newEnv(t *testing.T, sandboxes bool) *env {
+	t.Helper()
+	bin := "/nonexistent/airlock"
+	if sandboxes {
+		if os.Geteuid() != 0 {
+			t.Skip("needs root (cgroups, uid ranges); CI runs as root")
+		}
+		bin = airlockBinary(t)
+	}
+	dir, err := os.MkdirTemp("", "al")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	st, err := store.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	m, err := manager.Open(manager.Config{StateDir: dir, Store: st, AgentBinary: bin, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	h, err := NewHandler(Config{Manager: m, Store: st, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	_, key, err := st.CreateKey(context.Background(), "a", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, other, err := st.CreateKey(context.Background(), "b", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{h: h, st: st, m: m, url: srv.URL, key: key, other: other}
+}
+
+type reply struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (r reply) json(t *testing.T, v any) {
+	t.Helper()
+	if err := json.Unmarshal(r.body, v); err != nil {
+		t.Fatalf("status %d body %q: %v", r.status, r.body, err)
+	}
+}
+
+// apiErr checks E2B's {"code", "message"} error body.
+func (r reply) apiErr(t *testing.T, status int) string {
+	t.Helper()
+	var e struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	}
+	if r.status != status {
+		t.Fatalf("status %d, want %d (body %q)", r.status, status, r.body)
+	}
+	r.json(t, &e)
+	if e.Code != status || e.Message == "" {
+		t.Fatalf("error body %q", r.body)
+	}
+	return e.Message
+}
+
+func (e *env) do(t *testing.T, method, path string, hdr map[string]string, body []byte) reply {
+	t.Helper()
+	req, err := http.NewRequest(method, e.url+path, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return reply{status: resp.StatusCode, header: resp.Header, body: b}
+}
+
+func (e *env) api(t *testing.T, method, path, key, body string) reply {
+	t.Helper()
+	hdr := map[string]string{"Content-Type": "application/json"}
+	if key != "" {
+		hdr["X-API-KEY"] = key
+	}
+	return e.do(t, method, path, hdr, []byte(body))
+}
+
+func TestControlPlaneAuthAndErrors(t *testing.T) {
+	e := newEnv(t, false)
+	e.api(t, "GET", "/v2/sandboxes", "", "").apiErr(t, 401)
+	e.api(t, "GET", "/v2/sandboxes", "al_not-a-key", "").apiErr(t, 401)
+	e.do(t, "GET", "/v2/sandboxes", map[string]string{"Authorization": "Bearer " + e.key}, nil)
+	r := e.api(t, "GET", "/v2/sandboxes", e.key, "")
+	if r.status != 200 || strings.TrimSpace(string(r.body)) != "[]" {
+		t.Fatalf("empty list: %d %q", r.status, r.body)
+	}
+	for _, path := range []string{"/sandboxes/sb-0123456789abcdef", "/sandboxes/sb-0123456789abcdef/metrics"} {
+		e.api(t, "GET", path, e.key, "").apiErr(t, 404)
+	}
+	e.api(t, "DELETE", "/sandboxes/sb-0123456789abcdef", e.key, "").apiErr(t, 404)
+	e.api(t, "POST", "/sandboxes/sb-0123456789abcdef/timeout", e.key, `{"timeout":30}`).apiErr(t, 404)
+	e.api(t, "POST", "/sandboxes/sb-0123456789abcdef/pause", e.key, `{}`).apiErr(t, 404)
+	e.api(t, "GET", "/templates", e.key, "").apiErr(t, 501)
+	for _, body := range []string{
+		`{"templateID":"base","allow_internet_access":true}`,
+		`{"templateID":"base","network":{"allowOut":["1.1.1.1"]}}`,
+		`{"templateID":"base","autoPause":true}`,
+		`{"templateID":"base","mcp":{"x":{}}}`,
+		`{"templateID":"base","volumeMounts":[{"name":"v","path":"/data"}]}`,
+		`{"templateID":"no-such-template"}`,
+		`{"templateID":"base","metadata":{"e2b.template":"x"}}`,
+		`{"templateID":"base","timeout":-1}`,
+		`{"templateID":"base","timeout":"x"}`,
+		`{"templateID":`,
+	} {
+		msg := e.api(t, "POST", "/v2/sandboxes", e.key, body).apiErr(t, 400)
+		t.Logf("%s: %s", body, msg)
+	}
+	e.api(t, "POST", "/v2/sandboxes", e.key, strings.Repeat(" ", 2<<20)).apiErr(t, 413)
+	e.api(t, "GET", "/v2/sandboxes?metadata=a%3D1%26a%3D2", e.key, "").apiErr(t, 400)
+	e.api(t, "GET", "/v2/sandboxes?state=stopped", e.key, "").apiErr(t, 400)
+	e.api(t, "GET", "/v2/sandboxes?nextToken=%21%21", e.key, "").apiErr(t, 400)
+	e.api(t, "GET", "/v2/sandboxes?limit=0", e.key, "").apiErr(t, 400)
+	if r := e.api(t, "GET", "/v2/sandboxes?state=paused", e.key, ""); r.status != 200 || strings.TrimSpace(string(r.body)) != "[]" {
+		t.Fatalf("paused: %d %q", r.status, r.body)
+	}
+}
+
+func TestSandboxPortAuth(t *testing.T) {
+	e := newEnv(t, false)
+	id := "sb-0123456789abcdef"
+	port := func(p string, hdr map[string]string) map[string]string {
+		m := map[string]string{"E2b-Sandbox-Id": id, "E2b-Sandbox-Port": p}
+		for k, v := range hdr {
+			m[k] = v
+		}
+		return m
+	}
+	// No token, a wrong token, another sandbox's token: 401 before any
+	// lookup.
+	e.do(t, "GET", "/health", port("49983", nil), nil).apiErr(t, 401)
+	e.do(t, "GET", "/health", port("49983", map[string]string{"X-Access-Token": "x"}), nil).apiErr(t, 401)
+	e.do(t, "GET", "/health", port("49983", map[string]string{"X-Access-Token": e.h.envdToken("sb-other")}), nil).apiErr(t, 401)
+	e.do(t, "GET", "/health", port("49983", map[string]string{"X-Access-Token": e.h.trafficToken(id)}), nil).apiErr(t, 401)
+	e.do(t, "POST", "/execute", port("49999", map[string]string{"E2b-Traffic-Access-Token": e.h.envdToken(id)}), nil).apiErr(t, 401)
+	// The right token for a sandbox that does not run: E2B's 502.
+	e.do(t, "GET", "/health", port("49983", map[string]string{"X-Access-Token": e.h.envdToken(id)}), nil).apiErr(t, 502)
+	e.do(t, "POST", "/contexts", port("49999", map[string]string{"E2b-Traffic-Access-Token": e.h.trafficToken(id)}), nil).apiErr(t, 502)
+	e.do(t, "GET", "/", port("8080", nil), nil).apiErr(t, 502)
+	e.do(t, "GET", "/", port("x", nil), nil).apiErr(t, 400)
+}
+
+func TestTokensSurviveRestart(t *testing.T) {
+	e := newEnv(t, false)
+	h2, err := NewHandler(Config{Manager: e.m, Store: e.st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h2.envdToken("sb-1") != e.h.envdToken("sb-1") || e.h.envdToken("sb-1") == e.h.envdToken("sb-2") ||
+		e.h.envdToken("sb-1") == e.h.trafficToken("sb-1") {
+		t.Fatal("tokens are not stable per sandbox and kind")
+	}
+	fi, err := os.Stat(filepath.Join(filepath.Dir(e.st.Path()), "e2b.key"))
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("token key: %v %v", fi, err)
+	}
+}
+
+// rpc makes a unary Connect call to envd.
+func (e *env) rpc(t *testing.T, id, method, body string, hdr map[string]string) reply {
+	t.Helper()
+	h := map[string]string{"E2b-Sandbox-Id": id, "E2b-Sandbox-Port": "49983", "X-Access-Token": e.h.envdToken(id),
+		"Content-Type": "application/json"}
+	for k, v := range hdr {
+		h[k] = v
+	}
+	return e.do(t, "POST", "/"+method, h, []byte(body))
+}
+
+func (r reply) rpcErr(t *testing.T, code Code) {
+	t.Helper()
+	var ce Error
+	r.json(t, &ce)
+	if ce.Code != code || r.status != code.HTTPStatus() {
+		t.Fatalf("status %d body %q, want %s", r.status, r.body, code)
+	}
+}
+
+// stream makes a server-streaming Connect call and returns its messages
+// and end-stream error.
+func (e *env) stream(t *testing.T, id, method, body string, hdr map[string]string) ([]string, *Error) {
+	t.Helper()
+	h := map[string]string{"E2b-Sandbox-Id": id, "E2b-Sandbox-Port": "49983", "X-Access-Token": e.h.envdToken(id),
+		"Content-Type": "application/connect+json"}
+	for k, v := range hdr {
+		h[k] = v
+	}
+	r := e.do(t, "POST", "/"+method, h, AppendEnvelope(nil, 0, []byte(body)))
+	if r.status != 200 {
+		t.Fatalf("stream status %d: %q", r.status, r.body)
+	}
+	msgs, end := readStream(t, r.body)
+	return msgs, end.Error
+}
+
+func TestEnvdAgainstASandbox(t *testing.T) {
+	e := newEnv(t, true)
+	var created sandboxCreated
+	r := e.api(t, "POST", "/v2/sandboxes", e.key, `{"templateID":"base","metadata":{"k":"v"},"envVars":{"A":"b"}}`)
+	if r.status != 201 {
+		t.Fatalf("create: %d %q", r.status, r.body)
+	}
+	r.json(t, &created)
+	id := created.SandboxID
+	if created.EnvdAccessToken != e.h.envdToken(id) || created.EnvdVersion != EnvdVersion || created.TemplateID != "base" {
+		t.Fatalf("created %+v", created)
+	}
+
+	// Another key sees nothing of it.
+	e.api(t, "GET", "/sandboxes/"+id, e.other, "").apiErr(t, 404)
+	e.api(t, "DELETE", "/sandboxes/"+id, e.other, "").apiErr(t, 404)
+	e.api(t, "POST", "/v2/sandboxes/"+id+"/connect", e.other, `{}`).apiErr(t, 404)
+	if r := e.api(t, "GET", "/v2/sandboxes", e.other, ""); strings.TrimSpace(string(r.body)) != "[]" {
+		t.Fatalf("other key lists %q", r.body)
+	}
+	e.api(t, "POST", "/sandboxes/"+id+"/pause", e.key, `{}`).apiErr(t, 501)
+
+	// File operations stay in the workspace and /tmp; only "user" exists.
+	e.rpc(t, id, "filesystem.Filesystem/Stat", `{"path":"/etc/passwd"}`, nil).rpcErr(t, CodeInvalidArgument)
+	e.rpc(t, id, "filesystem.Filesystem/ListDir", `{"path":"/home/user/../../proc"}`, nil).rpcErr(t, CodeInvalidArgument)
+	e.rpc(t, id, "filesystem.Filesystem/Remove", `{"path":"/home/user"}`, nil).rpcErr(t, CodeInvalidArgument)
+	e.rpc(t, id, "filesystem.Filesystem/Stat", `{"path":"/home/user/nope"}`, nil).rpcErr(t, CodeNotFound)
+	e.rpc(t, id, "filesystem.Filesystem/Stat", `{"path":"/home/user"}`, map[string]string{"Authorization": "Basic cm9vdDo="}).rpcErr(t, CodePermissionDenied)
+	e.rpc(t, id, "filesystem.Filesystem/Stat", `{"path":"a\u0000b"}`, nil).rpcErr(t, CodeInvalidArgument)
+	e.rpc(t, id, "filesystem.Filesystem/Nope", `{}`, nil).rpcErr(t, CodeUnimplemented)
+	envd := map[string]string{"E2b-Sandbox-Id": id, "E2b-Sandbox-Port": "49983", "X-Access-Token": e.h.envdToken(id)}
+	e.do(t, "GET", "/files?path=/etc/passwd", envd, nil).apiErr(t, 400)
+	e.do(t, "GET", "/files?path=/home/user/missing", envd, nil).apiErr(t, 404)
+	e.do(t, "GET", "/files?path=/home/user&username=root", envd, nil).apiErr(t, 403)
+	e.do(t, "GET", "/files?path=/home/user", envd, nil).apiErr(t, 400)
+	up := map[string]string{"Content-Type": "application/octet-stream"}
+	for k, v := range envd {
+		up[k] = v
+	}
+	if r := e.do(t, "POST", "/files?path=/home/user/x/y.txt", up, []byte("data")); r.status != 200 ||
+		!strings.Contains(string(r.body), `"path":"/home/user/x/y.txt"`) {
+		t.Fatalf("octet-stream upload: %d %q", r.status, r.body)
+	}
+	if r := e.do(t, "GET", "/files?path=x/y.txt", envd, nil); r.status != 200 || string(r.body) != "data" || r.header.Get("Content-Length") != "4" {
+		t.Fatalf("download: %d %q %v", r.status, r.body, r.header)
+	}
+	up["X-Metadata-Owner"] = "me"
+	e.do(t, "POST", "/files?path=/home/user/z", up, []byte("d")).apiErr(t, 400)
+
+	// Processes: PTYs are refused, a missing pid is not found, and
+	// Connect-Timeout-Ms kills the command like envd does.
+	if _, err := e.stream(t, id, "process.Process/Start", `{"process":{"cmd":"/bin/true"},"pty":{"size":{"cols":80,"rows":24}}}`, nil); err == nil || err.Code != CodeUnimplemented {
+		t.Fatalf("pty start: %+v", err)
+	}
+	if _, err := e.stream(t, id, "process.Process/Connect", `{"process":{"pid":99999}}`, nil); err == nil || err.Code != CodeNotFound {
+		t.Fatalf("connect to a missing pid: %+v", err)
+	}
+	e.rpc(t, id, "process.Process/SendSignal", `{"process":{"pid":99999},"signal":"SIGNAL_SIGKILL"}`, nil).rpcErr(t, CodeNotFound)
+	e.rpc(t, id, "process.Process/SendSignal", `{"process":{"pid":1},"signal":"SIGNAL_SIGKILL"}`, nil).rpcErr(t, CodeNotFound)
+	e.rpc(t, id, "process.Process/SendInput", `{"process":{"pid":1,"tag":"x"},"input":{"stdin":"aGk="}}`, nil).rpcErr(t, CodeInvalidArgument)
+	t0 := time.Now()
+	msgs, err := e.stream(t, id, "process.Process/Start", `{"process":{"cmd":"/bin/sleep","args":["30"]},"stdin":false}`,
+		map[string]string{"Connect-Timeout-Ms": "300"})
+	if err == nil || err.Code != CodeDeadlineExceeded || len(msgs) == 0 || !strings.Contains(msgs[0], `"start"`) {
+		t.Fatalf("timed-out command: %q %+v", msgs, err)
+	}
+	if d := time.Since(t0); d > 10*time.Second {
+		t.Fatalf("timeout took %v", d)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var list listResponse
+		e.rpc(t, id, "process.Process/List", `{}`, nil).json(t, &list)
+		if len(list.Processes) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the timed-out command still runs: %+v", list.Processes)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	msgs, err = e.stream(t, id, "process.Process/Start", `{"process":{"cmd":"/bin/sh","args":["-c","echo $A; exit 4"]},"stdin":false}`, nil)
+	if err != nil || len(msgs) != 3 || msgs[1] != `{"event":{"data":{"stdout":"Ygo="}}}` ||
+		msgs[2] != `{"event":{"end":{"exitCode":4,"exited":true,"status":"exit status 4","error":"exit status 4"}}}` {
+		t.Fatalf("echo: %q %+v", msgs, err)
+	}
+
+	// Killed: the control plane says 404, the sandbox ports 502.
+	if r := e.api(t, "DELETE", "/sandboxes/"+id, e.key, ""); r.status != 204 {
+		t.Fatalf("kill: %d %q", r.status, r.body)
+	}
+	e.api(t, "GET", "/sandboxes/"+id, e.key, "").apiErr(t, 404)
+	e.api(t, "DELETE", "/sandboxes/"+id, e.key, "").apiErr(t, 404)
+	e.do(t, "GET", "/health", envd, nil).apiErr(t, 502)
+}
