@@ -2,8 +2,11 @@ package e2b
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
+	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -15,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"airlock/agent"
 	"airlock/manager"
 	"airlock/store"
 )
@@ -358,6 +362,117 @@ func TestEnvdAgainstASandbox(t *testing.T) {
 		t.Fatalf("echo: %q %+v", msgs, err)
 	}
 
+	// A gzip-compressed octet-stream upload.
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write([]byte("unzipped"))
+	zw.Close()
+	delete(up, "X-Metadata-Owner")
+	up["Content-Encoding"] = "gzip"
+	if r := e.do(t, "POST", "/files?path=gz.txt", up, gz.Bytes()); r.status != 200 {
+		t.Fatalf("gzip upload: %d %q", r.status, r.body)
+	}
+	if r := e.do(t, "GET", "/files?path=/home/user/gz.txt", envd, nil); string(r.body) != "unzipped" {
+		t.Fatalf("gzip upload wrote %q", r.body)
+	}
+
+	// The Python SDK's polling watchers.
+	var cw createWatcherResponse
+	e.rpc(t, id, "filesystem.Filesystem/CreateWatcher", `{"path":"/home/user","recursive":true}`, nil).json(t, &cw)
+	if r := e.do(t, "POST", "/files?path=/home/user/x/new.txt", up, gz.Bytes()); r.status != 200 {
+		t.Fatalf("upload: %d %q", r.status, r.body)
+	}
+	var got []filesystemEvent
+	for i := 0; i < 40 && len(got) == 0; i++ {
+		time.Sleep(100 * time.Millisecond)
+		var ev struct {
+			Events []struct {
+				Name string `json:"name"`
+				Type string `json:"type"`
+			} `json:"events"`
+		}
+		e.rpc(t, id, "filesystem.Filesystem/GetWatcherEvents", `{"watcherId":"`+cw.WatcherID+`"}`, nil).json(t, &ev)
+		for _, x := range ev.Events {
+			if x.Name == "x/new.txt" && x.Type == "EVENT_TYPE_CREATE" {
+				got = append(got, filesystemEvent{Name: x.Name})
+			}
+		}
+	}
+	if len(got) == 0 {
+		t.Fatal("watcher saw no creation of x/new.txt")
+	}
+	e.rpc(t, id, "filesystem.Filesystem/RemoveWatcher", `{"watcher_id":"`+cw.WatcherID+`"}`, nil)
+	e.rpc(t, id, "filesystem.Filesystem/GetWatcherEvents", `{"watcherId":"`+cw.WatcherID+`"}`, nil).rpcErr(t, CodeNotFound)
+
+	// A process started through airlock's own API (the agent directly)
+	// can be listed and connected to.
+	sb, lerr := e.m.Lookup(e.h.mustOwner(t, id), id)
+	if lerr != nil {
+		t.Fatal(lerr)
+	}
+	p, xerr := sb.Agent().Exec(context.Background(), agent.ExecRequest{Shell: "echo from-api; read x", StdinOpen: true, Background: true, Tag: "api"})
+	if xerr != nil {
+		t.Fatal(xerr)
+	}
+	p.Close()
+	var list listResponse
+	e.rpc(t, id, "process.Process/List", `{}`, nil).json(t, &list)
+	if len(list.Processes) != 1 || list.Processes[0].Tag == nil || *list.Processes[0].Tag != "api" {
+		t.Fatalf("list: %+v", list)
+	}
+	go func() {
+		// Not e.rpc: t.Fatal must not be called off the test goroutine.
+		time.Sleep(300 * time.Millisecond)
+		req, _ := http.NewRequest("POST", e.url+"/process.Process/CloseStdin", strings.NewReader(`{"process":{"tag":"api"}}`))
+		for k, v := range map[string]string{"E2b-Sandbox-Id": id, "E2b-Sandbox-Port": "49983",
+			"X-Access-Token": e.h.envdToken(id), "Content-Type": "application/json"} {
+			req.Header.Set(k, v)
+		}
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	msgs, err = e.stream(t, id, "process.Process/Connect", fmt.Sprintf(`{"process":{"pid":%d}}`, p.Pid), nil)
+	if err != nil || len(msgs) < 3 || !strings.Contains(strings.Join(msgs, ""), base64.StdEncoding.EncodeToString([]byte("from-api\n"))) {
+		t.Fatalf("connect to an API process: %q %+v", msgs, err)
+	}
+
+	// Metrics and the list's filters and paging.
+	var mt []map[string]any
+	e.api(t, "GET", "/sandboxes/"+id+"/metrics", e.key, "").json(t, &mt)
+	if len(mt) != 1 || mt[0]["memUsed"].(float64) <= 0 || mt[0]["cpuCount"].(float64) < 1 {
+		t.Fatalf("metrics %v", mt)
+	}
+	r = e.api(t, "POST", "/v2/sandboxes", e.key, `{"templateID":"strict","metadata":{"k":"w"}}`)
+	var second sandboxCreated
+	r.json(t, &second)
+	for q, want := range map[string]string{
+		"metadata=k%3Dv":               id,
+		"metadata=k%3Dw":               second.SandboxID,
+		"template=strict":              second.SandboxID,
+		"template=base&metadata=k%3Dw": "",
+		"order=asc&limit=1":            id,
+		"order=desc&limit=1":           second.SandboxID,
+	} {
+		var l []sandboxDetail
+		r := e.api(t, "GET", "/v2/sandboxes?"+q, e.key, "")
+		r.json(t, &l)
+		ids := make([]string, 0, len(l))
+		for _, d := range l {
+			ids = append(ids, d.SandboxID)
+		}
+		if strings.Join(ids, ",") != want {
+			t.Errorf("%s: %v, want %s", q, ids, want)
+		}
+		if strings.Contains(q, "limit=1") {
+			var rest []sandboxDetail
+			e.api(t, "GET", "/v2/sandboxes?"+q+"&nextToken="+r.header.Get("X-Next-Token"), e.key, "").json(t, &rest)
+			if r.header.Get("X-Next-Token") == "" || len(rest) != 1 || rest[0].SandboxID == want {
+				t.Errorf("%s: second page %+v (token %q)", q, rest, r.header.Get("X-Next-Token"))
+			}
+		}
+	}
+
 	// Killed: the control plane says 404, the sandbox ports 502.
 	if r := e.api(t, "DELETE", "/sandboxes/"+id, e.key, ""); r.status != 204 {
 		t.Fatalf("kill: %d %q", r.status, r.body)
@@ -365,4 +480,14 @@ func TestEnvdAgainstASandbox(t *testing.T) {
 	e.api(t, "GET", "/sandboxes/"+id, e.key, "").apiErr(t, 404)
 	e.api(t, "DELETE", "/sandboxes/"+id, e.key, "").apiErr(t, 404)
 	e.do(t, "GET", "/health", envd, nil).apiErr(t, 502)
+}
+
+// mustOwner returns the owner the handler knows for a sandbox.
+func (h *Handler) mustOwner(t *testing.T, id string) string {
+	t.Helper()
+	o, ok := h.ownerOf(context.Background(), id)
+	if !ok {
+		t.Fatalf("no owner for %s", id)
+	}
+	return o
 }
