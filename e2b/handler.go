@@ -87,6 +87,9 @@ type Config struct {
 	// Profile is the airlock profile behind E2B's templates "base" and
 	// "code-interpreter-v1"; empty means standard.
 	Profile string
+	// Interpreter runs the code interpreter's cells; nil makes its port
+	// answer 501.
+	Interpreter Interpreter
 	// MaxFileBytes caps a file upload; 0 means DefaultMaxFileBytes.
 	MaxFileBytes int64
 	// Logf logs operational problems; log.Printf if nil.

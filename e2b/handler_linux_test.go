@@ -61,6 +61,11 @@ type env struct {
 
 func newEnv(t *testing.T, sandboxes bool) *env {
 	t.Helper()
+	return newEnvWith(t, sandboxes, nil)
+}
+
+func newEnvWith(t *testing.T, sandboxes bool, in Interpreter) *env {
+	t.Helper()
 	bin := "/nonexistent/airlock"
 	if sandboxes {
 		if os.Geteuid() != 0 {
@@ -83,7 +88,7 @@ func newEnv(t *testing.T, sandboxes bool) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { m.Close() })
-	h, err := NewHandler(Config{Manager: m, Store: st, Logf: t.Logf})
+	h, err := NewHandler(Config{Manager: m, Store: st, Logf: t.Logf, Interpreter: in})
 	if err != nil {
 		t.Fatal(err)
 	}
