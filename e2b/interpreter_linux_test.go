@@ -139,10 +139,10 @@ process.exit(0)
 	}
 	var out struct {
 		Rich struct {
-			Text  *string
-			Logs  struct{ Stdout, Stderr []string }
-			Count int
-			Error any
+			Text    *string
+			Logs    struct{ Stdout, Stderr []string }
+			Count   int
+			Error   any
 			Results []struct {
 				Main    bool
 				Formats []string
