@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"airlock/agent"
+	"airlock/egress"
 	"airlock/policy"
 	"airlock/runtime"
 	"airlock/runtime/native/cgroups"
@@ -80,6 +81,9 @@ type Config struct {
 	KeepOnShutdown bool
 	// Logf logs operational events; log.Printf if nil.
 	Logf func(format string, args ...any)
+	// Egress configures the egress proxy of sandboxes whose network mode
+	// is not none (see network.go).
+	Egress EgressConfig
 }
 
 // CreateRequest describes a sandbox to create.
@@ -98,6 +102,11 @@ type CreateRequest struct {
 	Metadata map[string]string
 	// Timeout is the TTL from now; 0 means Config.DefaultTimeout.
 	Timeout time.Duration
+	// Network is the network policy; an empty mode means none.
+	Network policy.Network
+	// Secrets are headers the egress proxy injects. Their values stay in
+	// this process's memory: never stored, audited or given to the sandbox.
+	Secrets []egress.Secret
 }
 
 // Limits are the per-sandbox resource overrides a client may request.
@@ -165,6 +174,8 @@ type Sandbox struct {
 	mu  sync.Mutex
 	rec store.Sandbox
 	end sync.Once
+
+	net netState
 }
 
 // Agent returns the connection to the sandbox's agent.
@@ -210,6 +221,10 @@ type Manager struct {
 	perOwner map[string]int // running + pending, by owner
 	closed   bool
 
+	egress  *egress.Proxy
+	connSem chan struct{}  // bounds network log writes in flight
+	connWG  sync.WaitGroup // network log writes in flight
+
 	ctrMu sync.Mutex
 	ctr   Counters
 
@@ -254,7 +269,9 @@ func Open(cfg Config) (*Manager, error) {
 	if err := os.Chmod(m.dir, 0o700); err != nil {
 		return nil, fmt.Errorf("manager: chmod %s: %w", m.dir, err)
 	}
+	m.openEgress()
 	if err := m.recover(context.Background()); err != nil {
+		m.closeEgress()
 		return nil, fmt.Errorf("manager: recovery: %w", err)
 	}
 	m.reaperWG.Add(1)
@@ -335,6 +352,9 @@ func buildPolicy(req *CreateRequest) (policy.Policy, error) {
 	}
 	if l.DiskBytes != 0 {
 		p.Limits.DiskBytes = l.DiskBytes
+	}
+	if err := applyNetwork(&p, req); err != nil {
+		return p, err
 	}
 	if len(req.Env) > 128 {
 		return p, fmt.Errorf("%w: at most 128 environment variables", ErrPolicy)
@@ -418,7 +438,8 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (Info, error) {
 	go m.watch(sb)
 	m.count(func(c *Counters) { c.Created++ })
 	m.Audit(ctx, req.Owner, sb.ID, store.ActionSandboxCreate, map[string]any{
-		"profile": p.Profile, "metadata": req.Metadata, "timeout_s": ttl.Seconds(), "limits": req.Limits})
+		"profile": p.Profile, "metadata": req.Metadata, "timeout_s": ttl.Seconds(), "limits": req.Limits,
+		"network": p.Network, "secrets": secretRefs(req.Secrets)})
 	return sb.info(), nil
 }
 
@@ -440,6 +461,7 @@ func (m *Manager) finish(sb *Sandbox, state, reason string) bool {
 		if sb.client != nil {
 			sb.client.Close()
 		}
+		m.netEnd(sb)
 		if err := sb.inst.destroy(); err != nil {
 			m.cfg.Logf("sandbox %s: destroy: %v", sb.ID, err)
 		}
@@ -667,5 +689,6 @@ func (m *Manager) Close() error {
 		}()
 	}
 	wg.Wait()
+	m.closeEgress()
 	return nil
 }

@@ -36,6 +36,9 @@ type runtimeState struct {
 	Socket    string `json:"socket"`
 	// Enforced is what the runtime reported at start.
 	Enforced rt.Enforced `json:"enforced,omitempty"`
+	// Secrets names the sandbox's injected headers (never their values),
+	// so that a reattached sandbox can report them lost.
+	Secrets []SecretRef `json:"secrets,omitempty"`
 }
 
 // connectedMode starts agents on a connected socketpair instead of a
@@ -202,6 +205,11 @@ func (m *Manager) start(ctx context.Context, req *CreateRequest, p policy.Policy
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("manager: socket path %s too long (state dir too deep)", sock)
 	}
+	ns, err := m.netPrepare(id, dir, req, &p)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
 	pol, _ := json.Marshal(p)
 	rec := store.Sandbox{ID: id, Owner: req.Owner, Profile: string(p.Profile), State: store.StateRunning,
 		CreatedAt: time.Now().UTC(), ExpiresAt: time.Now().Add(ttl).UTC(), Metadata: req.Metadata,
@@ -209,10 +217,12 @@ func (m *Manager) start(ctx context.Context, req *CreateRequest, p policy.Policy
 	// Recorded before anything exists on the host, so that a crash at any
 	// later point leaves a record recovery can clean up after.
 	if err := m.st.PutSandbox(ctx, &rec); err != nil {
+		m.egress.RemoveSandbox(id)
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("manager: record sandbox: %w", err)
 	}
 	fail := func(err error) (*Sandbox, error) {
+		m.egress.RemoveSandbox(id)
 		os.RemoveAll(dir)
 		m.st.EndSandbox(context.Background(), id, store.StateKilled, "create failed: "+err.Error(), time.Time{})
 		return nil, err
@@ -253,7 +263,7 @@ func (m *Manager) start(ctx context.Context, req *CreateRequest, p policy.Policy
 		args = append(args, "--grace", m.cfg.AgentGrace.String())
 	}
 	nsb, err := native.Start(native.Config{ID: id, Policy: p, Args: args, Stdin: stdin, Stdout: logf, Stderr: logf,
-		AgentBinary: m.cfg.AgentBinary, AllowDegraded: m.cfg.AllowDegraded, SurviveParent: !connectedMode})
+		AgentBinary: m.cfg.AgentBinary, AllowDegraded: m.cfg.AllowDegraded, SurviveParent: !connectedMode, Listen: ns.listen})
 	if err != nil {
 		if hostEnd != nil {
 			hostEnd.Close()
@@ -278,14 +288,16 @@ func (m *Manager) start(ctx context.Context, req *CreateRequest, p policy.Policy
 		return fail(fmt.Errorf("manager: connect to agent: %w", err))
 	}
 	startTime, _ := procStartTime(nsb.Pid)
-	rs, _ := json.Marshal(runtimeState{Runtime: "native", Pid: nsb.Pid, StartTime: startTime, Socket: sock, Enforced: nsb.Enforced()})
+	rs, _ := json.Marshal(runtimeState{Runtime: "native", Pid: nsb.Pid, StartTime: startTime, Socket: sock, Enforced: nsb.Enforced(), Secrets: ns.refs})
 	rec.InitPID, rec.Runtime = nsb.Pid, rs
 	if err := m.st.PutSandbox(ctx, &rec); err != nil {
 		client.Close()
 		inst.destroy()
 		return fail(fmt.Errorf("manager: record sandbox: %w", err))
 	}
-	return &Sandbox{ID: id, m: m, inst: inst, client: client, enforced: nsb.Enforced(), ended: make(chan struct{}), rec: rec}, nil
+	sb := &Sandbox{ID: id, m: m, inst: inst, client: client, enforced: nsb.Enforced(), ended: make(chan struct{}), rec: rec}
+	m.netStart(sb, p.Network, ns, nsb.Listeners())
+	return sb, nil
 }
 
 // dialAgent connects to an agent's listening socket.
@@ -377,8 +389,10 @@ func (m *Manager) reattach(ctx context.Context, rec *store.Sandbox) (*Sandbox, s
 		inst.destroy()
 		return nil, "agent does not answer: " + err.Error()
 	}
-	return &Sandbox{ID: rec.ID, m: m, inst: inst, client: client, reattached: true, enforced: rs.Enforced,
-		ended: make(chan struct{}), rec: *rec}, ""
+	sb := &Sandbox{ID: rec.ID, m: m, inst: inst, client: client, reattached: true, enforced: rs.Enforced,
+		ended: make(chan struct{}), rec: *rec}
+	m.netReattach(sb, rs.Secrets)
+	return sb, ""
 }
 
 // killRemains kills the init of a lost sandbox if it is still the process
