@@ -84,6 +84,10 @@ type CreateRequest struct {
 	Metadata map[string]string `json:"metadata,omitempty"`
 	// Timeout is the TTL in seconds; 0 means the server's default.
 	Timeout float64 `json:"timeout,omitempty"`
+	// Network is the network policy; nil means mode none.
+	Network *Network `json:"network,omitempty"`
+	// Secrets are headers the egress proxy injects (see Secret).
+	Secrets []Secret `json:"secrets,omitempty"`
 }
 
 // Sandbox describes a sandbox.

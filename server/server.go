@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"airlock/api"
+	"airlock/egress"
 	"airlock/manager"
 	"airlock/mcp"
 	"airlock/runtime"
@@ -129,6 +130,7 @@ func (s *Server) routes() {
 	authed("GET /v1/sandboxes/{id}/files/stat", s.statFile)
 	authed("POST /v1/sandboxes/{id}/files/mkdir", s.mkdir)
 	authed("POST /v1/sandboxes/{id}/files/move", s.move)
+	s.networkRoutes(authed)
 	// MCP over streamable HTTP (package mcp), acting for the caller's key.
 	authed("/mcp", func(w http.ResponseWriter, r *http.Request) error {
 		k := caller(r)
@@ -378,6 +380,11 @@ type CreateRequest struct {
 	Metadata map[string]string `json:"metadata,omitempty"`
 	// Timeout is the TTL in seconds.
 	Timeout float64 `json:"timeout,omitempty"`
+	// Network is the network policy (default mode none).
+	Network *NetworkRequest `json:"network,omitempty"`
+	// Secrets are headers the egress proxy injects; their values never
+	// reach the sandbox, the store or the audit log.
+	Secrets []egress.Secret `json:"secrets,omitempty"`
 }
 
 func seconds(f float64) (time.Duration, error) {
@@ -402,6 +409,10 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	if req.Limits != nil {
 		cr.Limits = *req.Limits
 	}
+	if req.Network != nil {
+		cr.Network = req.Network.policy()
+	}
+	cr.Secrets = req.Secrets
 	info, err := s.m.Create(r.Context(), cr)
 	if err != nil {
 		return err
