@@ -139,6 +139,8 @@ func cmdRun(args []string) int {
 	fs.SetOutput(io.Discard)
 	var pf policyFlags
 	pf.register(fs)
+	var nf netFlags
+	nf.register(fs)
 	asJSON := fs.Bool("json", false, "print one JSON result object instead of streaming output")
 	interactive := fs.Bool("i", false, "copy a terminal's input to the program (through a pipe: the sandbox never gets the terminal itself)")
 	if err := fs.Parse(args); err != nil {
@@ -178,7 +180,13 @@ func cmdRun(args []string) int {
 	} else {
 		opts.Stdin = nil
 	}
+	rn, err := nf.setupRunNet(&cfg.Policy, &cfg, &opts)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "airlock run: %s\n", oneLine(err))
+		return exitUsage
+	}
 	res, err := native.Run(ctx, cfg, opts)
+	rn.close()
 	// Off the critical path: remove cgroups left by launchers that crashed.
 	_, _ = native.CleanupOrphans()
 	if *asJSON {

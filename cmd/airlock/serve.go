@@ -45,6 +45,8 @@ func cmdServe(args []string) int {
 	grace := fs.Duration("agent-grace", 10*time.Minute, "how long a sandbox waits for the server to come back after losing its connection")
 	keep := fs.Bool("keep-on-shutdown", false, "on SIGTERM leave sandboxes running for the next server to reattach (default: kill them)")
 	maxFile := fs.Int64("max-file-bytes", server.MaxFileBody, "largest file upload")
+	var ef egressFlags
+	ef.register(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(os.Stdout)
@@ -57,6 +59,11 @@ func cmdServe(args []string) int {
 	}
 	if *stateDir == "" {
 		fmt.Fprintln(os.Stderr, "airlock serve: --state-dir is required")
+		return exitUsage
+	}
+	egressCfg, err := ef.config()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "airlock serve: %v\n", err)
 		return exitUsage
 	}
 	ln, err := net.Listen("tcp", *listen)
@@ -90,7 +97,7 @@ func cmdServe(args []string) int {
 	logger := log.New(os.Stderr, "airlock: ", log.LstdFlags)
 	m, err := manager.Open(manager.Config{StateDir: *stateDir, Store: st, AgentBinary: self, MaxSandboxes: *maxSB,
 		AllowDegraded: *allowDegraded, DefaultTimeout: *defTimeout, MaxTimeout: *maxTimeout, ReapInterval: *reap,
-		AgentGrace: *grace, KeepOnShutdown: *keep, Logf: logger.Printf})
+		AgentGrace: *grace, KeepOnShutdown: *keep, Logf: logger.Printf, Egress: egressCfg})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "airlock serve: %v\n", err)
 		return 1
