@@ -262,7 +262,6 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, defTimeout floa
 	if err != nil {
 		return err
 	}
-	h.owners.Store(info.ID, c.id)
 	writeJSON(w, http.StatusCreated, h.created(info.ID, req.TemplateID))
 	return nil
 }
@@ -350,7 +349,6 @@ func (h *Handler) kill(w http.ResponseWriter, r *http.Request) error {
 		}
 		return err
 	}
-	h.owners.Delete(id)
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
@@ -441,7 +439,6 @@ func (h *Handler) connect(w http.ResponseWriter, r *http.Request, v2 bool) error
 	if err := h.extend(r, in, d); err != nil {
 		return err
 	}
-	h.owners.Store(id, callerOf(r.Context()).id)
 	writeJSON(w, http.StatusOK, h.created(id, templateOf(&in)))
 	return nil
 }

@@ -74,7 +74,7 @@ type Config struct {
 	// Manager runs the sandboxes. Required.
 	Manager *manager.Manager
 	// Store authenticates API keys and tells which key owns a sandbox.
-	// Required.
+	// Required unless NoAuth.
 	Store *store.Store
 	// NoAuth disables API key authentication: every request acts as
 	// owner "", like airlock's own API with NoAuth. Per-sandbox access
@@ -82,7 +82,8 @@ type Config struct {
 	NoAuth bool
 	// SecretFile holds the key the per-sandbox access tokens are derived
 	// from; it is created (mode 0600) if missing. Empty means e2b.key in
-	// the store's directory.
+	// the store's directory, or, without a Store, a key that lives as long
+	// as the process.
 	SecretFile string
 	// Profile is the airlock profile behind E2B's templates "base" and
 	// "code-interpreter-v1"; empty means standard.
@@ -103,7 +104,7 @@ type Handler struct {
 	control *http.ServeMux
 	secret  []byte
 
-	owners sync.Map // sandbox id -> owner key id, for running sandboxes
+	owners sync.Map // sandbox id -> owner key id, for the sandboxes in boxes
 
 	mu    sync.Mutex
 	boxes map[string]*boxState
@@ -111,7 +112,7 @@ type Handler struct {
 
 // NewHandler returns the E2B handler.
 func NewHandler(cfg Config) (*Handler, error) {
-	if cfg.Manager == nil || cfg.Store == nil {
+	if cfg.Manager == nil || (cfg.Store == nil && !cfg.NoAuth) {
 		return nil, errors.New("e2b: Manager and Store are required")
 	}
 	if cfg.Profile == "" {
@@ -123,12 +124,19 @@ func NewHandler(cfg Config) (*Handler, error) {
 	if cfg.Logf == nil {
 		cfg.Logf = log.Printf
 	}
-	if cfg.SecretFile == "" {
+	if cfg.SecretFile == "" && cfg.Store != nil {
 		cfg.SecretFile = filepath.Join(filepath.Dir(cfg.Store.Path()), "e2b.key")
 	}
-	secret, err := loadSecret(cfg.SecretFile)
-	if err != nil {
-		return nil, err
+	secret := make([]byte, 32)
+	if cfg.SecretFile == "" {
+		if _, err := rand.Read(secret); err != nil {
+			return nil, fmt.Errorf("e2b: token key: %w", err)
+		}
+	} else {
+		var err error
+		if secret, err = loadSecret(cfg.SecretFile); err != nil {
+			return nil, err
+		}
 	}
 	h := &Handler{cfg: cfg, m: cfg.Manager, secret: secret, boxes: map[string]*boxState{}}
 	h.control = h.controlRoutes()
@@ -248,11 +256,13 @@ func (h *Handler) ownerOf(ctx context.Context, id string) (string, bool) {
 	if o, ok := h.owners.Load(id); ok {
 		return o.(string), true
 	}
+	if h.cfg.Store == nil {
+		return "", true // NoAuth: every sandbox belongs to owner ""
+	}
 	rec, err := h.cfg.Store.GetSandbox(ctx, id)
 	if err != nil || rec.State != store.StateRunning {
 		return "", false
 	}
-	h.owners.Store(id, rec.Owner)
 	return rec.Owner, true
 }
 
@@ -277,6 +287,7 @@ func (h *Handler) box(sb *manager.Sandbox) *boxState {
 	}
 	b := &boxState{h: h, sb: sb, procs: map[int]*eproc{}, watchers: map[string]*watcher{}}
 	h.boxes[sb.ID] = b
+	h.owners.Store(sb.ID, sb.Owner())
 	go func() {
 		<-sb.Ended()
 		h.mu.Lock()
