@@ -2,9 +2,11 @@
 // matcher.
 //
 // Every sandbox has its own empty network namespace. The only way out is
-// an HTTP proxy and a SOCKS5 proxy that the in-sandbox agent exposes on the
-// sandbox's loopback; the agent forwards each accepted connection as a raw
-// byte stream to the host, where Proxy.ServeConn serves it:
+// an HTTP proxy and a SOCKS5 proxy listening on the sandbox's loopback:
+// sockets that the host process opens inside the sandbox's namespace
+// (native.Config.Listen, native.ListenIn) and serves with Proxy.Serve, so
+// that nothing inside the sandbox is on the path. Each connection is served
+// as Proxy.ServeConn does:
 //
 //   - the requested name (or IP literal) is judged by the sandbox's Policy
 //     (Policy.Decide);

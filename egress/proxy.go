@@ -456,7 +456,7 @@ func (sb *sandbox) budgetReason() string {
 }
 
 // ProxyEnv returns the environment that points programs in a sandbox at
-// the agent's proxy listeners on the sandbox's loopback: HTTP_PROXY and
+// the proxy's listeners on the sandbox's loopback: HTTP_PROXY and
 // HTTPS_PROXY (http://127.0.0.1:httpPort), ALL_PROXY
 // (socks5h://127.0.0.1:socksPort, so that names are resolved by the
 // proxy), NO_PROXY (loopback) and the lower-case forms. A zero port leaves

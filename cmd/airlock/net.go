@@ -91,7 +91,7 @@ func (f *egressFlags) register(fs *flag.FlagSet) {
 	fs.Var(&f.resolve, "resolve", "NAME=IP[,IP...]: the egress proxy resolves NAME to these addresses instead of asking DNS (repeatable, like curl --resolve)")
 	fs.Var(&f.upstreamCA, "upstream-ca", "PEM file of extra CA certificates that the egress proxy trusts when it verifies a server before injecting a secret (repeatable)")
 	fs.IntVar(&f.maxConns, "egress-max-conns", 64, "concurrent proxied connections per sandbox (0: no cap)")
-	fs.StringVar(&f.maxBytes, "egress-max-bytes", "1G", "bytes a sandbox may exchange through the egress proxy over its lifetime, e.g. 512M (0: no cap)")
+	fs.StringVar(&f.maxBytes, "egress-max-bytes", "4G", "bytes a sandbox may exchange through the egress proxy over its lifetime, e.g. 512M (0: no cap)")
 }
 
 // config turns the flags into the manager's egress configuration.
