@@ -68,7 +68,7 @@ func (h *Handler) controlRoutes() *http.ServeMux {
 	route("POST /sandboxes/{id}/resume", unsupported("resuming a sandbox (airlock never pauses sandboxes)"))
 	route("POST /sandboxes/{id}/fork", unsupported("forking a sandbox"))
 	route("POST /sandboxes/{id}/snapshots", unsupported("snapshotting a sandbox"))
-	route("PUT /sandboxes/{id}/network", unsupported("changing a sandbox's network (airlock's E2B sandboxes have no network)"))
+	route("PUT /sandboxes/{id}/network", h.updateNetwork)
 	route("GET /sandboxes/{id}/logs", unsupported("reading sandbox logs"))
 	route("GET /v2/sandboxes/{id}/logs", unsupported("reading sandbox logs"))
 	// Everything else an E2B client may call (templates, volumes, secrets,
@@ -133,7 +133,7 @@ func controlStatus(err error) (int, string) {
 		return http.StatusTooManyRequests, err.Error()
 	case errors.Is(err, manager.ErrPolicy), errors.Is(err, manager.ErrInvalid):
 		return http.StatusBadRequest, err.Error()
-	case errors.Is(err, manager.ErrClosed):
+	case errors.Is(err, manager.ErrClosed), errors.Is(err, manager.ErrNetwork):
 		return http.StatusServiceUnavailable, err.Error()
 	}
 	return http.StatusInternalServerError, err.Error()
@@ -225,8 +225,6 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, defTimeout floa
 		req.TemplateID = "base"
 	}
 	switch {
-	case req.AllowInternetAccess != nil && *req.AllowInternetAccess, present(req.Network):
-		return apiErrorf(http.StatusBadRequest, "airlock's E2B sandboxes have no network access; allow_internet_access and network are not supported")
 	case present(req.MCP):
 		return apiErrorf(http.StatusBadRequest, "MCP gateways are not supported by airlock")
 	case req.AutoPause != nil && *req.AutoPause, present(req.AutoResume):
@@ -235,6 +233,10 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, defTimeout floa
 		return apiErrorf(http.StatusBadRequest, "volume mounts are not supported by airlock")
 	case present(req.IAM):
 		return apiErrorf(http.StatusBadRequest, "IAM tokens are not supported by airlock")
+	}
+	network, secrets, err := networkFor(req.AllowInternetAccess, req.Network, false)
+	if err != nil {
+		return err
 	}
 	if _, ok := req.Metadata[templateKey]; ok {
 		return apiErrorf(http.StatusBadRequest, "metadata key %q is reserved", templateKey)
@@ -258,7 +260,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, defTimeout floa
 	}
 	c := callerOf(r.Context())
 	info, err := h.m.Create(r.Context(), manager.CreateRequest{Owner: c.id, OwnerLimit: c.maxSandboxes,
-		Profile: profile, Env: env, Metadata: md, Timeout: ttl})
+		Profile: profile, Env: env, Metadata: md, Timeout: ttl, Network: network, Secrets: secrets})
 	if err != nil {
 		return err
 	}
@@ -287,7 +289,10 @@ type sandboxDetail struct {
 	State        string            `json:"state"`
 	VolumeMounts []struct{}        `json:"volumeMounts"`
 	Domain       *string           `json:"domain"`
-	startedAt    time.Time
+	// AllowInternetAccess and Network are in getInfo only.
+	AllowInternetAccess *bool          `json:"allowInternetAccess,omitempty"`
+	Network             map[string]any `json:"network,omitempty"`
+	startedAt           time.Time
 }
 
 // templateOf returns the E2B template a sandbox was created from, or its
@@ -337,7 +342,11 @@ func (h *Handler) getInfo(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, detailOf(&in))
+	d := detailOf(&in)
+	if ni, err := h.m.Network(r.Context(), callerOf(r.Context()).id, in.ID); err == nil {
+		d.AllowInternetAccess, d.Network = networkView(ni)
+	}
+	writeJSON(w, http.StatusOK, d)
 	return nil
 }
 

@@ -179,8 +179,10 @@ func TestControlPlaneAuthAndErrors(t *testing.T) {
 	e.api(t, "POST", "/sandboxes/sb-0123456789abcdef/pause", e.key, `{}`).apiErr(t, 404)
 	e.api(t, "GET", "/templates", e.key, "").apiErr(t, 501)
 	for _, body := range []string{
-		`{"templateID":"base","allow_internet_access":true}`,
-		`{"templateID":"base","network":{"allowOut":["1.1.1.1"]}}`,
+		`{"templateID":"base","network":{"allowOut":["a.com"],"denyOut":["1.2.3.4"]}}`,
+		`{"templateID":"base","network":{"egressProxy":{"address":"proxy:1080"}}}`,
+		`{"templateID":"base","network":{"httpsPorts":[8443]}}`,
+		`{"templateID":"base","network":{"denyOut":["0.0.0.0/0"],"allowOut":["not a host!"]}}`,
 		`{"templateID":"base","autoPause":true}`,
 		`{"templateID":"base","mcp":{"x":{}}}`,
 		`{"templateID":"base","volumeMounts":[{"name":"v","path":"/data"}]}`,
@@ -448,9 +450,33 @@ func TestEnvdAgainstASandbox(t *testing.T) {
 	if len(mt) != 1 || mt[0]["memUsed"].(float64) <= 0 || mt[0]["cpuCount"].(float64) < 1 {
 		t.Fatalf("metrics %v", mt)
 	}
-	r = e.api(t, "POST", "/v2/sandboxes", e.key, `{"templateID":"strict","metadata":{"k":"w"}}`)
+	r = e.api(t, "POST", "/v2/sandboxes", e.key, `{"templateID":"strict","metadata":{"k":"w"},
+		"network":{"denyOut":["0.0.0.0/0"],"allowOut":["pypi.org","*.pythonhosted.org"]}}`)
 	var second sandboxCreated
 	r.json(t, &second)
+	var info struct {
+		AllowInternetAccess *bool `json:"allowInternetAccess"`
+		Network             struct {
+			AllowOut []string `json:"allowOut"`
+			DenyOut  []string `json:"denyOut"`
+		} `json:"network"`
+	}
+	e.api(t, "GET", "/sandboxes/"+second.SandboxID, e.key, "").json(t, &info)
+	if info.AllowInternetAccess != nil || strings.Join(info.Network.AllowOut, ",") != "pypi.org,*.pythonhosted.org" ||
+		strings.Join(info.Network.DenyOut, ",") != "0.0.0.0/0" {
+		t.Fatalf("network of an allowlisted sandbox: %+v", info)
+	}
+	if r := e.api(t, "PUT", "/sandboxes/"+second.SandboxID+"/network", e.key, `{"allow_internet_access":false}`); r.status != 204 {
+		t.Fatalf("updateNetwork: %d %q", r.status, r.body)
+	}
+	if ni, err := e.m.Network(context.Background(), e.h.mustOwner(t, id), second.SandboxID); err != nil || ni.Mode != "none" {
+		t.Fatalf("network after update: %+v %v", ni, err)
+	}
+	e.api(t, "PUT", "/sandboxes/"+second.SandboxID+"/network", e.key, `{"rules":{"a.com":[{"transform":{"headers":{"X":"y"}}}]}}`).apiErr(t, 400)
+	e.api(t, "GET", "/sandboxes/"+id, e.key, "").json(t, &info)
+	if info.AllowInternetAccess == nil || *info.AllowInternetAccess {
+		t.Fatalf("network of a default sandbox: %+v", info)
+	}
 	for q, want := range map[string]string{
 		"metadata=k%3Dv":               id,
 		"metadata=k%3Dw":               second.SandboxID,

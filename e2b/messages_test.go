@@ -2,6 +2,7 @@ package e2b
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -186,5 +187,49 @@ func TestPaths(t *testing.T) {
 		if p, err := fileTarget(bad); err == nil {
 			t.Errorf("fileTarget(%q) = %q, want an error", bad, p)
 		}
+	}
+}
+
+func TestNetworkFor(t *testing.T) {
+	yes, no := true, false
+	for _, tc := range []struct {
+		allow *bool
+		raw   string
+		want  string // mode allow deny, or "error"
+		nsec  int
+	}{
+		{nil, ``, "none [] []", 0},
+		{&no, ``, "none [] []", 0},
+		{&yes, ``, "open [] []", 0},
+		{nil, `{"denyOut":["10.0.0.0/8"]}`, "open [] [10.0.0.0/8]", 0},
+		{nil, `{"allowOut":["pypi.org"]}`, "open [] []", 0},
+		{nil, `{"denyOut":["0.0.0.0/0"],"allowOut":["pypi.org","1.2.3.4"]}`, "allowlist [pypi.org 1.2.3.4] []", 0},
+		{nil, `{"denyOut":["0.0.0.0/0","10.0.0.0/8"],"allowOut":["pypi.org"]}`, "allowlist [pypi.org] []", 0},
+		{&no, `{"allowOut":["pypi.org"]}`, "allowlist [pypi.org] []", 0},
+		{&no, `{"denyOut":["1.1.1.1"]}`, "none [] []", 0},
+		{nil, `{"denyOut":["0.0.0.0/0"]}`, "none [] []", 0},
+		{nil, `{"allowOut":["a.com"],"denyOut":["1.1.1.1"]}`, "error", 0},
+		{nil, `{"egressProxy":{"address":"p:1"}}`, "error", 0},
+		{nil, `{"maskRequestHost":"x"}`, "error", 0},
+		{nil, `{"allowOut":5}`, "error", 0},
+		{&yes, `{"rules":{"api.example.com":[{"transform":{"headers":{"Authorization":"Bearer s","X-B":"c"}}}],"*.x.org":[{}]}}`, "open [] []", 2},
+		{nil, `{"allowPublicTraffic":false}`, "none [] []", 0},
+		{nil, `{"rules":{"a.com":[{"transform":{"headers":{"A":"b"}}}]}}`, "none [] []", 1},
+	} {
+		n, secrets, err := networkFor(tc.allow, json.RawMessage(tc.raw), false)
+		got := "error"
+		if err == nil {
+			got = fmt.Sprintf("%s %v %v", n.Mode, n.Allow, n.Deny)
+		}
+		if got != tc.want || len(secrets) != tc.nsec {
+			t.Errorf("%v %s: %s (%d secrets), want %s (%d)", tc.allow, tc.raw, got, len(secrets), tc.want, tc.nsec)
+		}
+	}
+}
+
+func TestNetworkForReplace(t *testing.T) {
+	n, _, err := networkFor(nil, json.RawMessage(`{}`), true)
+	if err != nil || n.Mode != "open" {
+		t.Fatalf("an empty update clears the rules (internet, as on E2B): %+v %v", n, err)
 	}
 }

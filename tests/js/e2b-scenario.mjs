@@ -4,7 +4,7 @@
 // asserts its result; the first failure exits non-zero naming the step.
 // Steps that cannot run on this server are listed on a "SKIPPED:" line with
 // the reason. Driven by e2b/e2e_test.go.
-import { Sandbox as BaseSandbox, CommandExitError, FileNotFoundError, NotFoundError } from 'e2b'
+import { ALL_TRAFFIC, Sandbox as BaseSandbox, CommandExitError, FileNotFoundError, NotFoundError } from 'e2b'
 import { Sandbox } from '@e2b/code-interpreter'
 
 for (const v of ['E2B_API_URL', 'E2B_SANDBOX_URL', 'E2B_API_KEY']) {
@@ -213,7 +213,10 @@ async function main() {
 
   let other
   await step('Sandbox.list with a metadata filter and paging', async () => {
-    other = await BaseSandbox.create({ metadata: { purpose: 'airlock-e2b-scenario', run: `${run}-other` } })
+    other = await BaseSandbox.create({
+      metadata: { purpose: 'airlock-e2b-scenario', run: `${run}-other` },
+      network: { denyOut: [ALL_TRAFFIC], allowOut: ['pypi.org', '*.pythonhosted.org'] },
+    })
     cleanup.push(() => other.kill())
     const page = await Sandbox.list({ query: { metadata: { run } } }).nextItems()
     eq(page.map((s) => s.sandboxId), [sbx.sandboxId], 'sandboxes with metadata run')
@@ -227,6 +230,8 @@ async function main() {
     eq(seen.slice().sort(), [sbx.sandboxId, other.sandboxId].sort(), 'two pages of one')
     const infoOther = await other.getInfo()
     eq(infoOther.templateId, 'base', 'template of a base sandbox')
+    eq(infoOther.network?.allowOut, ['pypi.org', '*.pythonhosted.org'], 'allowOut of an allowlisted sandbox')
+    eq((await sbx.getInfo()).allowInternetAccess, false, 'a sandbox created without network settings is offline')
   })
 
   await step('kill, then calls on the killed sandbox fail with NotFoundError', async () => {
