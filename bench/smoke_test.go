@@ -20,7 +20,7 @@ var airlockBin struct {
 
 // buildAirlock builds the airlock binary once per test binary, into a
 // directory removed by TestMain.
-func buildAirlock(t *testing.T) string {
+func buildAirlock(t testing.TB) string {
 	t.Helper()
 	airlockBin.Do(func() {
 		goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
