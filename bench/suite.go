@@ -69,7 +69,7 @@ type Config struct {
 const (
 	noPool = "the manager has no warm pool yet (issue 4 creates every sandbox on demand); " +
 		"see \"live start (no pool)\" for the same path without one"
-	noInterp = "needs the interpreter (package airlock/interp) and its API route, not in this build yet"
+	noInterp = "needs a code-cell route in the API: package airlock/interp exists but server/ and client/ do not use it yet"
 )
 
 // Run runs the selected figures, each alternating airlock with every peer
