@@ -65,7 +65,7 @@ type netEnv struct {
 // startNetEnv starts an HTTP server, an HTTPS server with a fresh test CA,
 // a TCP echo server and a UDP sink on 127.0.0.1, and airlock serve with
 // --resolve for every test name and --upstream-ca for the test CA.
-func startNetEnv(t *testing.T, extra ...string) *netEnv {
+func startNetEnv(t testing.TB, extra ...string) *netEnv {
 	t.Helper()
 	e := startLocalServers(t)
 	e.key = newKey(t, e.state, "net")
@@ -85,7 +85,7 @@ func (e *netEnv) serveArgs() []string {
 }
 
 // startLocalServers starts the local servers only.
-func startLocalServers(t *testing.T) *netEnv {
+func startLocalServers(t testing.TB) *netEnv {
 	t.Helper()
 	needRoot(t)
 	state := stateDir(t)
@@ -122,6 +122,17 @@ func startLocalServers(t *testing.T) *netEnv {
 		e.httpHits.Add(1)
 		if r.URL.Path == "/big" {
 			w.Write(make([]byte, 64<<10))
+			return
+		}
+		if r.URL.Path == "/stream" { // ?mb=N: N MiB of zeros
+			n, _ := strconv.Atoi(r.URL.Query().Get("mb"))
+			w.Header().Set("Content-Length", strconv.Itoa(n<<20))
+			chunk := make([]byte, 64<<10)
+			for i := 0; i < n*16; i++ {
+				if _, err := w.Write(chunk); err != nil {
+					return
+				}
+			}
 			return
 		}
 		fmt.Fprintf(w, "http-ok host=%s\n", r.Host)
@@ -193,7 +204,7 @@ func startLocalServers(t *testing.T) *netEnv {
 	return e
 }
 
-func listenLocal(t *testing.T) net.Listener {
+func listenLocal(t testing.TB) net.Listener {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -211,7 +222,7 @@ func (e *netEnv) seen() (snis, auths []string) {
 
 // create creates a sandbox with a network policy and secrets, and puts
 // the test CA at /workspace/ca.pem.
-func (e *netEnv) create(t *testing.T, n *client.Network, secrets ...client.Secret) *client.Sandbox {
+func (e *netEnv) create(t testing.TB, n *client.Network, secrets ...client.Secret) *client.Sandbox {
 	t.Helper()
 	ctx := ctxT(t)
 	sb, err := e.c.Create(ctx, client.CreateRequest{Timeout: 600, Network: n, Secrets: secrets})
@@ -226,7 +237,7 @@ func (e *netEnv) create(t *testing.T, n *client.Network, secrets ...client.Secre
 }
 
 // sh runs a shell command in a sandbox.
-func (e *netEnv) sh(t *testing.T, id, cmd string) *client.ExecResult {
+func (e *netEnv) sh(t testing.TB, id, cmd string) *client.ExecResult {
 	t.Helper()
 	res, err := e.c.Exec(ctxT(t), id, client.ExecRequest{Shell: cmd, Timeout: 60, MaxOutput: 16 << 20})
 	if err != nil {
@@ -236,7 +247,7 @@ func (e *netEnv) sh(t *testing.T, id, cmd string) *client.ExecResult {
 }
 
 // py runs a Python program in a sandbox.
-func (e *netEnv) py(t *testing.T, id, prog string) *client.ExecResult {
+func (e *netEnv) py(t testing.TB, id, prog string) *client.ExecResult {
 	t.Helper()
 	res, err := e.c.Exec(ctxT(t), id, client.ExecRequest{Argv: []string{"python3", "-c", prog}, Timeout: 60})
 	if err != nil {
@@ -246,7 +257,7 @@ func (e *netEnv) py(t *testing.T, id, prog string) *client.ExecResult {
 }
 
 // want checks that out (stdout of a command) contains every string.
-func want(t *testing.T, what string, res *client.ExecResult, subs ...string) {
+func want(t testing.TB, what string, res *client.ExecResult, subs ...string) {
 	t.Helper()
 	for _, s := range subs {
 		if !strings.Contains(res.Stdout, s) {
@@ -265,7 +276,7 @@ func (e *netEnv) url(scheme, name, path string) string {
 }
 
 // waitLog polls the sandbox's network log until match holds for it.
-func (e *netEnv) waitLog(t *testing.T, id, what string, match func([]client.Connection) bool) []client.Connection {
+func (e *netEnv) waitLog(t testing.TB, id, what string, match func([]client.Connection) bool) []client.Connection {
 	t.Helper()
 	var log []client.Connection
 	eventually(t, 30*time.Second, what, func() bool {
@@ -291,7 +302,7 @@ func hasConn(log []client.Connection, host string, port int, allowed bool, reaso
 }
 
 // auditOf returns the audit events of a sandbox from the server's store.
-func auditOf(t *testing.T, state, id string) []store.AuditEvent {
+func auditOf(t testing.TB, state, id string) []store.AuditEvent {
 	t.Helper()
 	st, err := store.Open(state)
 	if err != nil {
@@ -306,7 +317,7 @@ func auditOf(t *testing.T, state, id string) []store.AuditEvent {
 }
 
 // storedRecord returns a sandbox's record as stored.
-func storedRecord(t *testing.T, state, id string) *store.Sandbox {
+func storedRecord(t testing.TB, state, id string) *store.Sandbox {
 	t.Helper()
 	st, err := store.Open(state)
 	if err != nil {
@@ -321,7 +332,7 @@ func storedRecord(t *testing.T, state, id string) *store.Sandbox {
 }
 
 // storedNetwork decodes the network section of a stored policy.
-func storedNetwork(t *testing.T, rec *store.Sandbox) client.Network {
+func storedNetwork(t testing.TB, rec *store.Sandbox) client.Network {
 	t.Helper()
 	var p struct {
 		Network client.Network `json:"network"`
