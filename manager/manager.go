@@ -221,9 +221,11 @@ type Manager struct {
 	perOwner map[string]int // running + pending, by owner
 	closed   bool
 
-	egress  *egress.Proxy
-	connSem chan struct{}  // bounds network log writes in flight
-	connWG  sync.WaitGroup // network log writes in flight
+	egress   *egress.Proxy
+	connSem  chan struct{} // bounds network log writes in flight
+	netLogMu sync.Mutex
+	netLog   map[string]*netLogBucket // per-sandbox network log rate limit
+	connWG   sync.WaitGroup           // network log writes in flight
 
 	ctrMu sync.Mutex
 	ctr   Counters

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"airlock/egress"
 	"airlock/policy"
 	"airlock/store"
@@ -155,6 +157,11 @@ func (m *Manager) closeEgress() {
 // finished connection's goroutine waits, so a slow store slows the proxy
 // rather than losing records.
 func (m *Manager) logConnection(r egress.Record) {
+	if dropped, ok := m.netLogAllow(r.SandboxID); !ok {
+		return
+	} else if dropped > 0 {
+		r.Reason = fmt.Sprintf("%s (%d earlier records of this sandbox dropped by the log rate limit)", r.Reason, dropped)
+	}
 	m.connSem <- struct{}{}
 	m.connWG.Add(1)
 	go func() {
@@ -506,4 +513,48 @@ func (m *Manager) NetworkLog(ctx context.Context, owner, id string, limit int) (
 			BytesUp: c.BytesUp, BytesDown: c.BytesDown, DurationMS: c.Duration.Milliseconds()}
 	}
 	return out, nil
+}
+
+// Network log rate limit per sandbox: a hostile program looping on refused
+// connections must not grow the store without bound. Records beyond the
+// rate are counted, and the count is noted on the next record written.
+const (
+	netLogRate  = 50   // records per second, sustained
+	netLogBurst = 2000 // records at once
+)
+
+type netLogBucket struct {
+	lim     *rate.Limiter
+	dropped int64
+	seen    time.Time
+}
+
+// netLogAllow reports whether a record of sandbox id may be written now and
+// how many were dropped before it.
+func (m *Manager) netLogAllow(id string) (dropped int64, ok bool) {
+	m.netLogMu.Lock()
+	defer m.netLogMu.Unlock()
+	if m.netLog == nil {
+		m.netLog = map[string]*netLogBucket{}
+	}
+	now := time.Now()
+	b := m.netLog[id]
+	if b == nil {
+		if len(m.netLog) > 4096 { // forget idle sandboxes' buckets
+			for k, v := range m.netLog {
+				if now.Sub(v.seen) > time.Minute {
+					delete(m.netLog, k)
+				}
+			}
+		}
+		b = &netLogBucket{lim: rate.NewLimiter(netLogRate, netLogBurst)}
+		m.netLog[id] = b
+	}
+	b.seen = now
+	if !b.lim.AllowN(now, 1) {
+		b.dropped++
+		return 0, false
+	}
+	dropped, b.dropped = b.dropped, 0
+	return dropped, true
 }
