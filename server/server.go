@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"airlock/api"
+	"airlock/e2b"
 	"airlock/egress"
 	"airlock/manager"
 	"airlock/mcp"
@@ -57,6 +58,7 @@ type Server struct {
 	m   *manager.Manager
 	mux *http.ServeMux
 	mcp http.Handler
+	e2b *e2b.Handler
 
 	layersOnce atomic.Pointer[runtime.Enforced]
 
@@ -77,6 +79,12 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.mcp = tools.HTTPHandler()
+	// E2B's protocol (package e2b) on the same listener: the E2B SDKs work
+	// against this server with E2B_API_URL and E2B_SANDBOX_URL.
+	if s.e2b, err = e2b.NewHandler(e2b.Config{Manager: cfg.Manager, Store: cfg.Store, NoAuth: cfg.NoAuth,
+		MaxFileBytes: cfg.MaxFileBytes}); err != nil {
+		return nil, err
+	}
 	s.routes()
 	return s, nil
 }
@@ -142,6 +150,10 @@ func (s *Server) routes() {
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.requests.Add(1)
+	if s.e2b.Match(r) {
+		s.e2b.ServeHTTP(w, r)
+		return
+	}
 	if _, pattern := s.mux.Handler(r); pattern == "" {
 		// Unknown route or wrong method: answer in our error format.
 		code, msg := http.StatusNotFound, "no such endpoint"
