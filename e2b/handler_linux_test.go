@@ -363,6 +363,13 @@ func TestEnvdAgainstASandbox(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	// Keepalives at the interval the client asks for while a command is
+	// quiet.
+	msgs, err = e.stream(t, id, "process.Process/Start", `{"process":{"cmd":"/bin/sleep","args":["2.5"]},"stdin":false}`,
+		map[string]string{"Keepalive-Ping-Interval": "1"})
+	if err != nil || len(msgs) < 4 || msgs[1] != `{"event":{"keepalive":{}}}` || !strings.Contains(msgs[len(msgs)-1], `"end"`) {
+		t.Fatalf("keepalives: %q %+v", msgs, err)
+	}
 	msgs, err = e.stream(t, id, "process.Process/Start", `{"process":{"cmd":"/bin/sh","args":["-c","echo $A; exit 4"]},"stdin":false}`, nil)
 	if err != nil || len(msgs) != 3 || msgs[1] != `{"event":{"data":{"stdout":"Ygo="}}}` ||
 		msgs[2] != `{"event":{"end":{"exitCode":4,"exited":true,"status":"exit status 4","error":"exit status 4"}}}` {
