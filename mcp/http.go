@@ -38,8 +38,9 @@ func WithCaller(ctx context.Context, c Caller) context.Context {
 // when the client deletes them or after Config.SessionTimeout without a
 // request.
 func (s *Service) HTTPHandler() http.Handler {
+	// Requests must fit a write_file of MaxWrite bytes in base64.
 	h := sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return s.srv },
-		&sdk.StreamableHTTPOptions{SessionTimeout: s.cfg.SessionTimeout})
+		&sdk.StreamableHTTPOptions{SessionTimeout: s.cfg.SessionTimeout, MaxRequestBodyBytes: int64(s.cfg.MaxWrite)/3*4 + 1<<20})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c, _ := r.Context().Value(callerKey{}).(Caller)
 		if c.Owner == "" {

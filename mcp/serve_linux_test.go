@@ -2,6 +2,8 @@ package mcp_test
 
 import (
 	"bufio"
+	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"net/http"
 	"os"
@@ -162,6 +164,12 @@ func TestServeMCP(t *testing.T) {
 	mustOK(t, cs, "write_file", map[string]any{"path": "x", "content": "y"})
 	if out := mustOK(t, cs, "read_file", map[string]any{"path": "x"}); out != "y\n" {
 		t.Fatalf("read: %q", out)
+	}
+	// A large binary file fits in a request.
+	big := bytes.Repeat([]byte{0, 1, 2, 3, 0xff}, 2<<20)
+	mustOK(t, cs, "write_file", map[string]any{"path": "big.bin", "content": base64.StdEncoding.EncodeToString(big), "encoding": "base64"})
+	if out := mustOK(t, cs, "run_command", map[string]any{"command": "stat -c %s big.bin"}); out != "10485760\n\n" {
+		t.Fatalf("big file: %q", out)
 	}
 	id := ownSandbox(t, cs)
 	// The sandbox is the key's, visible through the REST API too.
