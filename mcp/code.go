@@ -70,7 +70,7 @@ func (s *Service) addRunCode() {
 			"variables, imports, functions and the working directory persist between calls of the same language in the same sandbox. " +
 			"Returns what the code printed, the value of the last expression, and every matplotlib figure shown or left open as a PNG image. " +
 			"An exception makes the result an error carrying the traceback. " +
-			"The code runs in /workspace with no network access; Python has numpy, pandas and matplotlib when the host has them, and nothing can be installed. " +
+			"The code runs in /workspace; Python has numpy, pandas and matplotlib when the host has them. " + s.networkText() + " " +
 			fmt.Sprintf("A cell is stopped after timeout_seconds (default %g s, at most %g s); the interpreter's state survives. ", s.cfg.CallTimeout.Seconds(), s.cfg.MaxCallTimeout.Seconds()) +
 			"Files written here are visible to run_command, read_file and list_files.",
 		Annotations: &sdk.ToolAnnotations{DestructiveHint: ptr(true), OpenWorldHint: ptr(false)},

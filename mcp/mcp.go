@@ -29,12 +29,15 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"strings"
 	"sync"
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"airlock/egress"
 	"airlock/manager"
+	"airlock/policy"
 )
 
 // Defaults of Config.
@@ -62,6 +65,13 @@ type Config struct {
 	// Limits override the profile's limits for sandboxes created without
 	// their own; zero fields keep the profile's.
 	Limits manager.Limits
+	// Network is the network policy of the sandboxes the tools create;
+	// the zero value means none. create_sandbox may narrow it (none, or
+	// fewer allowed hosts), never widen it.
+	Network policy.Network
+	// Secrets are headers the egress proxy adds to requests of every
+	// sandbox the tools create (API keys the code must not see).
+	Secrets []egress.Secret
 	// SandboxTimeout is how long a session's default sandbox may stay
 	// idle before it expires, and the TTL of create_sandbox without a
 	// timeout; 0 means DefaultSandboxTimeout.
@@ -141,6 +151,12 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Logf == nil {
 		cfg.Logf = log.Printf
 	}
+	if cfg.Network.Mode == "" {
+		cfg.Network.Mode = policy.NetNone
+	}
+	if err := (egress.Policy{Mode: string(cfg.Network.Mode), Allow: cfg.Network.Allow, Deny: cfg.Network.Deny}).Validate(); err != nil {
+		return nil, fmt.Errorf("mcp: network policy: %w", err)
+	}
 	if cfg.Version == "" {
 		cfg.Version = "dev"
 	}
@@ -187,7 +203,7 @@ func (s *Service) instructions() string {
 Use run_command for shell commands, write_file/read_file/list_files for files (the working directory is /workspace; /tmp is writable too)` +
 		s.ifCode(", run_code for stateful Python/JavaScript/bash cells (variables persist between calls; matplotlib figures come back as images)") + `.
 Without sandbox_id, all tools of this session share one sandbox, created on first use and destroyed when the session ends; files persist between calls until then.
-Sandboxes have no network access, a fixed memory/CPU/process budget, and only the host's tools (python3, sh, coreutils...); nothing can be installed from the internet.
+Sandboxes have a fixed memory/CPU/process budget and only the host's tools (python3, sh, coreutils...). ` + s.networkText() + `
 A non-zero exit, a timeout or an exception is reported as a tool error carrying the output.`
 }
 
@@ -320,6 +336,7 @@ func (s *Service) sandbox(ctx context.Context, req *sdk.CallToolRequest, id stri
 	}
 	info, err := s.m.Create(ctx, manager.CreateRequest{Owner: se.owner, OwnerLimit: se.ownerLimit,
 		Profile: s.cfg.Profile, Limits: s.cfg.Limits, Timeout: s.cfg.SandboxTimeout,
+		Network: s.cfg.Network, Secrets: s.cfg.Secrets,
 		Metadata: map[string]string{"created_by": "mcp", "mcp_role": "session-default"}})
 	if err != nil {
 		return nil, "", s.createError(err)
@@ -368,4 +385,23 @@ func (s *Service) createError(err error) error {
 		return userErr("cannot create a sandbox: the server is shutting down")
 	}
 	return fmt.Errorf("cannot create a sandbox: %w", err)
+}
+
+// networkText tells the model what network the sandboxes have.
+func (s *Service) networkText() string {
+	n := s.cfg.Network
+	var b strings.Builder
+	switch n.Mode {
+	case policy.NetAllowlist:
+		fmt.Fprintf(&b, "Network: only these destinations are reachable, through an HTTP/SOCKS proxy that HTTP_PROXY, HTTPS_PROXY and ALL_PROXY point to (pip, curl, requests, urllib use it; raw sockets and DNS do not work): %s", strings.Join(n.Allow, ", "))
+	case policy.NetOpen:
+		b.WriteString("Network: public destinations are reachable through an HTTP/SOCKS proxy that HTTP_PROXY, HTTPS_PROXY and ALL_PROXY point to (pip, curl, requests, urllib use it; raw sockets and DNS do not work); private and local addresses are not")
+	default:
+		return "There is no network access: nothing can be downloaded or installed."
+	}
+	if len(n.Deny) > 0 {
+		fmt.Fprintf(&b, "; never: %s", strings.Join(n.Deny, ", "))
+	}
+	b.WriteString(". Refused connections fail with a reason (HTTP 403 from the proxy).")
+	return b.String()
 }

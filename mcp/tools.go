@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"path"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -20,7 +21,9 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"airlock/agent"
+	"airlock/egress"
 	"airlock/manager"
+	"airlock/policy"
 	"airlock/store"
 )
 
@@ -46,7 +49,8 @@ func (s *Service) addTools() {
 		Title: "Run a shell command in the sandbox",
 		Description: "Run a command in an isolated Linux sandbox and return its stdout and stderr. " +
 			"Give `command` (a shell command line run by /bin/sh -c, so pipes, redirections, && and ; work) or `argv` (a program and its arguments, no shell). " +
-			"It runs in /workspace as an unprivileged user, with no network access, and with the host's tools only (sh, bash, coreutils, python3 with numpy/pandas/matplotlib if installed on the host; nothing can be downloaded or installed). " +
+			"It runs in /workspace as an unprivileged user, with the host's tools only (sh, bash, coreutils, python3 with numpy/pandas/matplotlib if installed on the host). " +
+			s.networkText() + " " +
 			"Files written under /workspace stay for later calls on the same sandbox. " +
 			fmt.Sprintf("The call is stopped after timeout_seconds (default %g s, at most %g s). ", s.cfg.CallTimeout.Seconds(), maxCall) +
 			"Processes the command leaves running in the background are killed when it returns. " +
@@ -104,12 +108,15 @@ func (s *Service) addTools() {
 			"You rarely need this: without sandbox_id every tool uses this session's own sandbox. Use it to keep separate environments apart or to get another profile. " +
 			"Profiles: strict (default: 512 MiB memory, 1 CPU, 128 processes, 256 MiB disk), standard (2 GiB, 2 CPUs, 512 processes, 1 GiB disk), light (4 GiB, 2 CPUs, 1024 processes, 4 GiB disk, more system calls allowed); " +
 			"the server's operator may have set other defaults. " +
-			"The network is off: only network=\"none\" is supported for now. " +
+			s.createNetworkText() +
 			"The sandbox lives until timeout_seconds pass or kill_sandbox; it is not destroyed when the session ends.",
 		Annotations: &sdk.ToolAnnotations{OpenWorldHint: ptr(false)},
 		InputSchema: schema[createIn](func(p map[string]*jsonschema.Schema) {
 			p["profile"].Enum = []any{"strict", "standard", "light"}
 			p["network"].Enum = []any{"none"}
+			if s.cfg.Network.Mode != policy.NetNone {
+				p["network"].Enum = []any{"none", "default"}
+			}
 			p["timeout_seconds"].Minimum, p["timeout_seconds"].Maximum = ptr(1.0), ptr(86400.0)
 			p["memory_mb"].Minimum = ptr(16.0)
 			p["pids"].Minimum = ptr(4.0)
@@ -597,7 +604,8 @@ type createIn struct {
 	MemoryMB       int64             `json:"memory_mb,omitempty" jsonschema:"Memory limit in MiB; default the profile's."`
 	CPUs           float64           `json:"cpus,omitempty" jsonschema:"CPU limit in cores; default the profile's."`
 	Pids           int64             `json:"pids,omitempty" jsonschema:"Limit on processes and threads; default the profile's."`
-	Network        string            `json:"network,omitempty" jsonschema:"Network access. Only none is supported for now: the sandbox has no network."`
+	Network        string            `json:"network,omitempty" jsonschema:"none: no network at all; default (when omitted): the server's network policy, narrowed to allow if given."`
+	Allow          []string          `json:"allow,omitempty" jsonschema:"Destinations to allow, a subset of the server's policy (host names, *.wildcards, IPs or CIDRs, optionally :PORT); omit for all the server allows."`
 	Env            map[string]string `json:"env,omitempty" jsonschema:"Environment variables for every process in the sandbox."`
 	Label          string            `json:"label,omitempty" jsonschema:"A short name shown by list_sandboxes."`
 }
@@ -605,8 +613,9 @@ type createIn struct {
 var labelRE = regexp.MustCompile(`^[^\x00-\x1f]{0,128}$`)
 
 func (s *Service) createSandbox(ctx context.Context, req *sdk.CallToolRequest, in createIn) (*sdk.CallToolResult, any, error) {
-	if in.Network != "" && in.Network != "none" {
-		return toolError(userErr("network %q is not supported: sandboxes have no network access for now", in.Network), ""), nil, nil
+	network, err := s.narrowNetwork(in.Network, in.Allow)
+	if err != nil {
+		return toolError(err, ""), nil, nil
 	}
 	if !labelRE.MatchString(in.Label) {
 		return toolError(userErr("label must be at most 128 printable characters"), ""), nil, nil
@@ -620,6 +629,7 @@ func (s *Service) createSandbox(ctx context.Context, req *sdk.CallToolRequest, i
 	}
 	cr := manager.CreateRequest{Owner: se.owner, OwnerLimit: se.ownerLimit, Profile: s.cfg.Profile,
 		Limits: s.cfg.Limits, Env: in.Env, Timeout: time.Duration(in.TimeoutSeconds * float64(time.Second)),
+		Network: network, Secrets: s.cfg.Secrets,
 		Metadata: map[string]string{"created_by": "mcp", "mcp_role": "created"}}
 	if cr.Timeout == 0 {
 		cr.Timeout = s.cfg.SandboxTimeout
@@ -650,8 +660,8 @@ func (s *Service) createSandbox(ctx context.Context, req *sdk.CallToolRequest, i
 		exp = fmt.Sprintf("; it is destroyed at %s (in %s) unless you kill_sandbox it earlier",
 			info.ExpiresAt.Format(time.RFC3339), time.Until(*info.ExpiresAt).Round(time.Second))
 	}
-	return result(false, fmt.Sprintf("created sandbox %s (profile %s, no network%s).\nPass sandbox_id=%q to run_command, write_file, read_file, list_files%s to use it.",
-		info.ID, info.Profile, exp, info.ID, s.ifCode(", run_code"))), nil, nil
+	return result(false, fmt.Sprintf("created sandbox %s (profile %s, %s%s).\nPass sandbox_id=%q to run_command, write_file, read_file, list_files%s to use it.",
+		info.ID, info.Profile, netSummary(network), exp, info.ID, s.ifCode(", run_code"))), nil, nil
 }
 
 // listSandboxesIn is the (empty) input of list_sandboxes.
@@ -719,4 +729,60 @@ func (s *Service) killSandbox(ctx context.Context, req *sdk.CallToolRequest, in 
 		return toolError(s.lookupError(ctx, se.owner, id, err), ""), nil, nil
 	}
 	return result(false, fmt.Sprintf("destroyed sandbox %s", id)), nil, nil
+}
+
+// createNetworkText describes create_sandbox's network choices.
+func (s *Service) createNetworkText() string {
+	if s.cfg.Network.Mode == policy.NetNone {
+		return "There is no network access on this server: only network=\"none\" is accepted. "
+	}
+	return "By default it gets the server's network policy (" + netSummary(s.cfg.Network) + "); network=\"none\" turns the network off, and allow narrows it to some of the destinations the server allows. It cannot be widened. "
+}
+
+// netSummary is a short description of a network policy.
+func netSummary(n policy.Network) string {
+	switch n.Mode {
+	case policy.NetAllowlist:
+		return "network limited to " + strings.Join(n.Allow, ", ")
+	case policy.NetOpen:
+		if len(n.Deny) > 0 {
+			return "public network except " + strings.Join(n.Deny, ", ")
+		}
+		return "public network"
+	}
+	return "no network"
+}
+
+// narrowNetwork turns create_sandbox's network and allow into a policy no
+// wider than the server's: none, the server's, or an allowlist of entries
+// the server's allowlist names verbatim (any valid entry when the server
+// is open), always with the server's deny list.
+func (s *Service) narrowNetwork(mode string, allow []string) (policy.Network, error) {
+	srv := s.cfg.Network
+	switch mode {
+	case "none":
+		if len(allow) > 0 {
+			return policy.Network{}, userErr("allow makes no sense with network \"none\"")
+		}
+		return policy.Network{Mode: policy.NetNone}, nil
+	case "", "default":
+	default:
+		return policy.Network{}, userErr("network must be none or default, not %q", mode)
+	}
+	if len(allow) == 0 {
+		return srv, nil
+	}
+	if srv.Mode == policy.NetNone {
+		return policy.Network{}, userErr("this server gives sandboxes no network access; allow cannot add any")
+	}
+	for _, a := range allow {
+		if srv.Mode == policy.NetAllowlist && !slices.Contains(srv.Allow, a) {
+			return policy.Network{}, userErr("%q is not in the server's network policy (%s); allow can only narrow it", a, strings.Join(srv.Allow, ", "))
+		}
+	}
+	n := policy.Network{Mode: policy.NetAllowlist, Allow: slices.Clone(allow), Deny: slices.Clone(srv.Deny)}
+	if err := (egress.Policy{Mode: string(n.Mode), Allow: n.Allow, Deny: n.Deny}).Validate(); err != nil {
+		return policy.Network{}, userErr("allow: %v", strings.ReplaceAll(err.Error(), "\n", "; "))
+	}
+	return n, nil
 }
