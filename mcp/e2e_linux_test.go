@@ -134,6 +134,10 @@ func TestStdioFlags(t *testing.T) {
 		{"--memory", "lots"},
 		{"--bogus"},
 		{"extra-arg"},
+		{"--net", "allow:"},
+		{"--net", "allow:*"},
+		{"--net", "none", "--net", "open"},
+		{"--secret", "api.test:X-Key:v"},
 	} {
 		cmd := exec.Command(airlockBin(t), append([]string{"mcp", "--state-dir", t.TempDir()}, args...)...)
 		out, err := cmd.CombinedOutput()

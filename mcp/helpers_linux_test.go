@@ -91,6 +91,17 @@ func newEnv(t testing.TB, tweak func(*mcp.Config)) *env {
 // newEnvMax is newEnv with a manager running at most maxSandboxes.
 func newEnvMax(t testing.TB, maxSandboxes int, tweak func(*mcp.Config)) *env {
 	t.Helper()
+	return newEnvFull(t, maxSandboxes, manager.EgressConfig{}, tweak)
+}
+
+// newEnvNet is newEnv with an egress configuration.
+func newEnvNet(t testing.TB, ec manager.EgressConfig, tweak func(*mcp.Config)) *env {
+	t.Helper()
+	return newEnvFull(t, 20, ec, tweak)
+}
+
+func newEnvFull(t testing.TB, maxSandboxes int, ec manager.EgressConfig, tweak func(*mcp.Config)) *env {
+	t.Helper()
 	needRoot(t)
 	e := &env{dir: shortDir(t)}
 	var err error
@@ -98,7 +109,7 @@ func newEnvMax(t testing.TB, maxSandboxes int, tweak func(*mcp.Config)) *env {
 		t.Fatal(err)
 	}
 	e.m, err = manager.Open(manager.Config{StateDir: e.dir, Store: e.st, AgentBinary: airlockBin(t),
-		MaxSandboxes: maxSandboxes, AllowDegraded: true, Logf: t.Logf})
+		MaxSandboxes: maxSandboxes, AllowDegraded: true, Egress: ec, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}

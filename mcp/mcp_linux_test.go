@@ -5,20 +5,27 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"image"
 	"image/color"
 	"image/png"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"airlock/egress"
 	"airlock/manager"
 	"airlock/mcp"
+	"airlock/policy"
 )
 
 func TestListTools(t *testing.T) {
@@ -352,5 +359,67 @@ func TestSandboxLimit(t *testing.T) {
 	mustOK(t, cs, "run_command", map[string]any{"command": "true"})
 	if out := mustFail(t, cs, "create_sandbox", nil); !strings.Contains(out, "sandbox limit reached") {
 		t.Fatalf("over the limit: %q", out)
+	}
+}
+
+// TestNetwork: the sandboxes get the configured egress policy;
+// create_sandbox can turn it off or narrow it, never widen it.
+func TestNetwork(t *testing.T) {
+	var hits atomic.Int32
+	web := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		fmt.Fprintf(w, "hello %s, key %q\n", r.Host, r.Header.Get("X-Api-Key"))
+	}))
+	defer web.Close()
+	port := web.URL[strings.LastIndexByte(web.URL, ':')+1:]
+	resolver := egress.StaticResolver{"allowed.test": {net.IPv4(127, 0, 0, 1)}, "other.test": {net.IPv4(127, 0, 0, 1)}}
+	e := newEnvNet(t, manager.EgressConfig{Resolver: resolver}, func(c *mcp.Config) {
+		c.Network = policy.Network{Mode: policy.NetAllowlist, Allow: []string{"allowed.test", "127.0.0.1"}}
+		c.Secrets = []egress.Secret{{Host: "allowed.test", Header: "X-Api-Key", Value: "s3cret"}}
+	})
+	cs := e.connect(t)
+	res, _ := cs.ListTools(context.Background(), nil)
+	for _, tool := range res.Tools {
+		if tool.Name == "run_command" && !strings.Contains(tool.Description, "only these destinations are reachable") {
+			t.Fatalf("run_command does not describe the network: %s", tool.Description)
+		}
+	}
+	curl := func(host string) map[string]any {
+		return map[string]any{"command": "curl -fsS -m 10 --noproxy '' http://" + host + ":" + port + "/", "timeout_seconds": 20}
+	}
+	if out := mustOK(t, cs, "run_command", curl("allowed.test")); !strings.Contains(out, `hello allowed.test:`+port+`, key "s3cret"`) {
+		t.Fatalf("allowed: %q", out)
+	}
+	if out := mustOK(t, cs, "run_command", map[string]any{"command": "env | grep -c s3cret || true"}); strings.TrimSpace(out) != "0" {
+		t.Fatalf("the secret is visible inside: %q", out)
+	}
+	if out := mustFail(t, cs, "run_command", curl("other.test")); !strings.Contains(out, "403") {
+		t.Fatalf("other: %q", out)
+	}
+	// Narrowed to the address only.
+	out := mustOK(t, cs, "create_sandbox", map[string]any{"allow": []string{"127.0.0.1"}})
+	id := regexp.MustCompile(`sb-[0-9a-f]+`).FindString(out)
+	if !strings.Contains(out, "network limited to 127.0.0.1") {
+		t.Fatalf("create: %q", out)
+	}
+	mustFail(t, cs, "run_command", map[string]any{"command": curl("allowed.test")["command"], "sandbox_id": id})
+	if out := mustOK(t, cs, "run_command", map[string]any{"command": curl("127.0.0.1")["command"], "sandbox_id": id}); !strings.Contains(out, "hello 127.0.0.1") {
+		t.Fatalf("narrowed: %q", out)
+	}
+	// Off.
+	out = mustOK(t, cs, "create_sandbox", map[string]any{"network": "none"})
+	id = regexp.MustCompile(`sb-[0-9a-f]+`).FindString(out)
+	mustFail(t, cs, "run_command", map[string]any{"command": curl("allowed.test")["command"], "sandbox_id": id})
+	// Never wider.
+	for _, args := range []map[string]any{
+		{"allow": []string{"evil.test"}},
+		{"allow": []string{"*.test"}},
+		{"network": "open"},
+		{"network": "none", "allow": []string{"allowed.test"}},
+	} {
+		mustFail(t, cs, "create_sandbox", args)
+	}
+	if n := hits.Load(); n != 2 {
+		t.Fatalf("%d requests reached the web server, want 2", n)
 	}
 }
