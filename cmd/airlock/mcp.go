@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"golang.org/x/sys/unix"
 
+	"airlock/egress"
 	"airlock/manager"
 	"airlock/mcp"
 	"airlock/policy"
@@ -34,7 +36,8 @@ launch it (Claude Desktop, Cursor, VS Code...): run_command, write_file,
 read_file, list_files, create_sandbox, list_sandboxes, kill_sandbox.
 Tools called without a sandbox_id share one sandbox, created on first use
 and killed when stdin closes. No server is needed: the sandboxes run in
-this process's own manager. See docs/mcp.md.
+this process's own manager. Sandboxes have no network unless --net allows
+it; see docs/mcp.md and docs/network.md.
 
 Every flag can also be set in the environment variable named after it,
 e.g. AIRLOCK_PROFILE=standard or AIRLOCK_SANDBOX_TIMEOUT=2h.
@@ -49,6 +52,7 @@ type mcpFlags struct {
 	timeout, sandboxTimeout                    time.Duration
 	maxSandboxes                               int
 	allowDegraded                              bool
+	net                                        netFlags
 }
 
 func (f *mcpFlags) register(fs *flag.FlagSet) {
@@ -62,6 +66,9 @@ func (f *mcpFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.maxSandboxes, "max-sandboxes", 10, "sandboxes running at once")
 	fs.StringVar(&f.maxOutput, "max-output", "32K", "bytes of stdout and of stderr a result shows; the middle of longer output is cut")
 	fs.StringVar(&f.stateDir, "state-dir", defaultMCPStateDir(), "directory for the state database and sandbox sockets; each running airlock mcp takes its own numbered subdirectory")
+	f.net.register(fs)
+	// The proxy's caps, as airlock serve's defaults.
+	f.net.egress.maxConns, f.net.egress.maxBytes = 64, "4G"
 	fs.BoolVar(&f.allowDegraded, "allow-degraded", true, "run even when cgroups are unavailable to this user (memory, process and CPU limits then fall back to rlimits; a warning is logged); false refuses instead")
 }
 
@@ -140,6 +147,29 @@ func cmdMCP(args []string) int {
 		fmt.Fprintf(os.Stderr, "airlock mcp: %v\n", err)
 		return exitUsage
 	}
+	network, err := f.net.network()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "airlock mcp: %v\n", oneLine(err))
+		return exitUsage
+	}
+	var secrets []egress.Secret
+	for _, v := range f.net.secrets {
+		sec, err := parseSecret(v)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "airlock mcp: %v\n", err)
+			return exitUsage
+		}
+		secrets = append(secrets, sec)
+	}
+	if len(secrets) > 0 && network.Mode == policy.NetNone {
+		fmt.Fprintln(os.Stderr, "airlock mcp: --secret needs --net allow:HOST or --net open")
+		return exitUsage
+	}
+	egressCfg, err := f.net.egress.config()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "airlock mcp: %v\n", err)
+		return exitUsage
+	}
 	limits, err := f.limits()
 	maxOut, err2 := policy.ParseSize(f.maxOutput)
 	if err = errors.Join(err, err2); err != nil {
@@ -168,6 +198,7 @@ func cmdMCP(args []string) int {
 	}
 	// Everything goes to stderr: stdout carries the protocol.
 	logger := log.New(os.Stderr, "airlock mcp: ", log.LstdFlags)
+	egressCfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	if info := cgroups.Detect(); info.Version == 0 || info.Reason != "" {
 		if !f.allowDegraded {
 			logger.Printf("cgroups unavailable (%s): memory, process and CPU limits cannot be enforced; refusing to start with --allow-degraded=false", info.Reason)
@@ -195,13 +226,14 @@ func cmdMCP(args []string) int {
 	defer st.Close()
 	m, err := manager.Open(manager.Config{StateDir: dir, Store: st, AgentBinary: self, MaxSandboxes: f.maxSandboxes,
 		AllowDegraded: f.allowDegraded, DefaultTimeout: f.sandboxTimeout, MaxTimeout: max(24*time.Hour, f.sandboxTimeout),
-		Logf: logger.Printf})
+		Egress: egressCfg, Logf: logger.Printf})
 	if err != nil {
 		logger.Printf("%v", err)
 		return 1
 	}
 	defer m.Close()
 	svc, err := mcp.New(mcp.Config{Manager: m, Version: version, Profile: f.profile, Limits: limits,
+		Network: network, Secrets: secrets,
 		SandboxTimeout: f.sandboxTimeout, CallTimeout: f.timeout, MaxOutput: int(min(maxOut, 1<<30)), Logf: logger.Printf})
 	if err != nil {
 		logger.Printf("%v", err)
