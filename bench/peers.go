@@ -216,6 +216,8 @@ func (o *ociPeer) cleanup() {
 	o.b = nil
 	if o.d.root {
 		removeCgroups(o.name)
+		// The parent of the detached containers' cgroups, once empty.
+		removeDensityCgroups()
 	}
 }
 
