@@ -6,20 +6,26 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
 	"airlock/policy"
 )
 
-// skelEntry is one directory, file or symlink of a root template.
+// opCopy is a skeleton entry copied from the host path of the same name.
+const opCopy opKind = 100
+
+// skelEntry is one directory, file, symlink or host copy of a root template.
 type skelEntry struct {
-	kind   opKind // opMkdir, opFile or opSymlink
+	kind   opKind // opMkdir, opFile, opSymlink or opCopy
 	path   string
 	data   []byte
 	target string
@@ -139,32 +145,68 @@ func (t *treeBuilder) bind(src, dst string, writable, dev bool) error {
 	return nil
 }
 
-// maxEtcCopy bounds what copyEtc takes from the host's /etc.
+// maxEtcCopy bounds what a template copies from the host's /etc.
 const maxEtcCopy = 16 << 20
 
-// copyEtc copies a host /etc entry (file, symlink or directory tree) into
-// the template, so it costs no mount per sandbox. Copies are read-only
-// inside; the template is rebuilt when the host's files change.
-func (t *treeBuilder) copyEtc(p string, budget *int64) error {
+// copyEtc adds a host /etc entry (file, symlink or directory tree) to the
+// template, so it costs no mount per sandbox. Nothing is read now: the
+// template's name covers a cheap signature of the entry (see hostSig) and
+// the copy happens only when that template does not exist yet.
+func (t *treeBuilder) copyEtc(p string) {
+	if _, err := os.Lstat(p); err != nil {
+		return // optional
+	}
+	t.mkdirAll(path.Dir(p))
+	t.skel = append(t.skel, skelEntry{kind: opCopy, path: p})
+}
+
+// hostSig writes a signature of host entry p: its own metadata and, for a
+// directory, that of every directory below it. Package managers replace
+// files by rename, which changes the directory's mtime, so the signature
+// changes whenever the tree does, without reading or stat-ing every file.
+func hostSig(w io.Writer, p string) {
 	fi, err := os.Lstat(p)
 	if err != nil {
-		return nil // optional
+		fmt.Fprintf(w, "%s missing\n", p)
+		return
+	}
+	st := fi.Sys().(*syscall.Stat_t)
+	fmt.Fprintf(w, "%s %o %d %d %d %d\n", p, fi.Mode(), fi.Size(), st.Ino, st.Mtim.Nano(), st.Ctim.Nano())
+	if !fi.IsDir() {
+		return
+	}
+	ents, _ := os.ReadDir(p)
+	for _, e := range ents {
+		if e.IsDir() {
+			hostSig(w, path.Join(p, e.Name()))
+		}
+	}
+}
+
+// copyHost copies host entry src to dst (a new path), recursively,
+// keeping symlinks as symlinks and leaving out what cannot be read.
+func copyHost(src, dst string, budget *int64) error {
+	fi, err := os.Lstat(src)
+	if err != nil {
+		return nil
 	}
 	switch {
 	case fi.Mode()&os.ModeSymlink != 0:
-		target, err := os.Readlink(p)
+		target, err := os.Readlink(src)
 		if err != nil {
 			return err
 		}
-		t.symlink(target, p)
+		return os.Symlink(target, dst)
 	case fi.IsDir():
-		t.mkdirAll(p)
-		ents, err := os.ReadDir(p)
+		if err := os.Mkdir(dst, 0o755); err != nil && !os.IsExist(err) {
+			return err
+		}
+		ents, err := os.ReadDir(src)
 		if err != nil {
 			return err
 		}
 		for _, e := range ents {
-			if err := t.copyEtc(path.Join(p, e.Name()), budget); err != nil {
+			if err := copyHost(filepath.Join(src, e.Name()), filepath.Join(dst, e.Name()), budget); err != nil {
 				return err
 			}
 		}
@@ -172,11 +214,11 @@ func (t *treeBuilder) copyEtc(p string, budget *int64) error {
 		if *budget -= fi.Size(); *budget < 0 {
 			return fmt.Errorf("host files under /etc to copy exceed %d bytes", maxEtcCopy)
 		}
-		data, err := os.ReadFile(p)
+		data, err := os.ReadFile(src)
 		if err != nil {
 			return nil // unreadable host file: leave it out
 		}
-		t.file(p, data, 0o644)
+		return os.WriteFile(dst, data, 0o644)
 	}
 	return nil
 }
@@ -222,11 +264,8 @@ func buildTree(base string, p *policy.Policy, cfg *Config) (*treeBuilder, error)
 	for _, name := range []string{"/etc/passwd", "/etc/group", "/etc/hosts", "/etc/hostname", "/etc/resolv.conf"} {
 		t.file(name, []byte(etc[name]), 0o644)
 	}
-	budget := int64(maxEtcCopy)
 	for _, f := range fs.EtcFiles {
-		if err := t.copyEtc(f, &budget); err != nil {
-			return nil, fmt.Errorf("copy %s: %w", f, err)
-		}
+		t.copyEtc(f)
 	}
 
 	// /dev: the harmless devices bound from the host and a private devpts
@@ -321,6 +360,9 @@ func materialize(base string, skel []skelEntry) (string, error) {
 	for _, e := range skel {
 		fmt.Fprintf(h, "%d\x00%s\x00%s\x00%o\x00%d\x00", e.kind, e.path, e.target, e.mode, len(e.data))
 		h.Write(e.data)
+		if e.kind == opCopy {
+			hostSig(h, e.path)
+		}
 	}
 	dir := filepath.Join(base, "root-"+hex.EncodeToString(h.Sum(nil))[:24])
 	templates.Lock()
@@ -328,10 +370,14 @@ func materialize(base string, skel []skelEntry) (string, error) {
 	if templates.ready[dir] {
 		return dir, nil
 	}
-	if _, err := os.Stat(filepath.Join(dir, ".airlock-template")); err == nil {
+	marker := filepath.Join(dir, ".airlock-template")
+	if _, err := os.Stat(marker); err == nil {
+		now := time.Now()
+		_ = os.Chtimes(marker, now, now) // in use: keep it from the sweep below
 		templates.ready[dir] = true
 		return dir, nil
 	}
+	sweepTemplates(base)
 	tmp, err := os.MkdirTemp(base, ".tmp-root-")
 	if err != nil {
 		return "", fmt.Errorf("create root template: %w", err)
@@ -340,9 +386,12 @@ func materialize(base string, skel []skelEntry) (string, error) {
 	if err := os.Chmod(tmp, 0o755); err != nil {
 		return "", err
 	}
+	budget := int64(maxEtcCopy)
 	for _, e := range skel {
 		p := filepath.Join(tmp, e.path)
 		switch e.kind {
+		case opCopy:
+			err = copyHost(e.path, p, &budget)
 		case opMkdir:
 			err = os.Mkdir(p, e.mode)
 		case opFile:
@@ -362,6 +411,31 @@ func materialize(base string, skel []skelEntry) (string, error) {
 	}
 	templates.ready[dir] = true
 	return dir, nil
+}
+
+// templateMaxIdle is how long a template may go unused before a launcher
+// building a new one removes it. Sandboxes live at most a day (the server's
+// largest TTL), so a template idle this long is mounted nowhere.
+const templateMaxIdle = 7 * 24 * time.Hour
+
+// sweepTemplates removes templates no launcher has used for templateMaxIdle.
+func sweepTemplates(base string) {
+	ents, _ := os.ReadDir(base)
+	for _, e := range ents {
+		if !strings.HasPrefix(e.Name(), "root-") && !strings.HasPrefix(e.Name(), ".tmp-root-") {
+			continue
+		}
+		fi, err := os.Stat(filepath.Join(base, e.Name(), ".airlock-template"))
+		if err != nil {
+			if dfi, derr := e.Info(); derr == nil && time.Since(dfi.ModTime()) > time.Hour {
+				os.RemoveAll(filepath.Join(base, e.Name())) // a half-built leftover
+			}
+			continue
+		}
+		if time.Since(fi.ModTime()) > templateMaxIdle {
+			os.RemoveAll(filepath.Join(base, e.Name()))
+		}
+	}
 }
 
 var templates = struct {

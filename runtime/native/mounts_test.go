@@ -109,3 +109,34 @@ func TestBusyLauncher(t *testing.T) {
 		t.Fatalf("got %+v", res)
 	}
 }
+
+// TestTemplateFollowsHost: a host file copied into the root template is
+// seen anew after the host replaces it (as package managers do, by rename).
+func TestTemplateFollowsHost(t *testing.T) {
+	// Not under /tmp, which is a fresh tmpfs inside the sandbox.
+	base, err := os.MkdirTemp("/var/tmp", "airlock-etc-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(base)
+	dir := filepath.Join(base, "etc")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write := func(v string) {
+		tmp := filepath.Join(dir, ".new")
+		if err := os.WriteFile(tmp, []byte(v), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, filepath.Join(dir, "conf")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, v := range []string{"one", "two"} {
+		write(v)
+		res := run(t, func(p *policy.Policy) { p.Filesystem.EtcFiles = append(p.Filesystem.EtcFiles, dir) }, "cat", dir+"/conf")
+		if res.Stdout != v {
+			t.Fatalf("sandbox sees %q, host has %q", res.Stdout, v)
+		}
+	}
+}
