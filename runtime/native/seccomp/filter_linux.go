@@ -69,6 +69,13 @@ func Build(profile string) (*Filter, error) {
 			profile, ProfileStrict, ProfileStandard, ProfileLight)
 	}
 	entry.once.Do(func() {
+		if p, ok := precompiled[profile]; ok {
+			// Compiling costs milliseconds per process (a whole CLI run's
+			// worth); the generated table is checked against compile() by
+			// TestPrecompiledUpToDate.
+			entry.filter = &Filter{Instructions: p.insns, Profile: profile, Denied: p.denied}
+			return
+		}
 		entry.filter, entry.err = compile(profile)
 	})
 	return entry.filter, entry.err
