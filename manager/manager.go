@@ -21,7 +21,6 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"sync"
 	"time"
@@ -313,15 +312,13 @@ func (m *Manager) Audit(ctx context.Context, keyID, sandboxID, action string, de
 	}
 }
 
-var metaKeyRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
-
 // checkMetadata validates metadata labels.
 func checkMetadata(md map[string]string) error {
 	if len(md) > 32 {
 		return fmt.Errorf("%w: at most 32 metadata entries", ErrInvalid)
 	}
 	for k, v := range md {
-		if !metaKeyRE.MatchString(k) {
+		if !policy.ValidLabel(k) {
 			return fmt.Errorf("%w: metadata key %q must match [A-Za-z0-9_.-]{1,64}", ErrInvalid, k)
 		}
 		if len(v) > 256 {
@@ -330,8 +327,6 @@ func checkMetadata(md map[string]string) error {
 	}
 	return nil
 }
-
-var envKeyRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
 
 // buildPolicy turns a request into a validated policy.
 func buildPolicy(req *CreateRequest) (policy.Policy, error) {
@@ -368,7 +363,7 @@ func buildPolicy(req *CreateRequest) (policy.Policy, error) {
 	sort.Strings(keys)
 	for _, k := range keys {
 		v := req.Env[k]
-		if !envKeyRE.MatchString(k) || len(v) > 32<<10 {
+		if !policy.ValidEnvKey(k) || len(v) > 32<<10 {
 			return p, fmt.Errorf("%w: bad environment variable %q", ErrPolicy, k)
 		}
 		p.SetEnv(k, v)

@@ -9,7 +9,6 @@ import (
 	"io"
 	"net/http"
 	"path"
-	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -232,15 +231,13 @@ type runCommandIn struct {
 	SandboxID      string            `json:"sandbox_id,omitempty" jsonschema:"Sandbox to use, as returned by create_sandbox. Omit it to use this session's own sandbox (created on first use, shared by all tools of the session, destroyed when the session ends)."`
 }
 
-var envKeyRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
-
 func (s *Service) runCommand(ctx context.Context, req *sdk.CallToolRequest, in runCommandIn) (*sdk.CallToolResult, any, error) {
 	if (in.Command == "") == (len(in.Argv) == 0) {
 		return toolError(userErr("give exactly one of command (a shell command line) and argv (a program and its arguments)"), ""), nil, nil
 	}
 	keys := make([]string, 0, len(in.Env))
 	for k, v := range in.Env {
-		if !envKeyRE.MatchString(k) || strings.IndexByte(v, 0) >= 0 {
+		if !policy.ValidEnvKey(k) || strings.IndexByte(v, 0) >= 0 {
 			return toolError(userErr("bad environment variable %q", k), ""), nil, nil
 		}
 		keys = append(keys, k)
@@ -610,14 +607,12 @@ type createIn struct {
 	Label          string            `json:"label,omitempty" jsonschema:"A short name shown by list_sandboxes."`
 }
 
-var labelRE = regexp.MustCompile(`^[^\x00-\x1f]{0,128}$`)
-
 func (s *Service) createSandbox(ctx context.Context, req *sdk.CallToolRequest, in createIn) (*sdk.CallToolResult, any, error) {
 	network, err := s.narrowNetwork(in.Network, in.Allow)
 	if err != nil {
 		return toolError(err, ""), nil, nil
 	}
-	if !labelRE.MatchString(in.Label) {
+	if !validLabel(in.Label) {
 		return toolError(userErr("label must be at most 128 printable characters"), ""), nil, nil
 	}
 	if in.TimeoutSeconds < 0 || in.TimeoutSeconds != in.TimeoutSeconds || in.MemoryMB < 0 || in.CPUs < 0 || in.Pids < 0 {
@@ -785,4 +780,18 @@ func (s *Service) narrowNetwork(mode string, allow []string) (policy.Network, er
 		return policy.Network{}, userErr("allow: %v", strings.ReplaceAll(err.Error(), "\n", "; "))
 	}
 	return n, nil
+}
+
+// validLabel reports whether a label has at most 128 characters and no
+// control characters.
+func validLabel(s string) bool {
+	if utf8.RuneCountInString(s) > 128 {
+		return false
+	}
+	for _, r := range s {
+		if r < 0x20 {
+			return false
+		}
+	}
+	return true
 }

@@ -95,3 +95,16 @@ func FuzzParseSize(f *testing.F) {
 		}
 	})
 }
+
+func TestNames(t *testing.T) {
+	for k, want := range map[string]bool{"PATH": true, "_x1": true, "1A": false, "": false, "A-B": false, "é": false, string(make([]byte, 129)): false} {
+		if ValidEnvKey(k) != want {
+			t.Errorf("ValidEnvKey(%q) = %v", k, !want)
+		}
+	}
+	for k, want := range map[string]bool{"task": true, "a.b-c_1": true, "": false, "a b": false, "x/y": false} {
+		if ValidLabel(k) != want {
+			t.Errorf("ValidLabel(%q) = %v", k, !want)
+		}
+	}
+}
