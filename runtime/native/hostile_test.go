@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -194,5 +195,44 @@ func TestNoWritableCgroupfs(t *testing.T) {
 	res := sh(t, nil, "ls /sys/fs/cgroup 2>&1; grep cgroup /proc/self/mountinfo; echo end")
 	if strings.Contains(res.Stdout, "cgroup ") || !strings.Contains(res.Stdout, "No such file") {
 		t.Fatalf("cgroupfs visible: %q", res.Stdout)
+	}
+}
+
+// TestSetuidBinaryGainsNothing: a set-uid-root binary visible inside (and a
+// copy of python with file capabilities) runs with the sandbox user's
+// privileges only: nosuid mounts, no_new_privs and an empty bounding set.
+func TestSetuidBinaryGainsNothing(t *testing.T) {
+	dir, err := os.MkdirTemp("/var/tmp", "airlock-suid-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	os.Chmod(dir, 0o755)
+	bin := filepath.Join(dir, "idprobe")
+	data, err := os.ReadFile("/usr/bin/id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(bin, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(bin, 0o4755|os.ModeSetuid); err != nil {
+		t.Fatal(err)
+	}
+	if fi, _ := os.Stat(bin); fi.Mode()&os.ModeSetuid == 0 {
+		t.Fatal("could not make the setuid probe")
+	}
+	res := sh(t, func(p *policy.Policy) {
+		p.Filesystem.Mounts = append(p.Filesystem.Mounts, policy.Mount{Source: dir, Target: "/suid"})
+	}, "/suid/idprobe -u; /suid/idprobe -ru; ls -l /usr/bin/su 2>/dev/null | cut -c1-10; su -c id root </dev/null 2>&1 | head -1")
+	lines := strings.Split(strings.TrimSpace(res.Stdout), "\n")
+	if len(lines) < 2 || lines[0] != "1000" || lines[1] != "1000" {
+		t.Fatalf("setuid binary changed the euid: %q %q", res.Stdout, res.Stderr)
+	}
+	if strings.Contains(res.Stdout, "uid=0") {
+		t.Fatalf("su gained root: %q", res.Stdout)
 	}
 }
