@@ -26,6 +26,7 @@ import (
 	"airlock/manager"
 	"airlock/mcp"
 	"airlock/policy"
+	"airlock/store"
 )
 
 func TestListTools(t *testing.T) {
@@ -115,6 +116,22 @@ func TestRunCommand(t *testing.T) {
 	// One sandbox for the whole session.
 	if list, _ := e.m.List(context.Background(), "", manager.ListOptions{}); len(list) != 1 {
 		t.Fatalf("%d sandboxes, want 1", len(list))
+	}
+	// Commands are audited like those of the API.
+	mustOK(t, cs, "run_command", map[string]any{"command": "sleep 0.2"})
+	events, err := e.st.AuditLog(context.Background(), store.AuditFilter{Action: store.ActionExec, Limit: 1})
+	if err != nil || len(events) != 1 {
+		t.Fatalf("audit: %v %v", events, err)
+	}
+	var detail struct {
+		Via        string   `json:"via"`
+		Argv       []string `json:"argv"`
+		Status     string   `json:"status"`
+		DurationMS int64    `json:"duration_ms"`
+	}
+	json.Unmarshal(events[0].Detail, &detail)
+	if detail.Via != "mcp" || !slices.Equal(detail.Argv, []string{"/bin/sh", "-c", "sleep 0.2"}) || detail.Status != "ok" || detail.DurationMS < 200 {
+		t.Fatalf("audit event: %s", events[0].Detail)
 	}
 }
 

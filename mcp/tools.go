@@ -299,8 +299,8 @@ type execResult struct {
 // process runs as a "background" process of the agent so that its process
 // group can still be signalled after it exits: whatever it left running
 // (a fork bomb's children, a forgotten server) is killed before returning.
-func (s *Service) exec(ctx context.Context, sb *manager.Sandbox, req agent.ExecRequest, timeout time.Duration) execResult {
-	res := execResult{stdout: newCapture(s.cfg.MaxOutput), stderr: newCapture(s.cfg.MaxOutput), timeout: timeout}
+func (s *Service) exec(ctx context.Context, sb *manager.Sandbox, req agent.ExecRequest, timeout time.Duration) (res execResult) {
+	res = execResult{stdout: newCapture(s.cfg.MaxOutput), stderr: newCapture(s.cfg.MaxOutput), timeout: timeout}
 	start := time.Now()
 	defer func() { res.dur = time.Since(start) }()
 	req.Background, req.Tag = true, "mcp"
