@@ -207,6 +207,10 @@ func TestFiles(t *testing.T) {
 	if out := mustOK(t, cs, "read_file", map[string]any{"path": "big.txt"}); !strings.HasPrefix(out, "1\n2\n3\n") || !strings.Contains(out, "truncated: showing the first 128.0 KiB of 575.1 KiB") {
 		t.Fatalf("big file: %q...", out[len(out)-300:])
 	}
+	mustOK(t, cs, "run_command", map[string]any{"command": "ln -s big.txt biglink"})
+	if out := mustOK(t, cs, "read_file", map[string]any{"path": "biglink"}); !strings.Contains(out, "showing the first 128.0 KiB of 575.1 KiB") {
+		t.Fatalf("through a symlink: %q...", out[len(out)-300:])
+	}
 	// Failures are tool errors.
 	for _, p := range []string{"nope.txt", "/etc/shadow", "dir"} {
 		mustFail(t, cs, "read_file", map[string]any{"path": p})

@@ -501,12 +501,19 @@ func (s *Service) readFile(ctx context.Context, req *sdk.CallToolRequest, in rea
 		return toolError(err, note), nil, nil
 	}
 	complete := len(data) <= limit
-	size := max(fi.Size, int64(len(data)))
+	size := int64(len(data))
+	if fi.Type == agent.TypeFile {
+		size = max(fi.Size, size)
+	}
+	sizeDesc := sizeText(size)
+	if !complete && size <= int64(limit)+1 {
+		sizeDesc = "more than " + sizeText(int64(limit)) // a symlink: the target's size is unknown
+	}
 	sniff := http.DetectContentType(data)
 	if imageTypes[sniff] {
 		if !complete || len(data) > s.cfg.MaxReadImage {
 			return withNote(result(false, fmt.Sprintf("%s is a %s image of %s, above the %s this tool returns; make a smaller copy (e.g. with python3 and matplotlib or PIL) and read that",
-				p, sniff, sizeText(size), sizeText(int64(s.cfg.MaxReadImage)))), note), nil, nil
+				p, sniff, sizeDesc, sizeText(int64(s.cfg.MaxReadImage)))), note), nil, nil
 		}
 		return withNote(&sdk.CallToolResult{Content: []sdk.Content{&sdk.ImageContent{Data: data, MIMEType: sniff}}}, note), nil, nil
 	}
@@ -515,11 +522,11 @@ func (s *Service) readFile(ctx context.Context, req *sdk.CallToolRequest, in rea
 		text = trimPartialEnd(text[:s.cfg.MaxReadText])
 	}
 	if bytes.IndexByte(text, 0) >= 0 || !utf8.Valid(text) {
-		return withNote(result(false, fmt.Sprintf("%s is a binary file (%s, detected as %s); it is not shown. Inspect it with run_command (e.g. file, od -c | head, python3)", p, sizeText(size), sniff)), note), nil, nil
+		return withNote(result(false, fmt.Sprintf("%s is a binary file (%s, detected as %s); it is not shown. Inspect it with run_command (e.g. file, od -c | head, python3)", p, sizeDesc, sniff)), note), nil, nil
 	}
 	out := string(text)
 	if int64(len(text)) < size {
-		out += fmt.Sprintf("\n[... truncated: showing the first %s of %s; use run_command with head, tail, sed -n or grep to read other parts ...]\n", sizeText(int64(len(text))), sizeText(size))
+		out += fmt.Sprintf("\n[... truncated: showing the first %s of %s; use run_command with head, tail, sed -n or grep to read other parts ...]\n", sizeText(int64(len(text))), sizeDesc)
 	}
 	if out == "" {
 		out = fmt.Sprintf("(%s is empty)", p)
