@@ -259,6 +259,10 @@ func buildTree(base string, p *policy.Policy, cfg *Config) (*treeBuilder, error)
 		}
 	}
 
+	// E2B-style home: /home/<user> is the workspace too.
+	if p.User.Name != "" && !strings.ContainsAny(p.User.Name, "/\x00") && p.User.Name != "." && p.User.Name != ".." {
+		t.symlink("/workspace", "/home/"+p.User.Name)
+	}
 	t.mkdirAll("/etc")
 	etc := etcFiles(p)
 	for _, name := range []string{"/etc/passwd", "/etc/group", "/etc/hosts", "/etc/hostname", "/etc/resolv.conf"} {

@@ -140,3 +140,11 @@ func TestTemplateFollowsHost(t *testing.T) {
 		}
 	}
 }
+
+// TestHomeUser: /home/user is the workspace (E2B's home directory).
+func TestHomeUser(t *testing.T) {
+	res := sh(t, nil, "cd /home/user && echo hi > f && cat /workspace/f")
+	if res.Stdout != "hi\n" {
+		t.Fatalf("got %q %q", res.Stdout, res.Stderr)
+	}
+}
