@@ -429,6 +429,9 @@ func init() {
 		FrameMkdir:     (*hostConn).handleMkdir,
 		FrameMove:      (*hostConn).handleMove,
 	}
+	for t, h := range interpHandlers {
+		handlers[t] = h
+	}
 }
 
 // errStreamGone reports that the host reset the stream or the connection
