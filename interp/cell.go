@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strings"
+	"syscall"
 	"time"
 	"unicode/utf8"
 )
@@ -52,17 +53,29 @@ type cell struct {
 	res             *ExecResult
 	stdout, stderr  strings.Builder
 
-	seen    [2]int // markers with our token read from each stream
-	pending []kmsg // messages waiting for their markers
+	seen    [2]int  // markers with our token read from each stream
+	acked   [2]int  // markers covered by the messages handled so far
+	blocked [2]bool // a stream waits, after a marker, for its message
+	pending []kmsg  // messages waiting for their markers
 	errMsg  *kmsg
 	done    bool // the cell ended (end or ready handled)
 	died    bool // the process died before the cell ended
 
 	reason string // why the cell was interrupted: timeout, interrupt, cancel
-	stage  int    // 0 none, 1 interrupted, 2 interrupted harder, 3 killed
-	stageT *time.Timer
+	steps  []step // the rest of the interrupt ladder
+	stepT  *time.Timer
 	ctxErr error // Execute's context ended
 }
+
+// step is a rung of the interrupt ladder: do runs after the previous rung.
+type step struct {
+	after time.Duration
+	do    func()
+}
+
+// maxBlocked bounds the output held back after a marker while its message
+// is on the way; beyond it, output goes out unordered.
+const maxBlocked = 1 << 20
 
 // run processes the cell until it ends or the kernel dies.
 func (c *cell) run(ctx context.Context, timeout time.Duration) error {
@@ -74,8 +87,8 @@ func (c *cell) run(ctx context.Context, timeout time.Duration) error {
 		timeoutC = t.C
 	}
 	defer func() {
-		if c.stageT != nil {
-			c.stageT.Stop()
+		if c.stepT != nil {
+			c.stepT.Stop()
 		}
 	}()
 	var deathT *time.Timer
@@ -101,6 +114,12 @@ func (c *cell) run(ctx context.Context, timeout time.Duration) error {
 		msgs = nil
 	}
 	stop := p.stop
+	// Output left from the previous cell (after its end) comes first.
+	for i := range p.hold {
+		if len(p.hold[i]) > 0 {
+			c.feed(i, nil, p.eof[i])
+		}
+	}
 	for {
 		select {
 		case ch := <-chunks:
@@ -109,7 +128,7 @@ func (c *cell) run(ctx context.Context, timeout time.Duration) error {
 				c.feed(ch.stream, nil, true)
 			} else {
 				c.feed(ch.stream, (*ch.buf)[:ch.n], false)
-				bufPool.Put(ch.buf)
+				ch.release()
 			}
 		case m := <-msgs:
 			if m.eof {
@@ -141,26 +160,18 @@ func (c *cell) run(ctx context.Context, timeout time.Duration) error {
 			return c.finishDead()
 		case <-timeoutC:
 			timeoutC = nil
-			c.interrupt("timeout")
-			stageC = c.stageT.C
+			stageC = c.interrupt("timeout")
 		case <-ctxDone:
 			ctxDone = nil
 			c.ctxErr = ctx.Err()
 			if c.startup {
 				return fmt.Errorf("interp: starting %s kernel: %w", c.k.cfg.Language, ctx.Err())
 			}
-			c.interrupt("cancel")
-			stageC = c.stageT.C
+			stageC = c.interrupt("cancel")
 		case <-intr:
-			c.interrupt("interrupt")
-			stageC = c.stageT.C
+			stageC = c.interrupt("interrupt")
 		case <-stageC:
-			c.escalate()
-			if c.stage < 3 {
-				stageC = c.stageT.C
-			} else {
-				stageC = nil
-			}
+			stageC = c.nextStep()
 		}
 		c.drainPending(false)
 		if c.done {
@@ -172,44 +183,82 @@ func (c *cell) run(ctx context.Context, timeout time.Duration) error {
 	}
 }
 
-func (c *cell) interrupt(reason string) {
+// interrupt starts the interrupt ladder, if not started yet, and returns
+// the channel of its timer.
+func (c *cell) interrupt(reason string) <-chan time.Time {
 	if c.reason == "" {
 		c.reason = reason
 	}
-	if c.stage > 0 {
-		return
+	if c.stepT != nil {
+		return c.stepT.C
 	}
-	c.stage = 1
-	c.p.interrupt()
-	c.stageT = time.NewTimer(c.k.cfg.KillAfter / 2)
-}
-
-func (c *cell) escalate() {
-	switch c.stage {
-	case 1:
-		c.stage = 2
-		if c.p.lang == Bash {
-			go c.p.write(bashNudge(c.n, c.token))
-		} else {
-			c.p.interruptGroupAll()
+	p, n, kill := c.p, c.n, c.k.cfg.KillAfter
+	killStep := step{kill - kill/2, func() { p.kill(killInterrupt, "") }}
+	switch p.lang {
+	case Python:
+		// KeyboardInterrupt; then ^C for the children holding it up (and
+		// for it again).
+		c.steps = []step{
+			{0, func() { p.signal(syscall.SIGINT, false) }},
+			{kill / 2, func() { p.signal(syscall.SIGINT, true) }},
+			killStep,
 		}
-		c.stageT.Reset(c.k.cfg.KillAfter - c.k.cfg.KillAfter/2)
-	case 2:
-		c.stage = 3
-		c.p.kill(killInterrupt, "")
+	case Bash:
+		// ^C for the foreground job; then, in case the ^C landed between
+		// the cell and its end report, a nudge.
+		c.steps = []step{
+			{0, func() { p.signal(syscall.SIGINT, true) }},
+			{kill / 2, func() { go p.write(bashNudge(n, c.token)) }},
+			killStep,
+		}
+	default:
+		// No signals (see kernels/javascript.js): the kernel enforces
+		// timeouts itself and ends a cell that awaits on request.
+		c.steps = []step{
+			{0, func() { go p.write(jsInterrupt(n)) }},
+			{kill, killStep.do},
+		}
 	}
+	c.stepT = time.NewTimer(c.steps[0].after)
+	return c.stepT.C
 }
 
-// feed processes stream data: it removes sync markers, counting ours, holds
-// back a possible partial marker or UTF-8 sequence at the end, and passes
-// the rest on.
+// nextStep runs the ladder's next rung and returns the channel of the
+// timer for the one after, if any.
+func (c *cell) nextStep() <-chan time.Time {
+	s := c.steps[0]
+	c.steps = c.steps[1:]
+	s.do()
+	if len(c.steps) == 0 {
+		return nil
+	}
+	c.stepT.Reset(c.steps[0].after)
+	return c.stepT.C
+}
+
+// feed processes stream data: it removes sync markers, counting ours, and
+// passes the rest on, except that it holds back a possible partial marker or
+// UTF-8 sequence at the end, output after a marker until the message the
+// marker announces has been handled (so that results come in order), and
+// output after the end of the cell (for the next cell).
 func (c *cell) feed(i int, data []byte, eof bool) {
 	p := c.p
 	if len(p.hold[i]) > 0 {
 		data = append(p.hold[i], data...)
 		p.hold[i] = nil
 	}
+	if c.blocked[i] {
+		if len(data) <= maxBlocked && !c.done {
+			p.hold[i] = append([]byte(nil), data...)
+			return
+		}
+		c.blocked[i] = false
+	}
 	for len(data) > 0 {
+		if c.done {
+			p.hold[i] = append([]byte(nil), data...)
+			return
+		}
 		j := bytes.IndexByte(data, 0)
 		if j >= 0 {
 			j = bytes.Index(data, syncPrefix)
@@ -242,10 +291,19 @@ func (c *cell) feed(i int, data []byte, eof bool) {
 			data = rest[1:]
 			continue
 		}
-		if string(tok) == c.token {
-			c.seen[i]++
-		} // else: a stale marker of an earlier cell
 		data = rest[markerLen:]
+		if string(tok) != c.token {
+			continue // a stale marker of an earlier cell
+		}
+		c.seen[i]++
+		c.drainPending(false)
+		if !c.done && c.acked[i] < c.seen[i] {
+			c.blocked[i] = true
+			if len(data) > 0 {
+				p.hold[i] = append([]byte(nil), data...)
+			}
+			return
+		}
 	}
 }
 
@@ -327,20 +385,34 @@ func (c *cell) output(i int, b []byte) {
 }
 
 // drainPending handles the messages whose markers have been read (all of
-// them if force).
+// them if force), and lets blocked streams go on once their markers are
+// covered.
 func (c *cell) drainPending(force bool) {
+handle:
 	for len(c.pending) > 0 && !c.done {
 		m := c.pending[0]
-		if !force {
+		current := m.N == c.n // else sent for an earlier cell, from a thread
+		if !force && current {
 			for i := 0; i < 2; i++ {
 				if m.Sync[i] > c.seen[i] && !c.p.eof[i] {
-					return
+					break handle
 				}
 			}
 		}
 		c.pending[0] = kmsg{}
 		c.pending = c.pending[1:]
+		if current {
+			for i := 0; i < 2; i++ {
+				c.acked[i] = max(c.acked[i], m.Sync[i])
+			}
+		}
 		c.handle(m)
+	}
+	for i := 0; i < 2; i++ {
+		if c.blocked[i] && (c.done || c.acked[i] >= c.seen[i]) {
+			c.blocked[i] = false
+			c.feed(i, nil, c.p.eof[i])
+		}
 	}
 }
 
@@ -395,24 +467,22 @@ func (c *cell) endError(end kmsg) *ExecError {
 		interrupted = m.Interrupted
 	}
 	if end.Status != nil && *end.Status != 0 && e == nil {
-		if c.stage > 0 {
+		if c.stepT != nil {
 			interrupted = true
 			e = &ExecError{Name: "KeyboardInterrupt", Value: "the command was interrupted"}
 		} else {
 			e = &ExecError{Name: "ExitStatus", Value: fmt.Sprintf("exit status %d", *end.Status)}
 		}
 	}
-	switch c.reason {
-	case "timeout":
+	if c.reason == "timeout" || interrupted && e != nil && e.Name == "TimeoutError" {
 		te := &ExecError{Name: "TimeoutError", Value: c.timeoutText()}
 		if e != nil && interrupted {
 			te.Traceback = e.Traceback
 		}
 		return te
-	case "interrupt", "cancel":
-		if interrupted {
-			e.Name = "KeyboardInterrupt"
-		}
+	}
+	if interrupted {
+		e.Name = "KeyboardInterrupt"
 	}
 	return e
 }
@@ -438,6 +508,10 @@ func (c *cell) finishDead() error {
 		return c.ctxErr
 	}
 	c.died = true
+	for i := range c.p.hold {
+		c.blocked[i] = false
+		c.feed(i, nil, true)
+	}
 	lang := c.k.cfg.Language
 	reason, detail := c.p.reason()
 	if c.startup {

@@ -314,7 +314,7 @@ func (k *Kernel) Execute(ctx context.Context, code string, timeout time.Duration
 	}()
 
 	token := newToken()
-	req, err := encodeRequest(k.cfg.Language, res.ExecutionCount, code, token, k.cfg.MaxResult)
+	req, err := encodeRequest(k.cfg.Language, res.ExecutionCount, code, token, k.cfg.MaxResult, timeout)
 	if err != nil {
 		return nil, err
 	}

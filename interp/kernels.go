@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 )
 
 //go:embed kernels/python.py
@@ -81,11 +82,12 @@ func sourceFrame(src string) []byte {
 
 // request is a cell request to the Python and JavaScript kernels.
 type request struct {
-	Init      bool   `json:"init,omitempty"`
-	N         int    `json:"n,omitempty"`
-	Code      string `json:"code,omitempty"`
-	Token     string `json:"token"`
-	MaxResult int    `json:"max_result,omitempty"`
+	Init      bool    `json:"init,omitempty"`
+	N         int     `json:"n,omitempty"`
+	Code      string  `json:"code,omitempty"`
+	Token     string  `json:"token"`
+	MaxResult int     `json:"max_result,omitempty"`
+	TimeoutMS float64 `json:"timeout_ms,omitempty"` // JavaScript enforces it itself
 }
 
 func withInit(b []byte, token string) []byte {
@@ -97,9 +99,13 @@ func withInit(b []byte, token string) []byte {
 var errNUL = errors.New("interp: bash cells cannot contain NUL bytes")
 
 // encodeRequest renders one cell request for the kernel's request pipe.
-func encodeRequest(lang Language, n int, code, token string, maxResult int) ([]byte, error) {
+func encodeRequest(lang Language, n int, code, token string, maxResult int, timeout time.Duration) ([]byte, error) {
 	if lang != Bash {
-		b, err := json.Marshal(request{N: n, Code: code, Token: token, MaxResult: maxResult})
+		r := request{N: n, Code: code, Token: token, MaxResult: maxResult}
+		if lang == JavaScript && timeout > 0 {
+			r.TimeoutMS = float64(timeout) / float64(time.Millisecond)
+		}
+		b, err := json.Marshal(r)
 		if err != nil {
 			return nil, fmt.Errorf("interp: encoding request: %w", err)
 		}
@@ -116,6 +122,11 @@ func encodeRequest(lang Language, n int, code, token string, maxResult int) ([]b
 	b.WriteString(`[[ -n $__airlock_go ]] && eval "$__airlock_code" </dev/null 4>&- 5>&- 6>&-` + "\n")
 	fmt.Fprintf(&b, "__airlock_end %s %d $?\n", token, n)
 	return []byte(b.String()), nil
+}
+
+// jsInterrupt asks the JavaScript kernel to end cell n if it is awaiting.
+func jsInterrupt(n int) []byte {
+	return []byte(fmt.Sprintf("{\"interrupt\":%d}\n", n))
 }
 
 // bashNudge is written to a bash kernel that has not reported the end of an
@@ -195,8 +206,3 @@ func unsetEnv(env []string, key string) []string {
 	}
 	return out
 }
-
-// interruptGroup says how the first interrupt reaches a kernel: Python and
-// node get SIGINT themselves (like Jupyter), bash's whole process group gets
-// it (like a terminal's ^C) so that the foreground command stops.
-func interruptGroup(lang Language) bool { return lang == Bash }

@@ -44,8 +44,10 @@ type proc struct {
 	killDetail string
 
 	// Stream state, touched only by the goroutine running a cell.
-	hold [2][]byte // undelivered tail: a partial marker or UTF-8 sequence
-	eof  [2]bool
+	hold [2][]byte // unprocessed data: a partial marker or UTF-8 sequence,
+	// output after a marker whose message has not come yet, or output
+	// after the end of the last cell
+	eof [2]bool
 	// msgEOF is set once the message pipe has ended.
 	msgEOF bool
 	// dead is set once exited has been observed.
@@ -55,12 +57,25 @@ type proc struct {
 // chunk is a piece of stdout (stream 0) or stderr (stream 1).
 type chunk struct {
 	stream int
-	buf    *[]byte // from bufPool; nil for eof
+	buf    *[]byte      // nil for eof
+	free   chan *[]byte // where buf goes back once used
 	n      int
 	eof    bool
 }
 
-var bufPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+// Each stream reader cycles through a few buffers of its own, so that
+// output streams through without allocating.
+const (
+	readBufSize = 32 << 10
+	readBufs    = 4
+)
+
+// release hands a chunk's buffer back to its reader.
+func (c chunk) release() {
+	if c.buf != nil {
+		c.free <- c.buf
+	}
+}
 
 // kmsg is a message from a kernel.
 type kmsg struct {
@@ -176,18 +191,27 @@ func (p *proc) write(b []byte) error {
 }
 
 func (p *proc) readStream(i int, f *os.File) {
+	free := make(chan *[]byte, readBufs)
+	for range readBufs {
+		b := make([]byte, readBufSize)
+		free <- &b
+	}
 	for {
-		bp := bufPool.Get().(*[]byte)
+		var bp *[]byte
+		select {
+		case bp = <-free:
+		case <-p.stop:
+			return
+		}
 		n, err := f.Read(*bp)
 		if n > 0 {
 			select {
-			case p.chunks <- chunk{stream: i, buf: bp, n: n}:
+			case p.chunks <- chunk{stream: i, buf: bp, free: free, n: n}:
 			case <-p.stop:
-				bufPool.Put(bp)
 				return
 			}
 		} else {
-			bufPool.Put(bp)
+			free <- bp
 		}
 		if err != nil {
 			select {
@@ -248,19 +272,13 @@ func (p *proc) readMsgs(f *os.File, limit int) {
 	}
 }
 
-// interrupt sends the first interrupt of a cell.
-func (p *proc) interrupt() {
-	if interruptGroup(p.lang) {
-		syscall.Kill(-p.pid, syscall.SIGINT)
+// signal sends sig to the kernel process, or to its whole process group.
+func (p *proc) signal(sig syscall.Signal, group bool) {
+	if group {
+		syscall.Kill(-p.pid, sig)
 		return
 	}
-	p.cmd.Process.Signal(os.Interrupt)
-}
-
-// interruptGroupAll sends SIGINT to every process in the kernel's group:
-// child processes that hold up the kernel stop too.
-func (p *proc) interruptGroupAll() {
-	syscall.Kill(-p.pid, syscall.SIGINT)
+	p.cmd.Process.Signal(sig)
 }
 
 // kill SIGKILLs the kernel's process group, recording why (the first reason
@@ -314,17 +332,6 @@ func (p *proc) close() {
 		p.req.Close()
 		for _, f := range p.files {
 			f.Close()
-		}
-		// Return buffers still queued.
-		for {
-			select {
-			case c := <-p.chunks:
-				if c.buf != nil {
-					bufPool.Put(c.buf)
-				}
-			default:
-				return
-			}
 		}
 	})
 }

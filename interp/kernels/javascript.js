@@ -11,11 +11,14 @@
 // (internal/repl/await, hence --expose-internals), which hoists top-level
 // declarations out of an async wrapper so that they persist.
 //
-// Interrupts: SIGINT. While a cell's synchronous part runs, vm's breakOnSigint
-// aborts it (the context survives). While the cell awaits, the SIGINT listener
-// ends the cell; work it started keeps running in the background. Code that
-// spins in a callback after an await cannot be stopped by either; the Go side
-// then kills the kernel.
+// Interrupts use no signals. node's breakOnSigint is unsafe against signals
+// from outside: one that lands as a run ends is remembered by node's watchdog
+// and aborts the next run, and between runs node's SIGINT handler exits the
+// process. So the synchronous part of a cell runs under vm's `timeout` (the
+// cell's timeout), and an interrupt request ({"interrupt": n} on fd 3) ends a
+// cell that is awaiting; what the cell started keeps running in the
+// background. Synchronous code cannot be interrupted otherwise, nor can code
+// spinning in a callback after an await: the Go side kills the kernel.
 (function kernel(require) {
   'use strict';
   const fs = require('fs');
@@ -34,7 +37,7 @@
     // async wrapper whose declarations do not persist.
   }
 
-  const state = { token: '', synced: [0, 0], maxResult: 16 << 20, cell: null };
+  const state = { token: '', n: 0, synced: [0, 0], maxResult: 16 << 20, cell: null };
 
   function writeAll(fd, buf) {
     let off = 0;
@@ -57,7 +60,7 @@
         // user code closed or redirected the stream
       }
     });
-    const lines = msgs.map((m) => JSON.stringify({ ...m, sync: state.synced.slice() }));
+    const lines = msgs.map((m) => JSON.stringify({ ...m, n: state.n, sync: state.synced.slice() }));
     try {
       writeAll(MSG_FD, Buffer.from(lines.join('\n') + '\n'));
     } catch {
@@ -128,15 +131,20 @@
     }
   }
 
-  function isInterrupt(e) {
-    return e !== null && typeof e === 'object' && (e.code === 'ERR_SCRIPT_EXECUTION_INTERRUPTED' || e === INTERRUPT);
-  }
   const INTERRUPT = new Error('interrupted');
+  const TIMEOUT = new Error('timed out');
 
   function formatError(e) {
-    if (isInterrupt(e)) {
-      return { type: 'error', name: 'KeyboardInterrupt', value: 'execution was interrupted', traceback: [], interrupted: true };
+    if (e === INTERRUPT) {
+      return { type: 'error', name: 'KeyboardInterrupt', value: 'the cell was interrupted', traceback: [], interrupted: true };
     }
+    if (e === TIMEOUT || (e !== null && typeof e === 'object' && e.code === 'ERR_SCRIPT_EXECUTION_TIMEOUT')) {
+      return { type: 'error', name: 'TimeoutError', value: 'the cell did not finish within its timeout', traceback: [], interrupted: true };
+    }
+    return describe(e);
+  }
+
+  function describe(e) {
     if (e instanceof Error || (e !== null && typeof e === 'object' && typeof e.stack === 'string')) {
       const lines = String(e.stack || '').split('\n');
       const tb = [];
@@ -161,12 +169,13 @@
   }
 
   function runCell(req) {
-    const n = req.n || 0;
-    const cell = { n, done: false, interrupt: null };
+    const n = state.n;
+    const cell = { n, done: false, interrupt: null, timer: null };
     state.cell = cell;
     const finish = (err, value) => {
       if (cell.done) return;
       cell.done = true;
+      if (cell.timer) clearTimeout(cell.timer);
       if (state.cell === cell) state.cell = null;
       const msgs = [];
       if (err !== null) {
@@ -178,13 +187,17 @@
           msgs.push(formatError(e));
         }
       }
-      msgs.push({ type: 'end', n });
+      msgs.push({ type: 'end' });
       send(msgs);
     };
+    const started = Date.now();
+    const timeout = req.timeout_ms > 0 ? Math.ceil(req.timeout_ms) : 0;
     let script, isAsync, result;
     try {
       [script, isAsync] = prepare(req.code || '', `<cell-${n}>`);
-      result = script.runInContext(context, { breakOnSigint: true, displayErrors: false });
+      const opts = { displayErrors: false };
+      if (timeout) opts.timeout = timeout;
+      result = script.runInContext(context, opts);
     } catch (e) {
       finish(e);
       return;
@@ -193,14 +206,19 @@
       finish(null, result);
       return;
     }
-    const interrupted = new Promise((resolve, reject) => { cell.interrupt = () => reject(INTERRUPT); });
-    Promise.race([result, interrupted]).then((r) => finish(null, r && r.value), (e) => finish(e));
+    const stopped = new Promise((resolve, reject) => { cell.interrupt = reject; });
+    if (timeout) {
+      cell.timer = setTimeout(() => cell.interrupt(TIMEOUT), Math.max(0, timeout - (Date.now() - started)));
+    }
+    Promise.race([result, stopped]).then((r) => finish(null, r && r.value), (e) => finish(e));
   }
 
   process.on('SIGINT', () => {
+    // Not sent by airlock (see above), but never let it kill the kernel.
     const cell = state.cell;
-    if (cell && cell.interrupt) cell.interrupt();
+    if (cell && cell.interrupt) cell.interrupt(INTERRUPT);
   });
+  // Errors thrown later by what cells started are reported, not fatal.
   process.on('uncaughtException', (e) => {
     try {
       process.stderr.write('Uncaught ' + util.inspect(e) + '\n');
@@ -221,10 +239,16 @@
     try {
       req = JSON.parse(line);
     } catch (e) {
-      send([formatError(e), { type: 'end', n: 0 }]);
+      send([formatError(e), { type: 'end' }]);
+      return;
+    }
+    if (req.interrupt) {
+      const cell = state.cell;
+      if (cell && cell.n === req.interrupt && cell.interrupt) cell.interrupt(INTERRUPT);
       return;
     }
     state.token = req.token || '';
+    state.n = req.n || 0;
     state.synced = [0, 0];
     if (req.max_result) state.maxResult = req.max_result;
     if (req.init) {

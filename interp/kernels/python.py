@@ -49,6 +49,7 @@ class State:
     critical = 0      # the main thread is writing a message: defer SIGINT
     pending = False   # a SIGINT arrived during a critical section
     token = ''
+    n = 0             # the current cell, echoed in every message
     synced = [0, 0]
     max_result = 16 << 20
     loop = None
@@ -77,28 +78,28 @@ def write_all(fd, data):
         view = view[n:]
 
 
-def send(msgs, sync=True):
-    """Writes messages (after sync markers) without being interrupted."""
+def send(msgs):
+    """Writes sync markers and then messages, without being interrupted."""
     main = _thread.get_ident() == MAIN_THREAD
     if main:
         st.critical += 1
     try:
         with send_lock:
-            if sync:
-                for f in (sys.stdout, sys.stderr):
-                    try:
-                        f.flush()
-                    except Exception:
-                        pass
-                marker = ('\0airlock-sync:' + st.token + '\0').encode()
-                for i, fd in enumerate(SYNC_FDS):
-                    try:
-                        write_all(fd, marker)
-                        st.synced[i] += 1
-                    except OSError:
-                        pass
+            for f in (sys.stdout, sys.stderr):
+                try:
+                    f.flush()
+                except Exception:
+                    pass
+            marker = ('\0airlock-sync:' + st.token + '\0').encode()
+            for i, fd in enumerate(SYNC_FDS):
+                try:
+                    write_all(fd, marker)
+                    st.synced[i] += 1
+                except OSError:
+                    pass
             out = []
             for m in msgs:
+                m['n'] = st.n
                 m['sync'] = list(st.synced)
                 out.append(json.dumps(m))
             try:
@@ -316,7 +317,7 @@ def run_code(code, ns):
 
 
 def run_cell(req, ns):
-    n = req.get('n', 0)
+    n = st.n
     src = req.get('code', '')
     fname = '<cell-%d>' % n
     linecache.cache[fname] = (len(src), None, src.splitlines(True), fname)
@@ -351,8 +352,21 @@ def run_cell(req, ns):
         except BaseException:
             pass
         msgs.append(err)
-    msgs.append({'type': 'end', 'n': n})
+    msgs.append({'type': 'end'})
     send(msgs)
+
+
+class Quitter:
+    """exit() and quit() without site's closing of sys.stdin."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __repr__(self):
+        return 'Use %s() to end the cell with SystemExit' % self.name
+
+    def __call__(self, code=None):
+        raise SystemExit(code)
 
 
 def main():
@@ -362,6 +376,7 @@ def main():
     ns = mod.__dict__
     sys.argv = ['']
     builtins.display = display
+    builtins.exit, builtins.quit = Quitter('exit'), Quitter('quit')
     sys.meta_path.insert(0, PyplotHook())
     reqs = os.fdopen(REQ_FD, 'rb', buffering=1 << 16)
     first = True
@@ -375,6 +390,7 @@ def main():
         try:
             req = json.loads(line)
             st.token = req.get('token', '')
+            st.n = req.get('n', 0)
             st.synced = [0, 0]
             st.max_result = req.get('max_result') or st.max_result
             if first or req.get('init'):
@@ -388,7 +404,7 @@ def main():
             st.running = False
             try:
                 err = format_error(e, interrupted=isinstance(e, KeyboardInterrupt))
-                send([err, {'type': 'end', 'n': 0}])
+                send([err, {'type': 'end'}])
             except BaseException:
                 os._exit(71)
 
