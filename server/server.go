@@ -139,6 +139,7 @@ func (s *Server) routes() {
 	authed("POST /v1/sandboxes/{id}/files/mkdir", s.mkdir)
 	authed("POST /v1/sandboxes/{id}/files/move", s.move)
 	s.networkRoutes(authed)
+	s.codeRoutes(authed)
 	// MCP over streamable HTTP (package mcp), acting for the caller's key.
 	authed("/mcp", func(w http.ResponseWriter, r *http.Request) error {
 		k := caller(r)

@@ -1,0 +1,364 @@
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"net/http"
+	"sort"
+	"strings"
+	"time"
+
+	"airlock/agent"
+)
+
+// Code interpreter limits and audit action.
+const (
+	// DefaultCodeTimeout stops a cell that gives no timeout.
+	DefaultCodeTimeout = 60 * time.Second
+	// MaxCodeTimeout is the longest timeout a cell may ask for.
+	MaxCodeTimeout = 24 * time.Hour
+	// ActionCode is the audit action of a code cell.
+	ActionCode = "code"
+	// codeGrace is how long past its timeout the server waits for a cell
+	// to report its end (the kernel's interrupt ladder) before giving up.
+	codeGrace = 30 * time.Second
+)
+
+// ContextRequest is the body of POST /v1/sandboxes/{id}/contexts.
+type ContextRequest struct {
+	// Language is python (default), javascript or bash.
+	Language string `json:"language,omitempty"`
+	// Cwd is the kernel's working directory (default /workspace).
+	Cwd string `json:"cwd,omitempty"`
+	// Env is added to the sandbox's environment for the kernel.
+	Env map[string]string `json:"env,omitempty"`
+}
+
+// CodeRequest is the body of POST /v1/sandboxes/{id}/code.
+type CodeRequest struct {
+	// Code is the cell's source.
+	Code string `json:"code"`
+	// Language picks the language's default context when ContextID is
+	// empty: python (default), javascript or bash.
+	Language string `json:"language,omitempty"`
+	// ContextID names a context made with POST .../contexts.
+	ContextID string `json:"context_id,omitempty"`
+	// Timeout in seconds interrupts the cell (TimeoutError); default 60.
+	Timeout float64 `json:"timeout,omitempty"`
+	// MaxOutput caps stdout plus stderr in bytes (default 1 MiB, at most
+	// 16 MiB); more is dropped and truncated set.
+	MaxOutput int `json:"max_output,omitempty"`
+}
+
+// CodeError is the error that ended a cell.
+type CodeError struct {
+	Name      string   `json:"name"`
+	Value     string   `json:"value"`
+	Traceback []string `json:"traceback"`
+}
+
+// CodeResult is the JSON result of a cell.
+type CodeResult struct {
+	ExecutionID    string `json:"execution_id"`
+	ContextID      string `json:"context_id"`
+	ExecutionCount int    `json:"execution_count"`
+	Stdout         string `json:"stdout"`
+	Stderr         string `json:"stderr"`
+	// Results are MIME bundles (mime type → data; binary types base64).
+	Results []map[string]string `json:"results"`
+	// Text is the text/plain of the main result (the value of the last
+	// expression), if any.
+	Text       string     `json:"text,omitempty"`
+	Error      *CodeError `json:"error,omitempty"`
+	Truncated  bool       `json:"truncated"`
+	Restarted  bool       `json:"restarted"`
+	DurationMS float64    `json:"duration_ms"`
+}
+
+func codeErr(e *agent.CellError) *CodeError {
+	if e == nil {
+		return nil
+	}
+	tb := e.Traceback
+	if tb == nil {
+		tb = []string{}
+	}
+	return &CodeError{Name: e.Name, Value: e.Value, Traceback: tb}
+}
+
+// codeAgentErr maps agent errors of the interpreter requests to API errors.
+func codeAgentErr(err error) error {
+	var ae *agent.Error
+	if errors.As(err, &ae) {
+		switch ae.Code {
+		case agent.CodeNotFound:
+			return errf(404, "not_found", "%s", ae.Message)
+		case agent.CodeUnsupported:
+			return errf(400, "unsupported", "%s", ae.Message)
+		case agent.CodeInvalidArgument, agent.CodeNotADirectory:
+			return errf(400, "bad_request", "%s", ae.Message)
+		case agent.CodeTooLarge:
+			return errf(429, "limit_reached", "%s", ae.Message)
+		case agent.CodeExists:
+			return errf(409, "conflict", "%s", ae.Message)
+		}
+	}
+	return err
+}
+
+func envList(m map[string]string) ([]string, error) {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(m[k], 0) {
+			return nil, errf(400, "bad_request", "bad environment variable %q", k)
+		}
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	env := make([]string, 0, len(keys))
+	for _, k := range keys {
+		env = append(env, k+"="+m[k])
+	}
+	return env, nil
+}
+
+func (s *Server) codeRoutes(authed func(string, handler)) {
+	authed("POST /v1/sandboxes/{id}/contexts", s.createContext)
+	authed("GET /v1/sandboxes/{id}/contexts", s.listContexts)
+	authed("POST /v1/sandboxes/{id}/contexts/{cid}/restart", s.restartContext)
+	authed("DELETE /v1/sandboxes/{id}/contexts/{cid}", s.deleteContext)
+	authed("POST /v1/sandboxes/{id}/code", s.runCode)
+	authed("DELETE /v1/sandboxes/{id}/code/{eid}", s.interruptCode)
+}
+
+func (s *Server) createContext(w http.ResponseWriter, r *http.Request) error {
+	var req ContextRequest
+	if err := decode(w, r, &req); err != nil {
+		return err
+	}
+	env, err := envList(req.Env)
+	if err != nil {
+		return err
+	}
+	sb, err := s.sandbox(r)
+	if err != nil {
+		return err
+	}
+	info, err := sb.Agent().CreateContext(r.Context(), agent.ContextRequest{Language: req.Language, Cwd: req.Cwd, Env: env})
+	if err != nil {
+		return codeAgentErr(err)
+	}
+	writeJSON(w, 201, info)
+	return nil
+}
+
+func (s *Server) listContexts(w http.ResponseWriter, r *http.Request) error {
+	sb, err := s.sandbox(r)
+	if err != nil {
+		return err
+	}
+	list, err := sb.Agent().Contexts(r.Context())
+	if err != nil {
+		return codeAgentErr(err)
+	}
+	if list == nil {
+		list = []agent.ContextInfo{}
+	}
+	writeJSON(w, 200, map[string]any{"contexts": list})
+	return nil
+}
+
+func (s *Server) restartContext(w http.ResponseWriter, r *http.Request) error {
+	sb, err := s.sandbox(r)
+	if err != nil {
+		return err
+	}
+	cid := r.PathValue("cid")
+	if err := sb.Agent().RestartContext(r.Context(), cid); err != nil {
+		return codeAgentErr(err)
+	}
+	writeJSON(w, 200, map[string]string{"id": cid})
+	return nil
+}
+
+func (s *Server) deleteContext(w http.ResponseWriter, r *http.Request) error {
+	sb, err := s.sandbox(r)
+	if err != nil {
+		return err
+	}
+	if err := sb.Agent().DeleteContext(r.Context(), r.PathValue("cid")); err != nil {
+		return codeAgentErr(err)
+	}
+	w.WriteHeader(204)
+	return nil
+}
+
+func (s *Server) interruptCode(w http.ResponseWriter, r *http.Request) error {
+	sb, err := s.sandbox(r)
+	if err != nil {
+		return err
+	}
+	eid := r.PathValue("eid")
+	if err := sb.Agent().InterruptCode(r.Context(), eid); err != nil {
+		return codeAgentErr(err)
+	}
+	writeJSON(w, 200, map[string]string{"execution_id": eid})
+	return nil
+}
+
+func (s *Server) runCode(w http.ResponseWriter, r *http.Request) error {
+	var req CodeRequest
+	if err := decode(w, r, &req); err != nil {
+		return err
+	}
+	timeout, err := seconds(req.Timeout)
+	if err != nil {
+		return err
+	}
+	if timeout == 0 {
+		timeout = DefaultCodeTimeout
+	}
+	if timeout > MaxCodeTimeout {
+		return errf(400, "bad_request", "timeout must be at most %d seconds", int(MaxCodeTimeout.Seconds()))
+	}
+	if req.MaxOutput < 0 || req.MaxOutput > MaxMaxOutput {
+		return errf(400, "bad_request", "max_output must be between 0 and %d", MaxMaxOutput)
+	}
+	maxOut := req.MaxOutput
+	if maxOut == 0 {
+		maxOut = DefaultMaxOutput
+	}
+	sb, err := s.sandbox(r)
+	if err != nil {
+		return err
+	}
+	k := caller(r)
+	sum := sha256.Sum256([]byte(req.Code))
+	audit := map[string]any{"code_sha256": hex.EncodeToString(sum[:]), "code_bytes": len(req.Code),
+		"language": req.Language, "context_id": req.ContextID}
+	res := CodeResult{ExecutionID: agent.NewExecID(), Results: []map[string]string{}}
+	audit["execution_id"] = res.ExecutionID
+	start := time.Now()
+	cell, err := sb.Agent().RunCode(r.Context(), agent.CodeRequest{ID: res.ExecutionID, Code: req.Code,
+		ContextID: req.ContextID, Language: req.Language, Timeout: timeout, MaxOutput: maxOut})
+	if err != nil {
+		audit["outcome"], audit["error"] = "failed", err.Error()
+		s.m.Audit(r.Context(), k.id, sb.ID, ActionCode, audit)
+		return codeAgentErr(err)
+	}
+	defer cell.Close() // interrupts the cell if the client went away
+	ctx, cancel := context.WithTimeout(r.Context(), timeout+codeGrace)
+	defer cancel()
+	var end agent.CodeResult
+	if wantsSSE(r) {
+		end, err = s.streamCell(ctx, w, cell, &res, start)
+	} else {
+		var out agent.Collected
+		out, err = cell.Collect(ctx, maxOut)
+		if err == nil {
+			end = out.CodeResult
+			res.Stdout, res.Stderr, res.Truncated = out.Stdout, out.Stderr, out.Truncated
+			for _, ev := range out.Results {
+				res.Results = append(res.Results, ev.Data)
+				if ev.Main {
+					res.Text = ev.Data["text/plain"]
+				}
+			}
+		}
+	}
+	res.DurationMS = ms(time.Since(start))
+	if err != nil {
+		audit["outcome"], audit["error"] = "failed", err.Error()
+		s.m.Audit(r.Context(), k.id, sb.ID, ActionCode, audit)
+		if wantsSSE(r) {
+			return nil // the stream has started; it says what happened
+		}
+		if ae := codeAgentErr(err); ae != err {
+			return ae
+		}
+		return errf(502, "internal", "the cell did not complete: %v", err)
+	}
+	res.ContextID, res.ExecutionCount, res.Restarted = end.ContextID, end.ExecutionCount, end.Restarted
+	res.Error = codeErr(end.Error)
+	res.Truncated = res.Truncated || end.Truncated
+	audit["context_id"], audit["execution_count"], audit["duration_ms"] = end.ContextID, end.ExecutionCount, res.DurationMS
+	audit["truncated"], audit["restarted"] = res.Truncated, res.Restarted
+	audit["outcome"] = cellOutcome(end.Error)
+	if end.Error != nil {
+		audit["error_name"] = end.Error.Name
+	}
+	s.m.Audit(r.Context(), k.id, sb.ID, ActionCode, audit)
+	if !wantsSSE(r) {
+		writeJSON(w, 200, res)
+	}
+	return nil
+}
+
+// cellOutcome classifies a cell's end for the audit log.
+func cellOutcome(e *agent.CellError) string {
+	switch {
+	case e == nil:
+		return "ok"
+	case e.Name == "TimeoutError":
+		return "timeout"
+	case e.Name == "KeyboardInterrupt":
+		return "interrupted"
+	case e.Name == "KernelDied" || e.Name == "KernelRestarted":
+		return "crashed"
+	}
+	return "error"
+}
+
+// ResultEvent is the data of a result SSE event.
+type ResultEvent struct {
+	Data map[string]string `json:"data"`
+	Main bool              `json:"main,omitempty"`
+}
+
+// streamCell relays a cell's outputs as SSE: start, stdout, stderr,
+// result, error, and end with the outcome.
+func (s *Server) streamCell(ctx context.Context, w http.ResponseWriter, cell *agent.Cell, res *CodeResult, start time.Time) (agent.CodeResult, error) {
+	sse := newSSE(w)
+	if err := sse.send("start", map[string]string{"execution_id": res.ExecutionID}); err != nil {
+		return agent.CodeResult{}, err
+	}
+	var errEv *agent.CellError
+	for {
+		select {
+		case ev, ok := <-cell.Events():
+			if !ok {
+				end, err := cell.Wait(ctx)
+				if err != nil {
+					sse.send("error", map[string]string{"name": "InternalError", "value": err.Error()})
+					sse.send("end", map[string]any{"execution_id": res.ExecutionID, "status": "failed"})
+					return end, err
+				}
+				if end.Error == nil {
+					end.Error = errEv
+				}
+				sse.send("end", map[string]any{"execution_id": res.ExecutionID, "context_id": end.ContextID,
+					"execution_count": end.ExecutionCount, "error": codeErr(end.Error), "truncated": end.Truncated,
+					"restarted": end.Restarted, "duration_ms": ms(time.Since(start))})
+				return end, nil
+			}
+			var err error
+			switch ev.Type {
+			case agent.CodeEventStdout, agent.CodeEventStderr:
+				err = sse.send(ev.Type, outputEvent([]byte(ev.Text)))
+			case agent.CodeEventResult:
+				err = sse.send("result", ResultEvent{Data: ev.Data, Main: ev.Main})
+			case agent.CodeEventError:
+				errEv = ev.Error
+				err = sse.send("error", codeErr(ev.Error))
+			}
+			if err != nil {
+				return agent.CodeResult{}, err
+			}
+		case <-ctx.Done():
+			sse.send("end", map[string]any{"execution_id": res.ExecutionID, "status": "timeout"})
+			return agent.CodeResult{}, ctx.Err()
+		}
+	}
+}
