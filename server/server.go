@@ -82,7 +82,7 @@ func New(cfg Config) (*Server, error) {
 	// E2B's protocol (package e2b) on the same listener: the E2B SDKs work
 	// against this server with E2B_API_URL and E2B_SANDBOX_URL.
 	if s.e2b, err = e2b.NewHandler(e2b.Config{Manager: cfg.Manager, Store: cfg.Store, NoAuth: cfg.NoAuth,
-		MaxFileBytes: cfg.MaxFileBytes}); err != nil {
+		MaxFileBytes: cfg.MaxFileBytes, Interpreter: e2b.AgentInterpreter{}}); err != nil {
 		return nil, err
 	}
 	s.routes()

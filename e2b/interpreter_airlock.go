@@ -1,0 +1,124 @@
+package e2b
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+
+	"airlock/agent"
+	"airlock/manager"
+)
+
+// AgentInterpreter is the Interpreter of airlock's sandboxes: contexts are
+// interpreter kernels hosted by each sandbox's agent (agent.Client's
+// CreateContext, RunCode...). The zero value is ready to use.
+type AgentInterpreter struct{}
+
+var _ Interpreter = AgentInterpreter{}
+
+// interpErr maps the agent's errors to the Interpreter's.
+func interpErr(err error) error {
+	var ae *agent.Error
+	if errors.As(err, &ae) {
+		switch ae.Code {
+		case agent.CodeNotFound:
+			return fmt.Errorf("%w: %s", ErrContextNotFound, ae.Message)
+		case agent.CodeUnsupported:
+			return fmt.Errorf("%w: %s", ErrLanguage, ae.Message)
+		}
+	}
+	return err
+}
+
+func contextOf(c agent.ContextInfo) CodeContext {
+	return CodeContext{ID: c.ID, Language: c.Language, Cwd: c.Cwd}
+}
+
+// CreateContext implements Interpreter.
+func (AgentInterpreter) CreateContext(ctx context.Context, sb *manager.Sandbox, language, cwd string) (CodeContext, error) {
+	c, err := sb.Agent().CreateContext(ctx, agent.ContextRequest{Language: language, Cwd: cwd})
+	if err != nil {
+		return CodeContext{}, interpErr(err)
+	}
+	return contextOf(c), nil
+}
+
+// Contexts implements Interpreter.
+func (AgentInterpreter) Contexts(ctx context.Context, sb *manager.Sandbox) ([]CodeContext, error) {
+	list, err := sb.Agent().Contexts(ctx)
+	if err != nil {
+		return nil, interpErr(err)
+	}
+	out := make([]CodeContext, 0, len(list))
+	for _, c := range list {
+		out = append(out, contextOf(c))
+	}
+	return out, nil
+}
+
+// RemoveContext implements Interpreter.
+func (AgentInterpreter) RemoveContext(ctx context.Context, sb *manager.Sandbox, id string) error {
+	return interpErr(sb.Agent().DeleteContext(ctx, id))
+}
+
+// RestartContext implements Interpreter.
+func (AgentInterpreter) RestartContext(ctx context.Context, sb *manager.Sandbox, id string) error {
+	return interpErr(sb.Agent().RestartContext(ctx, id))
+}
+
+// Execute implements Interpreter. The cell has no timeout of its own: the
+// SDK's request timeout ends ctx, which interrupts it.
+func (AgentInterpreter) Execute(ctx context.Context, sb *manager.Sandbox, req CellRequest, emit func(CellOutput)) (CellEnd, error) {
+	var env []string
+	if len(req.Env) > 0 {
+		keys := make([]string, 0, len(req.Env))
+		for k := range req.Env {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			env = append(env, k+"="+req.Env[k])
+		}
+	}
+	cell, err := sb.Agent().RunCode(ctx, agent.CodeRequest{Code: req.Code, ContextID: req.ContextID,
+		Language: req.Language, Env: env})
+	if err != nil {
+		return CellEnd{}, interpErr(err)
+	}
+	defer cell.Close() // interrupts the cell if ctx ended first
+	sawError := false
+	for {
+		select {
+		case ev, ok := <-cell.Events():
+			if !ok {
+				end, err := cell.Wait(ctx)
+				if err != nil {
+					return CellEnd{}, interpErr(err)
+				}
+				if end.Error != nil && !sawError {
+					emit(CellOutput{Type: "error", Error: cellErr(end.Error)})
+				}
+				return CellEnd{ExecutionCount: end.ExecutionCount}, nil
+			}
+			switch ev.Type {
+			case agent.CodeEventStdout, agent.CodeEventStderr:
+				emit(CellOutput{Type: ev.Type, Text: ev.Text})
+			case agent.CodeEventResult:
+				emit(CellOutput{Type: "result", Data: ev.Data, Main: ev.Main})
+			case agent.CodeEventError:
+				sawError = true
+				emit(CellOutput{Type: "error", Error: cellErr(ev.Error)})
+			}
+		case <-ctx.Done():
+			return CellEnd{}, ctx.Err()
+		}
+	}
+}
+
+func cellErr(e *agent.CellError) *CellError {
+	if e == nil {
+		return &CellError{Name: "Error"}
+	}
+	return &CellError{Name: e.Name, Value: e.Value, Traceback: e.Traceback}
+}
