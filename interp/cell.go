@@ -440,9 +440,12 @@ func (c *cell) handle(m kmsg) {
 			return
 		}
 		c.resBudget -= size
+		if m.Main {
+			c.res.MainResult = len(c.res.Results)
+		}
 		c.res.Results = append(c.res.Results, m.Data)
 		if c.emit != nil {
-			c.emit(Output{Type: "result", Text: m.Data["text/plain"], Data: m.Data})
+			c.emit(Output{Type: "result", Text: m.Data["text/plain"], Data: m.Data, Main: m.Main})
 		}
 	case "error":
 		if !c.startup {

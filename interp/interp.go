@@ -30,12 +30,22 @@
 // _repr_mimebundle_ ...; DataFrames also as application/json in "split"
 // orientation). matplotlib uses the Agg backend; every figure shown with
 // plt.show() or left open at the end of a cell is returned as image/png and
-// closed. display(obj) sends a result at once. Top-level await works.
+// closed. display(obj) sends a result at once. Top-level await works. For
+// notebooks written for Jupyter, a cell that does not parse as Python has
+// its IPython shell escapes (!command) and the line magics %pip, %cd, %pwd,
+// %env and %matplotlib (a no-op) run; other magics raise NameError.
+//
+// The result holding the value of the last expression is marked
+// (Output.Main, ExecResult.MainResult): it is what a notebook shows as
+// Out[n], as opposed to figures and display() calls.
 //
 // JavaScript is node with one persistent vm context. Top-level await is
 // supported through node's REPL rewrite, which keeps let/const/var/function/
 // class declarations persistent (const becomes let, as in the REPL). The last
-// expression's value is returned as text/plain (util.inspect).
+// expression's value is returned as text/plain (util.inspect). The context's
+// built-in objects are its own (as in node's REPL with useGlobal false), so
+// `x instanceof Array` is false for arrays made by node's modules;
+// Array.isArray and the like work.
 //
 // Bash is an interactive bash (so that ^C aborts the whole command and the
 // shell keeps going) reading its commands on fd 0. A cell that ends with a
@@ -46,14 +56,20 @@
 // Interrupt, a timeout or the cancellation of Execute's context stop the
 // running cell with a KeyboardInterrupt error (TimeoutError for a timeout) and
 // keep the kernel and its state. Python gets SIGINT, which raises
-// KeyboardInterrupt; node gets SIGINT, which aborts synchronous code through
-// vm's breakOnSigint and otherwise ends the cell while what it started keeps
-// running; bash's process group gets SIGINT, as from a terminal. If the cell
-// has not ended KillAfter/2 later, every process in the kernel's group gets
-// SIGINT (bash instead gets a nudge on its command pipe), and at KillAfter
-// the kernel is killed: the error says the state is lost. JavaScript code
-// spinning in a callback after an await cannot be interrupted by node and
-// always ends this way.
+// KeyboardInterrupt; bash's process group gets SIGINT, as from a terminal.
+// If the cell has not ended KillAfter/2 later, every process in the kernel's
+// group gets SIGINT (bash instead gets a nudge on its command pipe), and at
+// KillAfter the kernel is killed: the error says that the state is lost.
+//
+// node gets no signals: its breakOnSigint is not safe against signals from
+// outside (one that lands as a run ends aborts the next run, and between
+// runs SIGINT ends the process). The synchronous part of a JavaScript cell
+// runs under vm's timeout option, so a timeout stops `while (true) {}` and
+// keeps the state, and a cell that awaits ends at once on Interrupt (what it
+// started keeps running in the background). But Interrupt or cancellation
+// cannot stop synchronous JavaScript, nor can anything stop code spinning in
+// a callback after an await: those cells end with the kernel killed at
+// KillAfter.
 //
 // A kernel that dies (os._exit, a segfault, exit in bash, an OOM kill) ends
 // the running cell with a KernelDied error; the next cell starts a fresh
@@ -125,6 +141,10 @@ type Output struct {
 	Data map[string]string
 	// Error is set for "error".
 	Error *ExecError
+	// Main marks the result that is the value of the cell's last
+	// expression (what a notebook shows as Out[n]), as opposed to figures
+	// and display() calls.
+	Main bool
 }
 
 // ExecError is the error that ended a cell.
@@ -155,6 +175,10 @@ type ExecResult struct {
 	// Results are the MIME bundles, in order: figures shown, display()
 	// calls, the value of the last expression, figures left open.
 	Results []map[string]string
+	// MainResult is the index in Results of the value of the cell's last
+	// expression, or -1 if there is none (a statement, None, undefined, an
+	// error, or a result dropped for its size).
+	MainResult int
 	// Stdout and Stderr are the cell's output, up to the cap.
 	Stdout, Stderr string
 	// Error is why the cell failed, or nil.
@@ -165,6 +189,24 @@ type ExecResult struct {
 	// Restarted is set when the previous kernel process died (or was
 	// killed after an interrupt) and this cell ran in a fresh one.
 	Restarted bool
+}
+
+// ExecuteOptions are the parameters of ExecuteWith.
+type ExecuteOptions struct {
+	// Timeout bounds the cell, counted from when the kernel gets it; 0
+	// means none.
+	Timeout time.Duration
+	// MaxOutput caps stdout plus stderr in bytes; 0 means
+	// DefaultMaxOutput.
+	MaxOutput int
+	// Env sets environment variables for this cell only: while it runs
+	// the kernel's environment (os.environ, process.env, the shell's
+	// exported variables) and so the processes it starts have them, and
+	// afterwards the previous values are back. Assignments the cell itself
+	// makes to these variables do not outlive it. Names must not be empty
+	// or contain '=' (for bash, they must be shell identifiers); names
+	// and values must not contain NUL bytes.
+	Env map[string]string
 }
 
 // ErrClosed is returned by a Kernel's methods after Close.
@@ -253,8 +295,18 @@ func (k *Kernel) spawn(ctx context.Context) (*proc, error) {
 // If ctx ends while the cell runs, the cell is interrupted as by Interrupt;
 // Execute returns once it has stopped, which KillAfter bounds.
 func (k *Kernel) Execute(ctx context.Context, code string, timeout time.Duration, maxOutput int, emit func(Output)) (*ExecResult, error) {
+	return k.ExecuteWith(ctx, code, ExecuteOptions{Timeout: timeout, MaxOutput: maxOutput}, emit)
+}
+
+// ExecuteWith is Execute with options: a timeout, an output cap and
+// environment variables for the cell.
+func (k *Kernel) ExecuteWith(ctx context.Context, code string, opts ExecuteOptions, emit func(Output)) (*ExecResult, error) {
+	timeout, maxOutput := opts.Timeout, opts.MaxOutput
 	if maxOutput <= 0 {
 		maxOutput = DefaultMaxOutput
+	}
+	if err := checkEnv(k.cfg.Language, opts.Env); err != nil {
+		return nil, err
 	}
 	select {
 	case k.sem <- struct{}{}:
@@ -263,7 +315,7 @@ func (k *Kernel) Execute(ctx context.Context, code string, timeout time.Duration
 	}
 	defer func() { <-k.sem }()
 
-	res := &ExecResult{}
+	res := &ExecResult{MainResult: -1}
 	k.mu.Lock()
 	if k.closed {
 		k.mu.Unlock()
@@ -314,7 +366,7 @@ func (k *Kernel) Execute(ctx context.Context, code string, timeout time.Duration
 	}()
 
 	token := newToken()
-	req, err := encodeRequest(k.cfg.Language, res.ExecutionCount, code, token, k.cfg.MaxResult, timeout)
+	req, err := encodeRequest(k.cfg.Language, res.ExecutionCount, code, token, k.cfg.MaxResult, timeout, opts.Env)
 	if err != nil {
 		return nil, err
 	}

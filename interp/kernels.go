@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -82,12 +83,13 @@ func sourceFrame(src string) []byte {
 
 // request is a cell request to the Python and JavaScript kernels.
 type request struct {
-	Init      bool    `json:"init,omitempty"`
-	N         int     `json:"n,omitempty"`
-	Code      string  `json:"code,omitempty"`
-	Token     string  `json:"token"`
-	MaxResult int     `json:"max_result,omitempty"`
-	TimeoutMS float64 `json:"timeout_ms,omitempty"` // JavaScript enforces it itself
+	Init      bool              `json:"init,omitempty"`
+	N         int               `json:"n,omitempty"`
+	Code      string            `json:"code,omitempty"`
+	Token     string            `json:"token"`
+	MaxResult int               `json:"max_result,omitempty"`
+	TimeoutMS float64           `json:"timeout_ms,omitempty"` // JavaScript enforces it itself
+	Env       map[string]string `json:"env,omitempty"`
 }
 
 func withInit(b []byte, token string) []byte {
@@ -99,9 +101,9 @@ func withInit(b []byte, token string) []byte {
 var errNUL = errors.New("interp: bash cells cannot contain NUL bytes")
 
 // encodeRequest renders one cell request for the kernel's request pipe.
-func encodeRequest(lang Language, n int, code, token string, maxResult int, timeout time.Duration) ([]byte, error) {
+func encodeRequest(lang Language, n int, code, token string, maxResult int, timeout time.Duration, env map[string]string) ([]byte, error) {
 	if lang != Bash {
-		r := request{N: n, Code: code, Token: token, MaxResult: maxResult}
+		r := request{N: n, Code: code, Token: token, MaxResult: maxResult, Env: env}
 		if lang == JavaScript && timeout > 0 {
 			r.TimeoutMS = float64(timeout) / float64(time.Millisecond)
 		}
@@ -119,9 +121,44 @@ func encodeRequest(lang Language, n int, code, token string, maxResult int, time
 	b.WriteString("__airlock_code=")
 	b.WriteString(bashQuote(code))
 	b.WriteString("; __airlock_go=1\n")
-	b.WriteString(`[[ -n $__airlock_go ]] && eval "$__airlock_code" </dev/null 4>&- 5>&- 6>&-` + "\n")
+	b.WriteString(`[[ -n $__airlock_go ]] && `)
+	// Assignments before eval are temporary and exported: the cell's
+	// environment variables.
+	names := make([]string, 0, len(env))
+	for name := range env {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		b.WriteString(name + "=" + bashQuote(env[name]) + " ")
+	}
+	b.WriteString(`eval "$__airlock_code" </dev/null 4>&- 5>&- 6>&-` + "\n")
 	fmt.Fprintf(&b, "__airlock_end %s %d $?\n", token, n)
 	return []byte(b.String()), nil
+}
+
+// checkEnv validates a cell's environment variables.
+func checkEnv(lang Language, env map[string]string) error {
+	for name, value := range env {
+		switch {
+		case name == "" || strings.ContainsAny(name, "=\x00"):
+			return fmt.Errorf("interp: invalid environment variable name %q", name)
+		case strings.IndexByte(value, 0) >= 0:
+			return fmt.Errorf("interp: environment variable %s contains a NUL byte", name)
+		case lang == Bash && !isShellName(name):
+			return fmt.Errorf("interp: %q is not a shell variable name", name)
+		}
+	}
+	return nil
+}
+
+func isShellName(s string) bool {
+	for i, c := range s {
+		if !(c == '_' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || i > 0 && '0' <= c && c <= '9') {
+			return false
+		}
+	}
+	return s != ""
 }
 
 // jsInterrupt asks the JavaScript kernel to end cell n if it is awaiting.

@@ -84,6 +84,7 @@ type kmsg struct {
 	N           int               `json:"n"`
 	Data        map[string]string `json:"data"`
 	Truncated   bool              `json:"truncated"`
+	Main        bool              `json:"main"`
 	Name        string            `json:"name"`
 	Value       string            `json:"value"`
 	Traceback   []string          `json:"traceback"`

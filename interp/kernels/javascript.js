@@ -165,16 +165,34 @@
     if (size > state.maxResult) {
       return { type: 'result', truncated: true, data: { 'text/plain': `<result of ${size} characters omitted: larger than the limit of ${state.maxResult}>` } };
     }
-    return { type: 'result', data };
+    return { type: 'result', main: true, data };
+  }
+
+  // setEnv sets a cell's environment variables and returns what restores
+  // the previous values.
+  function setEnv(env) {
+    const old = [];
+    for (const [k, v] of Object.entries(env || {})) {
+      old.push([k, Object.prototype.hasOwnProperty.call(process.env, k) ? process.env[k] : undefined]);
+      process.env[k] = v;
+    }
+    return () => {
+      for (const [k, v] of old) {
+        if (v === undefined) delete process.env[k];
+        else process.env[k] = v;
+      }
+    };
   }
 
   function runCell(req) {
     const n = state.n;
     const cell = { n, done: false, interrupt: null, timer: null };
     state.cell = cell;
+    const restoreEnv = setEnv(req.env);
     const finish = (err, value) => {
       if (cell.done) return;
       cell.done = true;
+      restoreEnv();
       if (cell.timer) clearTimeout(cell.timer);
       if (state.cell === cell) state.cell = null;
       const msgs = [];

@@ -316,6 +316,88 @@ def run_code(code, ns):
     return eval(code, ns)
 
 
+def set_env(env):
+    """Sets environment variables; returns what restores the old values."""
+    old = {}
+    for k, v in env.items():
+        old[k] = os.environ.get(k)
+        os.environ[k] = v
+    return old
+
+
+def restore_env(old):
+    for k, v in old.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+MAGIC_LINE = None
+
+
+def parse_cell(src, fname):
+    """Parses a cell; lines that are IPython shell escapes (!cmd) or line
+    magics (%pip, %cd, %env, %matplotlib) become calls, as notebooks written
+    for Jupyter use them. Only a cell that does not parse otherwise is
+    rewritten."""
+    try:
+        return ast.parse(src, fname, 'exec')
+    except SyntaxError as e:
+        first = e
+    global MAGIC_LINE
+    if MAGIC_LINE is None:
+        import re
+        MAGIC_LINE = re.compile(r'^([ \t]*)([!%])(.*)$')
+    lines = src.split('\n')
+    changed = False
+    for i, line in enumerate(lines):
+        m = MAGIC_LINE.match(line)
+        if m and not line.rstrip().endswith('\\'):
+            indent, kind, rest = m.groups()
+            lines[i] = '%s_airlock_magic(%r, %r)' % (indent, kind, rest.strip())
+            changed = True
+    if not changed:
+        raise first
+    try:
+        return ast.parse('\n'.join(lines), fname, 'exec')
+    except SyntaxError:
+        raise first
+
+
+def magic(kind, line):
+    """Runs an IPython-style shell escape (!cmd) or line magic (%name)."""
+    import subprocess
+    for f in (sys.stdout, sys.stderr):
+        f.flush()
+    if kind == '!':
+        subprocess.run(line, shell=True)
+        return None
+    name, _, arg = line.partition(' ')
+    arg = arg.strip()
+    if name == 'pip':
+        import shlex
+        subprocess.run([sys.executable, '-m', 'pip'] + shlex.split(arg))
+    elif name == 'cd':
+        os.chdir(os.path.expanduser(arg or '~'))
+        print(os.getcwd())
+    elif name == 'pwd':
+        return os.getcwd()
+    elif name == 'env':
+        if not arg:
+            return dict(os.environ)
+        sep = '=' if '=' in arg else ' '
+        if sep not in arg:
+            return os.environ.get(arg)
+        k, _, v = arg.partition(sep)
+        os.environ[k.strip()] = v.strip()
+    elif name in ('matplotlib', 'config', 'load_ext', 'reload_ext', 'autoreload'):
+        pass  # figures are always captured; the rest has no meaning here
+    else:
+        raise NameError('%%%s is not supported (supported: !command, %%pip, %%cd, %%pwd, %%env, %%matplotlib)' % name)
+    return None
+
+
 def run_cell(req, ns):
     n = st.n
     src = req.get('code', '')
@@ -323,11 +405,12 @@ def run_cell(req, ns):
     linecache.cache[fname] = (len(src), None, src.splitlines(True), fname)
     msgs = []
     err = None
+    old_env = set_env(req.get('env') or {})
     try:
         st.running = True
         try:
             flags = getattr(ast, 'PyCF_ALLOW_TOP_LEVEL_AWAIT', 0)
-            tree = ast.parse(src, fname, 'exec')
+            tree = parse_cell(src, fname)
             last = None
             if tree.body and isinstance(tree.body[-1], ast.Expr):
                 last = ast.Expression(tree.body.pop().value)
@@ -337,7 +420,9 @@ def run_cell(req, ns):
                 value = run_code(compile(last, fname, 'eval', flags=flags, dont_inherit=True), ns)
                 if value is not None:
                     ns['_'] = value
-                    msgs.append(limit_bundle(bundle(value)))
+                    m = limit_bundle(bundle(value))
+                    m['main'] = True
+                    msgs.append(m)
             msgs.extend(flush_figures())
         finally:
             st.running = False
@@ -345,6 +430,7 @@ def run_cell(req, ns):
         err = format_error(e, interrupted=True)
     except BaseException as e:
         err = format_error(e)
+    restore_env(old_env)
     if err is not None:
         # Figures drawn before the error are still shown.
         try:
@@ -376,6 +462,7 @@ def main():
     ns = mod.__dict__
     sys.argv = ['']
     builtins.display = display
+    builtins._airlock_magic = magic
     builtins.exit, builtins.quit = Quitter('exit'), Quitter('quit')
     sys.meta_path.insert(0, PyplotHook())
     reqs = os.fdopen(REQ_FD, 'rb', buffering=1 << 16)
