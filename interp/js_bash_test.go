@@ -105,6 +105,26 @@ func TestJavaScriptSpinAfterAwaitRestarts(t *testing.T) {
 	}
 }
 
+func TestJavaScriptInterruptSyncCodeRestarts(t *testing.T) {
+	t.Parallel()
+	k := start(t, interp.Config{Language: interp.JavaScript, KillAfter: time.Second})
+	ok(t, k, "let a = 1")
+	// Without a timeout, synchronous code cannot be interrupted: the
+	// kernel is killed, and the error says so.
+	done := startedCell(t, k, context.Background(), "console.log('started'); for (;;) {}")
+	if err := k.Interrupt(); err != nil {
+		t.Fatal(err)
+	}
+	o := <-done
+	e := wantError(t, o.res, "KeyboardInterrupt")
+	if !strings.Contains(e.Value, "state is lost") {
+		t.Errorf("message %q", e.Value)
+	}
+	if res := run(t, k, "typeof a", 0); !res.Restarted || plain(t, res) != "'undefined'" {
+		t.Errorf("after the kill: %+v", res)
+	}
+}
+
 func TestJavaScriptCrash(t *testing.T) {
 	t.Parallel()
 	k := javascript(t)
