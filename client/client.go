@@ -173,6 +173,8 @@ type Info struct {
 	Runtimes []string `json:"runtimes"`
 	Enforced []Layer  `json:"enforced"`
 	Auth     bool     `json:"auth"`
+	// PoolIdle is how many ready sandboxes the warm pool holds.
+	PoolIdle int `json:"pool_idle"`
 }
 
 // newRequest builds a request to path (with query) and a JSON or raw body.

@@ -231,6 +231,8 @@ type Manager struct {
 
 	stop     chan struct{}
 	reaperWG sync.WaitGroup
+
+	pool *pool // warm pool (pool.go); nil without one
 }
 
 // Open starts a Manager: it recovers the sandboxes a previous server left
@@ -407,11 +409,14 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (Info, error) {
 	if ttl > m.cfg.MaxTimeout {
 		return Info{}, fmt.Errorf("%w: timeout above the maximum %s", ErrInvalid, m.cfg.MaxTimeout)
 	}
+	if info, ok, err := m.createPooled(ctx, &req, ttl); ok {
+		return info, err
+	}
 	p, err := buildPolicy(&req)
 	if err != nil {
 		return Info{}, err
 	}
-	if err := m.reserve(req.Owner, req.OwnerLimit); err != nil {
+	if err := m.reserveOrEvict(req.Owner, req.OwnerLimit); err != nil {
 		return Info{}, err
 	}
 	sb, err := m.start(ctx, &req, p, ttl)
@@ -670,7 +675,11 @@ func (m *Manager) Close() error {
 	for _, sb := range m.live {
 		all = append(all, sb)
 	}
+	pl := m.pool
 	m.mu.Unlock()
+	if pl != nil {
+		pl.close()
+	}
 	close(m.stop)
 	m.reaperWG.Wait()
 	var wg sync.WaitGroup

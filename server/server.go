@@ -361,6 +361,8 @@ func (s *Server) info(w http.ResponseWriter, r *http.Request) error {
 		"runtimes": []string{"native"},
 		"enforced": *layers,
 		"auth":     !s.cfg.NoAuth,
+		// Ready sandboxes in the warm pool (airlock serve --pool).
+		"pool_idle": s.m.PoolIdle(),
 	})
 	return nil
 }
@@ -372,6 +374,7 @@ func (s *Server) prometheus(w http.ResponseWriter, r *http.Request) error {
 		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n%s %d\n", name, help, name, typ, name, v)
 	}
 	p("airlock_sandboxes_running", "gauge", "Sandboxes running now.", c.Running)
+	p("airlock_pool_idle", "gauge", "Ready sandboxes in the warm pool.", int64(s.m.PoolIdle()))
 	p("airlock_sandboxes_created_total", "counter", "Sandboxes created.", c.Created)
 	p("airlock_sandboxes_killed_total", "counter", "Sandboxes killed on request or shutdown.", c.Killed)
 	p("airlock_sandboxes_expired_total", "counter", "Sandboxes killed by their TTL.", c.Expired)

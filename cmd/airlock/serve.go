@@ -45,6 +45,8 @@ func cmdServe(args []string) int {
 	grace := fs.Duration("agent-grace", 10*time.Minute, "how long a sandbox waits for the server to come back after losing its connection")
 	keep := fs.Bool("keep-on-shutdown", false, "on SIGTERM leave sandboxes running for the next server to reattach (default: kill them)")
 	maxFile := fs.Int64("max-file-bytes", server.MaxFileBody, "largest file upload")
+	poolSize := fs.Int("pool", 0, "ready sandboxes kept warm for creates that ask for no custom limits, env, secrets or network (counted in --max-sandboxes)")
+	poolPython := fs.Bool("pool-python", false, "pooled sandboxes also get a Python context with numpy and pandas imported")
 	var ef egressFlags
 	ef.register(fs)
 	if err := fs.Parse(args); err != nil {
@@ -99,6 +101,11 @@ func cmdServe(args []string) int {
 		AllowDegraded: *allowDegraded, DefaultTimeout: *defTimeout, MaxTimeout: *maxTimeout, ReapInterval: *reap,
 		AgentGrace: *grace, KeepOnShutdown: *keep, Logf: logger.Printf, Egress: egressCfg})
 	if err != nil {
+		fmt.Fprintf(os.Stderr, "airlock serve: %v\n", err)
+		return 1
+	}
+	if err := m.StartPool(manager.PoolConfig{Size: *poolSize, WarmPython: *poolPython}); err != nil {
+		m.Close()
 		fmt.Fprintf(os.Stderr, "airlock serve: %v\n", err)
 		return 1
 	}

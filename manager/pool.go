@@ -1,0 +1,383 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"sync"
+	"time"
+
+	"airlock/agent"
+	"airlock/policy"
+	"airlock/store"
+)
+
+// Warm pools.
+//
+// A pool keeps Size ready sandboxes per profile: namespaces and cgroup
+// built, agent up and connected, and with WarmPython a default Python code
+// context whose kernel has already imported numpy and pandas (so the first
+// cell of a pooled sandbox counts as its second execution). A Create is
+// served from the pool exactly when it asks for nothing a pooled sandbox
+// was not built with:
+//
+//   - its profile is one of the pool's (an E2B template is a profile plus a
+//     metadata label, so every template of a pooled profile qualifies);
+//   - no Limits overrides, no Env, no Secrets, and the network mode is
+//     empty or "none".
+//
+// Owner, OwnerLimit, Metadata and Timeout are applied at hand-out: the
+// sandbox's record gets its owner, labels, creation time and expiry then,
+// and the audit event says pooled. Other requests start a sandbox as usual.
+//
+// Every pooled sandbox holds one of the server's MaxSandboxes slots, so
+// running plus pooled never exceeds the limit; a Create that finds the
+// server full while the pool holds idle sandboxes evicts one to make room.
+// The pool refills in the background after each hand-out.
+
+// PoolConfig configures a warm pool.
+type PoolConfig struct {
+	// Size is how many ready sandboxes to keep per profile; 0 disables
+	// the pool.
+	Size int
+	// Profiles are the pooled profiles; empty means the default profile
+	// ("", strict).
+	Profiles []string
+	// WarmPython starts each pooled sandbox's default Python context and
+	// imports numpy and pandas in it.
+	WarmPython bool
+}
+
+// poolOwner owns idle pooled sandboxes; it is not a valid API key id.
+const poolOwner = "\x00pool"
+
+// poolRetry is how long the filler waits after a failure or a full server.
+const poolRetry = time.Second
+
+type pool struct {
+	m   *Manager
+	cfg PoolConfig
+
+	mu   sync.Mutex
+	idle map[string][]*Sandbox // by profile, oldest first
+	wake chan struct{}
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+// StartPool starts a warm pool (see the package's pool documentation). It
+// may be called once, after Open.
+func (m *Manager) StartPool(cfg PoolConfig) error {
+	if cfg.Size <= 0 {
+		return nil
+	}
+	if len(cfg.Profiles) == 0 {
+		cfg.Profiles = []string{""}
+	}
+	for i, pr := range cfg.Profiles {
+		if _, err := policy.Preset(policy.Profile(pr)); err != nil {
+			return fmt.Errorf("manager: pool profile: %w", err)
+		}
+		cfg.Profiles[i] = poolKey(pr)
+	}
+	p := &pool{m: m, cfg: cfg, idle: map[string][]*Sandbox{}, wake: make(chan struct{}, 1), stop: make(chan struct{})}
+	m.mu.Lock()
+	if m.pool != nil || m.closed {
+		m.mu.Unlock()
+		return errors.New("manager: pool already started or manager closed")
+	}
+	m.pool = p
+	m.mu.Unlock()
+	for _, pr := range cfg.Profiles {
+		p.wg.Add(1)
+		go p.fill(pr)
+	}
+	return nil
+}
+
+// PoolIdle reports how many ready sandboxes the pool holds now.
+func (m *Manager) PoolIdle() int {
+	m.mu.Lock()
+	p := m.pool
+	m.mu.Unlock()
+	if p == nil {
+		return 0
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, l := range p.idle {
+		n += len(l)
+	}
+	return n
+}
+
+// poolKey names a profile's pool: "" and the default profile's name are
+// the same pool.
+func poolKey(profile string) string {
+	if p, err := policy.Preset(policy.Profile(profile)); err == nil {
+		return string(p.Profile)
+	}
+	return profile
+}
+
+// poolable reports whether req can be served by a pooled sandbox.
+func poolable(req *CreateRequest) bool {
+	return req.Limits == (Limits{}) && len(req.Env) == 0 && len(req.Secrets) == 0 &&
+		(req.Network.Mode == "" || req.Network.Mode == policy.NetNone)
+}
+
+// fill keeps profile's idle list at Size.
+func (p *pool) fill(profile string) {
+	defer p.wg.Done()
+	for {
+		p.mu.Lock()
+		need := len(p.idle[profile]) < p.cfg.Size
+		p.mu.Unlock()
+		if need {
+			sb, err := p.build(profile)
+			if err == nil {
+				p.mu.Lock()
+				p.idle[profile] = append(p.idle[profile], sb)
+				p.mu.Unlock()
+				go p.watchIdle(profile, sb)
+				continue
+			}
+			if !errors.Is(err, ErrLimit) {
+				p.m.cfg.Logf("pool: building a %q sandbox: %v", profile, err)
+			}
+		}
+		t := time.NewTimer(poolRetry)
+		if !need {
+			t.Stop()
+		}
+		select {
+		case <-p.stop:
+			t.Stop()
+			return
+		case <-p.wake:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// build starts one pooled sandbox, holding a slot for it.
+func (p *pool) build(profile string) (*Sandbox, error) {
+	m := p.m
+	if err := m.reserve(poolOwner, 0); err != nil {
+		return nil, err
+	}
+	req := CreateRequest{Owner: poolOwner, Profile: profile}
+	pol, err := buildPolicy(&req)
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		var sb *Sandbox
+		if sb, err = m.start(ctx, &req, pol, m.cfg.DefaultTimeout); err == nil {
+			if p.cfg.WarmPython {
+				err = warmPython(ctx, sb)
+			}
+			if err == nil {
+				return sb, nil
+			}
+			m.finish(sb, store.StateKilled, "pool: warming failed")
+		}
+	}
+	p.release()
+	return nil, err
+}
+
+// warmPython starts the default Python context and imports numpy and
+// pandas in it.
+func warmPython(ctx context.Context, sb *Sandbox) error {
+	cell, err := sb.Agent().RunCode(ctx, agent.CodeRequest{Language: "python",
+		Code: "import importlib as _il\nfor _m in ('numpy', 'pandas'):\n    _il.import_module(_m)\ndel _il, _m"})
+	if err != nil {
+		return fmt.Errorf("warming python: %w", err)
+	}
+	res, err := cell.Wait(ctx)
+	if err != nil {
+		return fmt.Errorf("warming python: %w", err)
+	}
+	if res.Error != nil {
+		return fmt.Errorf("warming python: %s", res.Error)
+	}
+	return nil
+}
+
+// release gives back the slot of a pooled sandbox that is gone.
+func (p *pool) release() {
+	m := p.m
+	m.mu.Lock()
+	m.pending--
+	if m.perOwner[poolOwner]--; m.perOwner[poolOwner] <= 0 {
+		delete(m.perOwner, poolOwner)
+	}
+	m.mu.Unlock()
+}
+
+// remove takes sb off the idle list; it reports whether it was there.
+func (p *pool) remove(profile string, sb *Sandbox) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	l := p.idle[profile]
+	for i, s := range l {
+		if s == sb {
+			p.idle[profile] = append(l[:i:i], l[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
+// watchIdle drops an idle sandbox whose agent exits.
+func (p *pool) watchIdle(profile string, sb *Sandbox) {
+	select {
+	case <-sb.inst.done():
+		if p.remove(profile, sb) {
+			p.m.finish(sb, store.StateExited, "pool: the sandbox's agent exited")
+			p.release()
+			p.kick()
+		}
+	case <-sb.ended:
+	case <-p.stop:
+	}
+}
+
+func (p *pool) kick() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// take pops an idle sandbox of profile.
+func (p *pool) take(profile string) *Sandbox {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	l := p.idle[profile]
+	if len(l) == 0 {
+		return nil
+	}
+	sb := l[0]
+	p.idle[profile] = l[1:]
+	return sb
+}
+
+// evict kills one idle sandbox to free its slot; it reports whether it did.
+func (p *pool) evict() bool {
+	var sb *Sandbox
+	p.mu.Lock()
+	for pr, l := range p.idle {
+		if len(l) > 0 {
+			sb = l[len(l)-1]
+			p.idle[pr] = l[:len(l)-1]
+			break
+		}
+	}
+	p.mu.Unlock()
+	if sb == nil {
+		return false
+	}
+	p.m.finish(sb, store.StateKilled, "pool: evicted to make room")
+	p.release()
+	return true
+}
+
+// close stops the fillers and kills the idle sandboxes.
+func (p *pool) close() {
+	close(p.stop)
+	p.wg.Wait()
+	p.mu.Lock()
+	var all []*Sandbox
+	for _, l := range p.idle {
+		all = append(all, l...)
+	}
+	p.idle = map[string][]*Sandbox{}
+	p.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, sb := range all {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p.m.finish(sb, store.StateKilled, "server shut down")
+			p.release()
+		}()
+	}
+	wg.Wait()
+}
+
+// reserveOrEvict is reserve, evicting an idle pooled sandbox when the
+// server is full.
+func (m *Manager) reserveOrEvict(owner string, ownerLimit int) error {
+	err := m.reserve(owner, ownerLimit)
+	for err != nil && errors.Is(err, ErrLimit) {
+		m.mu.Lock()
+		p := m.pool
+		full := len(m.live)+m.pending >= m.cfg.MaxSandboxes
+		m.mu.Unlock()
+		if p == nil || !full || !p.evict() {
+			return err
+		}
+		err = m.reserve(owner, ownerLimit)
+	}
+	return err
+}
+
+// createPooled serves req from the pool if it can; ok is false when it
+// cannot (then Create starts a sandbox as usual).
+func (m *Manager) createPooled(ctx context.Context, req *CreateRequest, ttl time.Duration) (info Info, ok bool, err error) {
+	m.mu.Lock()
+	p := m.pool
+	m.mu.Unlock()
+	if p == nil || !poolable(req) {
+		return Info{}, false, nil
+	}
+	key := poolKey(req.Profile)
+	sb := p.take(key)
+	if sb == nil {
+		return Info{}, false, nil
+	}
+	p.kick()
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		m.finish(sb, store.StateKilled, "server shutting down")
+		p.release()
+		return Info{}, true, ErrClosed
+	}
+	if req.OwnerLimit > 0 && m.perOwner[req.Owner] >= req.OwnerLimit {
+		m.mu.Unlock()
+		p.mu.Lock()
+		p.idle[key] = append([]*Sandbox{sb}, p.idle[key]...)
+		p.mu.Unlock()
+		return Info{}, true, fmt.Errorf("%w: this API key may run at most %d sandboxes", ErrLimit, req.OwnerLimit)
+	}
+	// The pool's slot becomes the owner's.
+	m.pending--
+	if m.perOwner[poolOwner]--; m.perOwner[poolOwner] <= 0 {
+		delete(m.perOwner, poolOwner)
+	}
+	m.perOwner[req.Owner]++
+	now := time.Now().UTC()
+	sb.mu.Lock()
+	sb.rec.Owner, sb.rec.Metadata = req.Owner, maps.Clone(req.Metadata)
+	sb.rec.CreatedAt, sb.rec.ExpiresAt = now, now.Add(ttl)
+	rec := sb.rec
+	sb.mu.Unlock()
+	m.live[sb.ID] = sb
+	m.mu.Unlock()
+	if err := m.st.PutSandbox(ctx, &rec); err != nil {
+		m.finish(sb, store.StateKilled, "create failed: "+err.Error())
+		m.count(func(c *Counters) { c.CreateErrors++ })
+		return Info{}, true, fmt.Errorf("manager: record sandbox: %w", err)
+	}
+	go m.watch(sb)
+	m.count(func(c *Counters) { c.Created++ })
+	m.Audit(ctx, req.Owner, sb.ID, store.ActionSandboxCreate, map[string]any{
+		"profile": rec.Profile, "metadata": req.Metadata, "timeout_s": ttl.Seconds(), "pooled": true,
+		"warm_python": p.cfg.WarmPython})
+	return sb.info(), true, nil
+}
