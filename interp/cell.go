@@ -80,7 +80,7 @@ const maxBlocked = 1 << 20
 // run processes the cell until it ends or the kernel dies.
 func (c *cell) run(ctx context.Context, timeout time.Duration) error {
 	p := c.p
-	var timeoutC, stageC, deathC <-chan time.Time
+	var timeoutC, stepC, deathC <-chan time.Time
 	if timeout > 0 {
 		t := time.NewTimer(timeout)
 		defer t.Stop()
@@ -160,18 +160,18 @@ func (c *cell) run(ctx context.Context, timeout time.Duration) error {
 			return c.finishDead()
 		case <-timeoutC:
 			timeoutC = nil
-			stageC = c.interrupt("timeout")
+			stepC = c.interrupt("timeout")
 		case <-ctxDone:
 			ctxDone = nil
 			c.ctxErr = ctx.Err()
 			if c.startup {
 				return fmt.Errorf("interp: starting %s kernel: %w", c.k.cfg.Language, ctx.Err())
 			}
-			stageC = c.interrupt("cancel")
+			stepC = c.interrupt("cancel")
 		case <-intr:
-			stageC = c.interrupt("interrupt")
-		case <-stageC:
-			stageC = c.nextStep()
+			stepC = c.interrupt("interrupt")
+		case <-stepC:
+			stepC = c.nextStep()
 		}
 		c.drainPending(false)
 		if c.done {

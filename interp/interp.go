@@ -308,6 +308,9 @@ func (k *Kernel) ExecuteWith(ctx context.Context, code string, opts ExecuteOptio
 	if err := checkEnv(k.cfg.Language, opts.Env); err != nil {
 		return nil, err
 	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	select {
 	case k.sem <- struct{}{}:
 	case <-ctx.Done():
