@@ -22,7 +22,9 @@ const usage = `airlock: run untrusted code in a sandbox
 
 usage:
   airlock run [flags] -- CMD [ARGS...]   run one command in a fresh sandbox
+  airlock run --code CODE [--language L]  run one Python, JavaScript or bash cell
   airlock serve [flags]                  serve the HTTP API (long-lived sandboxes)
+  airlock shell --url URL --key KEY      interactive code session against a server
   airlock keys create|list|revoke        manage the server's API keys
   airlock mcp [flags]                    serve sandboxes as MCP tools over stdio
   airlock doctor [--json]                report which isolation layers this host enforces

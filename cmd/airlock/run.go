@@ -142,6 +142,8 @@ func cmdRun(args []string) int {
 	var nf netFlags
 	nf.register(fs)
 	asJSON := fs.Bool("json", false, "print one JSON result object instead of streaming output")
+	codeFlag := fs.String("code", "", "run this code cell (see --language) instead of a command; prints its output and the value of its last expression (shell.go)")
+	langFlag := fs.String("language", "python", "language of --code: python, javascript or bash")
 	interactive := fs.Bool("i", false, "copy a terminal's input to the program (through a pipe: the sandbox never gets the terminal itself)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -154,7 +156,7 @@ func cmdRun(args []string) int {
 		return exitUsage
 	}
 	argv := fs.Args()
-	if len(argv) == 0 {
+	if len(argv) == 0 && *codeFlag == "" {
 		fmt.Fprintln(os.Stderr, "airlock run: missing command (usage: airlock run [flags] -- CMD [ARGS...])")
 		return exitUsage
 	}
@@ -184,6 +186,11 @@ func cmdRun(args []string) int {
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "airlock run: %s\n", oneLine(err))
 		return exitUsage
+	}
+	if *codeFlag != "" {
+		code := runCodeCell(ctx, cfg, opts, *codeFlag, *langFlag, *asJSON)
+		rn.close()
+		return code
 	}
 	res, err := native.Run(ctx, cfg, opts)
 	rn.close()
