@@ -31,7 +31,7 @@ type apiServer struct {
 // startServer starts `exe serve` on a free loopback port without
 // authentication, with its state in a fresh directory under scratch, and
 // waits until it listens.
-func startServer(exe, scratch string, maxSandboxes int, timeout time.Duration) (*apiServer, error) {
+func startServer(exe, scratch string, maxSandboxes int, timeout time.Duration, extra ...string) (*apiServer, error) {
 	if exe == "" {
 		return nil, errors.New("airlock binary unknown")
 	}
@@ -47,8 +47,8 @@ func startServer(exe, scratch string, maxSandboxes int, timeout time.Duration) (
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	cmd := exec.Command(exe, "serve", "--listen", "127.0.0.1:0", "--state-dir", dir, "--no-auth",
-		"--max-sandboxes", strconv.Itoa(maxSandboxes), "--default-timeout", "1h")
+	cmd := exec.Command(exe, append([]string{"serve", "--listen", "127.0.0.1:0", "--state-dir", dir, "--no-auth",
+		"--max-sandboxes", strconv.Itoa(maxSandboxes), "--default-timeout", "1h"}, extra...)...)
 	cmd.Stderr = errf
 	out, err := cmd.StdoutPipe()
 	if err != nil {

@@ -65,13 +65,6 @@ type Config struct {
 	Progress io.Writer
 }
 
-// Reasons for the figures that cannot be measured in this build.
-const (
-	noPool = "the manager has no warm pool yet (issue 4 creates every sandbox on demand); " +
-		"see \"live start (no pool)\" for the same path without one"
-	noInterp = "needs a code-cell route in the API: package airlock/interp exists but server/ and client/ do not use it yet"
-)
-
 // Run runs the selected figures, each alternating airlock with every peer
 // found on this machine, and returns the report. Figures that cannot be
 // measured in this build are included as unavailable, with the reason. The
@@ -155,14 +148,24 @@ func Run(cfg Config) *Report {
 			timed("cold python", cli, []string{cfg.Python, "-c", "pass"})
 			timed("cold start (in-process)", inproc, true_)
 		case "pooled":
-			rep.Figures = append(rep.Figures, Unavailable("pooled start", noPool))
+			progress("pooled start: %d rounds", cfg.Runs)
+			scratch := cfg.Peers.ScratchDir
+			if scratch == "" {
+				scratch = os.TempDir()
+			}
+			rep.Figures = append(rep.Figures, PooledStartFigure(cfg.Airlock, scratch, others, cfg.Runs, cfg.Peers.Timeout))
 			progress("live start (no pool): %d rounds", cfg.Runs)
 			rep.Figures = append(rep.Figures, LiveStartFigure(withAPI(), true_, cfg.Runs))
 		case "exec":
 			progress("exec: %d rounds", cfg.Runs)
 			rep.Figures = append(rep.Figures, ExecFigure(withAPI(), true_, cfg.Runs))
 		case "cell":
-			rep.Figures = append(rep.Figures, Unavailable("code cell", noInterp))
+			if api(); srvErr != nil {
+				rep.Figures = append(rep.Figures, Unavailable("code cell", "airlock serve did not start: "+srvErr.Error()))
+			} else {
+				progress("code cell: %d rounds", cfg.Runs)
+				rep.Figures = append(rep.Figures, srv.CodeCellFigure(others, cfg.Runs))
+			}
 		case "throughput":
 			rounds := max(3, cfg.Runs/4)
 			progress("throughput: %d rounds of %d clients for %s", rounds, cfg.Clients, cfg.Window)
