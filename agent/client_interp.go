@@ -151,8 +151,9 @@ type CodeRequest struct {
 	// MaxOutput caps stdout plus stderr in bytes (beyond it output is
 	// dropped and Truncated set); 0 means DefaultCodeOutput.
 	MaxOutput int
-	// Env is KEY=VALUE pairs for this cell only. Not supported by the
-	// kernels yet: a non-empty Env is refused with CodeUnsupported.
+	// Env is KEY=VALUE pairs set for this cell only (the kernel's
+	// environment and the processes the cell starts); the previous values
+	// are back afterwards.
 	Env []string
 }
 

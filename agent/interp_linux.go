@@ -255,8 +255,16 @@ func (c *hostConn) handleRunCode(s *astream, payload []byte) (any, error) {
 	if !validExecID(req.ID) {
 		return nil, &Error{Code: CodeInvalidArgument, Message: fmt.Sprintf("bad execution id %q", req.ID)}
 	}
-	if len(req.Env) > 0 {
-		return nil, &Error{Code: CodeUnsupported, Message: "per-cell environment variables are not supported yet; create a context with env instead"}
+	var env map[string]string
+	for _, kv := range req.Env {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" || strings.IndexByte(kv, 0) >= 0 {
+			return nil, &Error{Code: CodeInvalidArgument, Message: fmt.Sprintf("bad environment entry %q", kv)}
+		}
+		if env == nil {
+			env = make(map[string]string, len(req.Env))
+		}
+		env[k] = v
 	}
 	maxOutput := req.MaxOutput
 	switch {
@@ -292,7 +300,7 @@ func (c *hostConn) handleRunCode(s *astream, payload []byte) (any, error) {
 		return nil, err
 	}
 	em := &cellEmitter{s: s, cancel: cancel}
-	res, err := cc.k.Execute(ctx, req.Code, timeout, maxOutput, em.emit)
+	res, err := cc.k.ExecuteWith(ctx, req.Code, interp.ExecuteOptions{Timeout: timeout, MaxOutput: maxOutput, Env: env}, em.emit)
 	if res == nil {
 		if err == nil {
 			err = errors.New("the kernel returned no result")
@@ -302,7 +310,6 @@ func (c *hostConn) handleRunCode(s *astream, payload []byte) (any, error) {
 		}
 		return nil, kernelErr(err)
 	}
-	em.flush(true)
 	out := CodeResult{ContextID: cc.info.ID, ExecutionCount: res.ExecutionCount,
 		Truncated: res.Truncated, Restarted: res.Restarted}
 	if res.Error != nil {
@@ -332,16 +339,11 @@ func boundCellError(e *interp.ExecError) *CellError {
 	return ce
 }
 
-// cellEmitter sends a cell's outputs on its stream as they come. A result
-// that is not a figure is held back until the next such result or the end
-// of the cell, so that the last one can be marked Main (the value of the
-// cell's last expression comes after display() calls and before the
-// figures left open).
+// cellEmitter sends a cell's outputs on its stream as they come.
 type cellEmitter struct {
-	s       *astream
-	cancel  context.CancelFunc
-	gone    bool
-	pending *CodeEvent
+	s      *astream
+	cancel context.CancelFunc
+	gone   bool
 }
 
 func (e *cellEmitter) emit(o interp.Output) {
@@ -355,34 +357,13 @@ func (e *cellEmitter) emit(o interp.Output) {
 	case CodeEventStderr:
 		err = e.s.sendData(FrameStderr, []byte(o.Text))
 	case CodeEventResult:
-		ev := &CodeEvent{Type: CodeEventResult, Data: o.Data}
-		if isFigure(o.Data) {
-			err = e.event(ev)
-			break
-		}
-		e.flush(false)
-		e.pending = ev
+		err = e.event(&CodeEvent{Type: CodeEventResult, Data: o.Data, Main: o.Main})
 	case CodeEventError:
-		e.flush(false)
 		if o.Error != nil {
 			err = e.event(&CodeEvent{Type: CodeEventError, Error: boundCellError(o.Error)})
 		}
 	}
 	if err != nil {
-		e.gone = true
-		e.cancel()
-	}
-}
-
-// flush sends the held-back result, as the main one if last is set.
-func (e *cellEmitter) flush(last bool) {
-	if e.pending == nil || e.gone {
-		return
-	}
-	ev := e.pending
-	e.pending = nil
-	ev.Main = last
-	if err := e.event(ev); err != nil {
 		e.gone = true
 		e.cancel()
 	}
@@ -394,10 +375,4 @@ func (e *cellEmitter) event(ev *CodeEvent) error {
 		return fmt.Errorf("encoding a code event: %w", err)
 	}
 	return e.s.sendData(FrameItems, append(b, '\n'))
-}
-
-// isFigure reports whether a bundle is a matplotlib figure.
-func isFigure(d map[string]string) bool {
-	_, png := d["image/png"]
-	return png && strings.HasPrefix(d["text/plain"], "<Figure")
 }

@@ -42,7 +42,7 @@ func TestAgentCodeContexts(t *testing.T) {
 	if out := cell(t, c, agent.CodeRequest{Code: "x = 41\nprint('hi')"}); out.Stdout != "hi\n" || out.Error != nil || out.ContextID != "python" {
 		t.Fatalf("first cell: %+v", out)
 	}
-	if out := cell(t, c, agent.CodeRequest{Code: "x + 1", Language: "python"}); mainText(out) != "42" || out.ExecutionCount != 2 {
+	if out := cell(t, c, agent.CodeRequest{Code: "import os\nprint(os.environ.get(\"CELL_VAR\"))\nx + 1", Language: "python", Env: []string{"CELL_VAR=yes"}}); mainText(out) != "42" || out.Stdout != "yes\n" || out.ExecutionCount != 2 {
 		t.Fatalf("x + 1: %+v", out)
 	}
 	if out := cell(t, c, agent.CodeRequest{Code: "1/0"}); out.Error == nil || out.Error.Name != "ZeroDivisionError" || len(out.Error.Traceback) == 0 {
