@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -151,6 +152,11 @@ func (s *Server) routes() {
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.requests.Add(1)
+	if msg := browserGuard(r, s.cfg.NoAuth); msg != "" {
+		s.count(http.StatusForbidden)
+		writeError(w, http.StatusForbidden, "forbidden", msg)
+		return
+	}
 	if s.e2b.Match(r) {
 		s.e2b.ServeHTTP(w, r)
 		return
@@ -526,4 +532,30 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request) error {
 // sandbox returns the caller's running sandbox named in the path.
 func (s *Server) sandbox(r *http.Request) (*manager.Sandbox, error) {
 	return s.m.Lookup(caller(r).id, r.PathValue("id"))
+}
+
+// browserGuard refuses what a web page could send to a server on the
+// developer's machine: any cross-origin request (API clients and SDKs send
+// no Origin header), and, without authentication, any Host but a loopback
+// one (DNS rebinding: evil.example resolving to 127.0.0.1). It returns the
+// reason, or "" to let the request through.
+func browserGuard(r *http.Request, noAuth bool) string {
+	if o := r.Header.Get("Origin"); o != "" {
+		return "cross-origin requests are refused (Origin: " + o + "); call the API from a program, not a web page"
+	}
+	if !noAuth {
+		return ""
+	}
+	host := r.Host
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.Trim(host, "[]")
+	if host == "localhost" {
+		return ""
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return ""
+	}
+	return "this server runs without authentication and only answers requests addressed to a loopback host, not " + r.Host
 }
