@@ -130,7 +130,7 @@ func Preset(name Profile) (Policy, error) {
 			EtcFiles: []string{
 				"/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/localtime", "/etc/nsswitch.conf",
 				"/etc/ssl/certs/ca-certificates.crt", "/etc/alternatives", "/etc/mime.types",
-				"/etc/matplotlibrc", "/etc/python3", "/etc/python3.11",
+				"/etc/matplotlibrc", "/etc/python3", "/etc/python3.11", "/etc/fonts",
 			},
 			Workdir: "/workspace",
 		},
