@@ -44,6 +44,8 @@ type CodeRequest struct {
 	Timeout time.Duration `json:"-"`
 	// MaxOutput caps stdout plus stderr in bytes; 0 means 1 MiB.
 	MaxOutput int `json:"max_output,omitempty"`
+	// Env sets environment variables for this cell only.
+	Env map[string]string `json:"env,omitempty"`
 }
 
 func (r CodeRequest) wire() any {

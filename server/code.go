@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"airlock/agent"
+	"airlock/policy"
 )
 
 // Code interpreter limits and audit action.
@@ -50,6 +51,9 @@ type CodeRequest struct {
 	// MaxOutput caps stdout plus stderr in bytes (default 1 MiB, at most
 	// 16 MiB); more is dropped and truncated set.
 	MaxOutput int `json:"max_output,omitempty"`
+	// Env sets environment variables for this cell only (the kernel and the
+	// processes the cell starts); at most 128, names [A-Za-z_][A-Za-z0-9_]*.
+	Env map[string]string `json:"env,omitempty"`
 }
 
 // CodeError is the error that ended a cell.
@@ -241,8 +245,19 @@ func (s *Server) runCode(w http.ResponseWriter, r *http.Request) error {
 	res := CodeResult{ExecutionID: agent.NewExecID(), Results: []map[string]string{}}
 	audit["execution_id"] = res.ExecutionID
 	start := time.Now()
+	if len(req.Env) > 128 {
+		return errf(http.StatusBadRequest, "bad_request", "at most 128 environment variables per cell")
+	}
+	env := make([]string, 0, len(req.Env))
+	for k, v := range req.Env {
+		if !policy.ValidEnvKey(k) || strings.IndexByte(v, 0) >= 0 || len(v) > 32<<10 {
+			return errf(http.StatusBadRequest, "bad_request", "bad environment variable %q", k)
+		}
+		env = append(env, k+"="+v)
+	}
+	sort.Strings(env)
 	cell, err := sb.Agent().RunCode(r.Context(), agent.CodeRequest{ID: res.ExecutionID, Code: req.Code,
-		ContextID: req.ContextID, Language: req.Language, Timeout: timeout, MaxOutput: maxOut})
+		ContextID: req.ContextID, Language: req.Language, Timeout: timeout, MaxOutput: maxOut, Env: env})
 	if err != nil {
 		audit["outcome"], audit["error"] = "failed", err.Error()
 		s.m.Audit(r.Context(), k.id, sb.ID, ActionCode, audit)

@@ -53,6 +53,16 @@ func TestCodeInterpreterE2E(t *testing.T) {
 		t.Fatalf("x + 1: %+v", res)
 	}
 
+	t.Run("per-cell env", func(t *testing.T) {
+		res := runCell(t, c, id, client.CodeRequest{Code: "import os; os.environ.get('CELL_VAR')", Env: map[string]string{"CELL_VAR": "only-here"}})
+		if res.Text != "'only-here'" {
+			t.Fatalf("with env: %+v", res)
+		}
+		if res := runCell(t, c, id, client.CodeRequest{Code: "import os; os.environ.get('CELL_VAR')"}); res.Text != "" && res.Text != "None" {
+			t.Fatalf("env leaked into the next cell: %+v", res)
+		}
+	})
+
 	t.Run("matplotlib", func(t *testing.T) {
 		res := runCell(t, c, id, client.CodeRequest{Code: "import matplotlib.pyplot as plt\n" +
 			"fig = plt.figure(figsize=(4, 3), dpi=100)\nplt.plot([1, 2, 3], [1, 4, 9])\nplt.show()"})
