@@ -1,7 +1,6 @@
 // Package mcp serves airlock's sandboxes as Model Context Protocol tools:
-// run_command, write_file, read_file, list_files, create_sandbox,
-// list_sandboxes, kill_sandbox and, when an interpreter is configured,
-// run_code. It sits on the manager like the HTTP API does; every operation
+// run_command, run_code, write_file, read_file, list_files,
+// create_sandbox, list_sandboxes and kill_sandbox. It sits on the manager like the HTTP API does; every operation
 // on a sandbox's files or processes runs inside the sandbox through its
 // agent.
 //
@@ -96,8 +95,8 @@ type Config struct {
 	MaxReadImage int
 	// MaxWrite caps the content of write_file; 0 means DefaultMaxWrite.
 	MaxWrite int
-	// Interpreter runs code cells for run_code. Nil leaves run_code out of
-	// the tool list.
+	// Interpreter runs code cells for run_code; nil means
+	// AgentInterpreter.
 	Interpreter Interpreter
 	// Logf logs operational events; log.Printf if nil.
 	Logf func(format string, args ...any)
@@ -160,6 +159,9 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Version == "" {
 		cfg.Version = "dev"
 	}
+	if cfg.Interpreter == nil {
+		cfg.Interpreter = AgentInterpreter{}
+	}
 	s := &Service{cfg: cfg, m: cfg.Manager, sessions: map[*sdk.ServerSession]*session{}}
 	s.srv = sdk.NewServer(&sdk.Implementation{Name: "airlock", Title: "airlock sandbox", Version: cfg.Version},
 		&sdk.ServerOptions{Instructions: s.instructions(), Capabilities: &sdk.ServerCapabilities{}})
@@ -200,18 +202,10 @@ func (s *Service) Close() error {
 
 func (s *Service) instructions() string {
 	return `airlock runs code in isolated, disposable Linux sandboxes (namespaces, seccomp, Landlock, cgroup limits) on this machine.
-Use run_command for shell commands, write_file/read_file/list_files for files (the working directory is /workspace; /tmp is writable too)` +
-		s.ifCode(", run_code for stateful Python/JavaScript/bash cells (variables persist between calls; matplotlib figures come back as images)") + `.
+Use run_command for shell commands, write_file/read_file/list_files for files (the working directory is /workspace; /tmp is writable too), run_code for stateful Python/JavaScript/bash cells (variables persist between calls; matplotlib figures come back as images).
 Without sandbox_id, all tools of this session share one sandbox, created on first use and destroyed when the session ends; files persist between calls until then.
 Sandboxes have a fixed memory/CPU/process budget and only the host's tools (python3, sh, coreutils...). ` + s.networkText() + `
 A non-zero exit, a timeout or an exception is reported as a tool error carrying the output.`
-}
-
-func (s *Service) ifCode(text string) string {
-	if s.cfg.Interpreter == nil {
-		return ""
-	}
-	return text
 }
 
 // session is one MCP session's state.
@@ -323,6 +317,15 @@ func (s *Service) sandbox(ctx context.Context, req *sdk.CallToolRequest, id stri
 	}
 	if se.defaultID != "" {
 		sb, err := s.m.Lookup(se.owner, se.defaultID)
+		if err == nil && sb.Agent().Err() != nil {
+			// The agent is gone but the manager may not have noticed
+			// yet: give it a moment to record why.
+			select {
+			case <-sb.Ended():
+			case <-time.After(time.Second):
+			}
+			err = manager.ErrNotRunning
+		}
 		if err == nil && s.touch(ctx, se.owner, sb.ID) == nil {
 			return sb, "", nil
 		}

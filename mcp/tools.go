@@ -66,7 +66,7 @@ func (s *Service) addTools() {
 		Name:  "write_file",
 		Title: "Write a file in the sandbox",
 		Description: "Create or overwrite a file inside the sandbox, creating missing parent directories. " +
-			"Relative paths are relative to /workspace (the working directory of run_command" + s.ifCode(" and run_code") + "); /tmp is writable too. " +
+			"Relative paths are relative to /workspace (the working directory of run_command and run_code); /tmp is writable too. " +
 			"Give the content as text, or as base64 with encoding=\"base64\" for binary files. " +
 			fmt.Sprintf("At most %s; the sandbox's disk is limited too.", sizeText(int64(s.cfg.MaxWrite))),
 		Annotations: &sdk.ToolAnnotations{DestructiveHint: ptr(true), IdempotentHint: true, OpenWorldHint: ptr(false)},
@@ -140,9 +140,7 @@ func (s *Service) addTools() {
 		InputSchema: schema[killIn](nil),
 	}, s.killSandbox)
 
-	if s.cfg.Interpreter != nil {
-		s.addRunCode()
-	}
+	s.addRunCode()
 }
 
 // result builds a tool result from text blocks; empty blocks are skipped.
@@ -262,6 +260,23 @@ func (s *Service) runCommand(ctx context.Context, req *sdk.CallToolRequest, in r
 		argv = []string{"/bin/sh", "-c", in.Command}
 	}
 	res := s.exec(ctx, sb, areq, timeout)
+	if in.SandboxID == "" && res.status == "error" && errors.Is(res.cause, agent.ErrClosed) {
+		// The session's sandbox died before the command started (its
+		// agent can die when a runaway process exhausted the sandbox's
+		// limits): nothing ran, so run it in a fresh one.
+		if sb2, note2, err := s.sandbox(ctx, req, ""); err == nil && sb2 != sb {
+			sb, note = sb2, strings.TrimSpace(note+"\n"+note2)
+			res = s.exec(ctx, sb, areq, timeout)
+		}
+	}
+	if res.status == "error" && res.err != nil && isEAGAIN(res.cause) {
+		// Code cells may have left processes that fill the sandbox:
+		// restarting the interpreters frees them; then try again.
+		if n := s.unjam(ctx, sb); n != "" {
+			note = strings.TrimSpace(note + "\n" + n)
+			res = s.exec(ctx, sb, areq, timeout)
+		}
+	}
 	s.m.Audit(ctx, sb.Owner(), sb.ID, store.ActionExec, map[string]any{"via": "mcp", "argv": argv,
 		"exit_code": res.code, "signal": res.signal, "status": res.status, "duration_ms": res.dur.Milliseconds()})
 	return withNote(res.toolResult(), note), nil, nil
@@ -292,7 +307,8 @@ type execResult struct {
 	leftover bool // processes left in the background were killed
 	timeout  time.Duration
 	dur      time.Duration
-	err      error // the sandbox failed (not the command)
+	err      error // the sandbox failed (not the command), for the model
+	cause    error // the agent's error behind err
 }
 
 // exec runs a command to completion, or until timeout or ctx ends. The
@@ -307,6 +323,7 @@ func (s *Service) exec(ctx context.Context, sb *manager.Sandbox, req agent.ExecR
 	c := sb.Agent()
 	p, err := c.Exec(ctx, req)
 	if err != nil {
+		res.cause = err
 		var ae *agent.Error
 		switch {
 		case errors.As(err, &ae) && ae.Code == agent.CodeNotFound:
@@ -315,9 +332,9 @@ func (s *Service) exec(ctx context.Context, sb *manager.Sandbox, req agent.ExecR
 		case errors.As(err, &ae) && ae.Code == agent.CodePermissionDenied:
 			res.code, res.status = 126, "not_executable"
 			res.stderr.Write([]byte(ae.Message + "\n"))
-		case errors.As(err, &ae) && strings.Contains(ae.Message, syscall.EAGAIN.Error()):
+		case isEAGAIN(err):
 			res.status, res.err = "error", userErr("cannot start a process: the sandbox is out of processes or memory (%s). "+
-				"kill_sandbox (without sandbox_id for this session's sandbox) gives you a fresh one", ae.Message)
+				"kill_sandbox (without sandbox_id for this session's sandbox) gives you a fresh one", strings.TrimPrefix(err.Error(), "agent: io_error: "))
 		default:
 			res.status, res.err = "error", err
 		}
@@ -663,7 +680,7 @@ func (s *Service) createSandbox(ctx context.Context, req *sdk.CallToolRequest, i
 			info.ExpiresAt.Format(time.RFC3339), time.Until(*info.ExpiresAt).Round(time.Second))
 	}
 	return result(false, fmt.Sprintf("created sandbox %s (profile %s, %s%s).\nPass sandbox_id=%q to run_command, write_file, read_file, list_files%s to use it.",
-		info.ID, info.Profile, netSummary(network), exp, info.ID, s.ifCode(", run_code"))), nil, nil
+		info.ID, info.Profile, netSummary(network), exp, info.ID, ", run_code")), nil, nil
 }
 
 // listSandboxesIn is the (empty) input of list_sandboxes.
