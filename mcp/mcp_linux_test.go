@@ -66,6 +66,11 @@ func TestListTools(t *testing.T) {
 			if !strings.Contains(string(sch.Properties["network"]), `"none"`) || !strings.Contains(string(sch.Properties["profile"]), `"strict"`) {
 				t.Errorf("create_sandbox schema: %s", b)
 			}
+		case "run_code":
+			if !strings.Contains(string(sch.Properties["language"]), `["python","javascript","bash"]`) || !slices.Contains(sch.Required, "code") {
+				t.Errorf("run_code schema: %s", b)
+			}
+			fallthrough
 		case "run_command":
 			for _, w := range []string{"/workspace", "network", "timeout"} {
 				if !strings.Contains(tool.Description, w) {
@@ -74,10 +79,10 @@ func TestListTools(t *testing.T) {
 			}
 		}
 	}
-	want := []string{"create_sandbox", "kill_sandbox", "list_files", "list_sandboxes", "read_file", "run_command", "write_file"}
+	want := []string{"create_sandbox", "kill_sandbox", "list_files", "list_sandboxes", "read_file", "run_code", "run_command", "write_file"}
 	slices.Sort(names)
 	if !slices.Equal(names, want) {
-		t.Fatalf("tools %v, want %v (run_code needs an interpreter)", names, want)
+		t.Fatalf("tools %v, want %v", names, want)
 	}
 }
 
