@@ -38,7 +38,7 @@ func runScenario(t *testing.T, env []string, args ...string) jsSummary {
 	}
 	cmd := exec.Command(node, append([]string{"mcp-scenario.mjs"}, args...)...)
 	cmd.Dir = jsDir
-	cmd.Env = append(os.Environ(), env...)
+	cmd.Env = append(append(os.Environ(), "REQUIRE_RUN_CODE=1"), env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	done := make(chan error, 1)
@@ -62,7 +62,7 @@ func runScenario(t *testing.T, env []string, args ...string) jsSummary {
 		t.Fatalf("summary %q: %v", stdout.String(), err)
 	}
 	if sum.RunCode != "tested" {
-		t.Logf("run_code was not tested: the server offers no run_code tool (%v)", sum.Tools)
+		t.Fatalf("run_code was not tested: %+v", sum)
 	}
 	return sum
 }

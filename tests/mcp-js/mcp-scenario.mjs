@@ -140,6 +140,9 @@ if (names.includes('run_code')) {
   const boom = await fails('run_code', { language: 'python', code: '1/0' });
   assert.match(text(boom), /ZeroDivisionError/);
   assert.match(text(await ok('run_code', { language: 'python', code: 'print(x)' })), /41/);
+  await fails('run_code', { language: 'python', code: "open('/etc/shadow').read()" });
+  await ok('run_code', { language: 'javascript', code: 'let n = 20' });
+  assert.match(text(await ok('run_code', { language: 'javascript', code: 'n * 2 + 2' })), /\b42\b/);
   runCode = 'tested';
 } else {
   assert.ok(process.env.REQUIRE_RUN_CODE !== '1', 'run_code is required but not offered');
