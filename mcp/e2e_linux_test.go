@@ -68,7 +68,7 @@ func TestStdioBinary(t *testing.T) {
 	for _, tool := range res.Tools {
 		names = append(names, tool.Name)
 	}
-	for _, want := range []string{"run_command", "write_file", "read_file", "list_files", "create_sandbox", "list_sandboxes", "kill_sandbox"} {
+	for _, want := range []string{"run_code", "run_command", "write_file", "read_file", "list_files", "create_sandbox", "list_sandboxes", "kill_sandbox"} {
 		if !slices.Contains(names, want) {
 			t.Fatalf("tools %v lack %s", names, want)
 		}
@@ -84,6 +84,11 @@ func TestStdioBinary(t *testing.T) {
 	}
 	if out := mustOK(t, cs, "run_command", map[string]any{"command": "seq 1 10000"}); !strings.Contains(out, "of stdout cut here") {
 		t.Fatalf("--max-output not applied: %d bytes", len(out))
+	}
+	mustOK(t, cs, "run_code", py("x = 41"))
+	r := call(t, cs, "run_code", py("import matplotlib.pyplot as plt\nplt.plot([x, 1])\nx + 1"))
+	if r.IsError || len(images(r)) != 1 || !strings.Contains(text(r), "42") {
+		t.Fatalf("run_code: %s %+v", text(r), r.Content)
 	}
 	own := ownSandbox(t, cs)
 

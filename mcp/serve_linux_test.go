@@ -172,6 +172,10 @@ func TestServeMCP(t *testing.T) {
 		t.Fatalf("big file: %q", out)
 	}
 	id := ownSandbox(t, cs)
+	mustOK(t, cs, "run_code", py("x = 41"))
+	if out := mustOK(t, cs, "run_code", py("x + 1")); strings.TrimSpace(out) != "42" {
+		t.Fatalf("run_code: %q", out)
+	}
 	// The sandbox is the key's, visible through the REST API too.
 	if got := s.sandboxState(t, key, id); got != "running" {
 		t.Fatalf("API: %s", got)
