@@ -32,8 +32,9 @@ func init() { hidden["mcp"] = cmdMCP }
 const mcpUsage = `usage: airlock mcp [flags]
 
 Serves airlock's sandboxes as MCP tools over stdio, for MCP clients that
-launch it (Claude Desktop, Cursor, VS Code...): run_command, write_file,
-read_file, list_files, create_sandbox, list_sandboxes, kill_sandbox.
+launch it (Claude Desktop, Cursor, VS Code...): run_command, run_code,
+write_file, read_file, list_files, create_sandbox, list_sandboxes,
+kill_sandbox.
 Tools called without a sandbox_id share one sandbox, created on first use
 and killed when stdin closes. No server is needed: the sandboxes run in
 this process's own manager. Sandboxes have no network unless --net allows
@@ -61,7 +62,7 @@ func (f *mcpFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.disk, "disk", "", "size of /workspace and /tmp (each) in each sandbox, e.g. 64M (default: the profile's)")
 	fs.Float64Var(&f.cpus, "cpus", 0, "CPU quota of each sandbox in cores (default: the profile's)")
 	fs.Int64Var(&f.pids, "pids", 0, "maximum number of processes in each sandbox (default: the profile's)")
-	fs.DurationVar(&f.timeout, "timeout", mcp.DefaultCallTimeout, "time limit of one run_command call that does not ask for its own (calls may ask for up to 10m or this, whichever is larger)")
+	fs.DurationVar(&f.timeout, "timeout", mcp.DefaultCallTimeout, "time limit of one run_command or run_code call that does not ask for its own (calls may ask for up to 10m or this, whichever is larger)")
 	fs.DurationVar(&f.sandboxTimeout, "sandbox-timeout", time.Hour, "a session's sandbox is killed after this long without a tool call; also the lifetime of create_sandbox sandboxes that do not ask for one")
 	fs.IntVar(&f.maxSandboxes, "max-sandboxes", 10, "sandboxes running at once")
 	fs.StringVar(&f.maxOutput, "max-output", "32K", "bytes of stdout and of stderr a result shows; the middle of longer output is cut")
