@@ -285,10 +285,22 @@ func (c *Client) List(ctx context.Context, metadata map[string]string, states ..
 	if len(states) > 0 {
 		q.Set("state", strings.Join(states, ","))
 	}
-	var out struct {
-		Sandboxes []Sandbox `json:"sandboxes"`
+	// Follow the pages to the end.
+	var all []Sandbox
+	for {
+		var out struct {
+			Sandboxes []Sandbox `json:"sandboxes"`
+			Next      string    `json:"next"`
+		}
+		if err := c.call(ctx, "GET", "/v1/sandboxes", q, nil, &out); err != nil {
+			return all, err
+		}
+		all = append(all, out.Sandboxes...)
+		if out.Next == "" || len(out.Sandboxes) == 0 {
+			return all, nil
+		}
+		q.Set("after", out.Next)
 	}
-	return out.Sandboxes, c.call(ctx, "GET", "/v1/sandboxes", q, nil, &out)
 }
 
 // Kill kills a sandbox.

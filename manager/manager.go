@@ -542,8 +542,10 @@ type ListOptions struct {
 	Metadata map[string]string
 	// States keeps sandboxes in these states; empty means running only.
 	States []string
-	// Limit caps the results; 0 means 1000.
+	// Limit caps the results; 0 means 1000 (the most).
 	Limit int
+	// After resumes a listing after this sandbox id (ids sort as listed).
+	After string
 }
 
 // List returns the owner's sandboxes matching opts, by id.
@@ -556,7 +558,7 @@ func (m *Manager) List(ctx context.Context, owner string, opts ListOptions) ([]I
 	if limit <= 0 || limit > 1000 {
 		limit = 1000
 	}
-	recs, err := m.st.ListSandboxes(ctx, store.ListFilter{Owner: owner, States: states, Metadata: opts.Metadata, Limit: limit})
+	recs, err := m.st.ListSandboxes(ctx, store.ListFilter{Owner: owner, States: states, Metadata: opts.Metadata, Limit: limit, After: opts.After})
 	if err != nil {
 		return nil, fmt.Errorf("manager: list: %w", err)
 	}

@@ -14,6 +14,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -463,15 +464,34 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) error {
 					}
 				}
 			}
+		case k == "limit":
+			n, err := strconv.Atoi(vs[0])
+			if err != nil || n < 1 || n > 1000 || len(vs) != 1 {
+				return errf(400, "bad_request", "limit must be an integer in [1, 1000]")
+			}
+			opts.Limit = n
+		case k == "after":
+			if len(vs) != 1 {
+				return errf(400, "bad_request", "repeated after")
+			}
+			opts.After = vs[0]
 		default:
 			return errf(400, "bad_request", "unknown query parameter %q", k)
 		}
+	}
+	if opts.Limit == 0 {
+		opts.Limit = 1000
 	}
 	list, err := s.m.List(r.Context(), caller(r).id, opts)
 	if err != nil {
 		return err
 	}
-	writeJSON(w, 200, map[string]any{"sandboxes": list})
+	resp := map[string]any{"sandboxes": list}
+	if len(list) == opts.Limit {
+		// Possibly more: ask again with after=next.
+		resp["next"] = list[len(list)-1].ID
+	}
+	writeJSON(w, 200, resp)
 	return nil
 }
 
