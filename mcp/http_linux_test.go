@@ -76,6 +76,7 @@ func TestHTTP(t *testing.T) {
 	if out := mustFail(t, b, "create_sandbox", nil); !strings.Contains(out, "may run at most 1") {
 		t.Fatalf("key limit: %q", out)
 	}
+	bBox := ownSandbox(t, b) // b is idle from here on
 	req, _ := http.NewRequest("POST", ts.URL, strings.NewReader(`{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"run_command","arguments":{"command":"id"}}}`))
 	req.Header.Set("Authorization", "Bearer tok-b")
 	req.Header.Set("Mcp-Session-Id", a.ID())
@@ -99,7 +100,6 @@ func TestHTTP(t *testing.T) {
 	}
 
 	// An idle session times out, and its sandbox with it.
-	bBox := ownSandbox(t, b)
 	waitGone(t, e.st, bBox)
 	if _, err := b.CallTool(ctx, &sdk.CallToolParams{Name: "list_sandboxes"}); err == nil {
 		t.Fatal("timed-out session still answers")

@@ -359,13 +359,13 @@ func TestCreateListKill(t *testing.T) {
 // TestDefaultSandboxExpiry: a session's sandbox that expired while idle is
 // replaced, and the model is told that its state is gone.
 func TestDefaultSandboxExpiry(t *testing.T) {
-	e := newEnv(t, func(c *mcp.Config) { c.SandboxTimeout = 2 * time.Second })
+	e := newEnv(t, func(c *mcp.Config) { c.SandboxTimeout = 4 * time.Second })
 	cs := e.connect(t)
 	mustOK(t, cs, "write_file", map[string]any{"path": "a", "content": "1"})
 	own := ownSandbox(t, cs)
 	// Use keeps it alive past its first expiry.
-	for i := 0; i < 4; i++ {
-		time.Sleep(700 * time.Millisecond)
+	for i := 0; i < 6; i++ {
+		time.Sleep(time.Second)
 		mustOK(t, cs, "read_file", map[string]any{"path": "a"})
 	}
 	waitGone(t, e.st, own)
