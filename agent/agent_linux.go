@@ -25,6 +25,35 @@ const prSetChildSubreaper = 36
 // defaultGrace is how long a listening agent waits for a host connection.
 const defaultGrace = 10 * time.Minute
 
+// agentThreads is how many OS threads the agent creates up front.
+const agentThreads = 8
+
+// prespawnThreads makes the Go runtime create n OS threads now and keep
+// them idle for later. A fork bomb inside the sandbox takes every free
+// slot of the sandbox's pids limit (threads count as tasks); if the
+// runtime then needed a new thread for a blocking system call it would
+// abort ("newosproc") and the whole sandbox would die with its agent.
+// Idle threads are reused, never freed, so the agent survives and can
+// kill the bomb. The cost is a kernel task and a small stack per thread.
+func prespawnThreads(n int) {
+	var locked, done sync.WaitGroup
+	release := make(chan struct{})
+	locked.Add(n)
+	done.Add(n)
+	for i := 0; i < n; i++ {
+		go func() {
+			defer done.Done()
+			runtime.LockOSThread() // each goroutine pins a distinct thread
+			locked.Done()
+			<-release
+			runtime.UnlockOSThread() // the thread goes back to the idle pool
+		}()
+	}
+	locked.Wait()
+	close(release)
+	done.Wait()
+}
+
 // Main runs the agent on fd 0 and never returns.
 //
 // If fd 0 is a connected stream socket, the agent serves that one host
@@ -46,6 +75,7 @@ func Main() {
 	if runtime.GOMAXPROCS(0) > 2 {
 		runtime.GOMAXPROCS(2)
 	}
+	prespawnThreads(agentThreads)
 	cloexecFrom(3)
 	f := os.NewFile(0, "host")
 	var code int
