@@ -38,7 +38,7 @@ func TestUnavailableFigure(t *testing.T) {
 	}
 	var tbl bytes.Buffer
 	rep.Print(&tbl)
-	for _, s := range []string{"code cell", "unavailable", "interp", "load average"} {
+	for _, s := range []string{"code cell", "unavailable", "airlock serve did not start", "load average"} {
 		if !strings.Contains(tbl.String(), s) {
 			t.Errorf("table lacks %q:\n%s", s, tbl.String())
 		}

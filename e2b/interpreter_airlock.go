@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 
 	"airlock/agent"
 	"airlock/manager"
@@ -88,10 +89,25 @@ func (AgentInterpreter) Execute(ctx context.Context, sb *manager.Sandbox, req Ce
 	}
 	defer cell.Close() // interrupts the cell if ctx ended first
 	sawError := false
+	// E2B's kernels deliver output a line at a time (print("a", x) is one
+	// "a 41\n" message); ours stream each write. Whole lines are passed on
+	// as they complete, a partial line when something else must follow it.
+	pending := map[string]string{}
+	flush := func(typ string) {
+		if pending[typ] != "" {
+			emit(CellOutput{Type: typ, Text: pending[typ]})
+			pending[typ] = ""
+		}
+	}
+	flushAll := func() {
+		flush(agent.CodeEventStdout)
+		flush(agent.CodeEventStderr)
+	}
 	for {
 		select {
 		case ev, ok := <-cell.Events():
 			if !ok {
+				flushAll()
 				end, err := cell.Wait(ctx)
 				if err != nil {
 					return CellEnd{}, interpErr(err)
@@ -103,10 +119,26 @@ func (AgentInterpreter) Execute(ctx context.Context, sb *manager.Sandbox, req Ce
 			}
 			switch ev.Type {
 			case agent.CodeEventStdout, agent.CodeEventStderr:
-				emit(CellOutput{Type: ev.Type, Text: ev.Text})
+				other := agent.CodeEventStderr
+				if ev.Type == agent.CodeEventStderr {
+					other = agent.CodeEventStdout
+				}
+				flush(other) // keep the interleaving of the two streams
+				buf := pending[ev.Type] + ev.Text
+				if i := strings.LastIndexByte(buf, '\n'); i >= 0 {
+					emit(CellOutput{Type: ev.Type, Text: buf[:i+1]})
+					buf = buf[i+1:]
+				}
+				if len(buf) > 64<<10 { // a long line without newline: do not hold it back
+					emit(CellOutput{Type: ev.Type, Text: buf})
+					buf = ""
+				}
+				pending[ev.Type] = buf
 			case agent.CodeEventResult:
+				flushAll()
 				emit(CellOutput{Type: "result", Data: ev.Data, Main: ev.Main})
 			case agent.CodeEventError:
+				flushAll()
 				sawError = true
 				emit(CellOutput{Type: "error", Error: cellErr(ev.Error)})
 			}
