@@ -1,7 +1,6 @@
 package e2b_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -11,9 +10,10 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
+
+	"airlock/internal/testserver"
 )
 
 // TestE2BSDKScenario runs tests/js/e2b-scenario.mjs, which drives the
@@ -21,9 +21,7 @@ import (
 // `airlock serve`, with nothing but E2B_API_URL, E2B_SANDBOX_URL and
 // E2B_API_KEY pointing the SDKs at it.
 func TestE2BSDKScenario(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (cgroups, uid ranges); CI runs as root")
-	}
+	testserver.NeedRoot(t)
 	jsDir, err := filepath.Abs("../tests/js")
 	if err != nil {
 		t.Fatal(err)
@@ -38,24 +36,10 @@ func TestE2BSDKScenario(t *testing.T) {
 		t.Skip("node is not installed")
 	}
 
-	bin := filepath.Join(t.TempDir(), "airlock")
-	if out, err := exec.Command("go", "build", "-o", bin, "airlock/cmd/airlock").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	// Agent socket paths must fit in 108 bytes: keep the state dir short.
-	state, err := os.MkdirTemp("", "al")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(state) })
-
-	out, err := exec.Command(bin, "keys", "create", "--name", "e2b-scenario", "--state-dir", state).Output()
-	if err != nil {
-		t.Fatalf("airlock keys create: %v", err)
-	}
-	key := strings.TrimSpace(string(out))
-
-	url, logPath := startServe(t, bin, state)
+	state := testserver.StateDir(t)
+	key := testserver.NewKey(t, state, "e2b-scenario")
+	srv := testserver.Start(t, state)
+	url := srv.URL
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -69,8 +53,7 @@ func TestE2BSDKScenario(t *testing.T) {
 		t.Log(line)
 	}
 	if err != nil {
-		b, _ := os.ReadFile(logPath)
-		t.Fatalf("e2b scenario failed: %v\nserver log:\n%s", err, b)
+		t.Fatalf("e2b scenario failed: %v", err) // the server's log follows (testserver)
 	}
 	if m := regexp.MustCompile(`(?m)^SKIPPED: (.*)$`).FindStringSubmatch(buf.String()); m != nil {
 		var skipped []string
@@ -99,54 +82,8 @@ func TestE2BSDKScenario(t *testing.T) {
 	}
 }
 
-// startServe runs `airlock serve` on a free loopback port until the test
-// ends and returns its URL and the path of its log.
-func startServe(t *testing.T, bin, state string) (string, string) {
-	t.Helper()
-	logPath := filepath.Join(state, "server.log")
-	logf, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logf.Close()
-	cmd := exec.Command(bin, "serve", "--listen", "127.0.0.1:0", "--state-dir", state)
-	cmd.Stderr = logf
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			cmd.Process.Kill()
-			<-done
-		}
-	})
-	urlc := make(chan string, 1)
-	go func() {
-		re := regexp.MustCompile(`listening on (http://\S+)`)
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if m := re.FindStringSubmatch(sc.Text()); m != nil {
-				urlc <- m[1]
-			}
-		}
-	}()
-	select {
-	case u := <-urlc:
-		return u, logPath
-	case <-done:
-		b, _ := os.ReadFile(logPath)
-		t.Fatalf("airlock serve exited: %s", b)
-	case <-time.After(30 * time.Second):
-		t.Fatal("airlock serve did not start")
-	}
-	return "", ""
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testserver.Cleanup()
+	os.Exit(code)
 }

@@ -11,44 +11,20 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"airlock/agent"
 	"airlock/manager"
 	"airlock/store"
-)
 
-var (
-	agentOnce sync.Once
-	agentBin  string
-	agentErr  error
+	"airlock/internal/testserver"
 )
 
 // airlockBinary builds the airlock binary (the sandboxes' agent) once.
-func airlockBinary(t *testing.T) string {
-	t.Helper()
-	agentOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "e2b-bin")
-		if err != nil {
-			agentErr = err
-			return
-		}
-		agentBin = filepath.Join(dir, "airlock")
-		if out, err := exec.Command("go", "build", "-o", agentBin, "airlock/cmd/airlock").CombinedOutput(); err != nil {
-			agentErr = err
-			agentBin = string(out)
-		}
-	})
-	if agentErr != nil {
-		t.Fatalf("go build: %v\n%s", agentErr, agentBin)
-	}
-	return agentBin
-}
+func airlockBinary(t *testing.T) string { return testserver.Binary(t) }
 
 // env is an E2B handler over a real manager, served by httptest.
 type env struct {

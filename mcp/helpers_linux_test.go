@@ -2,78 +2,34 @@ package mcp_test
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"airlock/internal/testserver"
 	"airlock/manager"
 	"airlock/mcp"
 	"airlock/store"
 )
 
-var (
-	buildOnce sync.Once
-	binDir    string
-	binPath   string
-	buildErr  error
-)
-
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if binDir != "" {
-		os.RemoveAll(binDir)
-	}
+	testserver.Cleanup()
 	os.Exit(code)
 }
 
-// airlockBin builds the airlock binary once per test binary: the agent of
-// in-process managers, and the program of the end-to-end tests.
-func airlockBin(t testing.TB) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		binDir, buildErr = os.MkdirTemp("", "airlock-mcp-bin")
-		if buildErr != nil {
-			return
-		}
-		binPath = filepath.Join(binDir, "airlock")
-		cmd := exec.Command("go", "build", "-o", binPath, "airlock/cmd/airlock")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
-}
-
-func needRoot(t testing.TB) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (cgroups, uid ranges); CI runs as root")
-	}
-}
-
-// shortDir returns a short temporary directory: agent socket paths under a
-// state dir must fit in 108 bytes.
-func shortDir(t testing.TB) string {
-	t.Helper()
-	d, err := os.MkdirTemp("", "alm")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(d) })
-	return d
-}
+// The shared end-to-end helpers (internal/testserver), under this
+// package's names. The binary is also the agent of in-process managers.
+var (
+	airlockBin = testserver.Binary
+	needRoot   = testserver.NeedRoot
+	shortDir   = testserver.StateDir
+)
 
 // env is an in-process manager and MCP service.
 type env struct {

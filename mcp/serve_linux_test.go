@@ -1,94 +1,30 @@
 package mcp_test
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"regexp"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
+	"airlock/internal/testserver"
 	"airlock/store"
 )
 
 // served is a running `airlock serve`.
-type served struct {
-	URL, State string
-	cmd        *exec.Cmd
-	done       chan struct{}
-}
+type served struct{ *testserver.Server }
 
 // startServe runs airlock serve on a free loopback port.
 func startServe(t testing.TB, args ...string) *served {
 	t.Helper()
 	needRoot(t)
-	state := shortDir(t)
-	cmd := exec.Command(airlockBin(t), append([]string{"serve", "--listen", "127.0.0.1:0", "--state-dir", state}, args...)...)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	logPath := filepath.Join(state, "server.log")
-	logf, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	logf.Close()
-	s := &served{State: state, cmd: cmd, done: make(chan struct{})}
-	urlc := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		re := regexp.MustCompile(`listening on (http://\S+)`)
-		for sc.Scan() {
-			if m := re.FindStringSubmatch(sc.Text()); m != nil {
-				urlc <- m[1]
-			}
-		}
-	}()
-	go func() { cmd.Wait(); close(s.done) }()
-	select {
-	case s.URL = <-urlc:
-	case <-s.done:
-		b, _ := os.ReadFile(logPath)
-		t.Fatalf("airlock serve exited: %s", b)
-	case <-time.After(30 * time.Second):
-		t.Fatal("airlock serve did not start")
-	}
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-s.done:
-		case <-time.After(30 * time.Second):
-			cmd.Process.Kill()
-			<-s.done
-		}
-		if t.Failed() {
-			b, _ := os.ReadFile(logPath)
-			t.Logf("airlock serve log:\n%s", b)
-		}
-	})
-	return s
+	return &served{testserver.Start(t, shortDir(t), args...)}
 }
 
 // newKey creates an API key with `airlock keys create`.
 func (s *served) newKey(t testing.TB, name string) string {
-	t.Helper()
-	out, err := exec.Command(airlockBin(t), "keys", "create", "--name", name, "--state-dir", s.State).Output()
-	if err != nil {
-		t.Fatalf("keys create: %v", err)
-	}
-	return strings.TrimSpace(string(out))
+	return testserver.NewKey(t, s.State, name)
 }
 
 // sandboxState asks the API for a sandbox's state.

@@ -1,159 +1,48 @@
 package server_test
 
 import (
-	"bufio"
 	"context"
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"airlock/client"
+	"airlock/internal/testserver"
 	"airlock/store"
-)
-
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-	binDir    string
 )
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if binDir != "" {
-		os.RemoveAll(binDir)
-	}
+	testserver.Cleanup()
 	os.Exit(code)
 }
 
-// airlockBin builds the airlock binary once per test binary.
-func airlockBin(t testing.TB) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		binDir, buildErr = os.MkdirTemp("", "airlock-e2e-bin")
-		if buildErr != nil {
-			return
-		}
-		binPath = filepath.Join(binDir, "airlock")
-		out, err := exec.Command("go", "build", "-o", binPath, "airlock/cmd/airlock").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
-}
-
-func needRoot(t testing.TB) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (cgroups, uid ranges); CI runs as root")
-	}
-}
-
-// stateDir returns a short state dir (agent socket paths must fit in 108 bytes).
-func stateDir(t testing.TB) string {
-	t.Helper()
-	d, err := os.MkdirTemp("", "al")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(d) })
-	return d
-}
+// The shared end-to-end helpers (internal/testserver), under this
+// package's names.
+var (
+	airlockBin = testserver.Binary
+	needRoot   = testserver.NeedRoot
+	stateDir   = testserver.StateDir
+)
 
 // srv is a running `airlock serve`.
-type srv struct {
-	cmd   *exec.Cmd
-	URL   string
-	State string
-	done  chan struct{}
-}
+type srv struct{ *testserver.Server }
 
 // startServer runs airlock serve on a free loopback port.
 func startServer(t testing.TB, state string, args ...string) *srv {
-	t.Helper()
-	bin := airlockBin(t)
-	all := append([]string{"serve", "--listen", "127.0.0.1:0", "--state-dir", state}, args...)
-	cmd := exec.Command(bin, all...)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	logf, err := os.OpenFile(filepath.Join(state, "server.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	logf.Close()
-	s := &srv{cmd: cmd, State: state, done: make(chan struct{})}
-	urlc := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		re := regexp.MustCompile(`listening on (http://\S+)`)
-		for sc.Scan() {
-			if m := re.FindStringSubmatch(sc.Text()); m != nil {
-				urlc <- m[1]
-			}
-		}
-	}()
-	go func() { cmd.Wait(); close(s.done) }()
-	select {
-	case s.URL = <-urlc:
-	case <-s.done:
-		b, _ := os.ReadFile(filepath.Join(state, "server.log"))
-		t.Fatalf("airlock serve exited: %s", b)
-	case <-time.After(30 * time.Second):
-		t.Fatal("airlock serve did not start")
-	}
-	t.Cleanup(func() { s.stop(t) })
-	return s
+	return &srv{testserver.Start(t, state, args...)}
 }
 
-// stop terminates the server gracefully (it kills its sandboxes).
-func (s *srv) stop(t testing.TB) {
-	select {
-	case <-s.done:
-		return
-	default:
-	}
-	s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-s.done:
-	case <-time.After(30 * time.Second):
-		s.cmd.Process.Kill()
-		<-s.done
-	}
-}
-
-// crash SIGKILLs the server.
-func (s *srv) crash() {
-	s.cmd.Process.Kill()
-	<-s.done
-}
+func (s *srv) stop(testing.TB) { s.Stop() }
+func (s *srv) crash()          { s.Crash() }
 
 // newKey creates an API key with `airlock keys create`.
 func newKey(t testing.TB, state, name string, extra ...string) string {
 	t.Helper()
-	args := append([]string{"keys", "create", "--name", name, "--state-dir", state}, extra...)
-	out, err := exec.Command(airlockBin(t), args...).Output()
-	if err != nil {
-		t.Fatalf("keys create: %v", err)
-	}
-	secret := strings.TrimSpace(string(out))
+	secret := testserver.NewKey(t, state, name, extra...)
 	if !strings.HasPrefix(secret, "al_") {
 		t.Fatalf("keys create printed %q", secret)
 	}

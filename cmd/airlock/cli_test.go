@@ -4,40 +4,15 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
-)
 
-var (
-	binOnce sync.Once
-	binPath string
-	binErr  error
+	"airlock/internal/testserver"
 )
 
 // airlockBin builds the CLI once per test binary.
-func airlockBin(t *testing.T) string {
-	t.Helper()
-	binOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "airlock-cli-test-")
-		if err != nil {
-			binErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "airlock")
-		if out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput(); err != nil {
-			binErr = err
-			t.Logf("%s", out)
-		}
-		os.Chmod(dir, 0o755)
-	})
-	if binErr != nil {
-		t.Fatal(binErr)
-	}
-	return binPath
-}
+func airlockBin(t *testing.T) string { return testserver.Binary(t) }
 
 func runCLI(t *testing.T, cred *syscall.Credential, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
@@ -159,4 +134,10 @@ func TestDoctor(t *testing.T) {
 	if code != 0 {
 		t.Errorf("doctor exit %d on a host that supports strict: %q %q", code, out, errOut)
 	}
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testserver.Cleanup()
+	os.Exit(code)
 }

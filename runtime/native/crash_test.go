@@ -6,40 +6,16 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"airlock/runtime/native/cgroups"
-)
 
-var (
-	cliOnce sync.Once
-	cliPath string
-	cliErr  error
+	"airlock/internal/testserver"
 )
 
 // airlockCLI builds the airlock binary once per test binary.
-func airlockCLI(t *testing.T) string {
-	t.Helper()
-	cliOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "airlock-cli-")
-		if err != nil {
-			cliErr = err
-			return
-		}
-		cliPath = filepath.Join(dir, "airlock")
-		out, err := exec.Command("go", "build", "-o", cliPath, "airlock/cmd/airlock").CombinedOutput()
-		if err != nil {
-			cliErr = err
-			t.Logf("%s", out)
-		}
-	})
-	if cliErr != nil {
-		t.Fatal(cliErr)
-	}
-	return cliPath
-}
+func airlockCLI(t *testing.T) string { return testserver.Binary(t) }
 
 func cgroupDirs(t *testing.T, marker string) []string {
 	info := cgroups.Detect()
@@ -102,4 +78,10 @@ func countProcesses(marker string) int {
 		}
 	}
 	return n
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testserver.Cleanup()
+	os.Exit(code)
 }
