@@ -73,9 +73,9 @@ func doctor() (rt.Enforced, bool) {
 		out = append(out, rt.Layer{Name: "sandbox", State: rt.StateOK, Detail: fmt.Sprintf("strict sandbox ran /bin/true in %.1f ms", res.WallMS)})
 	}
 	if path, err := exec.LookPath("runsc"); err == nil {
-		out = append(out, rt.Layer{Name: "runsc", State: rt.StateOK, Detail: path + " (gVisor tier available)"})
+		out = append(out, rt.Layer{Name: "runsc", State: rt.StateOK, Detail: path + " found (used by airlock bench; a gVisor runtime tier is not implemented yet)"})
 	} else {
-		out = append(out, rt.Layer{Name: "runsc", State: rt.StateMissing, Detail: "not on PATH (optional gVisor tier)"})
+		out = append(out, rt.Layer{Name: "runsc", State: rt.StateMissing, Detail: "not on PATH (optional: airlock bench compares against it)"})
 	}
 	return out, ok
 }

@@ -204,7 +204,7 @@ func Start(cfg Config) (*Sandbox, error) {
 	enforced := rt.Enforced{
 		{Name: "userns", State: rt.StateOK, Detail: ids.desc},
 		{Name: "pidns", State: rt.StateOK},
-		{Name: "mountns", State: rt.StateOK, Detail: "pivot_root onto a read-only tmpfs, old root detached"},
+		{Name: "mountns", State: rt.StateOK, Detail: "pivot_root onto a read-only root (a template directory bound onto itself), old root detached"},
 		{Name: "netns", State: rt.StateOK, Detail: "empty (loopback only)"},
 		{Name: "ipcns", State: rt.StateOK},
 		{Name: "utsns", State: rt.StateOK},
