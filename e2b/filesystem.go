@@ -50,11 +50,8 @@ func entryFor(fi agent.FileInfo) entryInfo {
 }
 
 func (h *Handler) fsStat(ctx context.Context, c *rpcCall, b *boxState, body []byte) (any, error) {
-	if e := rpcUser(c.r); e != nil {
-		return nil, e
-	}
-	var req pathRequest
-	if err := decodeMessage(body, &req); err != nil {
+	req, err := rpcRequest[pathRequest](c, body)
+	if err != nil {
 		return nil, err
 	}
 	p, cerr := fileTarget(req.Path)
@@ -70,11 +67,8 @@ func (h *Handler) fsStat(ctx context.Context, c *rpcCall, b *boxState, body []by
 }
 
 func (h *Handler) fsListDir(ctx context.Context, c *rpcCall, b *boxState, body []byte) (any, error) {
-	if e := rpcUser(c.r); e != nil {
-		return nil, e
-	}
-	var req listDirRequest
-	if err := decodeMessage(body, &req); err != nil {
+	req, err := rpcRequest[listDirRequest](c, body)
+	if err != nil {
 		return nil, err
 	}
 	p, cerr := fileTarget(req.Path)
@@ -100,11 +94,8 @@ func (h *Handler) fsListDir(ctx context.Context, c *rpcCall, b *boxState, body [
 }
 
 func (h *Handler) fsMakeDir(ctx context.Context, c *rpcCall, b *boxState, body []byte) (any, error) {
-	if e := rpcUser(c.r); e != nil {
-		return nil, e
-	}
-	var req pathRequest
-	if err := decodeMessage(body, &req); err != nil {
+	req, err := rpcRequest[pathRequest](c, body)
+	if err != nil {
 		return nil, err
 	}
 	p, cerr := fileTarget(req.Path)
@@ -129,11 +120,8 @@ func (h *Handler) fsMakeDir(ctx context.Context, c *rpcCall, b *boxState, body [
 }
 
 func (h *Handler) fsMove(ctx context.Context, c *rpcCall, b *boxState, body []byte) (any, error) {
-	if e := rpcUser(c.r); e != nil {
-		return nil, e
-	}
-	var req moveRequest
-	if err := decodeMessage(body, &req); err != nil {
+	req, err := rpcRequest[moveRequest](c, body)
+	if err != nil {
 		return nil, err
 	}
 	from, cerr := fileTarget(req.Source)
@@ -166,11 +154,8 @@ func (h *Handler) fsMove(ctx context.Context, c *rpcCall, b *boxState, body []by
 }
 
 func (h *Handler) fsRemove(ctx context.Context, c *rpcCall, b *boxState, body []byte) (any, error) {
-	if e := rpcUser(c.r); e != nil {
-		return nil, e
-	}
-	var req pathRequest
-	if err := decodeMessage(body, &req); err != nil {
+	req, err := rpcRequest[pathRequest](c, body)
+	if err != nil {
 		return nil, err
 	}
 	p, cerr := fileTarget(req.Path)
@@ -366,14 +351,11 @@ func (h *Handler) fsWatchDir(ctx context.Context, c *rpcCall, b *boxState, body 
 }
 
 func (h *Handler) fsCreateWatcher(ctx context.Context, c *rpcCall, b *boxState, body []byte) (any, error) {
-	if e := rpcUser(c.r); e != nil {
-		return nil, e
-	}
-	var req watchRequest
-	if err := decodeMessage(body, &req); err != nil {
+	req, err := rpcRequest[watchRequest](c, body)
+	if err != nil {
 		return nil, err
 	}
-	w, cerr := newWatcher(b.sb.Agent(), &req)
+	w, cerr := newWatcher(b.sb.Agent(), req)
 	if cerr != nil {
 		return nil, cerr
 	}
@@ -480,4 +462,16 @@ func (h *Handler) fsRemoveWatcher(ctx context.Context, b *boxState, body []byte)
 	}
 	w.stop()
 	return &empty{}, nil
+}
+
+// rpcRequest checks the caller's user name and decodes an RPC's message.
+func rpcRequest[T any](c *rpcCall, body []byte) (*T, error) {
+	if e := rpcUser(c.r); e != nil {
+		return nil, e
+	}
+	req := new(T)
+	if err := decodeMessage(body, req); err != nil {
+		return nil, err
+	}
+	return req, nil
 }
