@@ -235,6 +235,16 @@ func (p *Policy) Validate() error {
 			bad("env %q: want KEY=VALUE", kv)
 		}
 	}
+	fs := &p.Filesystem
+	paths := append(append(append([]string{fs.Workspace, fs.Workdir}, fs.ReadOnly...), fs.EtcFiles...), fs.Hidden...)
+	for _, m := range fs.Mounts {
+		paths = append(paths, m.Source, m.Target)
+	}
+	for _, s := range append(paths, p.User.Name, p.User.Home, p.User.Hostname) {
+		if strings.IndexByte(s, 0) >= 0 {
+			bad("path or name %q contains a NUL byte", s)
+		}
+	}
 	if p.User.UID < 0 || p.User.UID > 65535 || p.User.GID < 0 || p.User.GID > 65535 {
 		bad("user: uid and gid must be in [0, 65535]")
 	}

@@ -44,6 +44,8 @@ func TestValidateRejects(t *testing.T) {
 		"env nul":    func(p *Policy) { p.Env = append(p.Env, "A=b\x00c") },
 		"user range": func(p *Policy) { p.User.UID = 70000 },
 		"output":     func(p *Policy) { p.Limits.OutputBytes = 0 },
+		"nul path":   func(p *Policy) { p.Filesystem.Mounts = []Mount{{Source: "/x\x00y", Target: "/data"}} },
+		"nul etc":    func(p *Policy) { p.Filesystem.EtcFiles = append(p.Filesystem.EtcFiles, "/etc/a\x00") },
 	}
 	for name, mod := range cases {
 		p, _ := Preset(Strict)

@@ -49,7 +49,7 @@ type treeBuilder struct {
 func cstr(s string) *byte {
 	p, err := syscall.BytePtrFromString(s)
 	if err != nil {
-		panic(fmt.Sprintf("airlock: path with NUL byte %q", s)) // validated earlier
+		panic(fmt.Sprintf("airlock: path with NUL byte %q", s)) // policy.Validate refuses these
 	}
 	return p
 }
