@@ -192,10 +192,13 @@ func cmdRun(args []string) int {
 		rn.close()
 		return code
 	}
+	// Off the critical path: remove cgroups left by launchers that crashed,
+	// on the other core while this run's sandbox works.
+	swept := make(chan struct{})
+	go func() { _, _ = native.CleanupOrphans(); close(swept) }()
 	res, err := native.Run(ctx, cfg, opts)
 	rn.close()
-	// Off the critical path: remove cgroups left by launchers that crashed.
-	_, _ = native.CleanupOrphans()
+	<-swept
 	if *asJSON {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")
