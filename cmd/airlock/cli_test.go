@@ -2,6 +2,10 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"strings"
@@ -140,4 +144,26 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	testserver.Cleanup()
 	os.Exit(code)
+}
+
+// TestRunNetUnprivileged: the egress proxy works for an ordinary user (the
+// listeners are opened inside the sandbox and passed out; no root needed).
+func TestRunNetUnprivileged(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to switch to an unprivileged user")
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "hello from the host") }))
+	defer srv.Close()
+	port := srv.Listener.Addr().(*net.TCPAddr).Port
+	url := fmt.Sprintf("http://web.test:%d/", port)
+	nobody := &syscall.Credential{Uid: 65534, Gid: 65534}
+	out, errOut, code := runCLI(t, nobody, "run", "--net", "allow:web.test", "--net", "allow:127.0.0.1",
+		"--resolve", "web.test=127.0.0.1", "--", "curl", "-s", url)
+	if code != 0 || out != "hello from the host" {
+		t.Fatalf("allowed: code %d out %q err %q", code, out, errOut)
+	}
+	out, _, _ = runCLI(t, nobody, "run", "--net", "allow:other.test", "--resolve", "web.test=127.0.0.1", "--", "curl", "-s", url)
+	if strings.Contains(out, "hello from the host") {
+		t.Fatalf("a name outside the allowlist was reached: %q", out)
+	}
 }

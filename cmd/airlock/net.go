@@ -257,7 +257,7 @@ func (f *netFlags) setupRunNet(p *policy.Policy, cfg *native.Config, opts *nativ
 		return nil, nil
 	}
 	p.Network = n
-	cfg.ID = native.NewID()
+	cfg.ID = native.NewRunID() // a run- id: swept if this launcher crashes
 	// Denials and failures are printed once, below; the proxy's own log
 	// would repeat them.
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -96,6 +96,14 @@ type plan struct {
 	unshareCg bool
 	noPdeath  bool     // long-lived sandboxes survive a restart of the server
 	ifreqLo   [40]byte // struct ifreq{"lo", IFF_UP} to bring loopback up
+
+	listenAddrs []unix.RawSockaddrInet4 // listeners to open inside and pass to the parent
+	listenFd    int                     // child's end of the socketpair they go through
+	msg         *unix.Msghdr            // one byte plus an SCM_RIGHTS message
+	cmsg        []byte
+	cmsgData    int // offset of the fds in cmsg
+	iovByte     [1]byte
+	iov         unix.Iovec
 }
 
 // Stages reported by the child with its errno. Values >= stageOp index p.ops;
@@ -124,6 +132,7 @@ const (
 	stageSeccomp
 	stageExec
 	stageLoopback
+	stageListen
 	stageOp      uint32 = 1000
 	stageRemount uint32 = 2000
 )
@@ -259,6 +268,33 @@ func forkChild(p *plan) (pid int, err syscall.Errno) {
 	if e1 != 0 {
 		stage = stageLoopback
 		goto fail
+	}
+	// Listeners for the host (the egress proxy): bound here, inside the new
+	// network namespace, and passed to the parent over a socketpair, so it
+	// works without root (a non-root parent may not setns into the netns).
+	if len(p.listenAddrs) > 0 {
+		for i := 0; i < len(p.listenAddrs); i++ {
+			fd, _, e1 = syscall.RawSyscall(syscall.SYS_SOCKET, syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+			if e1 == 0 {
+				_, _, e1 = syscall.RawSyscall(syscall.SYS_BIND, fd, uintptr(unsafe.Pointer(&p.listenAddrs[i])), unsafe.Sizeof(p.listenAddrs[i]))
+			}
+			if e1 == 0 {
+				_, _, e1 = syscall.RawSyscall(syscall.SYS_LISTEN, fd, 128, 0)
+			}
+			if e1 != 0 {
+				stage = stageListen
+				goto fail
+			}
+			*(*int32)(unsafe.Pointer(&p.cmsg[p.cmsgData+4*i])) = int32(fd)
+		}
+		if _, _, e1 = syscall.RawSyscall(syscall.SYS_SENDMSG, uintptr(p.listenFd), uintptr(unsafe.Pointer(p.msg)), 0); e1 != 0 {
+			stage = stageListen
+			goto fail
+		}
+		for i := 0; i < len(p.listenAddrs); i++ {
+			syscall.RawSyscall(syscall.SYS_CLOSE, uintptr(*(*int32)(unsafe.Pointer(&p.cmsg[p.cmsgData+4*i]))), 0, 0)
+		}
+		syscall.RawSyscall(syscall.SYS_CLOSE, uintptr(p.listenFd), 0, 0)
 	}
 	if len(p.hostname) > 0 {
 		if _, _, e1 = syscall.RawSyscall(syscall.SYS_SETHOSTNAME, uintptr(unsafe.Pointer(&p.hostname[0])), uintptr(len(p.hostname)), 0); e1 != 0 {

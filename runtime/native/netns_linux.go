@@ -1,10 +1,13 @@
 package native
 
 import (
+	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"runtime"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -75,4 +78,80 @@ func listenIn(pid int, addrs []string) ([]net.Listener, error) {
 		return nil, r.err
 	}
 	return r.ls, nil
+}
+
+// errNoListeners means the child ended before it sent its listeners.
+var errNoListeners = errors.New("sandbox sent no listeners")
+
+// planListeners prepares the child's part: the addresses (IPv4 loopback
+// host:port only) and the SCM_RIGHTS message the fds travel in.
+func planListeners(pl *plan, addrs []string) error {
+	for _, a := range addrs {
+		ap, err := netip.ParseAddrPort(a)
+		if err != nil || !ap.Addr().Is4() || !ap.Addr().IsLoopback() || ap.Port() == 0 {
+			return fmt.Errorf("listen address %q: want 127.x.y.z:PORT", a)
+		}
+		var sa unix.RawSockaddrInet4
+		sa.Family = unix.AF_INET
+		p := (*[2]byte)(unsafe.Pointer(&sa.Port))
+		p[0], p[1] = byte(ap.Port()>>8), byte(ap.Port())
+		sa.Addr = ap.Addr().As4()
+		pl.listenAddrs = append(pl.listenAddrs, sa)
+	}
+	n := len(pl.listenAddrs)
+	pl.cmsg = make([]byte, unix.CmsgSpace(4*n))
+	h := (*unix.Cmsghdr)(unsafe.Pointer(&pl.cmsg[0]))
+	h.Level, h.Type = unix.SOL_SOCKET, unix.SCM_RIGHTS
+	h.SetLen(unix.CmsgLen(4 * n))
+	pl.cmsgData = unix.CmsgLen(0)
+	pl.iov.Base = &pl.iovByte[0]
+	pl.iov.SetLen(1)
+	pl.msg = &unix.Msghdr{Iov: &pl.iov, Iovlen: 1, Control: &pl.cmsg[0]}
+	pl.msg.SetControllen(len(pl.cmsg))
+	return nil
+}
+
+// recvListeners receives the n listening sockets the child sent on fd.
+func recvListeners(fd, n int) ([]net.Listener, error) {
+	buf := make([]byte, 1)
+	oob := make([]byte, unix.CmsgSpace(4*n))
+	nr, oobn, _, _, err := unix.Recvmsg(fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("receive listeners: %w", err)
+	}
+	if nr == 0 {
+		return nil, errNoListeners
+	}
+	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+	if err != nil || len(msgs) != 1 {
+		return nil, fmt.Errorf("receive listeners: bad control message (%v)", err)
+	}
+	fds, err := unix.ParseUnixRights(&msgs[0])
+	if err != nil {
+		return nil, fmt.Errorf("receive listeners: %w", err)
+	}
+	var ls []net.Listener
+	for i, f := range fds {
+		if i >= n {
+			unix.Close(f)
+			continue
+		}
+		file := os.NewFile(uintptr(f), "sandbox-listener")
+		l, err := net.FileListener(file)
+		file.Close()
+		if err != nil {
+			for _, l := range ls {
+				l.Close()
+			}
+			return nil, fmt.Errorf("receive listeners: %w", err)
+		}
+		ls = append(ls, l)
+	}
+	if len(ls) != n {
+		for _, l := range ls {
+			l.Close()
+		}
+		return nil, fmt.Errorf("receive listeners: got %d of %d", len(ls), n)
+	}
+	return ls, nil
 }

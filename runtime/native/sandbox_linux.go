@@ -312,6 +312,30 @@ func Start(cfg Config) (*Sandbox, error) {
 		return nil, fmt.Errorf("pipe: %w", err)
 	}
 	pl.syncFd, pl.syncWrFd, pl.errFd = syncP[0], syncP[1], errP[1]
+	lsP := [2]int{-1, -1}
+	if len(cfg.Listen) > 0 {
+		if err := planListeners(pl, cfg.Listen); err != nil {
+			unix.Close(syncP[0])
+			unix.Close(syncP[1])
+			unix.Close(errP[0])
+			unix.Close(errP[1])
+			closeAll()
+			destroyGroup(group)
+			return nil, err
+		}
+		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			unix.Close(syncP[0])
+			unix.Close(syncP[1])
+			unix.Close(errP[0])
+			unix.Close(errP[1])
+			closeAll()
+			destroyGroup(group)
+			return nil, fmt.Errorf("socketpair: %w", err)
+		}
+		lsP = fds
+		pl.listenFd = lsP[1]
+	}
 
 	syscall.ForkLock.Lock()
 	pid, errno := forkChild(pl)
@@ -334,6 +358,11 @@ func Start(cfg Config) (*Sandbox, error) {
 
 	fail := func(step string, err error) (*Sandbox, error) {
 		s.closeListeners()
+		for _, fd := range lsP {
+			if fd >= 0 {
+				unix.Close(fd)
+			}
+		}
 		unix.Close(syncP[1])
 		unix.Close(errP[0])
 		proc.Kill()
@@ -349,11 +378,20 @@ func Start(cfg Config) (*Sandbox, error) {
 			return fail("join cgroup", err)
 		}
 	}
-	if s.listeners, err = listenIn(pid, cfg.Listen); err != nil {
-		return fail("listeners", err)
-	}
 	if _, err := unix.Write(syncP[1], []byte{1}); err != nil {
 		return fail("release child", err)
+	}
+	if lsP[0] >= 0 {
+		unix.Close(lsP[1]) // the child has its copy
+		lsP[1] = -1
+		s.listeners, err = recvListeners(lsP[0], len(pl.listenAddrs))
+		unix.Close(lsP[0])
+		lsP[0] = -1
+		if err != nil && !errors.Is(err, errNoListeners) {
+			return fail("listeners", err)
+		}
+		// errNoListeners: the child failed before sending them; its error
+		// follows on the error pipe.
 	}
 	unix.Close(syncP[1])
 	s.Started = time.Now()
@@ -409,7 +447,7 @@ func stageName(st uint32, t *treeBuilder) string {
 		stageSetgid: "setgid", stageSetuid: "setuid", stageCapset: "capset", stageAmbient: "clear ambient capabilities",
 		stagePdeath: "parent-death signal", stageNoNewPrivs: "no_new_privs", stageLandlock: "landlock",
 		stageDup: "stdio", stageCloseRange: "close descriptors", stageChdir: "chdir to workdir",
-		stageSeccomp: "seccomp", stageExec: "execve", stageLoopback: "bring up loopback"}
+		stageSeccomp: "seccomp", stageExec: "execve", stageLoopback: "bring up loopback", stageListen: "open listeners"}
 	if n, ok := names[st]; ok {
 		return n
 	}
