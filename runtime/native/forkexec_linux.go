@@ -97,6 +97,9 @@ type plan struct {
 	noPdeath  bool     // long-lived sandboxes survive a restart of the server
 	ifreqLo   [40]byte // struct ifreq{"lo", IFF_UP} to bring loopback up
 
+	oomPath  *byte  // "/proc/self/oom_score_adj"
+	oomScore []byte // the value written there
+
 	listenAddrs []unix.RawSockaddrInet4 // listeners to open inside and pass to the parent
 	listenFd    int                     // child's end of the socketpair they go through
 	msg         *unix.Msghdr            // one byte plus an SCM_RIGHTS message
@@ -133,6 +136,7 @@ const (
 	stageExec
 	stageLoopback
 	stageListen
+	stageOOMScore
 	stageOp      uint32 = 1000
 	stageRemount uint32 = 2000
 )
@@ -182,6 +186,18 @@ func forkChild(p *plan) (pid int, err syscall.Errno) {
 		goto fail
 	}
 	syscall.RawSyscall(syscall.SYS_CLOSE, uintptr(p.syncFd), 0, 0)
+	// Under host memory pressure the kernel should kill sandboxes before
+	// the server or the host's daemons: raise our OOM score (raising needs
+	// no privilege; children inherit it).
+	fd, _, e1 = syscall.RawSyscall6(syscall.SYS_OPENAT, atFDCWD, uintptr(unsafe.Pointer(p.oomPath)), syscall.O_WRONLY|syscall.O_CLOEXEC, 0, 0, 0)
+	if e1 == 0 {
+		_, _, e1 = syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&p.oomScore[0])), uintptr(len(p.oomScore)))
+		syscall.RawSyscall(syscall.SYS_CLOSE, fd, 0, 0)
+	}
+	if e1 != 0 {
+		stage = stageOOMScore
+		goto fail
+	}
 	if p.unshareCg {
 		if _, _, e1 = syscall.RawSyscall(syscall.SYS_UNSHARE, syscall.CLONE_NEWCGROUP, 0, 0); e1 != 0 {
 			stage = stageCgroupNS

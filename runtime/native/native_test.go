@@ -215,6 +215,9 @@ func TestPrivilegesFromHost(t *testing.T) {
 			t.Errorf("%s = %s, want 0", k, st[k])
 		}
 	}
+	if adj, _ := os.ReadFile(fmt.Sprintf("/proc/%d/oom_score_adj", sb.Pid)); strings.TrimSpace(string(adj)) != strconv.Itoa(native.OOMScoreAdj) {
+		t.Errorf("oom_score_adj = %q, want %d (sandboxes die first under host memory pressure)", adj, native.OOMScoreAdj)
+	}
 	if st["NoNewPrivs"] != "1" {
 		t.Errorf("NoNewPrivs = %s", st["NoNewPrivs"])
 	}

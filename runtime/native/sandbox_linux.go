@@ -10,6 +10,7 @@ import (
 	"os"
 	"path"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -21,6 +22,10 @@ import (
 	"airlock/runtime/native/cgroups"
 	"airlock/runtime/native/seccomp"
 )
+
+// OOMScoreAdj is the oom_score_adj of every sandbox process: when the host
+// runs out of memory, the kernel kills sandboxes before anything else.
+const OOMScoreAdj = 500
 
 // testBreak deliberately disables one layer ("seccomp", "landlock") so
 // tests can show that their assertions fail without it. Only tests set it.
@@ -254,6 +259,7 @@ func Start(cfg Config) (*Sandbox, error) {
 		argv:      cstrs(cfg.Args),
 		envv:      cstrs(p.Env),
 	}
+	pl.oomPath, pl.oomScore = cstr("/proc/self/oom_score_adj"), []byte(strconv.Itoa(OOMScoreAdj))
 	copy(pl.ifreqLo[:], "lo")
 	binary.NativeEndian.PutUint16(pl.ifreqLo[16:], syscall.IFF_UP|syscall.IFF_RUNNING)
 	pl.noPdeath = cfg.SurviveParent
@@ -447,7 +453,7 @@ func stageName(st uint32, t *treeBuilder) string {
 		stageSetgid: "setgid", stageSetuid: "setuid", stageCapset: "capset", stageAmbient: "clear ambient capabilities",
 		stagePdeath: "parent-death signal", stageNoNewPrivs: "no_new_privs", stageLandlock: "landlock",
 		stageDup: "stdio", stageCloseRange: "close descriptors", stageChdir: "chdir to workdir",
-		stageSeccomp: "seccomp", stageExec: "execve", stageLoopback: "bring up loopback", stageListen: "open listeners"}
+		stageSeccomp: "seccomp", stageExec: "execve", stageLoopback: "bring up loopback", stageListen: "open listeners", stageOOMScore: "oom_score_adj"}
 	if n, ok := names[st]; ok {
 		return n
 	}
