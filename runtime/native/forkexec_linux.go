@@ -20,28 +20,16 @@ func runtimeAfterFork()
 //go:linkname runtimeAfterForkInChild syscall.runtime_AfterForkInChild
 func runtimeAfterForkInChild()
 
-// opKind is one set-up step performed in the child before pivot_root.
-type opKind uint8
-
-const (
-	opMkdir   opKind = iota // mkdir(path, mode); EEXIST is fine
-	opFile                  // create path (mode) and write data
-	opMount                 // mount(src, path, fstype, flags, data)
-	opSymlink               // symlink(src, path)
-	opOpenTry               // like opMount but skipped when the source is missing (ENOENT)
-)
-
-// op is a precomputed set-up step. Every pointer is allocated by the parent
-// before fork: the child only reads.
+// op is one mount(src, path, fstype, flags, data) the child performs.
+// Every pointer is allocated by the parent before fork: the child only
+// reads. (Directories and files of the root are made by the parent, in the
+// root template.)
 type op struct {
-	kind   opKind
 	path   *byte
 	src    *byte
 	fstype *byte
 	data   *byte
 	flags  uintptr
-	mode   uint32
-	buf    []byte
 }
 
 // rlimitOp is one prlimit64 call.
@@ -216,30 +204,8 @@ func forkChild(p *plan) (pid int, err syscall.Errno) {
 	}
 	for i := 0; i < len(p.ops); i++ {
 		o := &p.ops[i]
-		switch o.kind {
-		case opMkdir:
-			_, _, e1 = syscall.RawSyscall(syscall.SYS_MKDIR, uintptr(unsafe.Pointer(o.path)), uintptr(o.mode), 0)
-			if e1 == syscall.EEXIST {
-				e1 = 0
-			}
-		case opFile:
-			fd, _, e1 = syscall.RawSyscall6(syscall.SYS_OPENAT, atFDCWD, uintptr(unsafe.Pointer(o.path)),
-				syscall.O_CREAT|syscall.O_WRONLY|syscall.O_TRUNC|syscall.O_CLOEXEC|syscall.O_NOFOLLOW, uintptr(o.mode), 0, 0)
-			if e1 == 0 {
-				if len(o.buf) > 0 {
-					_, _, e1 = syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&o.buf[0])), uintptr(len(o.buf)))
-				}
-				syscall.RawSyscall(syscall.SYS_CLOSE, fd, 0, 0)
-			}
-		case opMount, opOpenTry:
-			_, _, e1 = syscall.RawSyscall6(syscall.SYS_MOUNT, uintptr(unsafe.Pointer(o.src)), uintptr(unsafe.Pointer(o.path)),
-				uintptr(unsafe.Pointer(o.fstype)), o.flags, uintptr(unsafe.Pointer(o.data)), 0)
-			if e1 == syscall.ENOENT && o.kind == opOpenTry {
-				e1 = 0
-			}
-		case opSymlink:
-			_, _, e1 = syscall.RawSyscall(syscall.SYS_SYMLINK, uintptr(unsafe.Pointer(o.src)), uintptr(unsafe.Pointer(o.path)), 0)
-		}
+		_, _, e1 = syscall.RawSyscall6(syscall.SYS_MOUNT, uintptr(unsafe.Pointer(o.src)), uintptr(unsafe.Pointer(o.path)),
+			uintptr(unsafe.Pointer(o.fstype)), o.flags, uintptr(unsafe.Pointer(o.data)), 0)
 		if e1 != 0 {
 			stage = stageOp + uint32(i)
 			goto fail

@@ -20,12 +20,19 @@ import (
 	"airlock/policy"
 )
 
-// opCopy is a skeleton entry copied from the host path of the same name.
-const opCopy opKind = 100
+// skelKind is what a skeleton entry of the root template is.
+type skelKind uint8
+
+const (
+	skelDir     skelKind = iota // a directory (a mount point)
+	skelFile                    // a file with content (or an empty mount point)
+	skelSymlink                 // a symlink
+	skelCopy                    // a copy of the host entry of the same path
+)
 
 // skelEntry is one directory, file, symlink or host copy of a root template.
 type skelEntry struct {
-	kind   opKind // opMkdir, opFile, opSymlink or opCopy
+	kind   skelKind
 	path   string
 	data   []byte
 	target string
@@ -68,21 +75,21 @@ func (t *treeBuilder) mkdirAll(p string) {
 	}
 	t.mkdirAll(path.Dir(p))
 	t.dirs[p] = true
-	t.skel = append(t.skel, skelEntry{kind: opMkdir, path: p, mode: 0o755})
+	t.skel = append(t.skel, skelEntry{kind: skelDir, path: p, mode: 0o755})
 }
 
 func (t *treeBuilder) file(p string, data []byte, mode os.FileMode) {
 	t.mkdirAll(path.Dir(p))
-	t.skel = append(t.skel, skelEntry{kind: opFile, path: p, data: data, mode: mode})
+	t.skel = append(t.skel, skelEntry{kind: skelFile, path: p, data: data, mode: mode})
 }
 
 func (t *treeBuilder) symlink(target, p string) {
 	t.mkdirAll(path.Dir(p))
-	t.skel = append(t.skel, skelEntry{kind: opSymlink, path: p, target: target})
+	t.skel = append(t.skel, skelEntry{kind: skelSymlink, path: p, target: target})
 }
 
 func (t *treeBuilder) mount(src, dst, fstype string, flags uintptr, data string) {
-	o := op{kind: opMount, flags: flags}
+	o := op{flags: flags}
 	if src != "" {
 		o.src = cstr(src)
 	}
@@ -127,7 +134,7 @@ func (t *treeBuilder) bind(src, dst string, writable, dev bool) error {
 	} else {
 		t.file(dst, nil, 0o644)
 	}
-	t.add(op{kind: opMount, src: cstr(src), flags: unix.MS_BIND | unix.MS_REC}, dst, "bind "+src+" at "+dst)
+	t.add(op{src: cstr(src), flags: unix.MS_BIND | unix.MS_REC}, dst, "bind "+src+" at "+dst)
 	want := uintptr(unix.MS_NOSUID)
 	if !dev {
 		want |= unix.MS_NODEV
@@ -141,7 +148,7 @@ func (t *treeBuilder) bind(src, dst string, writable, dev bool) error {
 	if have&want == want {
 		return nil // the bind inherits the source mount's flags: nothing to tighten
 	}
-	t.add(op{kind: opMount, flags: unix.MS_BIND | unix.MS_REMOUNT | want | have}, dst, "remount "+dst)
+	t.add(op{flags: unix.MS_BIND | unix.MS_REMOUNT | want | have}, dst, "remount "+dst)
 	return nil
 }
 
@@ -157,7 +164,7 @@ func (t *treeBuilder) copyEtc(p string) {
 		return // optional
 	}
 	t.mkdirAll(path.Dir(p))
-	t.skel = append(t.skel, skelEntry{kind: opCopy, path: p})
+	t.skel = append(t.skel, skelEntry{kind: skelCopy, path: p})
 }
 
 // hostSig writes a signature of host entry p: its own metadata and, for a
@@ -331,10 +338,10 @@ func buildTree(base string, p *policy.Policy, cfg *Config) (*treeBuilder, error)
 		case err != nil:
 			continue
 		case fi.IsDir():
-			t.add(op{kind: opMount, src: cstr("tmpfs"), fstype: cstr("tmpfs"),
+			t.add(op{src: cstr("tmpfs"), fstype: cstr("tmpfs"),
 				flags: unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC, data: cstr("size=4k,nr_inodes=4")}, h, "hide "+h)
 		default:
-			t.add(op{kind: opMount, src: cstr("/dev/null"), flags: unix.MS_BIND}, h, "hide "+h)
+			t.add(op{src: cstr("/dev/null"), flags: unix.MS_BIND}, h, "hide "+h)
 		}
 	}
 
@@ -348,10 +355,10 @@ func buildTree(base string, p *policy.Policy, cfg *Config) (*treeBuilder, error)
 	for i := range t.ops {
 		t.ops[i].path = cstr(tmpl + t.opPaths[i])
 	}
-	t.ops = append([]op{{kind: opMount, src: cstr(tmpl), path: cstr(tmpl), flags: unix.MS_BIND | unix.MS_REC}}, t.ops...)
+	t.ops = append([]op{{src: cstr(tmpl), path: cstr(tmpl), flags: unix.MS_BIND | unix.MS_REC}}, t.ops...)
 	t.steps = append([]string{"bind root template"}, t.steps...)
 	t.remount = append(t.remount,
-		op{kind: opMount, path: cstr("/"), flags: unix.MS_BIND | unix.MS_REMOUNT | unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV | lockedFlags(tmpl)})
+		op{path: cstr("/"), flags: unix.MS_BIND | unix.MS_REMOUNT | unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV | lockedFlags(tmpl)})
 	t.rsteps = append(t.rsteps, "remount / read-only")
 	return t, nil
 }
@@ -364,7 +371,7 @@ func materialize(base string, skel []skelEntry) (string, error) {
 	for _, e := range skel {
 		fmt.Fprintf(h, "%d\x00%s\x00%s\x00%o\x00%d\x00", e.kind, e.path, e.target, e.mode, len(e.data))
 		h.Write(e.data)
-		if e.kind == opCopy {
+		if e.kind == skelCopy {
 			hostSig(h, e.path)
 		}
 	}
@@ -394,13 +401,13 @@ func materialize(base string, skel []skelEntry) (string, error) {
 	for _, e := range skel {
 		p := filepath.Join(tmp, e.path)
 		switch e.kind {
-		case opCopy:
+		case skelCopy:
 			err = copyHost(e.path, p, &budget)
-		case opMkdir:
+		case skelDir:
 			err = os.Mkdir(p, e.mode)
-		case opFile:
+		case skelFile:
 			err = os.WriteFile(p, e.data, e.mode)
-		case opSymlink:
+		case skelSymlink:
 			err = os.Symlink(e.target, p)
 		}
 		if err != nil && !os.IsExist(err) {
