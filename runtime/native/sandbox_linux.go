@@ -353,6 +353,11 @@ func Start(cfg Config) (*Sandbox, error) {
 	if errno != 0 {
 		unix.Close(syncP[1])
 		unix.Close(errP[0])
+		for _, fd := range lsP {
+			if fd >= 0 {
+				unix.Close(fd)
+			}
+		}
 		destroyGroup(group)
 		if errno == syscall.EPERM || errno == syscall.ENOSPC || errno == syscall.EINVAL {
 			return nil, &SetupError{Step: "clone into new namespaces (user namespaces disabled?)", Err: errno}
