@@ -117,8 +117,10 @@ func (s *session) newRecord(t target, port int, protocol string) *Record {
 }
 
 // connect judges the destination, resolves it, checks every address and
-// dials the first that accepts. On failure it returns the reason, also
-// stored in rec.
+// dials the first that accepts. On failure it returns the reason for the
+// program (a refusal's reason is also rec.Reason; for a failure to resolve
+// or connect, rec.Reason starts with the allow decision, which the
+// program's message only adds at its end, so it never reads as success).
 func (s *session) connect(t target, port int, rec *Record) (*meteredConn, failure, string) {
 	deny := func(reason string) (*meteredConn, failure, string) {
 		rec.Allowed, rec.Reason = false, reason
@@ -148,7 +150,7 @@ func (s *session) connect(t target, port int, rec *Record) (*meteredConn, failur
 		if err != nil {
 			rec.Allowed = true
 			rec.Reason = fmt.Sprintf("%s; cannot resolve %s: %v", d.Reason, t.name, err)
-			return nil, failResolve, rec.Reason
+			return nil, failResolve, fmt.Sprintf("cannot resolve %s: %v (%s)", t.name, err, d.Reason)
 		}
 		for _, ip := range ips {
 			a, ok := netip.AddrFromSlice(ip)
@@ -183,13 +185,13 @@ func (s *session) connect(t target, port int, rec *Record) (*meteredConn, failur
 			c.Close()
 			s.p.untrack(c)
 			rec.Reason = d.Reason + "; the connection was closed while dialing"
-			return nil, failDial, rec.Reason
+			return nil, failDial, fmt.Sprintf("the connection to %s was closed while dialing (%s)", ap, d.Reason)
 		}
 		rec.Addr = ap.String()
 		return &meteredConn{Conn: c, sb: s.sb}, 0, ""
 	}
 	rec.Reason = fmt.Sprintf("%s; cannot connect: %v", d.Reason, errors.Join(errs...))
-	return nil, failDial, rec.Reason
+	return nil, failDial, fmt.Sprintf("cannot connect to %s: %v (%s)", joinHostPort(t.display(), port), oneLine(errors.Join(errs...)), d.Reason)
 }
 
 // finish completes rec with the bytes counted on up (may be nil) and

@@ -14,9 +14,10 @@
 //     (Policy.CheckIP refuses loopback, private, link-local, metadata and
 //     other special ranges unless the policy names them) and dials exactly
 //     an address it checked, never resolving again;
-//   - refusals carry a reason a program can act on: an HTTP 403 with the
-//     reason as body and in X-Airlock-Deny-Reason, or SOCKS5 reply 0x02
-//     (the reason is then in the log and the Record);
+//   - refusals carry a reason a program can act on: an HTTP 403 whose
+//     status line and body say "airlock: <reason>" (the log's wording is in
+//     X-Airlock-Deny-Reason), or SOCKS5 reply 0x02 (the reason is then in
+//     the log and the Record);
 //   - for hosts with a Secret, the proxy terminates TLS with the sandbox's
 //     own CA (CACertPEM) and adds the header to each request, so the
 //     credential never enters the sandbox; other hosts are tunneled

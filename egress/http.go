@@ -286,15 +286,31 @@ func failStatus(f failure) int {
 }
 
 // writeHTTPError writes a plain-text error response that closes the
-// connection. Refusals carry the reason in X-Airlock-Deny-Reason too.
+// connection. The program sees the reason in the status line (which many
+// clients print, e.g. Python's "Tunnel connection failed: 403 airlock: ...")
+// and in the body, as "airlock: ..." so it cannot read as success; the
+// header X-Airlock-Deny-Reason (refusals) or X-Airlock-Error carries the
+// reason in the network log's wording.
 func writeHTTPError(w io.Writer, status int, reason string) {
 	hdr := "X-Airlock-Error"
 	if status == http.StatusForbidden || status == http.StatusBadRequest || status == http.StatusMisdirectedRequest {
 		hdr = "X-Airlock-Deny-Reason"
 	}
-	body := reason + "\n"
+	msg := clientReason(reason)
+	body := msg + "\n"
 	fmt.Fprintf(w, "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\n%s: %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s",
-		status, http.StatusText(status), hdr, headerSafe(reason), len(body), body)
+		status, headerSafe(msg), hdr, headerSafe(reason), len(body), body)
+}
+
+// clientReason is reason as the program in the sandbox sees it: prefixed
+// "airlock: " instead of the log's "denied: " or "egress: ".
+func clientReason(reason string) string {
+	for _, p := range []string{"denied: ", "egress: ", "airlock: "} {
+		if r, ok := strings.CutPrefix(reason, p); ok {
+			return "airlock: " + r
+		}
+	}
+	return "airlock: " + reason
 }
 
 // headerSafe makes s fit in one header line.

@@ -129,10 +129,12 @@ func TestDenied(t *testing.T) {
 	u := startUpstreams(t)
 	tp := startProxy(t, u, Sandbox{Policy: loopbackOK()})
 	const reason = "denied: denied.test is not in network.allow; add denied.test to network.allow to permit it"
+	// The program sees "airlock: ..." in the status line and the body.
+	const said = "airlock: denied.test is not in network.allow; add denied.test to network.allow to permit it"
 
 	// HTTP absolute URI.
 	status, body, hdr := tp.get(t, nil, fmt.Sprintf("http://denied.test:%d/", u.httpPort))
-	if status != http.StatusForbidden || body != reason+"\n" || hdr.Get("X-Airlock-Deny-Reason") != reason {
+	if status != http.StatusForbidden || body != said+"\n" || hdr.Get("X-Airlock-Deny-Reason") != reason {
 		t.Errorf("HTTP: %d %q %q", status, body, hdr.Get("X-Airlock-Deny-Reason"))
 	}
 	if rec := tp.rec.next(t); rec.Allowed || rec.Reason != reason || rec.Host != "denied.test" || rec.Addr != "" {
@@ -141,8 +143,8 @@ func TestDenied(t *testing.T) {
 
 	// CONNECT.
 	resp, body, _, _ := tp.connectRaw(t, hostPort("denied.test", u.httpsPort))
-	if resp.StatusCode != http.StatusForbidden || body != reason+"\n" || resp.Header.Get("X-Airlock-Deny-Reason") != reason {
-		t.Errorf("CONNECT: %d %q", resp.StatusCode, body)
+	if resp.StatusCode != http.StatusForbidden || resp.Status != "403 "+said || body != said+"\n" || resp.Header.Get("X-Airlock-Deny-Reason") != reason {
+		t.Errorf("CONNECT: %q %q", resp.Status, body)
 	}
 	if rec := tp.rec.next(t); rec.Allowed || rec.Protocol != "connect" || rec.Reason != reason {
 		t.Errorf("CONNECT record %+v", rec)
@@ -150,7 +152,7 @@ func TestDenied(t *testing.T) {
 
 	// The Go client reports the refusal as an error.
 	c, _ := tp.client(t, u.ca.pool)
-	if _, err := c.Get(fmt.Sprintf("https://denied.test:%d/", u.httpsPort)); err == nil || !strings.Contains(err.Error(), "Forbidden") {
+	if _, err := c.Get(fmt.Sprintf("https://denied.test:%d/", u.httpsPort)); err == nil || !strings.Contains(err.Error(), said) {
 		t.Errorf("HTTPS to denied.test: %v", err)
 	}
 	tp.rec.next(t)
@@ -206,7 +208,7 @@ func TestLoopbackNeedsExplicitAllow(t *testing.T) {
 	const reason = "denied: allowed.test resolves to 127.0.0.1, a loopback address; add 127.0.0.1 to network.allow to permit it"
 
 	status, body, _ := tp.get(t, nil, url)
-	if status != http.StatusForbidden || body != reason+"\n" {
+	if status != http.StatusForbidden || body != clientReason(reason)+"\n" {
 		t.Errorf("got %d %q", status, body)
 	}
 	if rec := tp.rec.next(t); rec.Allowed || rec.Reason != reason {
@@ -330,7 +332,7 @@ func TestOnConnectionSeesEveryAttempt(t *testing.T) {
 		t.Fatal(err)
 	}
 	status, body, _ := tp.get(t, nil, "http://unknown.test/")
-	if status != http.StatusBadGateway || !strings.Contains(body, "cannot resolve unknown.test") {
+	if status != http.StatusBadGateway || !strings.HasPrefix(body, "airlock: cannot resolve unknown.test") {
 		t.Errorf("unknown.test: %d %q", status, body)
 	}
 	wants = append(wants, want{"unknown.test", true, "http"})

@@ -98,7 +98,7 @@ func TestCurl(t *testing.T) {
 	// response headers (curl -v) for CONNECT.
 	const reason = "denied: denied.test is not in network.allow; add denied.test to network.allow to permit it"
 	out, errOut, code = curlRun("-x", proxy, "-w", "\n%{http_code}", fmt.Sprintf("http://denied.test:%d/", u.httpPort))
-	if code != 0 || out != reason+"\n\n403" {
+	if code != 0 || out != "airlock: "+strings.TrimPrefix(reason, "denied: ")+"\n\n403" {
 		t.Errorf("curl denied http: exit %d, %q %q", code, out, errOut)
 	}
 	tp.rec.next(t)
@@ -156,7 +156,7 @@ func TestPythonRequests(t *testing.T) {
 		`"http": [200, "hello from allowed.test`,
 		`"https": [200, "hello from plain.test`,
 		`"inject": [200, "authorized\n"]`,
-		`"denied": [403, "denied: denied.test is not in network.allow`,
+		`"denied": [403, "airlock: denied.test is not in network.allow`,
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("python output lacks %q:\n%s", want, out)

@@ -3,6 +3,7 @@ package server_test
 import (
 	"encoding/base64"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -76,12 +77,12 @@ curl -sS -v --cacert /workspace/ca.pem %s 2>&1 | grep -i -e 'x-airlock-deny-reas
 curl -sS -w 'code=%%{http_code}\n' %s`,
 		e.url("http", "other.test", "/"), e.url("https", "other.test", "/"), e.url("http", "blocked.corp.test", "/")))
 	want(t, "refusals", res,
-		"denied: other.test is not in network.allow; add other.test to network.allow to permit it",
+		"airlock: other.test is not in network.allow; add other.test to network.allow to permit it",
 		"code=403",
 		"X-Airlock-Deny-Reason: denied: other.test is not in network.allow",
 		"CONNECT tunnel failed, response 403",
 		// deny wins over the *.corp.test allow entry
-		"denied: blocked.corp.test:"+strconv.Itoa(e.httpPort)+" matches network.deny entry blocked.corp.test (deny wins over allow)")
+		"airlock: blocked.corp.test:"+strconv.Itoa(e.httpPort)+" matches network.deny entry blocked.corp.test (deny wins over allow)")
 	res = e.py(t, sb.ID, socksScriptCall("other.test", e.echoPort, "ping"))
 	want(t, "socks5 refusal", res, "socks-reply 2")
 	res = e.py(t, sb.ID, fmt.Sprintf(`
@@ -94,8 +95,41 @@ import requests
 r = requests.get(%q, timeout=20)
 print(r.status_code, r.text.strip())
 `, e.url("http", "other.test", "/"), e.url("http", "blocked.corp.test", "/")))
-	want(t, "python refusals", res, "403 denied: other.test is not in network.allow",
-		"403 denied: blocked.corp.test:"+strconv.Itoa(e.httpPort)+" matches network.deny entry")
+	want(t, "python refusals", res, "403 airlock: other.test is not in network.allow",
+		"403 airlock: blocked.corp.test:"+strconv.Itoa(e.httpPort)+" matches network.deny entry")
+
+	// The reason reaches programs that only print the proxy's status line
+	// for a refused CONNECT (pip, requests, urllib over HTTPS), and a
+	// destination that is allowed but refuses the connection gets a 502
+	// whose body says so instead of starting with "allowed: ...".
+	closed := listenLocal(t)
+	closedPort := closed.Addr().(*net.TCPAddr).Port
+	closed.Close()
+	res = e.py(t, sb.ID, fmt.Sprintf(`
+import urllib.request, urllib.error, requests
+try:
+    urllib.request.urlopen(%q, timeout=20)
+except urllib.error.URLError as err:
+    print("urllib:", err)
+try:
+    requests.get(%q, timeout=20)
+except requests.exceptions.ProxyError as err:
+    print("requests:", err)
+try:
+    urllib.request.urlopen("http://web.test:%d/", timeout=20)
+except urllib.error.HTTPError as err:
+    print("closed:", err.code, err.read().decode().strip())
+`, e.url("https", "other.test", "/"), e.url("https", "other.test", "/"), closedPort))
+	const otherTLS = "other.test"
+	want(t, "CONNECT refusal in the program's error", res,
+		"urllib: <urlopen error Tunnel connection failed: 403 airlock: "+otherTLS+" is not in network.allow; add "+otherTLS+" to network.allow",
+		"requests: ", "Tunnel connection failed: 403 airlock: "+otherTLS+" is not in network.allow",
+		"closed: 502 airlock: cannot connect to web.test:"+strconv.Itoa(closedPort)+": ")
+	if strings.Contains(res.Stdout, "closed: 502 allowed") {
+		t.Errorf("a 502 body reads as success:\n%s", res.Stdout)
+	}
+	res = e.sh(t, sb.ID, "curl -sS -v --cacert /workspace/ca.pem "+e.url("https", "other.test", "/")+" 2>&1 | grep '< HTTP/'")
+	want(t, "curl -v status line", res, "< HTTP/1.1 403 airlock: "+otherTLS+" is not in network.allow")
 
 	// Every attempt is in the log.
 	e.waitLog(t, sb.ID, "every attempt in the network log", func(log []client.Connection) bool {
@@ -113,7 +147,7 @@ print(r.status_code, r.text.strip())
 		t.Fatal(err)
 	}
 	for _, c := range log {
-		if c.Allowed && c.BytesDown == 0 {
+		if c.Allowed && c.BytesDown == 0 && !strings.Contains(c.Reason, "cannot connect") {
 			t.Errorf("allowed connection with no bytes received: %+v", c)
 		}
 		if c.Time.IsZero() || c.Reason == "" {
