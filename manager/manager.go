@@ -693,7 +693,9 @@ func (m *Manager) Close() error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			m.finish(sb, store.StateKilled, "server shut down")
+			if m.finish(sb, store.StateKilled, "server shut down") {
+				m.Audit(context.Background(), "", sb.ID, store.ActionSandboxKill, map[string]string{"reason": "shutdown"})
+			}
 		}()
 	}
 	wg.Wait()

@@ -17,9 +17,9 @@ import (
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
-	"golang.org/x/sys/unix"
 
 	"airlock/egress"
+	"airlock/internal/statelock"
 	"airlock/manager"
 	"airlock/mcp"
 	"airlock/policy"
@@ -264,17 +264,13 @@ func lockStateSlot(base string) (string, func(), error) {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return "", nil, fmt.Errorf("state dir: %w", err)
 		}
-		lf, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_RDWR|os.O_CREATE, 0o600)
-		if err != nil {
-			return "", nil, fmt.Errorf("state dir: %w", err)
-		}
-		err = unix.Flock(int(lf.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		l, err := statelock.Acquire(dir)
 		if err == nil {
-			return dir, func() { lf.Close() }, nil
+			return dir, l.Release, nil
 		}
-		lf.Close()
-		if !errors.Is(err, unix.EWOULDBLOCK) {
-			return "", nil, fmt.Errorf("lock %s: %w", dir, err)
+		var held *statelock.HeldError
+		if !errors.As(err, &held) {
+			return "", nil, err
 		}
 	}
 	return "", nil, fmt.Errorf("state dir %s: 256 airlock mcp servers are running already", base)

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"airlock/internal/statelock"
 	"airlock/manager"
 	rt "airlock/runtime"
 	"airlock/runtime/native/cgroups"
@@ -90,6 +91,18 @@ func cmdServe(args []string) int {
 		fmt.Fprintf(os.Stderr, "airlock serve: locate own binary: %v\n", err)
 		return 1
 	}
+	// One server per state directory: a second one would reattach (and
+	// break) the first one's sandboxes.
+	if err := os.MkdirAll(*stateDir, 0o700); err != nil {
+		fmt.Fprintf(os.Stderr, "airlock serve: %v\n", err)
+		return 1
+	}
+	lock, err := statelock.Acquire(*stateDir)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "airlock serve: %v\n", err)
+		return 1
+	}
+	defer lock.Release()
 	st, err := store.Open(*stateDir)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "airlock serve: %v\n", err)
