@@ -130,7 +130,7 @@ func Preset(name Profile) (Policy, error) {
 			EtcFiles: []string{
 				"/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/localtime", "/etc/nsswitch.conf",
 				"/etc/ssl/certs/ca-certificates.crt", "/etc/alternatives", "/etc/mime.types",
-				"/etc/matplotlibrc", "/etc/python3", "/etc/python3.11", "/etc/fonts",
+				"/etc/matplotlibrc", "/etc/python3", "/etc/python3.11", "/etc/fonts", "/etc/os-release",
 			},
 			Workdir: "/workspace",
 		},
@@ -140,6 +140,8 @@ func Preset(name Profile) (Policy, error) {
 			"HOME=/workspace",
 			"LANG=C.UTF-8",
 			"TMPDIR=/tmp",
+			"USER=user",
+			"LOGNAME=user",
 		},
 		User: User{UID: 1000, GID: 1000, Name: "user", Home: "/workspace", Hostname: "sandbox"},
 	}

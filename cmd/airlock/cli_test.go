@@ -167,3 +167,23 @@ func TestRunNetUnprivileged(t *testing.T) {
 		t.Fatalf("a name outside the allowlist was reached: %q", out)
 	}
 }
+
+// TestSandboxIdentity: inside the sandbox $USER and $LOGNAME name the
+// sandbox user, and /etc/os-release is the host's (programs such as pip and
+// platform.freedesktop_os_release read it).
+func TestSandboxIdentity(t *testing.T) {
+	out, errOut, code := runCLI(t, nil, "run", "--", "sh", "-c", `echo "user=$USER logname=$LOGNAME"; cat /etc/os-release`)
+	if code != 0 {
+		t.Fatalf("code %d err %q", code, errOut)
+	}
+	if !strings.HasPrefix(out, "user=user logname=user\n") {
+		t.Errorf("USER/LOGNAME: %q", out)
+	}
+	host, err := os.ReadFile("/etc/os-release")
+	if err != nil {
+		t.Skipf("the host has no /etc/os-release: %v", err)
+	}
+	if got := strings.SplitN(out, "\n", 2)[1]; got != string(host) {
+		t.Errorf("/etc/os-release inside %q, host's %q", got, host)
+	}
+}
