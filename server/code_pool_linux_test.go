@@ -39,8 +39,10 @@ func TestPooledCreate(t *testing.T) {
 	if sb.Metadata["job"] != "pooled" || sb.ExpiresAt == nil || time.Until(*sb.ExpiresAt) > 121*time.Second {
 		t.Fatalf("pooled sandbox info: %+v", sb)
 	}
-	res := runCell(t, c, sb.ID, client.CodeRequest{Code: "import sys\n('numpy' in sys.modules, 'pandas' in sys.modules, 1 + 1)"})
-	if res.Text != "(True, True, 2)" {
+	// The default context has numpy and pandas imported as np and pd, as
+	// --pool-python says.
+	res := runCell(t, c, sb.ID, client.CodeRequest{Code: "import sys\n('numpy' in sys.modules, 'pandas' in sys.modules, np.__name__, pd.__name__, 1 + 1)"})
+	if res.Text != "(True, True, 'numpy', 'pandas', 2)" {
 		t.Fatalf("warm python context: %+v", res)
 	}
 	// Owned by alice only.
