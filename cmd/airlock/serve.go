@@ -47,7 +47,7 @@ func cmdServe(args []string) int {
 	keep := fs.Bool("keep-on-shutdown", false, "on SIGTERM leave sandboxes running for the next server to reattach (default: kill them)")
 	maxFile := fs.Int64("max-file-bytes", server.MaxFileBody, "largest file upload")
 	poolSize := fs.Int("pool", 0, "ready sandboxes kept warm for creates that ask for no custom limits, env, secrets or network (counted in --max-sandboxes)")
-	poolPython := fs.Bool("pool-python", false, "pooled sandboxes also get a Python context with numpy and pandas imported")
+	poolPython := fs.Bool("pool-python", false, "pooled sandboxes' default Python context has run 'import numpy as np' and 'import pandas as pd' (contexts created later start empty)")
 	var ef egressFlags
 	ef.register(fs)
 	if err := fs.Parse(args); err != nil {
