@@ -8,6 +8,7 @@ import (
 	"database/sql"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -43,6 +44,27 @@ type APIKey struct {
 	// once; 0 means no per-key limit. The store records it; the caller
 	// enforces it (see CountSandboxes).
 	MaxSandboxes int
+	// Limits caps what each sandbox of the key may ask for, below the
+	// server's own ceilings. The store records it; the caller enforces it.
+	Limits KeyLimits
+}
+
+// KeyLimits are per-key maximums on a sandbox's resources. A zero field
+// means the key adds no cap of its own (the server's ceiling applies).
+type KeyLimits struct {
+	MemoryBytes    int64   `json:"memory_bytes,omitempty"`
+	CPUs           float64 `json:"cpus,omitempty"`
+	Pids           int64   `json:"pids,omitempty"`
+	DiskBytes      int64   `json:"disk_bytes,omitempty"`
+	TimeoutSeconds int64   `json:"timeout_s,omitempty"`
+}
+
+// validate refuses negative maximums.
+func (l KeyLimits) validate() error {
+	if l.MemoryBytes < 0 || l.CPUs < 0 || l.Pids < 0 || l.DiskBytes < 0 || l.TimeoutSeconds < 0 {
+		return errors.New("negative limit")
+	}
+	return nil
 }
 
 // cachedKey is a key verified against the database at checked.
@@ -52,14 +74,26 @@ type cachedKey struct {
 	checked time.Time
 }
 
-const sqlKeyByHash = `SELECT id, name, hash, created_at, revoked_at, max_sandboxes FROM api_keys WHERE hash = ?`
+const sqlKeyByHash = `SELECT id, name, hash, created_at, revoked_at, max_sandboxes, max_limits FROM api_keys WHERE hash = ?`
 
 // CreateKey creates an API key and returns it with its secret, formatted
 // "al_" followed by 32 random bytes in unpadded base64url. The secret is not
 // stored and cannot be recovered.
 func (s *Store) CreateKey(ctx context.Context, name string, maxSandboxes int) (*APIKey, string, error) {
+	return s.CreateKeyLimits(ctx, name, maxSandboxes, KeyLimits{})
+}
+
+// CreateKeyLimits is CreateKey with per-sandbox maximums for the key.
+func (s *Store) CreateKeyLimits(ctx context.Context, name string, maxSandboxes int, lim KeyLimits) (*APIKey, string, error) {
 	if maxSandboxes < 0 {
 		return nil, "", fmt.Errorf("store: create key %q: negative sandbox limit %d", name, maxSandboxes)
+	}
+	if err := lim.validate(); err != nil {
+		return nil, "", fmt.Errorf("store: create key %q: %w", name, err)
+	}
+	limJSON, err := json.Marshal(lim)
+	if err != nil {
+		return nil, "", fmt.Errorf("store: create key %q: limits: %w", name, err)
 	}
 	var raw [secretBytes]byte
 	if _, err := rand.Read(raw[:]); err != nil {
@@ -75,11 +109,12 @@ func (s *Store) CreateKey(ctx context.Context, name string, maxSandboxes int) (*
 		Name:         name,
 		CreatedAt:    time.Now().UTC(),
 		MaxSandboxes: maxSandboxes,
+		Limits:       lim,
 	}
 	h := sha256.Sum256([]byte(secret))
 	if _, err := s.w.ExecContext(ctx,
-		`INSERT INTO api_keys (id, name, hash, created_at, max_sandboxes) VALUES (?, ?, ?, ?, ?)`,
-		k.ID, k.Name, h[:], k.CreatedAt.UnixNano(), k.MaxSandboxes); err != nil {
+		`INSERT INTO api_keys (id, name, hash, created_at, max_sandboxes, max_limits) VALUES (?, ?, ?, ?, ?, ?)`,
+		k.ID, k.Name, h[:], k.CreatedAt.UnixNano(), k.MaxSandboxes, string(limJSON)); err != nil {
 		return nil, "", fmt.Errorf("store: create key %q: %w", name, err)
 	}
 	return k, secret, nil
@@ -153,7 +188,7 @@ func (s *Store) Authenticate(ctx context.Context, secret string) (*APIKey, error
 // wrapping ErrNotFound.
 func (s *Store) GetKey(ctx context.Context, id string) (*APIKey, error) {
 	k, _, err := scanKey(s.r.QueryRowContext(ctx,
-		`SELECT id, name, hash, created_at, revoked_at, max_sandboxes FROM api_keys WHERE id = ?`, id))
+		`SELECT id, name, hash, created_at, revoked_at, max_sandboxes, max_limits FROM api_keys WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("store: key %q: %w", id, ErrNotFound)
 	}
@@ -167,7 +202,7 @@ func (s *Store) GetKey(ctx context.Context, id string) (*APIKey, error) {
 // result is never nil.
 func (s *Store) ListKeys(ctx context.Context) ([]*APIKey, error) {
 	rows, err := s.r.QueryContext(ctx,
-		`SELECT id, name, hash, created_at, revoked_at, max_sandboxes FROM api_keys ORDER BY created_at, id`)
+		`SELECT id, name, hash, created_at, revoked_at, max_sandboxes, max_limits FROM api_keys ORDER BY created_at, id`)
 	if err != nil {
 		return nil, fmt.Errorf("store: list keys: %w", err)
 	}
@@ -225,9 +260,13 @@ func scanKey(sc scanner) (*APIKey, []byte, error) {
 		hash    []byte
 		created int64
 		revoked sql.NullInt64
+		limits  string
 	)
-	if err := sc.Scan(&k.ID, &k.Name, &hash, &created, &revoked, &k.MaxSandboxes); err != nil {
+	if err := sc.Scan(&k.ID, &k.Name, &hash, &created, &revoked, &k.MaxSandboxes, &limits); err != nil {
 		return nil, nil, err
+	}
+	if err := json.Unmarshal([]byte(limits), &k.Limits); err != nil {
+		return nil, nil, fmt.Errorf("key %q: decode limits: %w", k.ID, err)
 	}
 	k.CreatedAt = fromNanos(created)
 	if revoked.Valid {

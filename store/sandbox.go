@@ -67,6 +67,9 @@ type Sandbox struct {
 	Runtime json.RawMessage
 	// Cgroup is the name of the sandbox's cgroup.
 	Cgroup string
+	// UIDBase is the first host uid and gid of the sandbox's own id range
+	// (0 when airlock runs unprivileged and maps the caller's uid).
+	UIDBase int
 }
 
 // ListFilter selects sandboxes for ListSandboxes and CountSandboxes. Zero
@@ -91,7 +94,7 @@ type ListFilter struct {
 }
 
 const sandboxCols = `id, owner, profile, template, state, created_at, expires_at,
-	ended_at, end_reason, metadata, policy, init_pid, runtime, cgroup`
+	ended_at, end_reason, metadata, policy, init_pid, runtime, cgroup, uid_base`
 
 // PutSandbox inserts sb, or replaces the stored sandbox with the same ID.
 // If sb.CreatedAt is zero it is set to the current time, in sb too.
@@ -140,15 +143,15 @@ func (s *Store) PutSandbox(ctx context.Context, sb *Sandbox) error {
 	}
 	defer tx.Rollback()
 	if _, err := tx.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxCols+`)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT(id) DO UPDATE SET
 	owner = excluded.owner, profile = excluded.profile, template = excluded.template,
 	state = excluded.state, created_at = excluded.created_at, expires_at = excluded.expires_at,
 	ended_at = excluded.ended_at, end_reason = excluded.end_reason, metadata = excluded.metadata,
 	policy = excluded.policy, init_pid = excluded.init_pid, runtime = excluded.runtime,
-	cgroup = excluded.cgroup`,
+	cgroup = excluded.cgroup, uid_base = excluded.uid_base`,
 		sb.ID, sb.Owner, sb.Profile, sb.Template, sb.State, created, expires,
-		ended, sb.EndReason, string(meta), pol, sb.InitPID, rt, sb.Cgroup); err != nil {
+		ended, sb.EndReason, string(meta), pol, sb.InitPID, rt, sb.Cgroup, sb.UIDBase); err != nil {
 		return fmt.Errorf("store: put sandbox %q: %w", sb.ID, err)
 	}
 	if _, err := tx.ExecContext(ctx, `DELETE FROM sandbox_meta WHERE sandbox_id = ?`, sb.ID); err != nil {
@@ -342,7 +345,7 @@ func scanSandbox(sc scanner) (*Sandbox, error) {
 		policy, rtState sql.NullString
 	)
 	if err := sc.Scan(&sb.ID, &sb.Owner, &sb.Profile, &sb.Template, &sb.State, &created,
-		&expires, &ended, &sb.EndReason, &meta, &policy, &sb.InitPID, &rtState, &sb.Cgroup); err != nil {
+		&expires, &ended, &sb.EndReason, &meta, &policy, &sb.InitPID, &rtState, &sb.Cgroup, &sb.UIDBase); err != nil {
 		return nil, err
 	}
 	sb.CreatedAt = fromNanos(created)
@@ -365,4 +368,26 @@ func scanSandbox(sc scanner) (*Sandbox, error) {
 		sb.Runtime = json.RawMessage(rtState.String)
 	}
 	return &sb, nil
+}
+
+// LiveUIDBases returns the host id ranges (first ids) recorded for running
+// sandboxes. Ranges of ended and lost sandboxes are free again.
+func (s *Store) LiveUIDBases(ctx context.Context) (map[int]bool, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT uid_base FROM sandboxes WHERE state = ? AND uid_base != 0`, StateRunning)
+	if err != nil {
+		return nil, fmt.Errorf("store: live uid ranges: %w", err)
+	}
+	defer rows.Close()
+	out := map[int]bool{}
+	for rows.Next() {
+		var b int
+		if err := rows.Scan(&b); err != nil {
+			return nil, fmt.Errorf("store: live uid ranges: %w", err)
+		}
+		out[b] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: live uid ranges: %w", err)
+	}
+	return out, nil
 }

@@ -95,6 +95,13 @@ CREATE TABLE network_log (
 ) STRICT;
 CREATE INDEX network_log_sandbox ON network_log(sandbox_id, id);
 `,
+	// 2: each sandbox's host uid/gid range (its first id; 0 when airlock is
+	// not root), and per-key ceilings on what a sandbox may ask for (JSON
+	// KeyLimits).
+	`
+ALTER TABLE sandboxes ADD COLUMN uid_base INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE api_keys ADD COLUMN max_limits TEXT NOT NULL DEFAULT '{}';
+`,
 }
 
 // migrate brings the database up to the latest schema version. Each migration runs in its
