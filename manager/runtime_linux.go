@@ -1,7 +1,6 @@
 package manager
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -123,7 +122,7 @@ func adopt(id string, pid int, start uint64) (*adoptedInst, error) {
 func (a *adoptedInst) pid() int              { return a.p }
 func (a *adoptedInst) done() <-chan struct{} { return a.exited }
 func (a *adoptedInst) stats() (cgroups.Stats, error) {
-	return readStats(a.p)
+	return readStats(a.id)
 }
 func (a *adoptedInst) destroy() error {
 	a.once.Do(func() {
@@ -144,49 +143,16 @@ func destroyCgroup(id string) ([]string, error) {
 	return cgroups.CleanupStale(func(name string) bool { return name != id })
 }
 
-// readStats reads v1 or v2 accounting of the cgroup pid is in.
-func readStats(pid int) (cgroups.Stats, error) {
-	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/cgroup")
+// readStats reads the accounting of the sandbox's cgroup, named after
+// its id, as the live instance's Group.Stats does: on a hybrid host the
+// v2 line of /proc/PID/cgroup must not be read as if v2 were mounted at
+// /sys/fs/cgroup.
+func readStats(id string) (cgroups.Stats, error) {
+	g, err := cgroups.Lookup(id)
 	if err != nil {
-		return cgroups.Stats{}, fmt.Errorf("read cgroup of %d: %w", pid, err)
+		return cgroups.Stats{}, err
 	}
-	defer f.Close()
-	var st cgroups.Stats
-	readInt := func(p string) int64 {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return 0
-		}
-		n, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-		return n
-	}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		parts := strings.SplitN(sc.Text(), ":", 3)
-		if len(parts) != 3 {
-			continue
-		}
-		for _, c := range strings.Split(parts[1], ",") {
-			dir := filepath.Join("/sys/fs/cgroup", c, parts[2])
-			switch c {
-			case "memory":
-				st.MemoryBytes = readInt(dir + "/memory.usage_in_bytes")
-				st.PeakMemoryBytes = readInt(dir + "/memory.max_usage_in_bytes")
-			case "pids":
-				st.Pids = readInt(dir + "/pids.current")
-			case "cpuacct":
-				st.CPUTime = time.Duration(readInt(dir + "/cpuacct.usage"))
-			case "":
-				if parts[0] == "0" {
-					dir = filepath.Join("/sys/fs/cgroup", parts[2])
-					st.MemoryBytes = readInt(dir + "/memory.current")
-					st.PeakMemoryBytes = readInt(dir + "/memory.peak")
-					st.Pids = readInt(dir + "/pids.current")
-				}
-			}
-		}
-	}
-	return st, nil
+	return g.Stats()
 }
 
 // sockPath is where the agent of sandbox id listens.

@@ -69,3 +69,41 @@ func TestE2EShutdownKillsAudited(t *testing.T) {
 		t.Fatalf("audit of the shutdown kill of %s: %+v", sb.ID, evs)
 	}
 }
+
+// TestE2EMetricsAfterRestart: a reattached sandbox's metrics come from its
+// cgroup like a fresh one's (memory, peak, pids), not zeros.
+func TestE2EMetricsAfterRestart(t *testing.T) {
+	needRoot(t)
+	state := stateDir(t)
+	key := newKey(t, state, "metrics")
+	s1 := startServer(t, state, "--keep-on-shutdown")
+	c := client.New(s1.URL, key)
+	ctx := ctxT(t)
+	sb, err := c.Create(ctx, client.CreateRequest{Timeout: 600, Profile: "standard"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 32 MiB in the tmpfs workspace is charged to the sandbox's memory.
+	if res, err := c.Exec(ctx, sb.ID, client.ExecRequest{Shell: "head -c 33554432 /dev/zero > big"}); err != nil || res.ExitCode != 0 {
+		t.Fatalf("fill: %+v %v", res, err)
+	}
+	if _, err := c.Start(ctx, sb.ID, client.ExecRequest{Shell: "sleep 600"}); err != nil {
+		t.Fatal(err)
+	}
+	before, err := c.Metrics(ctx, sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s1.stop(t)
+	s2 := startServer(t, state)
+	c = client.New(s2.URL, key)
+	after, err := c.Metrics(ctx, sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []*client.Metrics{before, after} {
+		if m.MemoryBytes < 32<<20 || m.PeakMemoryBytes < m.MemoryBytes || m.Pids < 2 {
+			t.Fatalf("metrics before restart %+v, after %+v: want memory >= 32 MiB, peak >= memory, pids >= 2", before, after)
+		}
+	}
+}

@@ -19,6 +19,9 @@ func Create(name string, l Limits) (*Group, error) {
 	return nil, fmt.Errorf("cgroups: create airlock/%s: %w: cgroups need Linux", name, ErrControllerMissing)
 }
 
+// Lookup always fails outside Linux.
+func Lookup(name string) (*Group, error) { return nil, errNotLinux }
+
 // Add is not supported outside Linux.
 func (g *Group) Add(pid int) error { return errNotLinux }
 

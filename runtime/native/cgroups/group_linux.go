@@ -40,6 +40,20 @@ func Create(name string, l Limits) (*Group, error) {
 	return current().create(name, l)
 }
 
+// Lookup returns the existing group name on this host without creating or
+// changing it: a restarted supervisor reads the Stats of the groups its
+// predecessor created through it.
+func Lookup(name string) (*Group, error) {
+	if err := checkName(name); err != nil {
+		return nil, err
+	}
+	h := current()
+	if h.info.Version == 0 {
+		return nil, fmt.Errorf("cgroups: airlock/%s: no usable cgroups (%s)", name, h.info.Reason)
+	}
+	return h.group(name), nil
+}
+
 func (h *host) create(name string, l Limits) (*Group, error) {
 	if err := checkName(name); err != nil {
 		return nil, err
