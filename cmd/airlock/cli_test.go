@@ -187,3 +187,52 @@ func TestSandboxIdentity(t *testing.T) {
 		t.Errorf("/etc/os-release inside %q, host's %q", got, host)
 	}
 }
+
+// TestDockerFlags: the spellings of Docker and bwrap users work (-e, -v,
+// -w, -i, --rm), and -t/-it get an error that names the missing PTY.
+func TestDockerFlags(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(dir+"/f", []byte("from the host\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := runCLI(t, nil, "run", "--rm", "-i", "-e", "A=1", "-w", "/tmp", "-v", dir+":/data:ro", "--",
+		"sh", "-c", `echo "A=$A"; pwd; cat /data/f`)
+	if code != 0 || out != "A=1\n/tmp\nfrom the host\n" {
+		t.Fatalf("code %d out %q err %q", code, out, errOut)
+	}
+	for _, flag := range []string{"-t", "-it", "-ti"} {
+		_, errOut, code := runCLI(t, nil, "run", flag, "--", "true")
+		if code != exitUsage || !strings.Contains(errOut, "pseudo-terminal") || strings.Contains(errOut, "not defined") {
+			t.Errorf("%s: code %d err %q", flag, code, errOut)
+		}
+	}
+}
+
+// TestHelp: every command's --help exits 0 with its usage on stdout, run's
+// shows each limit's default per profile, and serve's size flags take
+// sizes.
+func TestHelp(t *testing.T) {
+	cases := []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"run", "--help"}, []string{"usage:", "--code", "strict 512M", "strict 1m", "strict 128", "standard 2G", "@FILE"}},
+		{[]string{"doctor", "--help"}, []string{"usage: airlock doctor"}},
+		{[]string{"keys", "--help"}, []string{"airlock keys create"}},
+		{[]string{"serve", "--max-file-bytes", "1G", "--help"}, []string{"usage: airlock serve", "max-file-bytes", "default 256M"}},
+	}
+	for _, c := range cases {
+		out, errOut, code := runCLI(t, nil, c.args...)
+		if code != 0 {
+			t.Errorf("%v: exit %d, stderr %q", c.args, code, errOut)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(out, w) {
+				t.Errorf("%v: stdout lacks %q:\n%s", c.args, w, out)
+			}
+		}
+	}
+	if _, errOut, code := runCLI(t, nil, "serve", "--max-file-bytes", "1X", "--help"); code != exitUsage || !strings.Contains(errOut, "bad size") {
+		t.Errorf("--max-file-bytes 1X: exit %d, stderr %q", code, errOut)
+	}
+}

@@ -35,6 +35,39 @@ func TestRunCode(t *testing.T) {
 	}
 }
 
+// TestRunCodeSources: --code - reads the cell from stdin, --code @FILE
+// from a file, and figures are saved like airlock shell saves them.
+func TestRunCodeSources(t *testing.T) {
+	dir := t.TempDir()
+	run := func(stdin string, args ...string) (string, string) {
+		t.Helper()
+		cmd := exec.Command(airlockBin(t), args...)
+		cmd.Dir = dir
+		cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=/tmp"}
+		cmd.Stdin = strings.NewReader(stdin)
+		var o, e strings.Builder
+		cmd.Stdout, cmd.Stderr = &o, &e
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("%v: %v (stdout %q, stderr %q)", args, err, o.String(), e.String())
+		}
+		return o.String(), e.String()
+	}
+	if out, _ := run("x = 6\nx * 7\n", "run", "--code", "-"); strings.TrimSpace(out) != "42" {
+		t.Errorf("--code -: %q", out)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cell.py"), []byte("import math\nmath.factorial(5)\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, _ := run("", "run", "--code", "@cell.py"); strings.TrimSpace(out) != "120" {
+		t.Errorf("--code @cell.py: %q", out)
+	}
+	out, _ := run("", "run", "--code", "import matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.show()")
+	png, err := os.ReadFile(filepath.Join(dir, "cell-1-1.png"))
+	if err != nil || !strings.HasPrefix(string(png), "\x89PNG") || !strings.Contains(out, "saved to cell-1-1.png") {
+		t.Errorf("figure: %v, %d bytes, output %q", err, len(png), out)
+	}
+}
+
 // TestShell: `airlock shell` against a real server keeps state between
 // blocks read from a pipe, and kills its sandbox at the end.
 func TestShell(t *testing.T) {

@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strings"
@@ -15,12 +17,26 @@ import (
 	"airlock/runtime/native/cgroups"
 )
 
+const doctorUsage = `usage: airlock doctor [--json]
+
+Starts a strict sandbox and reports which isolation layers this host
+enforces; exits 1 when the strict profile cannot be honoured.
+`
+
 // cmdDoctor reports every isolation layer by starting a real strict sandbox
 // and reading back what it enforced.
 func cmdDoctor(args []string) int {
 	fs := flag.NewFlagSet("doctor", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
 	asJSON := fs.Bool("json", false, "print JSON")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(os.Stdout)
+			fmt.Print(doctorUsage)
+			fs.PrintDefaults()
+			return 0
+		}
+		fmt.Fprintf(os.Stderr, "airlock doctor: %v\n%s", err, doctorUsage)
 		return exitUsage
 	}
 	layers, ok := doctor()

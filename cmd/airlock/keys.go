@@ -28,6 +28,10 @@ func cmdKeys(args []string) int {
 		return exitUsage
 	}
 	sub, args := args[0], args[1:]
+	if sub == "-h" || sub == "-help" || sub == "--help" || sub == "help" {
+		fmt.Print(keysUsage)
+		return 0
+	}
 	fs := flag.NewFlagSet("keys "+sub, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	stateDir := fs.String("state-dir", "", "the server's state directory (required)")

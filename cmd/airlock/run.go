@@ -34,20 +34,22 @@ type policyFlags struct {
 	pids                                                       int64
 	mounts, env                                                listFlag
 	allowDegraded                                              bool
+	tty                                                        ttyFlag
 }
 
 func (f *policyFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.profile, "profile", "strict", "policy preset: strict, standard or light")
-	fs.StringVar(&f.memory, "memory", "", "memory limit, e.g. 256M, 1G")
-	fs.StringVar(&f.disk, "disk", "", "size of /workspace and /tmp (each), e.g. 64M")
-	fs.StringVar(&f.output, "output-limit", "", "stdout+stderr bytes before the run is stopped, e.g. 1M")
-	fs.Float64Var(&f.cpus, "cpus", 0, "CPU quota in cores, e.g. 0.5")
-	fs.Int64Var(&f.pids, "pids", 0, "maximum number of processes")
-	fs.StringVar(&f.timeout, "timeout", "", "wall-clock limit, e.g. 10s, 2m")
+	fs.StringVar(&f.profile, "profile", "strict", "policy preset: strict, standard or light (docs/SECURITY.md has a table of what each sets)")
+	fs.StringVar(&f.memory, "memory", "", "memory limit, e.g. 256M, 1G ("+profileDefaults(func(l policy.Limits) string { return formatSize(l.MemoryBytes) })+")")
+	fs.StringVar(&f.disk, "disk", "", "size of /workspace and /tmp (each), e.g. 64M ("+profileDefaults(func(l policy.Limits) string { return formatSize(l.DiskBytes) })+")")
+	fs.StringVar(&f.output, "output-limit", "", "stdout+stderr bytes before the run is stopped, e.g. 1M ("+profileDefaults(func(l policy.Limits) string { return formatSize(l.OutputBytes) })+")")
+	fs.Float64Var(&f.cpus, "cpus", 0, "CPU quota in cores, e.g. 0.5 ("+profileDefaults(func(l policy.Limits) string { return strconv.FormatFloat(l.CPUs, 'g', -1, 64) })+")")
+	fs.Int64Var(&f.pids, "pids", 0, "maximum number of processes ("+profileDefaults(func(l policy.Limits) string { return strconv.FormatInt(l.Pids, 10) })+")")
+	fs.StringVar(&f.timeout, "timeout", "", "wall-clock limit, e.g. 10s, 2m ("+profileDefaults(func(l policy.Limits) string { return durationText(l.WallTime) })+")")
 	fs.Var(&f.mounts, "mount", "bind a host path: SRC:DST[:ro|rw] (repeatable; read-only by default)")
 	fs.StringVar(&f.workdir, "workdir", "", "working directory inside the sandbox (default /workspace)")
 	fs.Var(&f.env, "env", "environment variable KEY=VALUE (repeatable; nothing is inherited from the host)")
 	fs.StringVar(&f.workspace, "workspace", "", "host directory to bind read-write at /workspace (default: a fresh tmpfs)")
+	f.registerDockerFlags(fs)
 	fs.BoolVar(&f.allowDegraded, "allow-degraded", true, "run even when cgroups are unavailable to this user (limits fall back to rlimits; a warning is printed and the result says so); --allow-degraded=false refuses instead")
 }
 
@@ -142,20 +144,32 @@ func cmdRun(args []string) int {
 	var nf netFlags
 	nf.register(fs)
 	asJSON := fs.Bool("json", false, "print one JSON result object instead of streaming output")
-	codeFlag := fs.String("code", "", "run this code cell (see --language) instead of a command; prints its output and the value of its last expression (shell.go)")
+	codeFlag := fs.String("code", "", "run this code cell (see --language) instead of a command: the code itself, - to read it from stdin, or @FILE to read it from a source file such as @analysis.py; prints its output and the value of its last expression, and saves figures to cell-1-N.png in the current directory")
 	langFlag := fs.String("language", "python", "language of --code: python, javascript or bash")
 	interactive := fs.Bool("i", false, "copy a terminal's input to the program (through a pipe: the sandbox never gets the terminal itself)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(os.Stdout)
-			fmt.Println("usage: airlock run [flags] -- CMD [ARGS...]")
+			fmt.Print(runUsage)
 			fs.PrintDefaults()
 			return 0
 		}
 		fmt.Fprintf(os.Stderr, "airlock run: %v\n", err)
 		return exitUsage
 	}
+	if pf.tty {
+		fmt.Fprintf(os.Stderr, "airlock run: %v\n", errNoPTY)
+		return exitUsage
+	}
 	argv := fs.Args()
+	if *codeFlag != "" {
+		code, err := readCode(*codeFlag)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "airlock run: --code: %v\n", err)
+			return exitUsage
+		}
+		*codeFlag = code
+	}
 	if len(argv) == 0 && *codeFlag == "" {
 		fmt.Fprintln(os.Stderr, "airlock run: missing command (usage: airlock run [flags] -- CMD [ARGS...])")
 		return exitUsage
@@ -227,6 +241,50 @@ func cmdRun(args []string) int {
 	}
 	return exitCodeFor(res)
 }
+
+const runUsage = `usage:
+  airlock run [flags] -- CMD [ARGS...]
+  airlock run [flags] --code CODE|-|@FILE [--language python|javascript|bash]
+
+Runs one command (or one code cell) in a fresh sandbox that is removed when
+it ends. Limits left unset take the profile's value, shown as "default" below.
+Docker spellings work too: -e, -v, -w, -i, --rm.
+`
+
+// readCode resolves --code's value: "-" reads stdin, "@FILE" reads a file,
+// anything else is the code itself.
+func readCode(v string) (string, error) {
+	var b []byte
+	var err error
+	switch {
+	case v == "-":
+		b, err = io.ReadAll(io.LimitReader(os.Stdin, maxCodeBytes+1))
+		if err != nil {
+			return "", fmt.Errorf("reading stdin: %w", err)
+		}
+	case strings.HasPrefix(v, "@"):
+		f, err := os.Open(v[1:])
+		if err != nil {
+			return "", err
+		}
+		defer f.Close()
+		if b, err = io.ReadAll(io.LimitReader(f, maxCodeBytes+1)); err != nil {
+			return "", fmt.Errorf("reading %s: %w", v[1:], err)
+		}
+	default:
+		return v, nil
+	}
+	if len(b) > maxCodeBytes {
+		return "", fmt.Errorf("the code is larger than %d bytes", maxCodeBytes)
+	}
+	if len(b) == 0 {
+		return "", errors.New("the code is empty")
+	}
+	return string(b), nil
+}
+
+// maxCodeBytes is what __cell reads from its stdin.
+const maxCodeBytes = 16 << 20
 
 func exitCodeFor(r *native.Result) int {
 	switch r.Status {

@@ -45,7 +45,8 @@ func cmdServe(args []string) int {
 	reap := fs.Duration("reap-interval", time.Second, "how often expired sandboxes are looked for")
 	grace := fs.Duration("agent-grace", 10*time.Minute, "how long a sandbox waits for the server to come back after losing its connection")
 	keep := fs.Bool("keep-on-shutdown", false, "on SIGTERM leave sandboxes running for the next server to reattach (default: kill them)")
-	maxFile := fs.Int64("max-file-bytes", server.MaxFileBody, "largest file upload")
+	maxFile := sizeFlag(server.MaxFileBody)
+	fs.Var(&maxFile, "max-file-bytes", "largest file upload, e.g. 512M, 1G")
 	poolSize := fs.Int("pool", 0, "ready sandboxes kept warm for creates that ask for no custom limits, env, secrets or network (counted in --max-sandboxes)")
 	poolPython := fs.Bool("pool-python", false, "pooled sandboxes' default Python context has run 'import numpy as np' and 'import pandas as pd' (contexts created later start empty)")
 	var ef egressFlags
@@ -123,7 +124,7 @@ func cmdServe(args []string) int {
 		return 1
 	}
 	srv, err := server.New(server.Config{Manager: m, Store: st, NoAuth: *noAuth, Version: version,
-		MaxFileBytes: *maxFile, Layers: func() rt.Enforced { l, _ := doctor(); return l }})
+		MaxFileBytes: int64(maxFile), Layers: func() rt.Enforced { l, _ := doctor(); return l }})
 	if err != nil {
 		m.Close()
 		fmt.Fprintf(os.Stderr, "airlock serve: %v\n", err)

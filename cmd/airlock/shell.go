@@ -49,7 +49,7 @@ func cmdCellInside(args []string) int {
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
-	code, err := io.ReadAll(io.LimitReader(os.Stdin, 16<<20))
+	code, err := io.ReadAll(io.LimitReader(os.Stdin, maxCodeBytes))
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "airlock __cell: reading the code: %v\n", err)
 		return 1
@@ -134,6 +134,10 @@ func runCodeCell(ctx context.Context, cfg native.Config, opts native.RunOptions,
 	} else {
 		os.Stdout.WriteString(out.Stdout)
 		os.Stderr.WriteString(out.Stderr)
+		images := 0
+		for _, r := range out.Results {
+			saveImage(r, 1, &images)
+		}
 		if out.Text != "" {
 			fmt.Println(out.Text)
 		}
@@ -319,25 +323,7 @@ func runShellCell(ctx context.Context, c *client.Client, id, cid, code string, n
 		case "stderr":
 			os.Stderr.WriteString(ev.Text)
 		case "result":
-			saved := false
-			for _, mt := range []string{"image/png", "image/jpeg"} {
-				if b64, has := ev.Data[mt]; has {
-					images++
-					name := fmt.Sprintf("cell-%d-%d.%s", n, images, strings.TrimPrefix(mt, "image/"))
-					b, err := base64.StdEncoding.DecodeString(b64)
-					if err == nil {
-						err = os.WriteFile(name, b, 0o644)
-					}
-					if err != nil {
-						fmt.Fprintf(os.Stderr, "[%s: not saved: %v]\n", mt, err)
-					} else {
-						fmt.Printf("[%s saved to %s, %d bytes]\n", mt, name, len(b))
-					}
-					saved = true
-					break
-				}
-			}
-			if !saved {
+			if !saveImage(ev.Data, n, &images) {
 				if t, has := ev.Data["text/plain"]; has {
 					fmt.Println(t)
 				} else {
@@ -360,4 +346,29 @@ func runShellCell(ctx context.Context, c *client.Client, id, cid, code string, n
 			}
 		}
 	}
+}
+
+// saveImage saves a result's PNG or JPEG, if it has one, to
+// cell-CELL-N.EXT in the current directory (N counts the cell's images),
+// says so on stdout, and reports whether the result was an image.
+func saveImage(data map[string]string, cell int, images *int) bool {
+	for _, mt := range []string{"image/png", "image/jpeg"} {
+		b64, has := data[mt]
+		if !has {
+			continue
+		}
+		*images++
+		name := fmt.Sprintf("cell-%d-%d.%s", cell, *images, strings.TrimPrefix(mt, "image/"))
+		b, err := base64.StdEncoding.DecodeString(b64)
+		if err == nil {
+			err = os.WriteFile(name, b, 0o644)
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "[%s: not saved: %v]\n", mt, err)
+		} else {
+			fmt.Printf("[%s saved to %s, %d bytes]\n", mt, name, len(b))
+		}
+		return true
+	}
+	return false
 }

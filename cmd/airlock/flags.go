@@ -1,0 +1,100 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"airlock/policy"
+)
+
+// sizeFlag is a byte-size flag that takes the same forms as --memory
+// ("512M", "1G", "64k" or plain bytes).
+type sizeFlag int64
+
+func (s *sizeFlag) String() string { return formatSize(int64(*s)) }
+
+// Set parses a size with policy.ParseSize.
+func (s *sizeFlag) Set(v string) error {
+	n, err := policy.ParseSize(v)
+	if err != nil {
+		return err
+	}
+	*s = sizeFlag(n)
+	return nil
+}
+
+// formatSize prints n in the largest binary unit that divides it.
+func formatSize(n int64) string {
+	for _, u := range []struct {
+		s string
+		n int64
+	}{{"T", 1 << 40}, {"G", 1 << 30}, {"M", 1 << 20}, {"K", 1 << 10}} {
+		if n >= u.n && n%u.n == 0 {
+			return strconv.FormatInt(n/u.n, 10) + u.s
+		}
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+// errNoPTY is the answer to -t and -it.
+var errNoPTY = errors.New("-t needs a pseudo-terminal, which airlock does not give sandboxes yet (the sandbox never gets the caller's terminal); use -i to pipe your input to the program")
+
+// ttyFlag is -t (and -it, -ti, which Go's flag package reads as one
+// name): accepted so that Docker users get an answer that names the cause
+// (errNoPTY) instead of "flag provided but not defined".
+type ttyFlag bool
+
+func (t *ttyFlag) String() string   { return "false" }
+func (t *ttyFlag) IsBoolFlag() bool { return true }
+
+// Set records the flag; the command then refuses with errNoPTY.
+func (t *ttyFlag) Set(v string) error {
+	b, err := strconv.ParseBool(v)
+	*t = ttyFlag(b)
+	return err
+}
+
+// registerDockerFlags adds the Docker/bwrap spellings a user is likely
+// to type: -e, -v, -w (short for --env, --mount, --workdir), --rm (the
+// default anyway) and -t/-it/-ti (refused with errNoPTY by the command).
+func (f *policyFlags) registerDockerFlags(fs *flag.FlagSet) {
+	fs.Var(&f.env, "e", "short for --env KEY=VALUE")
+	fs.Var(&f.mounts, "v", "short for --mount SRC:DST[:ro|rw]")
+	fs.StringVar(&f.workdir, "w", "", "short for --workdir DIR")
+	fs.Bool("rm", true, "accepted for Docker users: every sandbox is removed when its command ends")
+	for _, name := range []string{"t", "it", "ti"} {
+		fs.Var(&f.tty, name, "refused: no pseudo-terminal support yet (use -i)")
+	}
+}
+
+// profileDefaults describes a limit's default in each profile, for --help.
+func profileDefaults(f func(policy.Limits) string) string {
+	s := "default: the profile's,"
+	for i, name := range []policy.Profile{policy.Strict, policy.Standard, policy.Light} {
+		p, err := policy.Preset(name)
+		if err != nil {
+			continue
+		}
+		if i > 0 {
+			s += ","
+		}
+		s += fmt.Sprintf(" %s %s", name, f(p.Limits))
+	}
+	return s
+}
+
+// durationText prints d without trailing zero units ("1m", not "1m0s").
+func durationText(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
