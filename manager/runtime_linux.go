@@ -180,14 +180,23 @@ func (m *Manager) start(ctx context.Context, req *CreateRequest, p policy.Policy
 	rec := store.Sandbox{ID: id, Owner: req.Owner, Profile: string(p.Profile), State: store.StateRunning,
 		CreatedAt: time.Now().UTC(), ExpiresAt: time.Now().Add(ttl).UTC(), Metadata: req.Metadata,
 		Policy: pol, Cgroup: id}
+	ids, err := m.leaseIDs(ctx)
+	if err != nil {
+		m.egress.RemoveSandbox(id)
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	rec.UIDBase = ids.base()
 	// Recorded before anything exists on the host, so that a crash at any
 	// later point leaves a record recovery can clean up after.
 	if err := m.st.PutSandbox(ctx, &rec); err != nil {
+		ids.Release()
 		m.egress.RemoveSandbox(id)
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("manager: record sandbox: %w", err)
 	}
 	fail := func(err error) (*Sandbox, error) {
+		ids.Release() // the sandbox's processes are gone by now
 		m.egress.RemoveSandbox(id)
 		os.RemoveAll(dir)
 		m.st.EndSandbox(context.Background(), id, store.StateKilled, "create failed: "+err.Error(), time.Time{})
@@ -229,7 +238,8 @@ func (m *Manager) start(ctx context.Context, req *CreateRequest, p policy.Policy
 		args = append(args, "--grace", m.cfg.AgentGrace.String())
 	}
 	nsb, err := native.Start(native.Config{ID: id, Policy: p, Args: args, Stdin: stdin, Stdout: logf, Stderr: logf,
-		AgentBinary: m.cfg.AgentBinary, AllowDegraded: m.cfg.AllowDegraded, SurviveParent: !connectedMode, Listen: ns.listen})
+		AgentBinary: m.cfg.AgentBinary, AllowDegraded: m.cfg.AllowDegraded, SurviveParent: !connectedMode, Listen: ns.listen,
+		HostIDBase: ids.base()})
 	if err != nil {
 		if hostEnd != nil {
 			hostEnd.Close()
@@ -238,6 +248,10 @@ func (m *Manager) start(ctx context.Context, req *CreateRequest, p policy.Policy
 	}
 	stdin.Close()
 	inst := &nativeInst{sb: nsb}
+	if err := ids.handTo(nsb.Pid); err != nil {
+		inst.destroy()
+		return fail(err)
+	}
 	var conn net.Conn
 	if connectedMode {
 		conn, err = net.FileConn(hostEnd)
@@ -338,6 +352,10 @@ func (m *Manager) reattach(ctx context.Context, rec *store.Sandbox) (*Sandbox, s
 	inst, err := adopt(rec.ID, rs.Pid, rs.StartTime)
 	if err != nil {
 		return nil, "sandbox init is gone: " + err.Error()
+	}
+	if err := reclaimIDs(rec.UIDBase, rs.Pid); err != nil {
+		inst.destroy()
+		return nil, err.Error()
 	}
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()

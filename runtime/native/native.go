@@ -44,6 +44,12 @@ type Config struct {
 	// belong to the caller (Sandbox.Listeners), which serves them from the
 	// host: the egress proxy uses this.
 	Listen []string
+	// HostIDBase is the first host uid and gid of the range (idrange.Size
+	// ids) that sandbox ids 0-65535 map to, leased by the caller for the
+	// sandbox's life. Zero: Start leases a free range itself and frees it
+	// once Wait has returned. Ignored when airlock is not root (the
+	// caller's own uid is then the only id mapped).
+	HostIDBase int
 }
 
 // AgentPath is where AgentBinary appears inside the sandbox.

@@ -184,10 +184,16 @@ func Start(cfg Config) (*Sandbox, error) {
 	if id == "" {
 		id = NewID()
 	}
-	ids, err := mapping(p.User.UID, p.User.GID)
+	ids, lease, err := mapping(cfg.HostIDBase, p.User.UID, p.User.GID, p.Filesystem.Workspace)
 	if err != nil {
 		return nil, err
 	}
+	leaseKept := false // a range leased here is freed on failure, or once the init is reaped
+	defer func() {
+		if !leaseKept {
+			lease.Release()
+		}
+	}()
 	if p.Filesystem.Workspace != "" {
 		if err := prepareWorkspace(p.Filesystem.Workspace, ids); err != nil {
 			return nil, err
@@ -344,7 +350,7 @@ func Start(cfg Config) (*Sandbox, error) {
 	}
 
 	syscall.ForkLock.Lock()
-	pid, errno := forkChild(pl)
+	pid, errno := forkAs(ids, pl)
 	syscall.ForkLock.Unlock()
 	// The parent's copies of the child's ends.
 	unix.Close(syncP[0])
@@ -412,6 +418,7 @@ func Start(cfg Config) (*Sandbox, error) {
 	runtime.KeepAlive(pl)
 	runtime.KeepAlive(filter)
 	if n == 0 {
+		leaseKept = keepLease(s, lease, cfg.SurviveParent)
 		return s, nil // exec succeeded
 	}
 	ce := childError{stage: binary.NativeEndian.Uint32(buf[0:]), errno: binary.NativeEndian.Uint32(buf[4:])}

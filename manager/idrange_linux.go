@@ -1,0 +1,76 @@
+package manager
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"airlock/runtime/native/idrange"
+)
+
+// idLease is a sandbox's host uid/gid range; nil when airlock is not root
+// (the sandbox then maps the server's own uid).
+type idLease struct{ l *idrange.Lease }
+
+// leaseIDs leases a host id range of its own for a new sandbox: host-wide
+// free (no live sandbox of any airlock process holds it) and not recorded
+// for a running sandbox of this store. The server holds the lease until
+// handTo passes it to the sandbox's init.
+func (m *Manager) leaseIDs(ctx context.Context) (*idLease, error) {
+	if os.Geteuid() != 0 {
+		return &idLease{}, nil
+	}
+	pool, err := idrange.Default()
+	if err != nil {
+		return nil, fmt.Errorf("manager: %w", err)
+	}
+	live, err := m.st.LiveUIDBases(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("manager: %w", err)
+	}
+	l, err := pool.Acquire(os.Getpid(), 0, func(base int) bool { return live[base] })
+	if err != nil {
+		return nil, fmt.Errorf("manager: lease a host uid range: %w", err)
+	}
+	return &idLease{l}, nil
+}
+
+// base is the range's first host id, or 0 (unprivileged: native.Start
+// then maps the caller's uid).
+func (i *idLease) base() int {
+	if i.l == nil {
+		return 0
+	}
+	return i.l.Base
+}
+
+// handTo makes the sandbox's init the lease's holder: the range stays
+// taken while the sandbox lives, whether or not this server does.
+func (i *idLease) handTo(pid int) error {
+	if i.l == nil {
+		return nil
+	}
+	if err := i.l.SetHolder(pid); err != nil {
+		return fmt.Errorf("manager: %w", err)
+	}
+	return nil
+}
+
+// Release frees the range; only once the sandbox's processes are gone.
+func (i *idLease) Release() { i.l.Release() }
+
+// reclaimIDs re-takes a reattached sandbox's recorded range for its init,
+// and refuses to reattach a sandbox whose range another live process holds.
+func reclaimIDs(base, pid int) error {
+	if base == 0 || os.Geteuid() != 0 {
+		return nil
+	}
+	pool, err := idrange.Default()
+	if err != nil {
+		return err
+	}
+	if _, err := pool.Claim(base, pid); err != nil {
+		return fmt.Errorf("host uid range: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,319 @@
+// Package idrange hands out host uid/gid ranges to sandboxes, one range of
+// Size ids per live sandbox, host-wide: every airlock process on the host
+// (servers with any state dir, one-shot runs) leases from the same
+// directory, so no two live sandboxes ever share host ids and therefore
+// never share the kernel's per-user limits (inotify instances, pipe
+// buffers, message queues, user namespaces, RLIMIT_NPROC).
+//
+// A lease is a file named after the range's first host id, holding the
+// pid and start time of the process whose life bounds it (a sandbox's
+// init, or the launcher until the init exists). A lease whose holder is
+// gone is free: a crash never leaks a range. Allocation runs under an
+// flock of the directory's lock file; the directory lives on /run, which
+// a reboot empties along with every sandbox.
+package idrange
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Size is the number of uids (and gids) in one range: sandbox ids 0-65535.
+const Size = 65536
+
+// DefaultFirst is the first host id of the first range. It sits far above
+// the ids that useradd and /etc/subuid hand out.
+const DefaultFirst = 1_500_000_000
+
+// maxID is the last host id a range may use (ids up to 2^32-2 are valid;
+// stay below 2^31 so that ids remain positive in every API that uses int32).
+const maxID = 1<<31 - 1
+
+// DefaultDir is where leases live.
+const DefaultDir = "/run/airlock/idranges"
+
+// ErrInUse is returned (wrapped) when a requested range is leased by a live
+// process.
+var ErrInUse = errors.New("host id range in use by another live sandbox")
+
+// Pool allocates ranges first, first+Size, ... up to maxID, with leases in
+// Dir.
+type Pool struct {
+	Dir   string
+	First int
+}
+
+// Default returns the host-wide pool: DefaultDir, and the first id from
+// AIRLOCK_UID_BASE (default DefaultFirst).
+func Default() (Pool, error) {
+	first := DefaultFirst
+	if v := os.Getenv("AIRLOCK_UID_BASE"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < Size || n > maxID-Size+1 {
+			return Pool{}, fmt.Errorf("AIRLOCK_UID_BASE=%q: want an integer in [%d, %d]", v, Size, maxID-Size+1)
+		}
+		first = n
+	}
+	return Pool{Dir: DefaultDir, First: first}, nil
+}
+
+// Lease is one leased range: host ids Base .. Base+Size-1.
+type Lease struct {
+	Base int
+	pool Pool
+	h    holder
+}
+
+func (l *Lease) path() string { return filepath.Join(l.pool.Dir, strconv.Itoa(l.Base)) }
+
+// holder identifies a process: pid and start time (clock ticks since
+// boot, /proc/PID/stat field 22), which together survive pid reuse.
+type holder struct {
+	pid   int
+	start uint64
+}
+
+func holderOf(pid int) (holder, error) {
+	st, err := StartTime(pid)
+	if err != nil {
+		return holder{}, err
+	}
+	return holder{pid, st}, nil
+}
+
+func (h holder) String() string { return fmt.Sprintf("%d %d\n", h.pid, h.start) }
+
+func (h holder) alive() bool {
+	st, err := StartTime(h.pid)
+	return err == nil && st == h.start
+}
+
+// StartTime returns field 22 of /proc/PID/stat.
+func StartTime(pid int) (uint64, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	i := bytes.LastIndexByte(b, ')') // the command name may contain ") "
+	if i < 0 {
+		return 0, errors.New("malformed /proc stat")
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 20 {
+		return 0, errors.New("short /proc stat")
+	}
+	return strconv.ParseUint(f[19], 10, 64)
+}
+
+// lock opens (creating) the pool's directory and takes its exclusive lock.
+func (p Pool) lock() (unlock func(), err error) {
+	if err := os.MkdirAll(p.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("id ranges: create %s: %w", p.Dir, err)
+	}
+	fi, err := os.Lstat(p.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("id ranges: %w", err)
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); !ok || !fi.IsDir() || int(st.Uid) != os.Geteuid() || fi.Mode().Perm()&0o022 != 0 {
+		return nil, fmt.Errorf("id ranges: %s is not a private directory owned by uid %d", p.Dir, os.Geteuid())
+	}
+	fd, err := unix.Open(filepath.Join(p.Dir, ".lock"), unix.O_RDWR|unix.O_CREAT|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("id ranges: open lock: %w", err)
+	}
+	for {
+		err = unix.Flock(fd, unix.LOCK_EX)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("id ranges: lock: %w", err)
+	}
+	return func() { unix.Close(fd) }, nil
+}
+
+// leases lists the bases of the lease files present.
+func (p Pool) leases() ([]int, error) {
+	ents, err := os.ReadDir(p.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("id ranges: list: %w", err)
+	}
+	var out []int
+	for _, e := range ents {
+		if n, err := strconv.Atoi(e.Name()); err == nil {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
+// liveHolder reads a lease and reports its holder if that process lives.
+// A lease of a dead holder (or an unreadable one) is removed.
+func (p Pool) liveHolder(base int) (holder, bool) {
+	path := filepath.Join(p.Dir, strconv.Itoa(base))
+	b, err := os.ReadFile(path)
+	if err == nil {
+		var h holder
+		if _, err := fmt.Sscan(string(b), &h.pid, &h.start); err == nil && h.alive() {
+			return h, true
+		}
+	}
+	if err == nil || !errors.Is(err, os.ErrNotExist) {
+		os.Remove(path)
+	}
+	return holder{}, false
+}
+
+func overlaps(a, b int) bool { return a < b+Size && b < a+Size }
+
+// Acquire leases a free range for holder pid (the calling process, or the
+// sandbox init once it exists: see SetHolder). prefer, if non-zero, is the
+// base wanted (a workspace that belongs to it): Acquire leases exactly that
+// range or fails with ErrInUse. skip reports bases the caller knows to be
+// taken (its store's live sandboxes) and may be nil.
+func (p Pool) Acquire(pid, prefer int, skip func(base int) bool) (*Lease, error) {
+	h, err := holderOf(pid)
+	if err != nil {
+		return nil, fmt.Errorf("id ranges: holder %d: %w", pid, err)
+	}
+	unlock, err := p.lock()
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	existing, err := p.leases()
+	if err != nil {
+		return nil, err
+	}
+	free := func(base int) bool {
+		if skip != nil && skip(base) {
+			return false
+		}
+		for _, e := range existing {
+			if overlaps(e, base) {
+				if _, live := p.liveHolder(e); live {
+					return false
+				}
+			}
+		}
+		return true
+	}
+	take := func(base int) (*Lease, error) {
+		l := &Lease{Base: base, pool: p, h: h}
+		if err := writeHolder(l.path(), h); err != nil {
+			return nil, err
+		}
+		return l, nil
+	}
+	if prefer != 0 {
+		if !free(prefer) {
+			return nil, fmt.Errorf("host ids %d-%d: %w", prefer, prefer+Size-1, ErrInUse)
+		}
+		return take(prefer)
+	}
+	for base := p.First; base <= maxID-Size+1; base += Size {
+		if free(base) {
+			return take(base)
+		}
+	}
+	return nil, fmt.Errorf("id ranges: all %d ranges from %d are in use", (maxID-p.First+1)/Size, p.First)
+}
+
+// Claim re-takes the lease of a range recorded for a running sandbox whose
+// init is pid (after a server restart). It fails with ErrInUse if another
+// live process holds an overlapping range.
+func (p Pool) Claim(base, pid int) (*Lease, error) {
+	h, err := holderOf(pid)
+	if err != nil {
+		return nil, fmt.Errorf("id ranges: holder %d: %w", pid, err)
+	}
+	unlock, err := p.lock()
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	existing, err := p.leases()
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range existing {
+		if overlaps(e, base) {
+			if other, live := p.liveHolder(e); live && other != h {
+				return nil, fmt.Errorf("host ids %d-%d (held by pid %d): %w", e, e+Size-1, other.pid, ErrInUse)
+			}
+		}
+	}
+	l := &Lease{Base: base, pool: p, h: h}
+	if err := writeHolder(l.path(), h); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// writeHolder replaces a lease file atomically.
+func writeHolder(path string, h holder) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(h.String()), 0o600); err != nil {
+		return fmt.Errorf("id ranges: write lease: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("id ranges: write lease: %w", err)
+	}
+	return nil
+}
+
+// SetHolder hands the lease to another process (the sandbox's init, whose
+// life then bounds the lease even if this process dies).
+func (l *Lease) SetHolder(pid int) error {
+	h, err := holderOf(pid)
+	if err != nil {
+		return fmt.Errorf("id ranges: holder %d: %w", pid, err)
+	}
+	unlock, err := l.pool.lock()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if !l.ours() {
+		return fmt.Errorf("id ranges: lease %d was lost", l.Base)
+	}
+	if err := writeHolder(l.path(), h); err != nil {
+		return err
+	}
+	l.h = h
+	return nil
+}
+
+// ours reports whether the lease file still names this lease's holder.
+func (l *Lease) ours() bool {
+	b, err := os.ReadFile(l.path())
+	return err == nil && string(b) == l.h.String()
+}
+
+// Release frees the range now (its holder's death would free it anyway).
+// Call it only once no process of the sandbox remains. A lease that another
+// process has meanwhile taken over (ours had a dead holder) is left alone.
+func (l *Lease) Release() {
+	if l == nil {
+		return
+	}
+	unlock, err := l.pool.lock()
+	if err != nil {
+		return
+	}
+	defer unlock()
+	if l.ours() {
+		os.Remove(l.path())
+	}
+}

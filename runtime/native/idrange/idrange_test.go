@@ -1,0 +1,72 @@
+package idrange
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"testing"
+)
+
+// deadPid returns the pid of a process that has exited.
+func deadPid(t *testing.T) int {
+	c := exec.Command("true")
+	if err := c.Run(); err != nil {
+		t.Fatal(err)
+	}
+	return c.Process.Pid
+}
+
+func TestLeases(t *testing.T) {
+	p := Pool{Dir: t.TempDir() + "/ranges", First: DefaultFirst}
+	me := os.Getpid()
+	a, err := p.Acquire(me, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := p.Acquire(me, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Base != DefaultFirst || b.Base != DefaultFirst+Size {
+		t.Fatalf("bases %d, %d: want the first two ranges", a.Base, b.Base)
+	}
+	// Ranges the caller knows to be taken are skipped.
+	c, err := p.Acquire(me, 0, func(base int) bool { return base == DefaultFirst+2*Size })
+	if err != nil || c.Base != DefaultFirst+3*Size {
+		t.Fatalf("skip: got %v, %v", c, err)
+	}
+	// Released: reused first.
+	a.Release()
+	if d, err := p.Acquire(me, 0, nil); err != nil || d.Base != DefaultFirst {
+		t.Fatalf("after release: got %v, %v", d, err)
+	}
+	// A live holder's range cannot be preferred or claimed by another.
+	if _, err := p.Acquire(me, b.Base, nil); !errors.Is(err, ErrInUse) {
+		t.Fatalf("prefer a live lease: %v", err)
+	}
+	sleeper := exec.Command("sleep", "60")
+	if err := sleeper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer sleeper.Process.Kill()
+	if _, err := p.Claim(b.Base, sleeper.Process.Pid); !errors.Is(err, ErrInUse) {
+		t.Fatalf("claim a range held by another live process: %v", err)
+	}
+	// A lease whose holder died (a crash) is free again.
+	if err := b.SetHolder(sleeper.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	sleeper.Process.Kill()
+	sleeper.Wait()
+	if e, err := p.Acquire(me, b.Base, nil); err != nil || e.Base != b.Base {
+		t.Fatalf("range of a dead holder: got %v, %v", e, err)
+	}
+	// A late Release of the dead holder's lease leaves the new lease alone.
+	b.Release()
+	if _, err := p.Acquire(me, b.Base, nil); !errors.Is(err, ErrInUse) {
+		t.Fatalf("stale Release freed another's lease: %v", err)
+	}
+	if _, err := p.Acquire(deadPid(t), 0, nil); err == nil {
+		t.Fatal("lease for a dead holder granted")
+	}
+}

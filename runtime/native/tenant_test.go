@@ -1,0 +1,121 @@
+package native_test
+
+import (
+	"bufio"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"airlock/policy"
+	"airlock/runtime/native"
+)
+
+// inotifyHold creates up to argv[1] inotify instances, prints how many it
+// got, and keeps them.
+const inotifyHold = `import ctypes, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+n = 0
+for _ in range(int(sys.argv[1])):
+    if libc.inotify_init() < 0:
+        break
+    n += 1
+print(n, flush=True)
+time.sleep(120)
+`
+
+// maxInotify is the host's per-user inotify instance limit.
+func maxInotify(t *testing.T) int {
+	b, err := os.ReadFile("/proc/sys/fs/inotify/max_user_instances")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || n <= 0 {
+		t.Fatalf("max_user_instances %q", b)
+	}
+	return n
+}
+
+// holdInotify starts a sandbox that takes up to n inotify instances and
+// returns it with the number it got.
+func holdInotify(t *testing.T, profile policy.Profile, n int) (*native.Sandbox, int) {
+	t.Helper()
+	p, err := policy.Preset(profile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Limits.OpenFiles = uint64(n + 64)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	sb, err := native.Start(native.Config{Policy: p, Args: []string{"/usr/bin/python3", "-c", inotifyHold, strconv.Itoa(n)}, Stdout: w})
+	w.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sb.Destroy() })
+	line, err := bufio.NewReader(r).ReadString('\n')
+	if err != nil {
+		t.Fatalf("%s sandbox: no count: %v", profile, err)
+	}
+	got, err := strconv.Atoi(strings.TrimSpace(line))
+	if err != nil {
+		t.Fatalf("%s sandbox printed %q", profile, line)
+	}
+	return sb, got
+}
+
+// hostUID is the real uid of a process as the host sees it.
+func hostUID(t *testing.T, pid int) int {
+	t.Helper()
+	f := strings.Fields(hostStatus(t, pid)["Uid"])
+	if len(f) == 0 {
+		t.Fatalf("no Uid for pid %d", pid)
+	}
+	n, _ := strconv.Atoi(f[0])
+	return n
+}
+
+// TestOwnIDRange (issue 20, finding 4): a sandbox that takes every inotify
+// instance its user may have leaves another sandbox, and the host's root,
+// able to create theirs; two live sandboxes run as different host uids,
+// checked from the host.
+func TestOwnIDRange(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("per-sandbox id ranges need root")
+	}
+	limit := maxInotify(t)
+	if limit > 4096 {
+		t.Skipf("max_user_instances is %d: too many instances to hold in a test", limit)
+	}
+	for _, prof := range []policy.Profile{policy.Strict, policy.Standard, policy.Light} {
+		t.Run(string(prof), func(t *testing.T) {
+			a, gotA := holdInotify(t, prof, limit+1)
+			if gotA != limit {
+				t.Fatalf("sandbox A got %d inotify instances, want the per-user limit %d", gotA, limit)
+			}
+			b, gotB := holdInotify(t, prof, 1)
+			if gotB != 1 {
+				t.Errorf("sandbox B could not create an inotify instance while A holds %d: per-user limits shared across sandboxes", gotA)
+			}
+			fd, err := unix.InotifyInit1(unix.IN_CLOEXEC)
+			if err != nil {
+				t.Errorf("host root cannot create an inotify instance while sandbox A holds %d: %v", gotA, err)
+			} else {
+				unix.Close(fd)
+			}
+			ua, ub := hostUID(t, a.Pid), hostUID(t, b.Pid)
+			if ua == ub || ua == 0 || ub == 0 {
+				t.Errorf("host uids of two live sandboxes: %d and %d, want two different non-root uids", ua, ub)
+			}
+			if d := ua - ub; d > -65536 && d < 65536 {
+				t.Errorf("host uids %d and %d are within one 65536-id range", ua, ub)
+			}
+		})
+	}
+}
