@@ -21,6 +21,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -48,6 +49,10 @@ var (
 	ErrPolicy = errors.New("invalid policy")
 	// ErrClosed: the manager is shutting down.
 	ErrClosed = errors.New("manager is closed")
+	// ErrAudit: the audit record of an action could not be written, so
+	// the action was refused (fail closed). Wraps store.ErrNoSpace when
+	// the state directory is full.
+	ErrAudit = errors.New("the audit record could not be written, so the action was refused")
 )
 
 // Config configures a Manager.
@@ -233,6 +238,9 @@ type Manager struct {
 	reaperWG sync.WaitGroup
 
 	pool *pool // warm pool (pool.go); nil without one
+
+	backlogMu sync.Mutex
+	backlog   []backlogWrite // failed store writes, retried by the reaper
 }
 
 // Open starts a Manager: it recovers the sandboxes a previous server left
@@ -299,9 +307,28 @@ func (m *Manager) Counters() Counters {
 	return c
 }
 
-// Audit appends an event to the audit log; failures are logged, not
-// returned, so that auditing never changes an operation's outcome.
+// Audit appends an event to the audit log about something that has
+// already happened; failures are logged and the write is retried in the
+// background (see retryLater) until it succeeds or the manager closes.
 func (m *Manager) Audit(ctx context.Context, keyID, sandboxID, action string, detail any) {
+	ev := auditEvent(keyID, sandboxID, action, detail)
+	if err := m.st.Audit(context.WithoutCancel(ctx), ev); err != nil {
+		m.cfg.Logf("audit %s %s: %v (retrying)", action, sandboxID, err)
+		m.retryLater(nil, func() error { return m.st.Audit(context.Background(), ev) })
+	}
+}
+
+// AuditFirst records an action about to happen. If the record cannot be
+// written it returns an error wrapping ErrAudit (and store.ErrNoSpace on a
+// full disk): the caller must then not act.
+func (m *Manager) AuditFirst(ctx context.Context, keyID, sandboxID, action string, detail any) error {
+	if err := m.st.Audit(context.WithoutCancel(ctx), auditEvent(keyID, sandboxID, action, detail)); err != nil {
+		return fmt.Errorf("%w: %w", ErrAudit, err)
+	}
+	return nil
+}
+
+func auditEvent(keyID, sandboxID, action string, detail any) store.AuditEvent {
 	var raw json.RawMessage
 	if detail != nil {
 		b, err := json.Marshal(detail)
@@ -309,9 +336,58 @@ func (m *Manager) Audit(ctx context.Context, keyID, sandboxID, action string, de
 			raw = b
 		}
 	}
-	if err := m.st.Audit(context.WithoutCancel(ctx), store.AuditEvent{KeyID: keyID, SandboxID: sandboxID, Action: action, Detail: raw}); err != nil {
-		m.cfg.Logf("audit %s %s: %v", action, sandboxID, err)
+	return store.AuditEvent{Time: time.Now(), KeyID: keyID, SandboxID: sandboxID, Action: action, Detail: raw}
+}
+
+// backlogWrite is a store write that failed (full disk) and is retried by
+// the reaper. sb, if set, has ended but its end is not in the store yet:
+// Get and List answer from it meanwhile.
+type backlogWrite struct {
+	sb    *Sandbox
+	write func() error
+}
+
+// maxBacklog bounds the audit records kept for retry; sandbox ends are
+// always kept.
+const maxBacklog = 10000
+
+// retryLater queues write to be retried every ReapInterval.
+func (m *Manager) retryLater(sb *Sandbox, write func() error) {
+	m.backlogMu.Lock()
+	defer m.backlogMu.Unlock()
+	if sb == nil && len(m.backlog) >= maxBacklog {
+		m.cfg.Logf("store write backlog full (%d): dropping an audit record", maxBacklog)
+		return
 	}
+	m.backlog = append(m.backlog, backlogWrite{sb: sb, write: write})
+}
+
+// flushBacklog retries the queued writes in order, keeping those that
+// still fail.
+func (m *Manager) flushBacklog() {
+	m.backlogMu.Lock()
+	defer m.backlogMu.Unlock()
+	kept := m.backlog[:0]
+	for _, b := range m.backlog {
+		if err := b.write(); err != nil {
+			kept = append(kept, b)
+		}
+	}
+	clear(m.backlog[len(kept):])
+	m.backlog = kept
+}
+
+// unrecorded returns the ended sandbox id whose end the store does not
+// have yet, or nil.
+func (m *Manager) unrecorded(id string) *Sandbox {
+	m.backlogMu.Lock()
+	defer m.backlogMu.Unlock()
+	for _, b := range m.backlog {
+		if b.sb != nil && b.sb.ID == id {
+			return b.sb
+		}
+	}
+	return nil
 }
 
 // checkMetadata validates metadata labels.
@@ -471,8 +547,18 @@ func (m *Manager) finish(sb *Sandbox, state, reason string) bool {
 			m.cfg.Logf("sandbox %s: remove state dir: %v", sb.ID, err)
 		}
 		now := time.Now().UTC()
-		if err := m.st.EndSandbox(context.Background(), sb.ID, state, reason, now); err != nil && !errors.Is(err, store.ErrEnded) {
-			m.cfg.Logf("sandbox %s: record end: %v", sb.ID, err)
+		record := func() error {
+			err := m.st.EndSandbox(context.Background(), sb.ID, state, reason, now)
+			if errors.Is(err, store.ErrEnded) {
+				return nil
+			}
+			return err
+		}
+		if err := record(); err != nil {
+			// Never leave the store saying "running" about a killed
+			// sandbox: answer from memory and retry until it is written.
+			m.cfg.Logf("sandbox %s: record end: %v (retrying)", sb.ID, err)
+			m.retryLater(sb, record)
 		}
 		sb.mu.Lock()
 		sb.rec.State, sb.rec.EndReason, sb.rec.EndedAt = state, reason, &now
@@ -520,6 +606,9 @@ func (m *Manager) Get(ctx context.Context, owner, id string) (Info, error) {
 	m.mu.Lock()
 	sb := m.live[id]
 	m.mu.Unlock()
+	if sb == nil {
+		sb = m.unrecorded(id)
+	}
 	if sb != nil && sb.rec.Owner == owner {
 		return sb.info(), nil
 	}
@@ -570,8 +659,13 @@ func (m *Manager) List(ctx context.Context, owner string, opts ListOptions) ([]I
 		m.mu.Lock()
 		sb := m.live[r.ID]
 		m.mu.Unlock()
+		if sb == nil {
+			sb = m.unrecorded(r.ID)
+		}
 		if sb != nil {
-			out = append(out, sb.info())
+			if in := sb.info(); slices.Contains(states, in.State) {
+				out = append(out, in)
+			}
 		} else {
 			out = append(out, infoFromRecord(r))
 		}
@@ -645,6 +739,7 @@ func (m *Manager) reaper() {
 			return
 		case <-t.C:
 		}
+		m.flushBacklog()
 		now := time.Now()
 		m.mu.Lock()
 		var due []*Sandbox
@@ -699,6 +794,12 @@ func (m *Manager) Close() error {
 		}()
 	}
 	wg.Wait()
+	m.flushBacklog()
+	m.backlogMu.Lock()
+	if n := len(m.backlog); n > 0 {
+		m.cfg.Logf("%d store writes (sandbox ends, audit records) could not be made before shutdown", n)
+	}
+	m.backlogMu.Unlock()
 	m.closeEgress()
 	return nil
 }

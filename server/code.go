@@ -256,11 +256,16 @@ func (s *Server) runCode(w http.ResponseWriter, r *http.Request) error {
 		env = append(env, k+"="+v)
 	}
 	sort.Strings(env)
+	// Fail closed: no cell runs unless its audit record is written; the
+	// outcome follows as ActionCode+".result".
+	if err := s.m.AuditFirst(r.Context(), k.id, sb.ID, ActionCode, audit); err != nil {
+		return err
+	}
 	cell, err := sb.Agent().RunCode(r.Context(), agent.CodeRequest{ID: res.ExecutionID, Code: req.Code,
 		ContextID: req.ContextID, Language: req.Language, Timeout: timeout, MaxOutput: maxOut, Env: env})
 	if err != nil {
 		audit["outcome"], audit["error"] = "failed", err.Error()
-		s.m.Audit(r.Context(), k.id, sb.ID, ActionCode, audit)
+		s.m.Audit(r.Context(), k.id, sb.ID, ActionCode+".result", audit)
 		return codeAgentErr(err)
 	}
 	defer cell.Close() // interrupts the cell if the client went away
@@ -286,7 +291,7 @@ func (s *Server) runCode(w http.ResponseWriter, r *http.Request) error {
 	res.DurationMS = ms(time.Since(start))
 	if err != nil {
 		audit["outcome"], audit["error"] = "failed", err.Error()
-		s.m.Audit(r.Context(), k.id, sb.ID, ActionCode, audit)
+		s.m.Audit(r.Context(), k.id, sb.ID, ActionCode+".result", audit)
 		if wantsSSE(r) {
 			return nil // the stream has started; it says what happened
 		}
@@ -304,7 +309,7 @@ func (s *Server) runCode(w http.ResponseWriter, r *http.Request) error {
 	if end.Error != nil {
 		audit["error_name"] = end.Error.Name
 	}
-	s.m.Audit(r.Context(), k.id, sb.ID, ActionCode, audit)
+	s.m.Audit(r.Context(), k.id, sb.ID, ActionCode+".result", audit)
 	if !wantsSSE(r) {
 		writeJSON(w, 200, res)
 	}

@@ -119,11 +119,15 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	k := caller(r)
+	// Fail closed: nothing runs unless its audit record is written.
+	if err := s.m.AuditFirst(r.Context(), k.id, sb.ID, store.ActionExec, map[string]any{"argv": argvOf(&req), "background": req.Background}); err != nil {
+		return err
+	}
 	start := time.Now()
 	s.execs.Add(1)
 	p, err := sb.Agent().Exec(r.Context(), areq)
 	if err != nil {
-		s.m.Audit(r.Context(), k.id, sb.ID, store.ActionExec, map[string]any{"argv": argvOf(&req), "error": err.Error()})
+		s.m.Audit(r.Context(), k.id, sb.ID, actionExecResult, map[string]any{"argv": argvOf(&req), "error": err.Error()})
 		var ae *agent.Error
 		if errors.As(err, &ae) && (ae.Code == agent.CodeNotFound || ae.Code == agent.CodePermissionDenied) {
 			// Like a shell: 127 not found, 126 not executable.
@@ -138,7 +142,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) error {
 	}
 	if req.Background {
 		p.Close() // detach: the process keeps running
-		s.m.Audit(r.Context(), k.id, sb.ID, store.ActionExec, map[string]any{"argv": argvOf(&req), "pid": p.Pid, "background": true})
+		s.m.Audit(r.Context(), k.id, sb.ID, actionExecResult, map[string]any{"argv": argvOf(&req), "pid": p.Pid, "background": true})
 		writeJSON(w, 201, map[string]int{"pid": p.Pid})
 		return nil
 	}
@@ -159,10 +163,14 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) error {
 		}
 		writeJSON(w, 200, res)
 	}
-	s.m.Audit(r.Context(), k.id, sb.ID, store.ActionExec, map[string]any{"argv": argvOf(&req), "pid": p.Pid,
+	s.m.Audit(r.Context(), k.id, sb.ID, actionExecResult, map[string]any{"argv": argvOf(&req), "pid": p.Pid,
 		"exit_code": res.ExitCode, "signal": res.Signal, "status": res.Status, "duration_ms": res.DurationMS})
 	return nil
 }
+
+// actionExecResult is the audit action of an exec's outcome; the exec
+// itself is recorded (store.ActionExec) before it starts.
+const actionExecResult = "exec.result"
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 

@@ -167,14 +167,17 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	k := caller(r)
+	if err := s.m.AuditFirst(r.Context(), k.id, sb.ID, store.ActionFileWrite, map[string]any{"path": p}); err != nil {
+		return err
+	}
 	body := http.MaxBytesReader(w, r.Body, s.cfg.MaxFileBytes)
 	n, err := sb.Agent().WriteFile(r.Context(), p, body, mode)
-	k := caller(r)
 	detail := map[string]any{"path": p, "bytes": n}
 	if err != nil {
 		detail["error"] = err.Error()
 	}
-	s.m.Audit(r.Context(), k.id, sb.ID, store.ActionFileWrite, detail)
+	s.m.Audit(r.Context(), k.id, sb.ID, store.ActionFileWrite+".result", detail)
 	if err != nil {
 		// A capped body that overflowed leaves a partial file: remove it.
 		// The agent abandons the write asynchronously, so the file may
@@ -208,10 +211,12 @@ func (s *Server) removeFile(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if err := s.m.AuditFirst(r.Context(), caller(r).id, sb.ID, "file.remove", map[string]string{"path": p}); err != nil {
+		return err
+	}
 	if err := sb.Agent().Remove(r.Context(), p); err != nil {
 		return err
 	}
-	s.m.Audit(r.Context(), caller(r).id, sb.ID, "file.remove", map[string]string{"path": p})
 	w.WriteHeader(204)
 	return nil
 }
@@ -317,10 +322,12 @@ func (s *Server) move(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if err := s.m.AuditFirst(r.Context(), caller(r).id, sb.ID, "file.move", map[string]string{"from": from, "to": to}); err != nil {
+		return err
+	}
 	if err := sb.Agent().Move(r.Context(), from, to); err != nil {
 		return err
 	}
-	s.m.Audit(r.Context(), caller(r).id, sb.ID, "file.move", map[string]string{"from": from, "to": to})
 	writeJSON(w, 200, map[string]string{"from": from, "to": to})
 	return nil
 }

@@ -289,6 +289,10 @@ func classify(err error) (int, string, string) {
 		return 422, "invalid_policy", err.Error()
 	case errors.Is(err, manager.ErrInvalid):
 		return 400, "bad_request", err.Error()
+	case errors.Is(err, manager.ErrAudit) && errors.Is(err, store.ErrNoSpace):
+		return 507, "no_space", err.Error()
+	case errors.Is(err, manager.ErrAudit):
+		return 503, "audit_unavailable", err.Error()
 	case errors.Is(err, manager.ErrClosed):
 		return 503, "unavailable", err.Error()
 	}

@@ -107,3 +107,33 @@ func TestE2EMetricsAfterRestart(t *testing.T) {
 		}
 	}
 }
+
+// TestE2ERevokeTakesEffectAtOnce: a key revoked with `airlock keys
+// revoke` (another process) is refused by the running server at the next
+// request, though the server had just verified (cached) it.
+func TestE2ERevokeTakesEffectAtOnce(t *testing.T) {
+	needRoot(t)
+	state := stateDir(t)
+	key := newKey(t, state, "to-revoke")
+	s1 := startServer(t, state)
+	c := client.New(s1.URL, key)
+	ctx := ctxT(t)
+	if _, err := c.List(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := st.ListKeys(ctx)
+	st.Close()
+	if err != nil || len(keys) != 1 {
+		t.Fatalf("keys: %v %v", keys, err)
+	}
+	if out, err := exec.Command(airlockBin(t), "keys", "revoke", "--state-dir", state, keys[0].ID).CombinedOutput(); err != nil {
+		t.Fatalf("keys revoke: %v %s", err, out)
+	}
+	if _, err := c.List(ctx, nil); client.StatusOf(err) != 401 {
+		t.Fatalf("request with a revoked key: %v, want 401", err)
+	}
+}

@@ -121,7 +121,7 @@ func (s *Store) Audit(ctx context.Context, ev AuditEvent) error {
 	r := reqPool.Get().(*writeReq)
 	r.audit, r.time, r.ev = true, t, ev
 	if err := s.submit(ctx, r); err != nil {
-		return fmt.Errorf("store: audit %s: %w", ev.Action, err)
+		return fmt.Errorf("store: audit %s: %w", ev.Action, s.spaceErr(err))
 	}
 	return nil
 }
@@ -142,7 +142,7 @@ func (s *Store) LogConnection(ctx context.Context, c Connection) error {
 	r := reqPool.Get().(*writeReq)
 	r.audit, r.time, r.conn = false, t, c
 	if err := s.submit(ctx, r); err != nil {
-		return fmt.Errorf("store: log connection of %q: %w", c.SandboxID, err)
+		return fmt.Errorf("store: log connection of %q: %w", c.SandboxID, s.spaceErr(err))
 	}
 	return nil
 }

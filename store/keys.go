@@ -11,7 +11,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -25,9 +29,15 @@ const secretBytes = 32
 var secretLen = len(SecretPrefix) + base64.RawURLEncoding.EncodedLen(secretBytes)
 
 // keyCacheTTL bounds how long a verified key is trusted from memory. Revoking
-// through this Store takes effect at once; revoking through another process
-// sharing the state directory takes effect within this time.
+// through this Store takes effect at once, and so does revoking through
+// another process sharing the state directory: RevokeKey rewrites
+// RevokedFile, whose change (one stat per request) empties every cache.
+// The TTL only bounds a revocation made by editing the database directly.
 const keyCacheTTL = 10 * time.Second
+
+// RevokedFile, in the state directory, is rewritten by every RevokeKey so
+// that other processes drop their cached keys at once.
+const RevokedFile = "keys.revoked"
 
 // APIKey is a stored API key. The secret itself is never stored, only its
 // SHA-256.
@@ -148,6 +158,7 @@ func (s *Store) Authenticate(ctx context.Context, secret string) (*APIKey, error
 	}
 	h := sha256.Sum256([]byte(secret))
 	now := time.Now()
+	s.checkRevocations()
 
 	s.keyMu.RLock()
 	e, ok := s.keyCache[h]
@@ -245,6 +256,14 @@ func (s *Store) RevokeKey(ctx context.Context, id string) error {
 		}
 	}
 	s.keyMu.Unlock()
+	if n > 0 {
+		// Tell the other processes on this state directory.
+		stamp := []byte(strconv.FormatInt(time.Now().UnixNano(), 10) + " " + id + "\n")
+		if err := os.WriteFile(filepath.Join(filepath.Dir(s.path), RevokedFile), stamp, 0o600); err != nil {
+			return fmt.Errorf("store: key %q is revoked, but servers running on this state directory may accept it for up to %s more: %w",
+				id, keyCacheTTL, s.spaceErr(err))
+		}
+	}
 	if n == 0 {
 		if _, err := s.GetKey(ctx, id); err != nil {
 			return fmt.Errorf("store: revoke key: %w", err)
@@ -274,4 +293,36 @@ func scanKey(sc scanner) (*APIKey, []byte, error) {
 		k.RevokedAt = &t
 	}
 	return &k, hash, nil
+}
+
+// revStamp identifies one version of RevokedFile.
+type revStamp struct {
+	mtime int64
+	size  int64
+	ino   uint64
+}
+
+// checkRevocations empties the key cache if RevokedFile changed since the
+// last call (a key was revoked, possibly by another process).
+func (s *Store) checkRevocations() {
+	var cur revStamp
+	if fi, err := os.Stat(filepath.Join(filepath.Dir(s.path), RevokedFile)); err == nil {
+		cur = revStamp{mtime: fi.ModTime().UnixNano(), size: fi.Size()}
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			cur.ino = uint64(st.Ino)
+		}
+	}
+	s.keyMu.RLock()
+	same := s.revSeen == cur
+	s.keyMu.RUnlock()
+	if same {
+		return
+	}
+	s.keyMu.Lock()
+	if s.revSeen != cur {
+		s.revSeen = cur
+		s.keyGen++
+		clear(s.keyCache)
+	}
+	s.keyMu.Unlock()
 }

@@ -98,7 +98,8 @@ const sandboxCols = `id, owner, profile, template, state, created_at, expires_at
 
 // PutSandbox inserts sb, or replaces the stored sandbox with the same ID.
 // If sb.CreatedAt is zero it is set to the current time, in sb too.
-func (s *Store) PutSandbox(ctx context.Context, sb *Sandbox) error {
+func (s *Store) PutSandbox(ctx context.Context, sb *Sandbox) (err error) {
+	defer func() { err = s.spaceErr(err) }()
 	if sb == nil || sb.ID == "" {
 		return errors.New("store: put sandbox: empty ID")
 	}
@@ -303,7 +304,8 @@ func (s *Store) SetExpiry(ctx context.Context, id string, at time.Time) error {
 
 // updateRunning runs an UPDATE guarded by state = 'running' and, when it
 // matches nothing, tells a missing sandbox from an ended one.
-func (s *Store) updateRunning(ctx context.Context, verb, id, query string, args ...any) error {
+func (s *Store) updateRunning(ctx context.Context, verb, id, query string, args ...any) (err error) {
+	defer func() { err = s.spaceErr(err) }()
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("store: %s sandbox %q: begin: %w", verb, id, err)

@@ -71,6 +71,7 @@ type Store struct {
 	keyCache map[[32]byte]cachedKey
 	keyGen   uint64
 	keyTTL   time.Duration
+	revSeen  revStamp // RevokedFile as last seen (keys.go)
 
 	closeOnce sync.Once
 	closeErr  error
@@ -93,14 +94,14 @@ func Open(dir string) (*Store, error) {
 	// SQLite gives the -wal and -shm files the database file's mode.
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("store: create database: %w", err)
+		return nil, fmt.Errorf("store: create database: %w", noSpace(abs, err))
 	}
 	if err := f.Chmod(0o600); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("store: chmod database: %w", err)
 	}
 	if err := f.Close(); err != nil {
-		return nil, fmt.Errorf("store: create database: %w", err)
+		return nil, fmt.Errorf("store: create database: %w", noSpace(abs, err))
 	}
 
 	s := &Store{
@@ -112,7 +113,7 @@ func Open(dir string) (*Store, error) {
 	}
 	if err := s.open(); err != nil {
 		s.closeDBs()
-		return nil, err
+		return nil, s.spaceErr(err)
 	}
 	go s.writeLoop()
 	return s, nil

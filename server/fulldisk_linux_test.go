@@ -1,0 +1,120 @@
+package server_test
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"airlock/client"
+	"airlock/store"
+)
+
+// fillDisk writes dir/filler until the file system is full and returns
+// its path.
+func fillDisk(t *testing.T, dir string) string {
+	t.Helper()
+	p := filepath.Join(dir, "filler")
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, 64<<10)
+	for {
+		if _, err := f.Write(buf); err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatal(err)
+			}
+			break
+		}
+	}
+	// The last pages: write what still fits, byte by byte in small steps.
+	for _, n := range []int{4096, 512, 1} {
+		for {
+			if _, err := f.Write(buf[:n]); err != nil {
+				break
+			}
+		}
+	}
+	return p
+}
+
+// TestE2EFullDisk: with the state directory's file system full, actions
+// whose audit record cannot be written are refused (507, naming the
+// directory) and do not happen; a kill is answered and eventually stored
+// as killed, with its audit record; a server starting on the full disk
+// says so.
+func TestE2EFullDisk(t *testing.T) {
+	needRoot(t)
+	state := stateDir(t)
+	if err := syscall.Mount("tmpfs", state, "tmpfs", 0, "size=24m,mode=0700"); err != nil {
+		t.Fatalf("mount tmpfs on %s: %v", state, err)
+	}
+	t.Cleanup(func() { syscall.Unmount(state, syscall.MNT_DETACH) })
+	key := newKey(t, state, "full")
+	s1 := startServer(t, state)
+	c := client.New(s1.URL, key)
+	ctx := ctxT(t)
+	sb, err := c.Create(ctx, client.CreateRequest{Timeout: 600})
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim, err := c.Create(ctx, client.CreateRequest{Timeout: 600})
+	if err != nil {
+		t.Fatal(err)
+	}
+	filler := fillDisk(t, state)
+
+	wantFull := func(what string, err error) {
+		t.Helper()
+		var ce *client.Error
+		if !errors.As(err, &ce) || ce.Status != 507 || !strings.Contains(ce.Message, "no space left on device: "+state) {
+			t.Fatalf("%s on a full disk: %v, want 507 naming %s", what, err, state)
+		}
+	}
+	_, err = c.Exec(ctx, sb.ID, client.ExecRequest{Shell: "touch /workspace/ran-exec"})
+	wantFull("exec", err)
+	_, err = c.WriteFile(ctx, sb.ID, "ran-write", strings.NewReader("x"), 0)
+	wantFull("file write", err)
+	_, err = c.RunCode(ctx, sb.ID, client.CodeRequest{Language: "bash", Code: "touch /workspace/ran-code"})
+	wantFull("code", err)
+
+	if err := c.Kill(ctx, victim.ID); err != nil {
+		t.Fatalf("kill on a full disk: %v", err)
+	}
+	if got, err := c.Get(ctx, victim.ID); err != nil || got.State != "killed" {
+		t.Fatalf("sandbox after a kill on a full disk: %+v %v", got, err)
+	}
+
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"ran-exec", "ran-write", "ran-code"} {
+		if _, err := c.Stat(ctx, sb.ID, f); client.StatusOf(err) != 404 {
+			t.Errorf("%s exists (stat: %v): a refused action happened", f, err)
+		}
+	}
+	eventually(t, 30*time.Second, "the kill is stored and audited", func() bool {
+		if storedRecord(t, state, victim.ID).State != store.StateKilled {
+			return false
+		}
+		for _, ev := range auditOf(t, state, victim.ID) {
+			if ev.Action == store.ActionSandboxKill {
+				return true
+			}
+		}
+		return false
+	})
+
+	s1.stop(t)
+	fillDisk(t, state)
+	out, err := exec.CommandContext(ctx, airlockBin(t), "serve", "--listen", "127.0.0.1:0", "--state-dir", state).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "no space left on device: "+state) {
+		t.Fatalf("serve on a full disk: %v: %s", err, out)
+	}
+}
