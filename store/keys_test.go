@@ -112,16 +112,23 @@ func TestKeyLifecycle(t *testing.T) {
 
 func TestRevokeFromOtherProcess(t *testing.T) {
 	// A revocation through another Store on the same directory (e.g.
-	// "airlock key revoke" while the server runs) is seen once the
-	// cache entry's TTL passes.
+	// "airlock keys revoke" while the server runs) is seen at once, through
+	// RevokedFile; a revocation written into the database directly is seen
+	// once the cache entry's TTL passes.
 	s, dir := openTest(t)
 	ctx := context.Background()
 	key, secret, err := s.CreateKey(ctx, "k", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Authenticate(ctx, secret); err != nil {
+	key2, secret2, err := s.CreateKey(ctx, "k2", 0)
+	if err != nil {
 		t.Fatal(err)
+	}
+	for _, sec := range []string{secret, secret2} {
+		if _, err := s.Authenticate(ctx, sec); err != nil {
+			t.Fatal(err)
+		}
 	}
 	other, err := Open(dir)
 	if err != nil {
@@ -131,15 +138,24 @@ func TestRevokeFromOtherProcess(t *testing.T) {
 	if err := other.RevokeKey(ctx, key.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Authenticate(ctx, secret); err != nil {
-		t.Errorf("expected the cached key to live until its TTL, got %v", err)
+	if _, err := s.Authenticate(ctx, secret); !errors.Is(err, ErrUnauthorized) {
+		t.Errorf("key revoked by another Store still authenticates: %v", err)
+	}
+	if _, err := s.Authenticate(ctx, secret2); err != nil {
+		t.Fatalf("the other key: %v", err)
+	}
+	if err := rawExec(t, other.w, `UPDATE api_keys SET revoked_at = 1 WHERE id = ?`, key2.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Authenticate(ctx, secret2); err != nil {
+		t.Errorf("expected the cached key to live until its TTL after a direct database edit, got %v", err)
 	}
 	s.keyMu.Lock()
 	s.keyTTL = time.Millisecond
 	s.keyMu.Unlock()
 	time.Sleep(2 * time.Millisecond)
-	if _, err := s.Authenticate(ctx, secret); !errors.Is(err, ErrUnauthorized) {
-		t.Errorf("key revoked elsewhere still authenticates after TTL: %v", err)
+	if _, err := s.Authenticate(ctx, secret2); !errors.Is(err, ErrUnauthorized) {
+		t.Errorf("key revoked in the database still authenticates after TTL: %v", err)
 	}
 	s.keyMu.RLock()
 	n := len(s.keyCache)
