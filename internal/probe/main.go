@@ -303,6 +303,14 @@ func checks() []check {
 			// Level 0 is the level every process already has.
 			return raw(unix.SYS_IOPL, 0)
 		}},
+		{"modify_ldt", func() error {
+			// func 0 reads the LDT into a buffer: allowed, it returns a byte
+			// count (0 for an empty LDT) and no error.
+			var buf [16]byte
+			err := raw(unix.SYS_MODIFY_LDT, 0, uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)))
+			runtime.KeepAlive(&buf)
+			return err
+		}},
 		{"personality_bad", func() error {
 			const readImpliesExec = 0x0400000
 			return inChild(unix.SYS_PERSONALITY, readImpliesExec)

@@ -49,6 +49,8 @@ type treeBuilder struct {
 	opPaths []string // sandbox path each op mounts on, resolved under root at the end
 	steps   []string // human description per op, for setup errors
 	dirs    map[string]bool
+	tmpfs   map[string]bool // sandbox paths where the child mounts a fresh tmpfs
+	made    map[string]bool // mount points the child creates inside those
 	remount []op
 	rsteps  []string
 }
@@ -120,6 +122,67 @@ func lockedFlags(p string) uintptr {
 		}
 	}
 	return f
+}
+
+// tmpfsMount adds a fresh tmpfs at sandbox path dst; mount points below it
+// are then made by the child (bindUnderTmpfs).
+func (t *treeBuilder) tmpfsMount(dst string, flags uintptr, data string) {
+	t.mkdirAll(dst)
+	t.mount("tmpfs", dst, "tmpfs", flags, data)
+	t.tmpfs[dst] = true
+}
+
+// underTmpfs returns the tmpfs the child mounts (/workspace, /tmp) that
+// holds sandbox path dst, or "".
+func (t *treeBuilder) underTmpfs(dst string) string {
+	for fs := path.Dir(dst); fs != "/" && fs != "."; fs = path.Dir(fs) {
+		if t.tmpfs[fs] {
+			return fs
+		}
+	}
+	return ""
+}
+
+// bindUnderTmpfs binds host src at dst inside tmpfs fs. The template cannot
+// hold a mount point inside a tmpfs, so src is bound (and remounted with
+// its flags) at a staging point of the template, /.airlock-mnt/N, and after
+// pivot_root the child creates dst and its parents in the tmpfs and moves
+// the mount there. The tmpfs is fresh and empty, so no component of dst
+// can be a symlink planted by the sandbox.
+func (t *treeBuilder) bindUnderTmpfs(src, dst, fs string, writable bool) error {
+	fi, err := os.Stat(src)
+	if err != nil {
+		return err
+	}
+	stage := fmt.Sprintf("/.airlock-mnt/%d", len(t.made))
+	if err := t.bind(src, stage, writable, false); err != nil {
+		return err
+	}
+	var parents []string
+	for p := path.Dir(dst); p != fs; p = path.Dir(p) {
+		parents = append(parents, p)
+	}
+	for i := len(parents) - 1; i >= 0; i-- {
+		t.mknod(parents[i], syscall.S_IFDIR|0o755)
+	}
+	if fi.IsDir() {
+		t.mknod(dst, syscall.S_IFDIR|0o755)
+	} else {
+		t.mknod(dst, syscall.S_IFREG|0o644)
+	}
+	t.remount = append(t.remount, op{src: cstr(stage), path: cstr(dst), flags: unix.MS_MOVE})
+	t.rsteps = append(t.rsteps, "move "+src+" to "+dst)
+	return nil
+}
+
+// mknod adds, after pivot_root, the creation of mount point p.
+func (t *treeBuilder) mknod(p string, mode uint32) {
+	if t.made[p] {
+		return
+	}
+	t.made[p] = true
+	t.remount = append(t.remount, op{path: cstr(p), mknod: mode})
+	t.rsteps = append(t.rsteps, "create mount point "+p)
 }
 
 // bind adds a bind of host src at sandbox dst, then a remount that makes it
@@ -245,7 +308,7 @@ func etcFiles(p *policy.Policy) map[string]string {
 
 // buildTree computes every mount step of the sandbox root for policy p.
 func buildTree(base string, p *policy.Policy, cfg *Config) (*treeBuilder, error) {
-	t := &treeBuilder{dirs: map[string]bool{}}
+	t := &treeBuilder{dirs: map[string]bool{}, tmpfs: map[string]bool{}, made: map[string]bool{}}
 	fs := &p.Filesystem
 
 	for _, ro := range fs.ReadOnly {
@@ -299,9 +362,9 @@ func buildTree(base string, p *policy.Policy, cfg *Config) (*treeBuilder, error)
 
 	t.mkdirAll("/proc")
 	t.mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
+	t.maskProc()
 
-	t.mkdirAll("/tmp")
-	t.mount("tmpfs", "/tmp", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV,
+	t.tmpfsMount("/tmp", unix.MS_NOSUID|unix.MS_NODEV,
 		fmt.Sprintf("mode=1777,size=%d,nr_inodes=%d", p.Limits.DiskBytes, p.Limits.Inodes))
 
 	if fs.Workspace != "" {
@@ -309,8 +372,7 @@ func buildTree(base string, p *policy.Policy, cfg *Config) (*treeBuilder, error)
 			return nil, fmt.Errorf("workspace %s: %w", fs.Workspace, err)
 		}
 	} else {
-		t.mkdirAll("/workspace")
-		t.mount("tmpfs", "/workspace", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV,
+		t.tmpfsMount("/workspace", unix.MS_NOSUID|unix.MS_NODEV,
 			fmt.Sprintf("mode=0755,size=%d,nr_inodes=%d,uid=%d,gid=%d", p.Limits.DiskBytes, p.Limits.Inodes, p.User.UID, p.User.GID))
 	}
 
@@ -319,7 +381,12 @@ func buildTree(base string, p *policy.Policy, cfg *Config) (*treeBuilder, error)
 		if err != nil {
 			return nil, fmt.Errorf("mount source %s: %w", m.Source, err)
 		}
-		if err := t.bind(src, m.Target, m.Writable, false); err != nil {
+		if fs := t.underTmpfs(m.Target); fs != "" {
+			err = t.bindUnderTmpfs(src, m.Target, fs, m.Writable)
+		} else {
+			err = t.bind(src, m.Target, m.Writable, false)
+		}
+		if err != nil {
 			return nil, fmt.Errorf("mount %s: %w", m.Source, err)
 		}
 	}

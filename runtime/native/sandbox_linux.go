@@ -199,6 +199,9 @@ func Start(cfg Config) (*Sandbox, error) {
 			return nil, err
 		}
 	}
+	if err := checkWritableMounts(p.Filesystem.Mounts, ids); err != nil {
+		return nil, err
+	}
 	root, err := stagingDir()
 	if err != nil {
 		return nil, err

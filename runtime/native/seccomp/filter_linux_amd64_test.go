@@ -102,6 +102,8 @@ func commonCases() []interpCase {
 		{"io_uring_setup", unix.SYS_IO_URING_SETUP, nil, retEPERM},
 		{"bpf", unix.SYS_BPF, nil, retEPERM},
 		{"iopl", unix.SYS_IOPL, nil, retEPERM},
+		{"modify_ldt_read", unix.SYS_MODIFY_LDT, []uint64{0}, retEPERM},
+		{"modify_ldt_write", unix.SYS_MODIFY_LDT, []uint64{1}, retEPERM},
 		{"pidfd_getfd", unix.SYS_PIDFD_GETFD, nil, retEPERM},
 		{"ioctl_tcgets", unix.SYS_IOCTL, []uint64{0, unix.TCGETS}, retAllow},
 		{"ioctl_fionread", unix.SYS_IOCTL, []uint64{3, unix.TIOCINQ}, retAllow},

@@ -76,6 +76,9 @@ var epermCalls = []uintptr{
 	unix.SYS_SYSFS,
 	unix.SYS_IOPL,
 	unix.SYS_IOPERM,
+	// Per-process LDT segments: 16-bit and call-gate tricks that have
+	// carried kernel exploits; Docker's default profile denies it too.
+	unix.SYS_MODIFY_LDT,
 }
 
 // debugCalls are denied with EPERM except in the light profile, where
