@@ -30,6 +30,12 @@ type op struct {
 	fstype *byte
 	data   *byte
 	flags  uintptr
+	// mknod, when nonzero, makes this op create a mount point instead of
+	// mounting: a directory (S_IFDIR|perm) or an empty file (S_IFREG|perm)
+	// at path; EEXIST is fine. Only in the remount list (after
+	// pivot_root), inside a tmpfs the child has mounted, which the
+	// template cannot hold (see treeBuilder.bindUnderTmpfs).
+	mknod uint32
 }
 
 // rlimitOp is one prlimit64 call.
@@ -231,8 +237,26 @@ func forkChild(p *plan) (pid int, err syscall.Errno) {
 	}
 	for i := 0; i < len(p.remount); i++ {
 		o := &p.remount[i]
-		_, _, e1 = syscall.RawSyscall6(syscall.SYS_MOUNT, uintptr(unsafe.Pointer(o.src)), uintptr(unsafe.Pointer(o.path)),
-			uintptr(unsafe.Pointer(o.fstype)), o.flags, uintptr(unsafe.Pointer(o.data)), 0)
+		switch {
+		case o.mknod != 0:
+			// The new inode's owner must be mapped in the tmpfs's user
+			// namespace: act as its root (as root the child is still
+			// host root, which no sandbox maps; unprivileged, this fails
+			// harmlessly and the caller's own mapped ids stay).
+			syscall.RawSyscall(syscall.SYS_SETFSUID, 0, 0, 0)
+			syscall.RawSyscall(syscall.SYS_SETFSGID, 0, 0, 0)
+			if o.mknod&syscall.S_IFMT == syscall.S_IFDIR {
+				_, _, e1 = syscall.RawSyscall(syscall.SYS_MKDIRAT, atFDCWD, uintptr(unsafe.Pointer(o.path)), uintptr(o.mknod&0o7777))
+			} else {
+				_, _, e1 = syscall.RawSyscall6(syscall.SYS_MKNODAT, atFDCWD, uintptr(unsafe.Pointer(o.path)), uintptr(o.mknod), 0, 0, 0)
+			}
+			if e1 == syscall.EEXIST {
+				e1 = 0
+			}
+		default:
+			_, _, e1 = syscall.RawSyscall6(syscall.SYS_MOUNT, uintptr(unsafe.Pointer(o.src)), uintptr(unsafe.Pointer(o.path)),
+				uintptr(unsafe.Pointer(o.fstype)), o.flags, uintptr(unsafe.Pointer(o.data)), 0)
+		}
 		if e1 != 0 {
 			stage = stageRemount + uint32(i)
 			goto fail

@@ -1,6 +1,7 @@
 package native_test
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -146,5 +147,62 @@ func TestHomeUser(t *testing.T) {
 	res := sh(t, nil, "cd /home/user && echo hi > f && cat /workspace/f")
 	if res.Stdout != "hi\n" {
 		t.Fatalf("got %q %q", res.Stdout, res.Stderr)
+	}
+}
+
+// TestMountsUnderTmpfs: mount targets inside the tmpfs /workspace and /tmp
+// (directories, nested ones, and a single file) work, and the tmpfs around
+// them stays writable.
+func TestMountsUnderTmpfs(t *testing.T) {
+	src, rw := t.TempDir(), t.TempDir()
+	if err := os.WriteFile(filepath.Join(src, "data.txt"), []byte("read me"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(rw, 0o777)
+	cfg := filepath.Join(t.TempDir(), "cfg.txt")
+	if err := os.WriteFile(cfg, []byte("config"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res := sh(t, func(p *policy.Policy) {
+		p.Filesystem.Mounts = []policy.Mount{{Source: src, Target: "/workspace/sub"},
+			{Source: rw, Target: "/tmp/a/b/out", Writable: true}, {Source: cfg, Target: "/workspace/etc/cfg.txt"}}
+	}, "cat /workspace/sub/data.txt; echo; cat /workspace/etc/cfg.txt; echo; echo r > /tmp/a/b/out/r.txt && echo wrote-rw; echo w > /workspace/w && echo workspace-writable; echo x > /workspace/sub/x 2>/dev/null && echo WROTE-RO")
+	for _, w := range []string{"read me", "config", "wrote-rw", "workspace-writable"} {
+		if !strings.Contains(res.Stdout, w) {
+			t.Errorf("stdout lacks %q: %q (stderr %q, status %s)", w, res.Stdout, res.Stderr, res.Status)
+		}
+	}
+	if strings.Contains(res.Stdout, "WROTE-RO") {
+		t.Error("a read-only mount under /workspace was written")
+	}
+	if b, err := os.ReadFile(filepath.Join(rw, "r.txt")); err != nil || string(b) != "r\n" {
+		t.Errorf("read-write mount under /tmp: %q %v", b, err)
+	}
+}
+
+// TestWritableMountNotWritable: a read-write mount of a directory the
+// sandbox user cannot write (root-owned, 0755) is refused at setup with an
+// error that says what to do, instead of a sandbox whose writes fail.
+func TestWritableMountNotWritable(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to own the directory")
+	}
+	dir := t.TempDir()
+	os.Chmod(dir, 0o755)
+	p := strict(t)
+	p.Filesystem.Mounts = []policy.Mount{{Source: dir, Target: "/out", Writable: true}}
+	_, err := native.Run(context.Background(), native.Config{Policy: p, Args: []string{"true"}}, native.RunOptions{})
+	if err == nil {
+		t.Fatal("a read-write mount the sandbox cannot write was accepted")
+	}
+	for _, w := range []string{dir, "cannot write", "chmod", "read-only"} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error %q does not say %q", err, w)
+		}
+	}
+	// Read-only, the same directory is fine.
+	p.Filesystem.Mounts[0].Writable = false
+	if res, err := native.Run(context.Background(), native.Config{Policy: p, Args: []string{"true"}}, native.RunOptions{}); err != nil || res.Status != native.StatusOK {
+		t.Fatalf("read-only mount: %v %+v", err, res)
 	}
 }
