@@ -565,9 +565,9 @@ func (p *Process) pump() {
 			if len(m.Signal) > 16 {
 				m.Signal = m.Signal[:16]
 			}
-			p.exited, p.status = true, ExitStatus{Code: m.Code, Signal: m.Signal}
+			p.exited, p.status = !m.Running, ExitStatus{Code: m.Code, Signal: m.Signal}
 			select {
-			case p.events <- Event{Type: EventExit, ExitCode: m.Code, Signal: m.Signal}:
+			case p.events <- Event{Type: EventExit, ExitCode: m.Code, Signal: m.Signal, Running: m.Running}:
 			case <-p.ctx.Done():
 			}
 			return
@@ -716,7 +716,19 @@ func (c *Client) Exec(ctx context.Context, req ExecRequest) (*Process, error) {
 // to RingSize, oldest first), then live output and the exit. Closing the
 // returned Process only detaches.
 func (c *Client) Attach(ctx context.Context, pid int) (*Process, error) {
-	s, err := c.open(FrameAttach, pidMsg{Pid: pid})
+	return c.attach(ctx, pidMsg{Pid: pid})
+}
+
+// Snapshot returns the output of process pid retained so far (as Attach)
+// and then one exit event: the exit status, or Running set if the process
+// has not exited yet.
+func (c *Client) Snapshot(ctx context.Context, pid int) (*Process, error) {
+	return c.attach(ctx, pidMsg{Pid: pid, Snapshot: true})
+}
+
+func (c *Client) attach(ctx context.Context, req pidMsg) (*Process, error) {
+	pid := req.Pid
+	s, err := c.open(FrameAttach, req)
 	if err != nil {
 		return nil, fmt.Errorf("agent attach: %w", err)
 	}

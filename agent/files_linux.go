@@ -47,7 +47,9 @@ func toError(err error) *Error {
 			code = CodePermissionDenied
 		case syscall.EINVAL, syscall.ENOEXEC, syscall.ELOOP, syscall.EBUSY:
 			code = CodeInvalidArgument
-		case syscall.ENAMETOOLONG, syscall.EFBIG, syscall.E2BIG:
+		case syscall.ENAMETOOLONG:
+			code = CodeNameTooLong
+		case syscall.EFBIG, syscall.E2BIG:
 			code = CodeTooLarge
 		case syscall.ENOSPC, syscall.EDQUOT:
 			code = CodeNoSpace

@@ -64,6 +64,7 @@ type follower struct {
 	end      int64 // stop here and send the exit; -1 until known
 	detached bool
 	owner    bool
+	snapshot bool // stop at end even if the process has not exited
 }
 
 func (p *proc) info() ProcessInfo {
@@ -384,6 +385,9 @@ func (p *proc) follow(f *follower) {
 		}
 		if f.end >= 0 && f.cursor >= f.end {
 			exit := p.exit
+			if f.snapshot && !p.done {
+				exit = exitMsg{Running: true}
+			}
 			p.mu.Unlock()
 			f.s.finish(FrameExit, exit)
 			if f.owner && !p.background {
@@ -692,6 +696,14 @@ func (a *hostConn) handleAttach(s *astream, payload []byte) (any, error) {
 		return nil, err
 	}
 	f := p.newFollower(s, false)
+	if req.Snapshot {
+		p.mu.Lock()
+		f.snapshot = true
+		if f.end < 0 {
+			f.end = p.ring.tail
+		}
+		p.mu.Unlock()
+	}
 	p.watch(f)
 	s.send(FrameStarted, p.info())
 	p.follow(f)

@@ -318,6 +318,9 @@ type execMsg struct {
 
 type pidMsg struct {
 	Pid int `json:"pid"`
+	// Snapshot (attach) sends the output retained so far, then an exit
+	// frame (Running if the process has not exited) instead of following.
+	Snapshot bool `json:"snapshot,omitempty"`
 }
 
 type stdinMsg struct {
@@ -357,6 +360,8 @@ type startedMsg struct {
 type exitMsg struct {
 	Code   int    `json:"code"`
 	Signal string `json:"signal,omitempty"`
+	// Running ends a snapshot of a process that has not exited.
+	Running bool `json:"running,omitempty"`
 }
 
 type countMsg struct {

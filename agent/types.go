@@ -17,6 +17,7 @@ const (
 	CodePermissionDenied = "permission_denied"
 	CodeInvalidArgument  = "invalid_argument"
 	CodeTooLarge         = "too_large"
+	CodeNameTooLong      = "name_too_long" // a path component over NAME_MAX
 	CodeNoSpace          = "no_space"
 	CodeCrossDevice      = "cross_device"
 	CodeClosed           = "closed" // stdin already closed, pipe broken
@@ -74,6 +75,9 @@ type Event struct {
 	ExitCode int
 	// Signal names the signal that killed the process ("SIGKILL"), if any.
 	Signal string
+	// Running is set on the exit event ending a Snapshot of a process
+	// that has not exited; ExitCode and Signal are then meaningless.
+	Running bool
 }
 
 // ExitStatus is how a process ended.

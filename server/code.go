@@ -103,6 +103,8 @@ func codeAgentErr(err error) error {
 			return errf(400, "unsupported", "%s", ae.Message)
 		case agent.CodeInvalidArgument, agent.CodeNotADirectory:
 			return errf(400, "bad_request", "%s", ae.Message)
+		case agent.CodeNameTooLong:
+			return errf(400, "name_too_long", "%s", ae.Message)
 		case agent.CodeTooLarge:
 			return errf(429, "limit_reached", "%s", ae.Message)
 		case agent.CodeExists:
@@ -216,6 +218,12 @@ func (s *Server) runCode(w http.ResponseWriter, r *http.Request) error {
 	var req CodeRequest
 	if err := decode(w, r, &req); err != nil {
 		return err
+	}
+	if req.Code == "" {
+		return errf(400, "bad_request", "code is required: the cell's source")
+	}
+	if strings.IndexByte(req.Code, 0) >= 0 {
+		return errf(400, "bad_request", "code contains a NUL byte")
 	}
 	timeout, err := seconds(req.Timeout)
 	if err != nil {

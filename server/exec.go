@@ -292,10 +292,7 @@ func (s *Server) processes(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if ps == nil {
-		ps = []agent.ProcessInfo{}
-	}
-	writeJSON(w, 200, map[string]any{"processes": ps})
+	writeJSON(w, 200, map[string]any{"processes": processViews(ps)})
 	return nil
 }
 
@@ -319,7 +316,7 @@ func (s *Server) stdin(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if err := sb.Agent().WriteStdin(r.Context(), pid, []byte(req.Data), req.Close); err != nil {
-		return err
+		return procErr(pid, err)
 	}
 	writeJSON(w, 200, map[string]int{"written": len(req.Data)})
 	return nil
@@ -366,7 +363,7 @@ func (s *Server) signal(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if err := sb.Agent().Signal(r.Context(), pid, sig); err != nil {
-		return err
+		return procErr(pid, err)
 	}
 	writeJSON(w, 200, map[string]string{"signal": req.Signal})
 	return nil
@@ -385,7 +382,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) error {
 	}
 	p, err := sb.Agent().Attach(r.Context(), pid)
 	if err != nil {
-		return err
+		return procErr(pid, err)
 	}
 	defer p.Close()
 	s.streamProcess(r.Context(), w, p, time.Now())

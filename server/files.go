@@ -76,6 +76,8 @@ func agentStatus(err error) (int, string, bool) {
 		return 403, "permission_denied", true
 	case agent.CodeTooLarge:
 		return 413, "too_large", true
+	case agent.CodeNameTooLong:
+		return 400, "name_too_long", true
 	case agent.CodeNoSpace:
 		return 507, "no_space", true
 	case agent.CodeClosed:

@@ -24,6 +24,7 @@ import (
 	"airlock/egress"
 	"airlock/manager"
 	"airlock/mcp"
+	"airlock/policy"
 	"airlock/runtime"
 	"airlock/store"
 )
@@ -52,6 +53,9 @@ type Config struct {
 	Layers func() runtime.Enforced
 	// MaxFileBytes caps file uploads; 0 means MaxFileBody.
 	MaxFileBytes int64
+	// E2BMaxNetwork is the most network access an E2B create may ask for
+	// (e2b.Config.MaxNetwork); empty means open.
+	E2BMaxNetwork policy.NetworkMode
 }
 
 // Server serves the API.
@@ -84,7 +88,7 @@ func New(cfg Config) (*Server, error) {
 	// E2B's protocol (package e2b) on the same listener: the E2B SDKs work
 	// against this server with E2B_API_URL and E2B_SANDBOX_URL.
 	if s.e2b, err = e2b.NewHandler(e2b.Config{Manager: cfg.Manager, Store: cfg.Store, NoAuth: cfg.NoAuth,
-		MaxFileBytes: cfg.MaxFileBytes, Interpreter: e2b.AgentInterpreter{}}); err != nil {
+		MaxFileBytes: cfg.MaxFileBytes, MaxNetwork: cfg.E2BMaxNetwork, Interpreter: e2b.AgentInterpreter{}}); err != nil {
 		return nil, err
 	}
 	s.routes()
@@ -133,6 +137,7 @@ func (s *Server) routes() {
 	authed("POST /v1/sandboxes/{id}/processes/{pid}/stdin", s.stdin)
 	authed("POST /v1/sandboxes/{id}/processes/{pid}/signal", s.signal)
 	authed("GET /v1/sandboxes/{id}/processes/{pid}/events", s.events)
+	authed("GET /v1/sandboxes/{id}/processes/{pid}/logs", s.logs)
 	authed("GET /v1/sandboxes/{id}/files", s.readFile)
 	authed("PUT /v1/sandboxes/{id}/files", s.writeFile)
 	authed("DELETE /v1/sandboxes/{id}/files", s.removeFile)
@@ -331,32 +336,6 @@ func decode(w http.ResponseWriter, r *http.Request, v any) error {
 	return DecodeJSON(body, v)
 }
 
-// DecodeJSON decodes exactly one JSON value from r into v, rejecting
-// unknown fields and trailing data; failures are 400 errors (413 when r is
-// a capped body that overflowed). Exported for fuzzing.
-func DecodeJSON(r io.Reader, v any) error {
-	dec := json.NewDecoder(r)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return err
-		}
-		if errors.Is(err, io.EOF) {
-			return errf(400, "bad_request", "empty request body")
-		}
-		return errf(400, "bad_request", "malformed JSON: %v", err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return err
-		}
-		return errf(400, "bad_request", "trailing data after the JSON object")
-	}
-	return nil
-}
-
 func (s *Server) info(w http.ResponseWriter, r *http.Request) error {
 	layers := s.layersOnce.Load()
 	if layers == nil {
@@ -374,6 +353,9 @@ func (s *Server) info(w http.ResponseWriter, r *http.Request) error {
 		"auth":     !s.cfg.NoAuth,
 		// Ready sandboxes in the warm pool (airlock serve --pool).
 		"pool_idle": s.m.PoolIdle(),
+		// The largest limits a sandbox may ask for (airlock serve --max-*);
+		// an API key may set lower ones of its own.
+		"ceilings": s.m.Ceilings(),
 	})
 	return nil
 }
@@ -414,9 +396,12 @@ type CreateRequest struct {
 	Secrets []egress.Secret `json:"secrets,omitempty"`
 }
 
+// maxSeconds is the largest timeout a request may give, in seconds.
+const maxSeconds = 1e7
+
 func seconds(f float64) (time.Duration, error) {
-	if f < 0 || f > 1e7 || f != f {
-		return 0, errf(400, "bad_request", "timeout out of range")
+	if f < 0 || f > maxSeconds || f != f {
+		return 0, errf(400, "bad_request", "timeout out of range: give seconds from 0 to %d", int(maxSeconds))
 	}
 	return time.Duration(f * float64(time.Second)), nil
 }
@@ -464,7 +449,8 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) error {
 					case store.StateRunning, store.StateKilled, store.StateExpired, store.StateLost, store.StateExited:
 						opts.States = append(opts.States, st)
 					default:
-						return errf(400, "bad_request", "unknown state %q", st)
+						return errf(400, "bad_request", "unknown state %q: give one or more of %s, %s, %s, %s, %s (comma-separated)",
+							st, store.StateRunning, store.StateKilled, store.StateExpired, store.StateLost, store.StateExited)
 					}
 				}
 			}
@@ -510,7 +496,8 @@ func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) error {
 
 func (s *Server) killSandbox(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
-	if err := s.m.Kill(r.Context(), caller(r).id, id); err != nil {
+	// Idempotent: killing an ended sandbox answers its (final) state.
+	if err := s.m.Kill(r.Context(), caller(r).id, id); err != nil && !errors.Is(err, manager.ErrNotRunning) {
 		return err
 	}
 	info, err := s.m.Get(r.Context(), caller(r).id, id)
