@@ -74,6 +74,9 @@ type Config struct {
 	DefaultTimeout time.Duration
 	// MaxTimeout caps any TTL; 0 means 24 hours.
 	MaxTimeout time.Duration
+	// Ceilings cap the limits a sandbox may ask for; zero fields are the
+	// host's (policy.HostCeilings), and none may exceed the host's.
+	Ceilings policy.Ceilings
 	// ReapInterval is how often expired sandboxes are looked for; 0 means
 	// one second.
 	ReapInterval time.Duration
@@ -258,6 +261,10 @@ func Open(cfg Config) (*Manager, error) {
 	}
 	if cfg.MaxTimeout <= 0 {
 		cfg.MaxTimeout = 24 * time.Hour
+	}
+	var err error
+	if cfg.Ceilings, err = hostCeilings(cfg.Ceilings); err != nil {
+		return nil, err
 	}
 	if cfg.ReapInterval <= 0 {
 		cfg.ReapInterval = time.Second
@@ -485,6 +492,9 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (Info, error) {
 	if ttl > m.cfg.MaxTimeout {
 		return Info{}, fmt.Errorf("%w: timeout above the maximum %s", ErrInvalid, m.cfg.MaxTimeout)
 	}
+	if err := m.checkCeilings(ctx, &req, ttl); err != nil {
+		return Info{}, err
+	}
 	if info, ok, err := m.createPooled(ctx, &req, ttl); ok {
 		return info, err
 	}
@@ -690,6 +700,11 @@ func (m *Manager) Kill(ctx context.Context, owner, id string) error {
 func (m *Manager) SetTimeout(ctx context.Context, owner, id string, d time.Duration) (Info, error) {
 	if d <= 0 || d > m.cfg.MaxTimeout {
 		return Info{}, fmt.Errorf("%w: timeout must be positive and at most %s", ErrInvalid, m.cfg.MaxTimeout)
+	}
+	if kl, err := m.keyLimits(ctx, owner); err != nil {
+		return Info{}, err
+	} else if err := checkKeyTimeout(kl, d); err != nil {
+		return Info{}, err
 	}
 	sb, err := m.Lookup(owner, id)
 	if err != nil {

@@ -14,7 +14,8 @@ import (
 )
 
 const keysUsage = `usage:
-  airlock keys create --name NAME [--max-sandboxes N] --state-dir DIR
+  airlock keys create --name NAME [--max-sandboxes N] [--max-memory SIZE] [--max-cpus N]
+                      [--max-pids N] [--max-disk SIZE] [--max-timeout DURATION] --state-dir DIR
   airlock keys list --state-dir DIR
   airlock keys revoke --state-dir DIR KEY_ID
 `
@@ -37,6 +38,9 @@ func cmdKeys(args []string) int {
 	stateDir := fs.String("state-dir", "", "the server's state directory (required)")
 	name := fs.String("name", "", "a label for the key (create)")
 	maxSB := fs.Int("max-sandboxes", 0, "sandboxes the key may have running at once; 0 means only the server's limit (create)")
+	var cf ceilingFlags
+	cf.register(fs, "only the server's ceiling (create)")
+	maxTimeout := fs.Duration("max-timeout", 0, "largest sandbox TTL the key may ask for, e.g. 1h (0: only the server's --max-timeout) (create)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Print(keysUsage)
@@ -62,7 +66,7 @@ func cmdKeys(args []string) int {
 			fmt.Fprintln(os.Stderr, "airlock keys create: --name is required")
 			return exitUsage
 		}
-		k, secret, err := st.CreateKey(ctx, *name, *maxSB)
+		k, secret, err := st.CreateKeyLimits(ctx, *name, *maxSB, cf.keyLimits(*maxTimeout))
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "airlock keys create: %v\n", err)
 			return 1

@@ -30,8 +30,8 @@ func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 // policyFlags are the flags shared by every command that builds a policy.
 type policyFlags struct {
 	profile, memory, disk, timeout, workdir, workspace, output string
-	cpus                                                       float64
-	pids                                                       int64
+	cpus                                                       optFloat
+	pids                                                       optInt
 	mounts, env                                                listFlag
 	allowDegraded                                              bool
 	tty                                                        ttyFlag
@@ -42,8 +42,8 @@ func (f *policyFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.memory, "memory", "", "memory limit, e.g. 256M, 1G ("+profileDefaults(func(l policy.Limits) string { return formatSize(l.MemoryBytes) })+")")
 	fs.StringVar(&f.disk, "disk", "", "size of /workspace and /tmp (each), e.g. 64M ("+profileDefaults(func(l policy.Limits) string { return formatSize(l.DiskBytes) })+")")
 	fs.StringVar(&f.output, "output-limit", "", "stdout+stderr bytes before the run is stopped, e.g. 1M ("+profileDefaults(func(l policy.Limits) string { return formatSize(l.OutputBytes) })+")")
-	fs.Float64Var(&f.cpus, "cpus", 0, "CPU quota in cores, e.g. 0.5 ("+profileDefaults(func(l policy.Limits) string { return strconv.FormatFloat(l.CPUs, 'g', -1, 64) })+")")
-	fs.Int64Var(&f.pids, "pids", 0, "maximum number of processes ("+profileDefaults(func(l policy.Limits) string { return strconv.FormatInt(l.Pids, 10) })+")")
+	fs.Var(&f.cpus, "cpus", "CPU quota in cores, e.g. 0.5 ("+profileDefaults(func(l policy.Limits) string { return strconv.FormatFloat(l.CPUs, 'g', -1, 64) })+")")
+	fs.Var(&f.pids, "pids", "maximum number of processes ("+profileDefaults(func(l policy.Limits) string { return strconv.FormatInt(l.Pids, 10) })+")")
 	fs.StringVar(&f.timeout, "timeout", "", "wall-clock limit, e.g. 10s, 2m ("+profileDefaults(func(l policy.Limits) string { return durationText(l.WallTime) })+")")
 	fs.Var(&f.mounts, "mount", "bind a host path: SRC:DST[:ro|rw] (repeatable; read-only by default)")
 	fs.StringVar(&f.workdir, "workdir", "", "working directory inside the sandbox (default /workspace)")
@@ -74,11 +74,11 @@ func (f *policyFlags) policy() (policy.Policy, error) {
 		size("output-limit", f.output, &p.Limits.OutputBytes)); err != nil {
 		return p, err
 	}
-	if f.cpus != 0 {
-		p.Limits.CPUs = f.cpus
+	if f.cpus.set {
+		p.Limits.CPUs = f.cpus.v
 	}
-	if f.pids != 0 {
-		p.Limits.Pids = f.pids
+	if f.pids.set {
+		p.Limits.Pids = f.pids.v
 	}
 	if f.timeout != "" {
 		d, err := time.ParseDuration(f.timeout)
@@ -132,6 +132,9 @@ func (f *policyFlags) policy() (policy.Policy, error) {
 			return p, fmt.Errorf("--workspace: %w", err)
 		}
 		p.Filesystem.Workspace = abs
+	}
+	if err := checkHostCeilings(p.Limits); err != nil {
+		return p, err
 	}
 	return p, p.Validate()
 }

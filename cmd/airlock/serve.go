@@ -51,6 +51,8 @@ func cmdServe(args []string) int {
 	poolPython := fs.Bool("pool-python", false, "pooled sandboxes' default Python context has run 'import numpy as np' and 'import pandas as pd' (contexts created later start empty)")
 	var ef egressFlags
 	ef.register(fs)
+	var cf ceilingFlags
+	cf.register(fs, "the host's: its RAM, its CPUs, 32768 processes")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(os.Stdout)
@@ -113,7 +115,7 @@ func cmdServe(args []string) int {
 	logger := log.New(os.Stderr, "airlock: ", log.LstdFlags)
 	m, err := manager.Open(manager.Config{StateDir: *stateDir, Store: st, AgentBinary: self, MaxSandboxes: *maxSB,
 		AllowDegraded: *allowDegraded, DefaultTimeout: *defTimeout, MaxTimeout: *maxTimeout, ReapInterval: *reap,
-		AgentGrace: *grace, KeepOnShutdown: *keep, Logf: logger.Printf, Egress: egressCfg})
+		AgentGrace: *grace, KeepOnShutdown: *keep, Logf: logger.Printf, Egress: egressCfg, Ceilings: cf.ceilings()})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "airlock serve: %v\n", err)
 		return 1

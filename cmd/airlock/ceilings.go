@@ -1,0 +1,93 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"strconv"
+	"time"
+
+	"airlock/policy"
+	"airlock/store"
+)
+
+// ceilingFlags are --max-memory, --max-cpus, --max-pids and --max-disk:
+// ceilings on what a sandbox may ask for (airlock serve: the server's;
+// airlock keys create: the key's own).
+type ceilingFlags struct {
+	memory, disk sizeFlag
+	cpus         float64
+	pids         int64
+}
+
+func (f *ceilingFlags) register(fs *flag.FlagSet, zero string) {
+	fs.Var(&f.memory, "max-memory", "largest memory limit a sandbox may ask for, e.g. 8G (0: "+zero+")")
+	fs.Var(&f.disk, "max-disk", "largest disk_bytes (size of /workspace and of /tmp, both in memory) a sandbox may ask for (0: "+zero+")")
+	fs.Float64Var(&f.cpus, "max-cpus", 0, "largest CPU quota in cores a sandbox may ask for (0: "+zero+")")
+	fs.Int64Var(&f.pids, "max-pids", 0, "largest process limit a sandbox may ask for (0: "+zero+")")
+}
+
+func (f *ceilingFlags) ceilings() policy.Ceilings {
+	return policy.Ceilings{MemoryBytes: int64(f.memory), DiskBytes: int64(f.disk), CPUs: f.cpus, Pids: f.pids}
+}
+
+// keyLimits is the key's ceilings plus its largest TTL.
+func (f *ceilingFlags) keyLimits(timeout time.Duration) store.KeyLimits {
+	c := f.ceilings()
+	return store.KeyLimits{MemoryBytes: c.MemoryBytes, CPUs: c.CPUs, Pids: c.Pids, DiskBytes: c.DiskBytes,
+		TimeoutSeconds: int64((timeout + time.Second - 1) / time.Second)}
+}
+
+// checkHostCeilings refuses limits this host cannot honour (or that are
+// not positive), naming the flag's field and the host's ceiling.
+func checkHostCeilings(l policy.Limits) error {
+	h, err := policy.HostCeilings()
+	if err != nil {
+		return err
+	}
+	return h.Check(l, "this host")
+}
+
+// optFloat is a float flag that remembers whether it was given, so that an
+// explicit 0 is refused rather than read as "the profile's default".
+type optFloat struct {
+	v   float64
+	set bool
+}
+
+func (o *optFloat) String() string {
+	if o == nil || !o.set {
+		return ""
+	}
+	return strconv.FormatFloat(o.v, 'g', -1, 64)
+}
+
+func (o *optFloat) Set(s string) error {
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return fmt.Errorf("want a number, e.g. 0.5")
+	}
+	o.v, o.set = v, true
+	return nil
+}
+
+// optInt is optFloat for integers.
+type optInt struct {
+	v   int64
+	set bool
+}
+
+func (o *optInt) String() string {
+	if o == nil || !o.set {
+		return ""
+	}
+	return strconv.FormatInt(o.v, 10)
+}
+
+func (o *optInt) Set(s string) error {
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return fmt.Errorf("want an integer")
+	}
+	o.v, o.set = v, true
+	return nil
+}
