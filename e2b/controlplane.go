@@ -111,9 +111,9 @@ func (h *Handler) authenticate(r *http.Request) (caller, error) {
 		}
 	}
 	if secret == "" {
-		return caller{}, errors.New("missing API key: set E2B_API_KEY to an airlock API key (airlock keys create)")
+		return caller{}, errors.New("missing API key: set E2B_API_KEY to an airlock API key (airlock keys create --e2b prints the form E2B SDKs accept)")
 	}
-	k, err := h.cfg.Store.Authenticate(r.Context(), secret)
+	k, err := h.cfg.Store.Authenticate(r.Context(), airlockKey(secret))
 	if err != nil {
 		return caller{}, errors.New("invalid or revoked API key")
 	}
@@ -156,6 +156,27 @@ func decodeBody(r *http.Request, v any) error {
 		return apiErrorf(http.StatusBadRequest, "malformed JSON: %v", err)
 	}
 	return nil
+}
+
+// autoResumeWanted reports whether a create's autoResume asks for
+// anything. Older SDKs always send it, as {"enabled": false} (or a bare
+// false): that asks for nothing and is accepted. Anything else is a request
+// to resume a paused sandbox on traffic, which airlock cannot honour.
+func autoResumeWanted(raw json.RawMessage) bool {
+	if !present(raw) {
+		return false
+	}
+	var v struct {
+		Enabled *bool `json:"enabled"`
+	}
+	if err := json.Unmarshal(raw, &v); err == nil {
+		return v.Enabled != nil && *v.Enabled
+	}
+	var b bool
+	if err := json.Unmarshal(raw, &b); err == nil {
+		return b
+	}
+	return true
 }
 
 // present reports whether an optional JSON value was given.
@@ -227,8 +248,10 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, defTimeout floa
 	switch {
 	case present(req.MCP):
 		return apiErrorf(http.StatusBadRequest, "MCP gateways are not supported by airlock")
-	case req.AutoPause != nil && *req.AutoPause, present(req.AutoResume):
-		return apiErrorf(http.StatusBadRequest, "airlock cannot pause sandboxes: autoPause and autoResume are not supported")
+	case req.AutoPause != nil && *req.AutoPause:
+		return apiErrorf(http.StatusBadRequest, "airlock cannot pause sandboxes: autoPause (lifecycle.onTimeout: 'pause') is not supported; sandboxes are killed when their timeout ends")
+	case autoResumeWanted(req.AutoResume):
+		return apiErrorf(http.StatusBadRequest, "airlock cannot pause sandboxes, so autoResume: {enabled: true} cannot be honoured; leave it false")
 	case present(req.VolumeMounts):
 		return apiErrorf(http.StatusBadRequest, "volume mounts are not supported by airlock")
 	case present(req.IAM):
@@ -236,6 +259,9 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, defTimeout floa
 	}
 	network, secrets, err := networkFor(req.AllowInternetAccess, req.Network, false)
 	if err != nil {
+		return err
+	}
+	if err := h.networkAllowed(network); err != nil {
 		return err
 	}
 	if _, ok := req.Metadata[templateKey]; ok {

@@ -16,17 +16,27 @@ import (
 	"airlock/internal/testserver"
 )
 
+// sdkReleases are the e2b releases the scenario drives: the package names
+// in tests/js/package.json (older releases are npm aliases).
+var sdkReleases = []struct{ name, pkg string }{
+	{"e2b-2.51.0", "e2b"},
+	{"e2b-2.45.0", "e2b-2-45"},
+	{"e2b-2.39.0", "e2b-2-39"},
+}
+
 // TestE2BSDKScenario runs tests/js/e2b-scenario.mjs, which drives the
 // official e2b and @e2b/code-interpreter npm packages, against a real
 // `airlock serve`, with nothing but E2B_API_URL, E2B_SANDBOX_URL and
-// E2B_API_KEY pointing the SDKs at it.
+// E2B_API_KEY pointing the SDKs at it, once for each release in
+// sdkReleases. The key is given in its E2B form (airlock keys create
+// --e2b) with the SDKs' key validation on, as users run them.
 func TestE2BSDKScenario(t *testing.T) {
 	testserver.NeedRoot(t)
 	jsDir, err := filepath.Abs("../tests/js")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, pkg := range []string{"e2b", "@e2b/code-interpreter"} {
+	for _, pkg := range []string{"e2b", "e2b-2-45", "e2b-2-39", "@e2b/code-interpreter"} {
 		if _, err := os.Stat(filepath.Join(jsDir, "node_modules", pkg, "package.json")); err != nil {
 			t.Skipf("tests/js/node_modules lacks %s: run `npm ci` in tests/js (scripts/setup.sh does)", pkg)
 		}
@@ -37,48 +47,61 @@ func TestE2BSDKScenario(t *testing.T) {
 	}
 
 	state := testserver.StateDir(t)
-	key := testserver.NewKey(t, state, "e2b-scenario")
+	key := testserver.NewKey(t, state, "e2b-scenario", "--e2b")
+	if !regexp.MustCompile(`^e2b_[0-9a-f]+$`).MatchString(key) {
+		t.Fatalf("airlock keys create --e2b printed %q, not e2b_ and hex", key)
+	}
 	srv := testserver.Start(t, state)
 	url := srv.URL
 
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, node, "e2b-scenario.mjs")
-	cmd.Dir = jsDir
-	cmd.Env = append(os.Environ(), "E2B_API_URL="+url, "E2B_SANDBOX_URL="+url, "E2B_API_KEY="+key)
-	var buf bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &buf, &buf
-	err = cmd.Run()
-	for _, line := range strings.Split(strings.TrimRight(buf.String(), "\n"), "\n") {
-		t.Log(line)
+	for _, rel := range sdkReleases {
+		t.Run(rel.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, node, "e2b-scenario.mjs")
+			cmd.Dir = jsDir
+			cmd.Env = append(os.Environ(), "E2B_API_URL="+url, "E2B_SANDBOX_URL="+url, "E2B_API_KEY="+key,
+				"E2B_VALIDATE_API_KEY=true", "E2B_SDK_PACKAGE="+rel.pkg)
+			var buf bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &buf, &buf
+			err := cmd.Run()
+			for _, line := range strings.Split(strings.TrimRight(buf.String(), "\n"), "\n") {
+				t.Log(line)
+			}
+			if err != nil {
+				t.Fatalf("e2b scenario failed: %v", err) // the server's log follows (testserver)
+			}
+			if m := regexp.MustCompile(`(?m)^SKIPPED: (.*)$`).FindStringSubmatch(buf.String()); m != nil {
+				var skipped []string
+				json.Unmarshal([]byte(m[1]), &skipped)
+				for _, s := range skipped {
+					t.Logf("scenario step skipped: %s", s)
+				}
+			}
+			assertNoneRunning(t, url, key)
+		})
 	}
-	if err != nil {
-		t.Fatalf("e2b scenario failed: %v", err) // the server's log follows (testserver)
-	}
-	if m := regexp.MustCompile(`(?m)^SKIPPED: (.*)$`).FindStringSubmatch(buf.String()); m != nil {
-		var skipped []string
-		json.Unmarshal([]byte(m[1]), &skipped)
-		for _, s := range skipped {
-			t.Logf("scenario step skipped: %s", s)
-		}
-	}
+}
 
-	// Nothing of the scenario's sandboxes may be left running.
-	req, _ := http.NewRequest(http.MethodGet, url+"/v1/sandboxes", nil)
-	req.Header.Set("Authorization", "Bearer "+key)
+// assertNoneRunning checks that nothing of a scenario's sandboxes is left
+// running, through airlock's own API.
+func assertNoneRunning(t *testing.T, url, key string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, url+"/sandboxes", nil)
+	req.Header.Set("X-API-KEY", key)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var list struct {
-		Sandboxes []struct{ ID string } `json:"sandboxes"`
+	var list []struct {
+		SandboxID string `json:"sandboxID"`
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil || resp.StatusCode != 200 {
 		t.Fatalf("list sandboxes: status %d, %v", resp.StatusCode, err)
 	}
-	if len(list.Sandboxes) != 0 {
-		t.Fatalf("sandboxes still running after the scenario: %+v", list.Sandboxes)
+	if len(list) != 0 {
+		t.Fatalf("sandboxes still running after the scenario: %+v", list)
 	}
 }
 

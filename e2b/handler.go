@@ -40,6 +40,7 @@ import (
 	"sync"
 
 	"airlock/manager"
+	"airlock/policy"
 	"airlock/store"
 )
 
@@ -91,6 +92,11 @@ type Config struct {
 	// Interpreter runs the code interpreter's cells; nil makes its port
 	// answer 501.
 	Interpreter Interpreter
+	// MaxNetwork is the most network access an E2B create or
+	// updateNetwork may ask for (policy.NetNone, NetAllowlist or NetOpen);
+	// more is refused with a 403. Empty means NetOpen: E2B's own meaning of
+	// allowInternetAccess: true.
+	MaxNetwork policy.NetworkMode
 	// MaxFileBytes caps a file upload; 0 means DefaultMaxFileBytes.
 	MaxFileBytes int64
 	// Logf logs operational problems; log.Printf if nil.
@@ -120,6 +126,12 @@ func NewHandler(cfg Config) (*Handler, error) {
 	}
 	if cfg.MaxFileBytes <= 0 {
 		cfg.MaxFileBytes = DefaultMaxFileBytes
+	}
+	if cfg.MaxNetwork == "" {
+		cfg.MaxNetwork = policy.NetOpen
+	}
+	if _, err := ParseMaxNetwork(string(cfg.MaxNetwork)); err != nil {
+		return nil, fmt.Errorf("e2b: MaxNetwork: %w", err)
 	}
 	if cfg.Logf == nil {
 		cfg.Logf = log.Printf

@@ -42,6 +42,13 @@ func newEnv(t *testing.T, sandboxes bool) *env {
 
 func newEnvWith(t *testing.T, sandboxes bool, in Interpreter) *env {
 	t.Helper()
+	return newEnvConfig(t, sandboxes, Config{Interpreter: in})
+}
+
+// newEnvConfig is newEnv with a handler configured as cfg (its Manager,
+// Store and Logf are filled in).
+func newEnvConfig(t *testing.T, sandboxes bool, cfg Config) *env {
+	t.Helper()
 	bin := "/nonexistent/airlock"
 	if sandboxes {
 		if os.Geteuid() != 0 {
@@ -64,7 +71,8 @@ func newEnvWith(t *testing.T, sandboxes bool, in Interpreter) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { m.Close() })
-	h, err := NewHandler(Config{Manager: m, Store: st, Logf: t.Logf, Interpreter: in})
+	cfg.Manager, cfg.Store, cfg.Logf = m, st, t.Logf
+	h, err := NewHandler(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,6 +168,8 @@ func TestControlPlaneAuthAndErrors(t *testing.T) {
 		`{"templateID":"base","network":{"httpsPorts":[8443]}}`,
 		`{"templateID":"base","network":{"denyOut":["0.0.0.0/0"],"allowOut":["not a host!"]}}`,
 		`{"templateID":"base","autoPause":true}`,
+		`{"templateID":"base","autoResume":{"enabled":true}}`,
+		`{"templateID":"base","autoResume":true}`,
 		`{"templateID":"base","mcp":{"x":{}}}`,
 		`{"templateID":"base","volumeMounts":[{"name":"v","path":"/data"}]}`,
 		`{"templateID":"no-such-template"}`,
@@ -178,6 +188,76 @@ func TestControlPlaneAuthAndErrors(t *testing.T) {
 	e.api(t, "GET", "/v2/sandboxes?limit=0", e.key, "").apiErr(t, 400)
 	if r := e.api(t, "GET", "/v2/sandboxes?state=paused", e.key, ""); r.status != 200 || strings.TrimSpace(string(r.body)) != "[]" {
 		t.Fatalf("paused: %d %q", r.status, r.body)
+	}
+}
+
+// TestOldSDKCreateBodies sends the create bodies of e2b 2.39 (autoResume
+// {"enabled": false}, autoPause false, allow_internet_access true, secure)
+// and checks they create sandboxes, with internet access as they asked,
+// and that the E2B form of a key (e2b_ and hex) authenticates as the key.
+func TestOldSDKCreateBodies(t *testing.T) {
+	e := newEnv(t, true)
+	e2bKey, err := E2BKey(e.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, body := range []string{
+		`{"templateID":"base","timeout":30,"secure":true,"allow_internet_access":true,"autoPause":false,"autoResume":{"enabled":false}}`,
+		`{"templateID":"base","autoResume":false}`,
+	} {
+		r := e.api(t, "POST", "/sandboxes", e2bKey, body)
+		var c sandboxCreated
+		if r.status != 201 {
+			t.Fatalf("%s: status %d %q", body, r.status, r.body)
+		}
+		r.json(t, &c)
+		var d sandboxDetail
+		e.api(t, "GET", "/sandboxes/"+c.SandboxID, e.key, "").json(t, &d)
+		want := strings.Contains(body, `"allow_internet_access":true`)
+		if d.AllowInternetAccess == nil || *d.AllowInternetAccess != want {
+			t.Fatalf("%s: allowInternetAccess %v, want %v", body, d.AllowInternetAccess, want)
+		}
+		if r := e.api(t, "DELETE", "/sandboxes/"+c.SandboxID, e2bKey, ""); r.status != 204 {
+			t.Fatalf("kill with the E2B form of the key: %d %q", r.status, r.body)
+		}
+	}
+	// The E2B form of another key, or a malformed one, is not this key.
+	otherE2B, _ := E2BKey(e.other)
+	var list []sandboxDetail
+	e.api(t, "GET", "/v2/sandboxes", otherE2B, "").json(t, &list)
+	e.api(t, "GET", "/v2/sandboxes", "e2b_"+strings.Repeat("0", 64), "").apiErr(t, 401)
+	e.api(t, "GET", "/v2/sandboxes", "e2b_"+strings.Repeat("zz", 32), "").apiErr(t, 401)
+}
+
+// TestNetworkCap checks Config.MaxNetwork (airlock serve
+// --e2b-max-network): creates and updates asking for more network than it
+// allows are refused with a 403 that names the flag; less is served.
+func TestNetworkCap(t *testing.T) {
+	e := newEnvConfig(t, true, Config{MaxNetwork: "allowlist"})
+	for _, body := range []string{
+		`{"templateID":"base","allow_internet_access":true}`,
+		`{"templateID":"base","network":{"denyOut":["10.0.0.0/8"]}}`,
+	} {
+		msg := e.api(t, "POST", "/v2/sandboxes", e.key, body).apiErr(t, 403)
+		if !strings.Contains(msg, "--e2b-max-network") {
+			t.Fatalf("%s: message %q does not name the flag", body, msg)
+		}
+	}
+	r := e.api(t, "POST", "/v2/sandboxes", e.key, `{"templateID":"base","network":{"denyOut":["0.0.0.0/0"],"allowOut":["pypi.org"]}}`)
+	if r.status != 201 {
+		t.Fatalf("allowlist under an allowlist cap: %d %q", r.status, r.body)
+	}
+	var c sandboxCreated
+	r.json(t, &c)
+	defer e.api(t, "DELETE", "/sandboxes/"+c.SandboxID, e.key, "")
+	e.api(t, "PUT", "/sandboxes/"+c.SandboxID+"/network", e.key, `{}`).apiErr(t, 403)
+	var d sandboxDetail
+	e.api(t, "GET", "/sandboxes/"+c.SandboxID, e.key, "").json(t, &d)
+	if fmt.Sprint(d.Network["allowOut"]) != "[pypi.org]" {
+		t.Fatalf("network after a refused update: %v", d.Network)
+	}
+	if _, err := NewHandler(Config{Manager: e.m, Store: e.st, MaxNetwork: "wide"}); err == nil {
+		t.Fatal("NewHandler accepted MaxNetwork \"wide\"")
 	}
 }
 

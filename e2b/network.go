@@ -3,6 +3,7 @@ package e2b
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"sort"
 
@@ -119,6 +120,37 @@ func networkFor(allowInternet *bool, raw json.RawMessage, replace bool) (policy.
 	}
 }
 
+// netRank orders network modes from least to most access.
+var netRank = map[policy.NetworkMode]int{policy.NetNone: 0, policy.NetAllowlist: 1, policy.NetOpen: 2}
+
+// ParseMaxNetwork checks a value for Config.MaxNetwork ("none",
+// "allowlist" or "open").
+func ParseMaxNetwork(s string) (policy.NetworkMode, error) {
+	m := policy.NetworkMode(s)
+	if _, ok := netRank[m]; !ok {
+		return "", fmt.Errorf("unknown network mode %q (want none, allowlist or open)", s)
+	}
+	return m, nil
+}
+
+// networkAllowed refuses a network policy beyond Config.MaxNetwork, the
+// most the server lets E2B creates and updates ask for. It refuses rather
+// than narrows: an SDK that asked for internet access (as older SDKs do
+// by default) would otherwise get a sandbox that silently cannot reach it.
+func (h *Handler) networkAllowed(n policy.Network) error {
+	max := h.cfg.MaxNetwork
+	if max == "" {
+		max = policy.NetOpen
+	}
+	if netRank[n.Mode] <= netRank[max] {
+		return nil
+	}
+	what := map[policy.NetworkMode]string{policy.NetAllowlist: "egress to an allowlist (network.allowOut)",
+		policy.NetOpen: "internet access (allowInternetAccess: true, the default of e2b SDKs before 2.46 and of the Python SDK)"}[n.Mode]
+	return apiErrorf(http.StatusForbidden, "this server lets E2B sandboxes have at most network %q (airlock serve --e2b-max-network), but the request asks for %s; create the sandbox with allowInternetAccess: false%s",
+		max, what, map[bool]string{true: " or an allowOut list", false: ""}[max == policy.NetAllowlist])
+}
+
 // networkView describes an airlock network policy in E2B's terms, for
 // getInfo: allowInternetAccess and the network section.
 func networkView(ni manager.NetworkInfo) (*bool, map[string]any) {
@@ -155,6 +187,9 @@ func (h *Handler) updateNetwork(w http.ResponseWriter, r *http.Request) error {
 	// which on E2B means internet access.
 	n, _, err := networkFor(nil, raw, true)
 	if err != nil {
+		return err
+	}
+	if err := h.networkAllowed(n); err != nil {
 		return err
 	}
 	id := r.PathValue("id")

@@ -10,12 +10,13 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"airlock/e2b"
 	"airlock/store"
 )
 
 const keysUsage = `usage:
   airlock keys create --name NAME [--max-sandboxes N] [--max-memory SIZE] [--max-cpus N]
-                      [--max-pids N] [--max-disk SIZE] [--max-timeout DURATION] --state-dir DIR
+                      [--max-pids N] [--max-disk SIZE] [--max-timeout DURATION] [--e2b] --state-dir DIR
   airlock keys list --state-dir DIR
   airlock keys revoke --state-dir DIR KEY_ID
 `
@@ -41,6 +42,7 @@ func cmdKeys(args []string) int {
 	var cf ceilingFlags
 	cf.register(fs, "only the server's ceiling (create)")
 	maxTimeout := fs.Duration("max-timeout", 0, "largest sandbox TTL the key may ask for, e.g. 1h (0: only the server's --max-timeout) (create)")
+	e2bForm := fs.Bool("e2b", false, "print the key as e2b_ and hex, the form E2B SDKs accept with key validation on; the E2B endpoints accept either form (create)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Print(keysUsage)
@@ -70,6 +72,12 @@ func cmdKeys(args []string) int {
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "airlock keys create: %v\n", err)
 			return 1
+		}
+		if *e2bForm {
+			if secret, err = e2b.E2BKey(secret); err != nil {
+				fmt.Fprintf(os.Stderr, "airlock keys create: %v\n", err)
+				return 1
+			}
 		}
 		fmt.Fprintf(os.Stderr, "created key %s (%s); the secret below is shown once and cannot be recovered\n", k.ID, k.Name)
 		fmt.Println(secret)

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"airlock/e2b"
 	"airlock/internal/statelock"
 	"airlock/manager"
 	rt "airlock/runtime"
@@ -49,6 +50,7 @@ func cmdServe(args []string) int {
 	fs.Var(&maxFile, "max-file-bytes", "largest file upload, e.g. 512M, 1G")
 	poolSize := fs.Int("pool", 0, "ready sandboxes kept warm for creates that ask for no custom limits, env, secrets or network (counted in --max-sandboxes)")
 	poolPython := fs.Bool("pool-python", false, "pooled sandboxes' default Python context has run 'import numpy as np' and 'import pandas as pd' (contexts created later start empty)")
+	e2bMaxNet := fs.String("e2b-max-network", "open", "the most network an E2B create may ask for: none, allowlist or open (E2B SDKs before 2.46 ask for open by default; more is refused with a 403)")
 	var ef egressFlags
 	ef.register(fs)
 	var cf ceilingFlags
@@ -70,6 +72,11 @@ func cmdServe(args []string) int {
 	egressCfg, err := ef.config()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "airlock serve: %v\n", err)
+		return exitUsage
+	}
+	e2bNet, err := e2b.ParseMaxNetwork(*e2bMaxNet)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "airlock serve: --e2b-max-network: %v\n", err)
 		return exitUsage
 	}
 	ln, err := net.Listen("tcp", *listen)
@@ -126,7 +133,7 @@ func cmdServe(args []string) int {
 		return 1
 	}
 	srv, err := server.New(server.Config{Manager: m, Store: st, NoAuth: *noAuth, Version: version,
-		MaxFileBytes: int64(maxFile), Layers: func() rt.Enforced { l, _ := doctor(); return l }})
+		MaxFileBytes: int64(maxFile), E2BMaxNetwork: e2bNet, Layers: func() rt.Enforced { l, _ := doctor(); return l }})
 	if err != nil {
 		m.Close()
 		fmt.Fprintf(os.Stderr, "airlock serve: %v\n", err)

@@ -3,9 +3,28 @@
 // server's base URL) and E2B_API_KEY (an airlock API key). Every step
 // asserts its result; the first failure exits non-zero naming the step.
 // Steps that cannot run on this server are listed on a "SKIPPED:" line with
-// the reason. Driven by e2b/e2e_test.go.
-import { ALL_TRAFFIC, Sandbox as BaseSandbox, CommandExitError, FileNotFoundError, NotFoundError } from 'e2b'
+// the reason. Driven by e2b/e2e_linux_test.go, once per SDK release.
+//
+// E2B_SDK_PACKAGE names the `e2b` release to drive: "e2b" (the newest,
+// 2.51.0) or one of the npm aliases of older releases in package.json
+// ("e2b-2-45", "e2b-2-39"). Sandboxes are created, and commands, files and
+// the control plane driven, through that release; code cells go through
+// @e2b/code-interpreter (which brings its own e2b), connected to the same
+// sandbox.
+import { readFileSync } from 'node:fs'
 import { Sandbox } from '@e2b/code-interpreter'
+
+const sdkPackage = process.env.E2B_SDK_PACKAGE || 'e2b'
+const { ALL_TRAFFIC, Sandbox: BaseSandbox, CommandExitError, FileNotFoundError, NotFoundError } = await import(sdkPackage)
+const sdkVersion = JSON.parse(readFileSync(new URL(`./node_modules/${sdkPackage}/package.json`, import.meta.url))).version
+// Releases before 2.46 send allow_internet_access: true unless told
+// otherwise (E2B's default: internet access); later ones send nothing.
+const internetByDefault = { '2.39.0': true, '2.45.0': true, '2.51.0': false }[sdkVersion]
+if (internetByDefault === undefined) {
+  console.error(`e2b-scenario: no expectations recorded for e2b ${sdkVersion}`)
+  process.exit(2)
+}
+console.log(`e2b-scenario: e2b ${sdkVersion} (${sdkPackage}), @e2b/code-interpreter for code cells`)
 
 for (const v of ['E2B_API_URL', 'E2B_SANDBOX_URL', 'E2B_API_KEY']) {
   if (!process.env[v]) {
@@ -63,7 +82,9 @@ async function main() {
   let sbx
 
   await step('create a code-interpreter sandbox with metadata and env vars', async () => {
-    sbx = await Sandbox.create({ metadata: meta, envs: { GREETING: 'hello from envVars' }, timeoutMs: 180_000 })
+    const opts = { metadata: meta, envs: { GREETING: 'hello from envVars' }, timeoutMs: 180_000 }
+    // The code interpreter's Sandbox is the newest e2b's, with its template.
+    sbx = sdkPackage === 'e2b' ? await Sandbox.create(opts) : await BaseSandbox.create('code-interpreter-v1', opts)
     cleanup.push(() => sbx.kill())
     assert(typeof sbx.sandboxId === 'string' && sbx.sandboxId.length > 0, 'no sandbox id')
     assert(await sbx.isRunning(), 'isRunning() is false right after create')
@@ -192,12 +213,12 @@ async function main() {
   })
 
   await step('Sandbox.connect from a second client', async () => {
-    const again = await Sandbox.connect(sbx.sandboxId)
+    const again = await BaseSandbox.connect(sbx.sandboxId)
     const r = await again.commands.run('cat /home/user/multi/one.txt 2>/dev/null || cat multi/one.txt')
     eq(r.stdout, '1', 'command through the connected instance')
   })
 
-  await runCodeSteps(sbx)
+  await runCodeSteps(await Sandbox.connect(sbx.sandboxId))
 
   await step('setTimeout and getInfo', async () => {
     await sbx.setTimeout(300_000)
@@ -218,10 +239,10 @@ async function main() {
       network: { denyOut: [ALL_TRAFFIC], allowOut: ['pypi.org', '*.pythonhosted.org'] },
     })
     cleanup.push(() => other.kill())
-    const page = await Sandbox.list({ query: { metadata: { run } } }).nextItems()
+    const page = await BaseSandbox.list({ query: { metadata: { run } } }).nextItems()
     eq(page.map((s) => s.sandboxId), [sbx.sandboxId], 'sandboxes with metadata run')
     eq(page[0].metadata, meta, 'listed metadata')
-    const both = Sandbox.list({ query: { metadata: { purpose: 'airlock-e2b-scenario' } }, limit: 1 })
+    const both = BaseSandbox.list({ query: { metadata: { purpose: 'airlock-e2b-scenario' } }, limit: 1 })
     const seen = []
     for (let pages = 0; both.hasNext; pages++) {
       assert(pages < 5, `paging does not end: ${JSON.stringify(seen)}`)
@@ -231,17 +252,18 @@ async function main() {
     const infoOther = await other.getInfo()
     eq(infoOther.templateId, 'base', 'template of a base sandbox')
     eq(infoOther.network?.allowOut, ['pypi.org', '*.pythonhosted.org'], 'allowOut of an allowlisted sandbox')
-    eq((await sbx.getInfo()).allowInternetAccess, false, 'a sandbox created without network settings is offline')
+    eq((await sbx.getInfo()).allowInternetAccess, internetByDefault,
+      `allowInternetAccess of a sandbox created without network settings by e2b ${sdkVersion}`)
   })
 
   await step('kill, then calls on the killed sandbox fail with NotFoundError', async () => {
     eq(await sbx.kill(), true, 'kill()')
-    eq(await Sandbox.kill(sbx.sandboxId), false, 'killing it again')
+    eq(await BaseSandbox.kill(sbx.sandboxId), false, 'killing it again')
     await rejects(sbx.getInfo(), NotFoundError, 'getInfo() of a killed sandbox')
     await rejects(sbx.setTimeout(60_000), NotFoundError, 'setTimeout() of a killed sandbox')
     await rejects(sbx.commands.run('true'), NotFoundError, 'commands.run() in a killed sandbox')
     eq(await sbx.isRunning(), false, 'isRunning()')
-    const left = await Sandbox.list({ query: { metadata: { run } } }).nextItems()
+    const left = await BaseSandbox.list({ query: { metadata: { run } } }).nextItems()
     eq(left.length, 0, 'killed sandbox still listed')
     eq(await other.kill(), true, 'kill() of the second sandbox')
   })
