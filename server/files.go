@@ -120,6 +120,16 @@ func pathParam(r *http.Request) (string, error) {
 }
 
 func (s *Server) readFile(w http.ResponseWriter, r *http.Request) error {
+	format := r.URL.Query().Get("format")
+	if format != "" {
+		// Remove it before pathParam, which refuses unknown parameters.
+		q := r.URL.Query()
+		if len(q["format"]) > 1 || (format != "tar" && format != "raw") {
+			return errf(400, "bad_request", "format must be raw (a file's content, the default) or tar (a directory)")
+		}
+		q.Del("format")
+		r.URL.RawQuery = q.Encode()
+	}
 	p, err := pathParam(r)
 	if err != nil {
 		return err
@@ -127,6 +137,9 @@ func (s *Server) readFile(w http.ResponseWriter, r *http.Request) error {
 	sb, err := s.sandbox(r)
 	if err != nil {
 		return err
+	}
+	if format == "tar" {
+		return s.readTar(w, r, sb, p)
 	}
 	rc, err := sb.Agent().ReadFile(r.Context(), p)
 	if err != nil {
@@ -173,8 +186,14 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) error {
 	if err := s.m.AuditFirst(r.Context(), k.id, sb.ID, store.ActionFileWrite, map[string]any{"path": p}); err != nil {
 		return err
 	}
-	body := http.MaxBytesReader(w, r.Body, s.cfg.MaxFileBytes)
+	body, more, err := uploadBody(w, r, s.cfg.MaxFileBytes)
+	if err != nil {
+		return err
+	}
 	n, err := sb.Agent().WriteFile(r.Context(), p, body, mode)
+	if err == nil {
+		err = more()
+	}
 	detail := map[string]any{"path": p, "bytes": n}
 	if err != nil {
 		detail["error"] = err.Error()
@@ -185,7 +204,8 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) error {
 		// The agent abandons the write asynchronously, so the file may
 		// be created after a first Remove: remove until it stays gone.
 		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
+		var ae *apiError
+		if errors.As(err, &mbe) || errors.As(err, &ae) {
 			ctx := context.WithoutCancel(r.Context())
 			for range 10 {
 				sb.Agent().Remove(ctx, p)
