@@ -39,6 +39,31 @@ type Policy struct {
 	Env []string `json:"env"`
 	// User is the identity inside the sandbox.
 	User User `json:"user"`
+	// Runtime is the isolation tier that enforces this policy: native (the
+	// default; empty means native) or gvisor.
+	Runtime Runtime `json:"runtime,omitempty"`
+}
+
+// Runtime names an isolation tier.
+type Runtime string
+
+// The runtimes. Native shares the host kernel behind namespaces, seccomp,
+// Landlock and cgroups; GVisor puts gVisor's user-space kernel (runsc)
+// between the program and the host kernel.
+const (
+	RuntimeNative Runtime = "native"
+	RuntimeGVisor Runtime = "gvisor"
+)
+
+// ParseRuntime checks a runtime name; empty means native.
+func ParseRuntime(s string) (Runtime, error) {
+	switch Runtime(s) {
+	case "", RuntimeNative:
+		return RuntimeNative, nil
+	case RuntimeGVisor:
+		return RuntimeGVisor, nil
+	}
+	return "", fmt.Errorf("runtime: unknown %q (want native or gvisor)", s)
 }
 
 // Filesystem describes the root tree of a sandbox. Host directories appear
@@ -209,6 +234,9 @@ func (p *Policy) Validate() error {
 	}
 	if l.OutputBytes < 1 {
 		bad("limits.output_bytes: must be positive")
+	}
+	if _, err := ParseRuntime(string(p.Runtime)); err != nil {
+		errs = append(errs, err)
 	}
 	switch p.Network.Mode {
 	case NetNone, NetAllowlist, NetOpen:

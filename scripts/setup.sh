@@ -18,4 +18,15 @@ fi
 if [ -f tests/mcp-js/package.json ]; then
   (cd tests/mcp-js && npm ci --no-audit --no-fund --loglevel=error)
 fi
+# gVisor's runsc for --runtime gvisor, pinned (keep in step with
+# runtime/gvisor.Version) and built statically: the only build that runs on
+# these hosts. Skipped when /usr/local/bin/runsc already is this build.
+RUNSC_VERSION=v0.0.0-20260905035102-160fafc42237
+if ! go version -m /usr/local/bin/runsc 2>/dev/null | grep -q "mod[[:space:]]*gvisor.dev/gvisor[[:space:]]*$RUNSC_VERSION"; then
+  work=$(mktemp -d)
+  (cd "$work" && CGO_ENABLED=0 GOBIN="$work/bin" GOFLAGS= go install "gvisor.dev/gvisor/runsc@$RUNSC_VERSION")
+  install -m 0755 "$work/bin/runsc" /usr/local/bin/runsc
+  rm -rf "$work"
+fi
+echo "setup: runsc $RUNSC_VERSION at /usr/local/bin/runsc"
 echo "setup: ok"

@@ -8,11 +8,11 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"strings"
 
 	"airlock/policy"
 	rt "airlock/runtime"
+	"airlock/runtime/gvisor"
 	"airlock/runtime/native"
 	"airlock/runtime/native/cgroups"
 )
@@ -88,10 +88,29 @@ func doctor() (rt.Enforced, bool) {
 		}
 		out = append(out, rt.Layer{Name: "sandbox", State: rt.StateOK, Detail: fmt.Sprintf("strict sandbox ran /bin/true in %.1f ms", res.WallMS)})
 	}
-	if path, err := exec.LookPath("runsc"); err == nil {
-		out = append(out, rt.Layer{Name: "runsc", State: rt.StateOK, Detail: path + " found (used by airlock bench; a gVisor runtime tier is not implemented yet)"})
-	} else {
-		out = append(out, rt.Layer{Name: "runsc", State: rt.StateMissing, Detail: "not on PATH (optional: airlock bench compares against it)"})
-	}
+	out = append(out, doctorGVisor(p))
 	return out, ok
+}
+
+// doctorGVisor reports whether the gvisor tier (--runtime gvisor) works
+// here by running /bin/true under it. The tier is optional: its absence
+// does not fail the doctor.
+func doctorGVisor(p policy.Policy) rt.Layer {
+	rs, err := gvisor.Available()
+	if err != nil {
+		return rt.Layer{Name: "gvisor", State: rt.StateMissing, Detail: "--runtime gvisor unavailable (optional): " + oneLine(err)}
+	}
+	p.Runtime = policy.RuntimeGVisor
+	res, err := gvisor.Run(context.Background(), native.Config{Policy: p, Args: []string{"/bin/true"}}, native.RunOptions{})
+	if err == nil && res.Status != native.StatusOK {
+		err = fmt.Errorf("/bin/true ended %s: %s", res.Status, res.Error)
+	}
+	if err != nil {
+		return rt.Layer{Name: "gvisor", State: rt.StateMissing, Detail: fmt.Sprintf("runsc %s at %s cannot run a sandbox: %s", rs.Version, rs.Path, oneLine(err))}
+	}
+	note := ""
+	if rs.Version != gvisor.Version {
+		note = fmt.Sprintf(" (airlock is tested with %s; scripts/setup.sh installs it)", gvisor.Version)
+	}
+	return rt.Layer{Name: "gvisor", State: rt.StateOK, Detail: fmt.Sprintf("runsc %s at %s%s, platform %s: ran /bin/true in %.1f ms", rs.Version, rs.Path, note, gvisor.Platform, res.WallMS)}
 }

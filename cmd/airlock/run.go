@@ -149,6 +149,7 @@ func cmdRun(args []string) int {
 	asJSON := fs.Bool("json", false, "print one JSON result object instead of streaming output")
 	codeFlag := fs.String("code", "", "run this code cell (see --language) instead of a command: the code itself, - to read it from stdin, or @FILE to read it from a source file such as @analysis.py; prints its output and the value of its last expression, and saves figures to cell-1-N.png in the current directory")
 	langFlag := fs.String("language", "python", "language of --code: python, javascript or bash")
+	runtimeFlag := fs.String("runtime", "native", "isolation tier: native, or gvisor (gVisor's user-space kernel via runsc; docs/gvisor.md)")
 	interactive := fs.Bool("i", false, "copy a terminal's input to the program (through a pipe: the sandbox never gets the terminal itself)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -182,6 +183,10 @@ func cmdRun(args []string) int {
 		fmt.Fprintf(os.Stderr, "airlock run: %s\n", oneLine(err))
 		return exitUsage
 	}
+	if p.Runtime, err = selectRuntime(*runtimeFlag); err != nil {
+		fmt.Fprintf(os.Stderr, "airlock run: --runtime: %s\n", oneLine(err))
+		return exitUsage
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	cfg := native.Config{Policy: p, Args: argv, AllowDegraded: pf.allowDegraded}
@@ -213,7 +218,7 @@ func cmdRun(args []string) int {
 	// on the other core while this run's sandbox works.
 	swept := make(chan struct{})
 	go func() { _, _ = native.CleanupOrphans(); close(swept) }()
-	res, err := native.Run(ctx, cfg, opts)
+	res, err := runSandbox(ctx, cfg, opts)
 	rn.close()
 	<-swept
 	if *asJSON {

@@ -107,7 +107,7 @@ func runCodeCell(ctx context.Context, cfg native.Config, opts native.RunOptions,
 	opts.Stdin = strings.NewReader(code)
 	opts.Stdout, opts.Stderr = nil, nil
 	opts.Capture = true
-	res, err := native.Run(ctx, cfg, opts)
+	res, err := runSandbox(ctx, cfg, opts)
 	var out cellOutcome
 	if res != nil && res.Stdout != "" {
 		if jerr := json.Unmarshal([]byte(res.Stdout), &out); jerr != nil && err == nil {

@@ -33,7 +33,7 @@ func run(t testing.TB, mod func(*policy.Policy), argv ...string) *native.Result 
 	if mod != nil {
 		mod(&p)
 	}
-	res, err := native.Run(context.Background(), native.Config{Policy: p, Args: argv}, native.RunOptions{Capture: true})
+	res, err := runIn(context.Background(), native.Config{Policy: p, Args: argv}, native.RunOptions{Capture: true})
 	if err != nil {
 		t.Fatalf("run %q: %v", argv, err)
 	}
@@ -65,7 +65,7 @@ func TestPython(t *testing.T) {
 
 func TestCommandNotFound(t *testing.T) {
 	p := strict(t)
-	_, err := native.Run(context.Background(), native.Config{Policy: p, Args: []string{"no-such-command-xyz"}}, native.RunOptions{})
+	_, err := runIn(context.Background(), native.Config{Policy: p, Args: []string{"no-such-command-xyz"}}, native.RunOptions{})
 	if err == nil || !strings.Contains(err.Error(), "not found") {
 		t.Fatalf("want not found, got %v", err)
 	}

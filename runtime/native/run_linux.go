@@ -84,39 +84,14 @@ func Run(ctx context.Context, cfg Config, opts RunOptions) (*Result, error) {
 	if cfg.ID == "" {
 		cfg.ID = NewRunID()
 	}
-	outR, outW, err := os.Pipe()
+	rio, err := NewRunIO(opts, cfg.Policy.Limits.OutputBytes)
 	if err != nil {
 		return setupResult(start, err), err
 	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		outR.Close()
-		outW.Close()
-		return setupResult(start, err), err
-	}
-	var inR, inW *os.File
-	switch f := opts.Stdin.(type) {
-	case nil:
-	case *os.File:
-		inR = f
-	default:
-		if inR, inW, err = os.Pipe(); err != nil {
-			return setupResult(start, err), err
-		}
-	}
-	cfg.Stdin, cfg.Stdout, cfg.Stderr = inR, outW, errW
+	cfg.Stdin, cfg.Stdout, cfg.Stderr = rio.SandboxEnds()
 	sb, err := Start(cfg)
-	outW.Close()
-	errW.Close()
-	if inW != nil {
-		inR.Close()
-	}
+	rio.Started(err == nil)
 	if err != nil {
-		outR.Close()
-		errR.Close()
-		if inW != nil {
-			inW.Close()
-		}
 		return setupResult(start, err), err
 	}
 	defer sb.Destroy()
@@ -136,17 +111,7 @@ func Run(ctx context.Context, cfg Config, opts RunOptions) (*Result, error) {
 			sb.Kill()
 		}
 	)
-	sink := &limitedSink{limit: cfg.Policy.Limits.OutputBytes, capture: opts.Capture, onOver: func() { setCause(StatusOutputLimit) }}
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go sink.pump(0, outR, opts.Stdout, &wg)
-	go sink.pump(1, errR, opts.Stderr, &wg)
-	if inW != nil {
-		go func() {
-			_, _ = io.Copy(inW, opts.Stdin)
-			inW.Close()
-		}()
-	}
+	rio.Pump(func() { setCause(StatusOutputLimit) })
 	timer := time.AfterFunc(cfg.Policy.Limits.WallTime, func() { setCause(StatusTimeout) })
 	stop := context.AfterFunc(ctx, func() { setCause(StatusKilled) })
 	state, werr := sb.Wait()
@@ -154,10 +119,7 @@ func Run(ctx context.Context, cfg Config, opts RunOptions) (*Result, error) {
 	stop()
 	// The init process is gone, so the kernel has killed the rest of the
 	// pid namespace; the pipes drain to EOF.
-	wg.Wait()
-	if inW != nil {
-		inW.Close()
-	}
+	rio.Wait()
 
 	res := &Result{Enforced: sb.Enforced(), Wall: time.Since(start)}
 	res.WallMS = float64(res.Wall.Microseconds()) / 1000
@@ -177,8 +139,7 @@ func Run(ctx context.Context, cfg Config, opts RunOptions) (*Result, error) {
 			res.PeakMemoryBytes = ru.Maxrss * 1024
 		}
 	}
-	res.Stdout, res.Stderr = sink.bufs[0].String(), sink.bufs[1].String()
-	res.Truncated = sink.over
+	res.Stdout, res.Stderr, res.Truncated = rio.Output()
 	if werr != nil {
 		res.Status, res.Error = StatusSetupError, werr.Error()
 		return res, nil

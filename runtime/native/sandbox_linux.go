@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"airlock/policy"
 	rt "airlock/runtime"
 	"airlock/runtime/native/cgroups"
 	"airlock/runtime/native/seccomp"
@@ -171,6 +172,9 @@ func Start(cfg Config) (*Sandbox, error) {
 	p := cfg.Policy
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("invalid policy: %w", err)
+	}
+	if p.Runtime != "" && p.Runtime != policy.RuntimeNative {
+		return nil, fmt.Errorf("policy asks for runtime %q: not the native runtime's to run", p.Runtime)
 	}
 	if len(cfg.Args) == 0 || cfg.Args[0] == "" {
 		return nil, errors.New("no command given")

@@ -1,0 +1,32 @@
+package main
+
+import (
+	"context"
+
+	"airlock/policy"
+	"airlock/runtime/gvisor"
+	"airlock/runtime/native"
+)
+
+// selectRuntime parses a --runtime value and checks that the tier can run
+// here (gvisor needs runsc, installed by scripts/setup.sh).
+func selectRuntime(name string) (policy.Runtime, error) {
+	r, err := policy.ParseRuntime(name)
+	if err != nil {
+		return "", err
+	}
+	if r == policy.RuntimeGVisor {
+		if _, err := gvisor.Available(); err != nil {
+			return "", err
+		}
+	}
+	return r, nil
+}
+
+// runSandbox runs a one-shot sandbox under the runtime its policy names.
+func runSandbox(ctx context.Context, cfg native.Config, opts native.RunOptions) (*native.Result, error) {
+	if cfg.Policy.Runtime == policy.RuntimeGVisor {
+		return gvisor.Run(ctx, cfg, opts)
+	}
+	return native.Run(ctx, cfg, opts)
+}

@@ -1,0 +1,325 @@
+package gvisor_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"airlock/policy"
+	"airlock/runtime/gvisor"
+	"airlock/runtime/native"
+)
+
+// The runtime-neutral hostile tests (fork, memory, disk and output bombs,
+// timeout, host files, writes outside, network...) run under gVisor from
+// runtime/native's TestGVisor. These are the gVisor-specific ones.
+
+// needRunsc skips when runsc is not installed (scripts/setup.sh installs it).
+func needRunsc(t testing.TB) {
+	t.Helper()
+	if _, err := gvisor.Available(); err != nil {
+		t.Skipf("gvisor tier unavailable: %v", err)
+	}
+}
+
+func gvPolicy(t testing.TB, mod func(*policy.Policy)) policy.Policy {
+	t.Helper()
+	p, err := policy.Preset(policy.Strict)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Runtime = policy.RuntimeGVisor
+	if mod != nil {
+		mod(&p)
+	}
+	return p
+}
+
+func gvRun(t testing.TB, mod func(*policy.Policy), argv ...string) *native.Result {
+	t.Helper()
+	needRunsc(t)
+	res, err := gvisor.Run(context.Background(), native.Config{Policy: gvPolicy(t, mod), Args: argv}, native.RunOptions{Capture: true})
+	if err != nil {
+		t.Fatalf("run %q: %v", argv, err)
+	}
+	return res
+}
+
+func TestEchoAndExit(t *testing.T) {
+	res := gvRun(t, nil, "/bin/sh", "-c", "echo out; echo err >&2; exit 3")
+	if res.Status != native.StatusNonzeroExit || res.ExitCode != 3 || res.Stdout != "out\n" || res.Stderr != "err\n" {
+		t.Fatalf("got %+v", res)
+	}
+	res = gvRun(t, nil, "/bin/sh", "-c", "kill -9 $$")
+	if res.Status != native.StatusKilled || res.ExitCode != 137 || res.Signal != "killed" {
+		t.Fatalf("kill -9: got %+v", res)
+	}
+}
+
+// TestUnameIsGVisor: the program talks to gVisor's kernel, not the host's.
+func TestUnameIsGVisor(t *testing.T) {
+	var host unix.Utsname
+	if err := unix.Uname(&host); err != nil {
+		t.Fatal(err)
+	}
+	hostRel := unix.ByteSliceToString(host.Release[:])
+	res := gvRun(t, nil, "uname", "-r")
+	got := strings.TrimSpace(res.Stdout)
+	if res.Status != native.StatusOK || got == hostRel || !strings.Contains(got, "gvisor") {
+		t.Fatalf("uname -r inside = %q (status %s), host %q: want gVisor's kernel", got, res.Status, hostRel)
+	}
+}
+
+// TestEnforcedReport: the layers say what gVisor does, with runsc's version.
+func TestEnforcedReport(t *testing.T) {
+	res := gvRun(t, nil, "true")
+	rs, _ := gvisor.Find()
+	g, ok := res.Enforced.Get("gvisor")
+	if !ok || g.State != "ok" || !strings.Contains(g.Detail, rs.Version) || !strings.Contains(g.Detail, "systrap") {
+		t.Fatalf("gvisor layer %+v", g)
+	}
+	for _, name := range []string{"seccomp", "filesystem", "netns", "cgroup"} {
+		if l, ok := res.Enforced.Get(name); !ok || l.State != "ok" {
+			t.Errorf("layer %s: %+v", name, l)
+		}
+	}
+	if _, ok := res.Enforced.Get("landlock"); ok {
+		t.Error("a gVisor run reports Landlock, which it does not apply")
+	}
+}
+
+// TestRuntimeMismatchRefused: neither runtime runs the other's policy.
+func TestRuntimeMismatchRefused(t *testing.T) {
+	p := gvPolicy(t, nil)
+	if _, err := native.Run(context.Background(), native.Config{Policy: p, Args: []string{"true"}}, native.RunOptions{}); err == nil || !strings.Contains(err.Error(), "gvisor") {
+		t.Fatalf("native ran a gvisor policy: %v", err)
+	}
+	p.Runtime = "kvm"
+	if err := p.Validate(); err == nil || !strings.Contains(err.Error(), `unknown "kvm"`) {
+		t.Fatalf("unknown runtime accepted: %v", err)
+	}
+}
+
+// TestInodeFloodHitsMemoryLimit: runsc drops tmpfs's nr_inodes, so under
+// gVisor a flood of empty files is stopped by the memory limit (the
+// sentry's tmpfs lives in the sandbox's memory cgroup): status oom.
+func TestInodeFloodHitsMemoryLimit(t *testing.T) {
+	res := gvRun(t, func(p *policy.Policy) { p.Limits.MemoryBytes = 64 << 20; p.Limits.Inodes = 500 }, "python3", "-c", `
+import os
+for i in range(10000000):
+    open(f"/workspace/f{i}", "w").close()
+`)
+	if res.Status != native.StatusOOM || res.PeakMemoryBytes > 80<<20 {
+		t.Fatalf("status %s peak %d, want oom within the 64 MiB limit", res.Status, res.PeakMemoryBytes)
+	}
+}
+
+// dangerous are the calls that must never reach the host kernel from a
+// gVisor sandbox (tracepoint name: x86-64 number). newuname is one that
+// native sandboxes do pass to the host kernel: it shows the difference
+// gVisor makes, since native's seccomp filter already stops the others
+// before the tracepoint.
+var dangerous = map[string]int{"io_uring_setup": 425, "bpf": 321, "perf_event_open": 298, "userfaultfd": 323, "keyctl": 250, "newuname": 63}
+
+// callScript prints "ready", waits for a line on stdin, makes each
+// dangerous call once, prints "done" and waits.
+const callScript = `
+import ctypes, os, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+buf = ctypes.create_string_buffer(512)
+print("ready", flush=True)
+sys.stdin.readline()
+for name, nr, args in (("io_uring_setup", 425, (8, buf)), ("bpf", 321, (0, buf, 72)),
+        ("perf_event_open", 298, (buf, 0, -1, -1, 0)), ("userfaultfd", 323, (0,)), ("keyctl", 250, (0, -3, 0)), ("newuname", 63, (buf,))):
+    r = libc.syscall(nr, *args)
+    print(name, r, os.strerror(ctypes.get_errno()) if r < 0 else "ok", flush=True)
+print("done", flush=True)
+time.sleep(60)
+`
+
+// tracer records the host kernel's sys_enter events for the dangerous
+// calls in a private tracefs instance: a host-side count of which tasks
+// entered them, with no seccomp or audit involved.
+type tracer struct{ dir string }
+
+func startTracer(t *testing.T) *tracer {
+	t.Helper()
+	base := "/sys/kernel/tracing"
+	if _, err := os.Stat(filepath.Join(base, "instances")); err != nil {
+		if err := unix.Mount("nodev", base, "tracefs", 0, ""); err != nil {
+			t.Skipf("tracefs unavailable (%v): cannot count host system calls", err)
+		}
+	}
+	dir := filepath.Join(base, "instances", "airlock-test-"+strconv.Itoa(os.Getpid()))
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(dir) })
+	for name := range dangerous {
+		ev := filepath.Join(dir, "events/syscalls/sys_enter_"+name+"/enable")
+		if err := os.WriteFile(ev, []byte("1"), 0); err != nil {
+			t.Skipf("syscall tracepoint for %s unavailable: %v", name, err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tracing_on"), []byte("1"), 0); err != nil {
+		t.Fatal(err)
+	}
+	return &tracer{dir: dir}
+}
+
+// callsBy returns the dangerous calls the trace saw from the given tids.
+func (tr *tracer) callsBy(t *testing.T, tids map[int]bool) map[string]int {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(tr.dir, "trace"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(line, "#") || line == "" {
+			continue
+		}
+		// "  python3-1234    [001] .....  12.34: sys_io_uring_setup(..."
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		dash := strings.LastIndexByte(f[0], '-')
+		tid, err := strconv.Atoi(f[0][dash+1:])
+		if err != nil || !tids[tid] {
+			continue
+		}
+		for name := range dangerous {
+			if strings.Contains(line, "sys_"+name+"(") {
+				seen[name]++
+			}
+		}
+	}
+	return seen
+}
+
+// tasksOf lists the tids of every task in the sandbox's cgroup.
+func tasksOf(t *testing.T, id string, into map[int]bool) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/pids/airlock", id, "tasks"))
+	if err != nil {
+		b, err = os.ReadFile(filepath.Join("/sys/fs/cgroup/airlock", id, "cgroup.threads"))
+	}
+	if err != nil {
+		t.Fatalf("tasks of sandbox %s: %v", id, err)
+	}
+	for _, f := range strings.Fields(string(b)) {
+		if n, err := strconv.Atoi(f); err == nil {
+			into[n] = true
+		}
+	}
+}
+
+// TestDangerousCallsNeverReachHostKernel: io_uring_setup, bpf,
+// perf_event_open, userfaultfd and keyctl made by a program inside gVisor
+// are answered by the sentry; the host kernel's syscall tracepoints see
+// none of them from any task of the sandbox. A control run of the same
+// program directly on the host shows the tracepoints do see them.
+func TestDangerousCallsNeverReachHostKernel(t *testing.T) {
+	needRunsc(t)
+	tr := startTracer(t)
+
+	// Control: the same calls made on the host are seen.
+	ctl := exec.Command("/usr/bin/python3", "-c", strings.Replace(callScript, "time.sleep(60)", "", 1))
+	ctl.Stdin = strings.NewReader("go\n")
+	if out, err := ctl.CombinedOutput(); err != nil {
+		t.Fatalf("control run: %v: %s", err, out)
+	}
+	if got := tr.callsBy(t, map[int]bool{ctl.Process.Pid: true}); len(got) != len(dangerous) {
+		t.Fatalf("the tracer saw only %v of the host run's calls: the check would prove nothing", got)
+	}
+
+	// The sandbox makes them too, and stays up while its tasks are listed.
+	// The trace is cleared once the program is ready, so that gVisor's own
+	// start (runsc asks the host for uname) is not counted.
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer outR.Close()
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inW.Close()
+	p := gvPolicy(t, nil)
+	id := native.NewID()
+	sb, err := gvisor.Start(native.Config{ID: id, Policy: p, Args: []string{"python3", "-c", callScript}, Stdin: inR, Stdout: outW, Stderr: outW})
+	outW.Close()
+	inR.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Destroy()
+	tids := map[int]bool{}
+	var inside []string
+	sc := bufio.NewScanner(outR)
+	deadline := time.AfterFunc(60*time.Second, func() { sb.Kill() })
+	defer deadline.Stop()
+	if !sc.Scan() || sc.Text() != "ready" {
+		t.Fatalf("program inside did not start: %q", sc.Text())
+	}
+	tasksOf(t, id, tids)
+	if err := os.WriteFile(filepath.Join(tr.dir, "trace"), nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := inW.Write([]byte("go\n")); err != nil {
+		t.Fatal(err)
+	}
+	for sc.Scan() {
+		tasksOf(t, id, tids) // stubs are created as the program runs: collect them all
+		if sc.Text() == "done" {
+			break
+		}
+		inside = append(inside, sc.Text())
+	}
+	if len(inside) != len(dangerous) {
+		t.Fatalf("program inside printed %q, want one line per call", inside)
+	}
+	tasksOf(t, id, tids)
+	t.Logf("inside gVisor: %q; %d host tasks in the sandbox's cgroup", inside, len(tids))
+	if got := tr.callsBy(t, tids); len(got) != 0 {
+		t.Fatalf("the host kernel saw %v from the sandbox's tasks", got)
+	}
+	for _, l := range inside {
+		if f := strings.Fields(l); len(f) > 2 && f[2] == "ok" && f[0] != "keyctl" && f[0] != "newuname" {
+			t.Errorf("%s succeeded inside gVisor: %q", f[0], l)
+		}
+	}
+}
+
+// TestNotFoundIsSetupError: a missing command is a setup error with exit
+// code 127, as under native.
+func TestNotFoundIsSetupError(t *testing.T) {
+	needRunsc(t)
+	res, err := gvisor.Run(context.Background(), native.Config{Policy: gvPolicy(t, nil), Args: []string{"no-such-command-xyz"}}, native.RunOptions{})
+	if !errors.Is(err, native.ErrNotFound) || res.ExitCode != 127 || res.Status != native.StatusSetupError {
+		t.Fatalf("got %v, %+v", err, res)
+	}
+}
+
+// TestSetupInstallsPinnedVersion: scripts/setup.sh installs the runsc
+// this package is tested with.
+func TestSetupInstallsPinnedVersion(t *testing.T) {
+	b, err := os.ReadFile("../../scripts/setup.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), "RUNSC_VERSION="+gvisor.Version+"\n") {
+		t.Fatalf("scripts/setup.sh does not pin runsc %s", gvisor.Version)
+	}
+}

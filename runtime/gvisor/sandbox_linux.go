@@ -1,0 +1,343 @@
+package gvisor
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"airlock/policy"
+	rt "airlock/runtime"
+	"airlock/runtime/native"
+	"airlock/runtime/native/cgroups"
+)
+
+// StateBase is where sandboxes keep their OCI bundle and runsc's state
+// (one private directory per sandbox, removed by Destroy).
+const StateBase = "/run/airlock/runsc"
+
+// Platform is the gVisor platform airlock uses: systrap works without
+// /dev/kvm and inside VMs.
+const Platform = "systrap"
+
+// Sandbox is a started gVisor sandbox: `runsc run` and, under it, gVisor's
+// sentry (the user-space kernel the program runs on) and gofer (its file
+// server), both in the sandbox's cgroup.
+type Sandbox struct {
+	// ID names the sandbox (its cgroup, its runsc container id).
+	ID string
+	// Pid is the host pid of the `runsc run` process.
+	Pid int
+	// Started is when runsc was started.
+	Started time.Time
+
+	runsc    Runsc
+	dir      string // private state directory: bundle/ and root/
+	cmd      *exec.Cmd
+	group    *cgroups.Group
+	enforced rt.Enforced
+
+	waitOnce sync.Once
+	state    *os.ProcessState
+	waitErr  error
+	waitDone chan struct{}
+	destroy  sync.Once
+}
+
+// Start builds the sandbox's bundle and starts it under runsc. The
+// program's own start (exec inside gVisor) happens asynchronously: a
+// program that cannot be found ends the run with runsc's error on stderr
+// and exit code 128 (see Run).
+func Start(cfg native.Config) (*Sandbox, error) {
+	p := cfg.Policy
+	if err := p.Validate(); err != nil {
+		return nil, fmt.Errorf("invalid policy: %w", err)
+	}
+	if p.Runtime != "" && p.Runtime != policy.RuntimeGVisor {
+		return nil, fmt.Errorf("gvisor: policy asks for runtime %q", p.Runtime)
+	}
+	if len(cfg.Args) == 0 || cfg.Args[0] == "" {
+		return nil, errNoCommand
+	}
+	for _, s := range append(append([]string{}, cfg.Args...), p.Env...) {
+		if strings.IndexByte(s, 0) >= 0 {
+			return nil, errors.New("argument or environment contains a NUL byte")
+		}
+	}
+	if len(cfg.Listen) > 0 || p.Network.Mode != policy.NetNone {
+		return nil, &native.SetupError{Step: "network", Err: fmt.Errorf("network mode %q is not supported by the gvisor runtime yet (only none)", p.Network.Mode)}
+	}
+	rs, err := Available()
+	if err != nil {
+		return nil, err
+	}
+	id := cfg.ID
+	if id == "" {
+		id = native.NewID()
+	}
+	layout, err := native.RootLayout(&p, cfg.AgentBinary)
+	if err != nil {
+		return nil, err
+	}
+
+	enforced := rt.Enforced{
+		{Name: "gvisor", State: rt.StateOK, Detail: fmt.Sprintf("runsc %s, platform %s: the program's system calls are served by gVisor's sentry (a user-space kernel), not the host kernel", rs.Version, Platform)},
+		{Name: "seccomp", State: rt.StateOK, Detail: "gVisor's sentry and gofer filters (the host kernel sees only the sentry's own short list; airlock's native per-call list is not needed)"},
+		{Name: "filesystem", State: rt.StateOK, Detail: "replaces Landlock: files are served by gVisor's gofer; read-only root template, read-only host binds, writable /workspace and /tmp only"},
+		{Name: "netns", State: rt.StateOK, Detail: "runsc --network=none: gVisor netstack with loopback only"},
+		{Name: "pidns", State: rt.StateOK, Detail: "gVisor's own"},
+		{Name: "capabilities", State: rt.StateOK, Detail: "none inside; no_new_privs"},
+	}
+
+	var group *cgroups.Group
+	cgPath := ""
+	info := cgroups.Detect()
+	if info.Version == 0 || info.Reason != "" {
+		if !cfg.AllowDegraded {
+			return nil, &native.SetupError{Step: "cgroups", Err: fmt.Errorf("resource limits cannot be enforced: %s", orUnknown(info.Reason))}
+		}
+	} else {
+		group, err = cgroups.Create(id, cgroups.Limits{MemoryBytes: p.Limits.MemoryBytes, CPUs: p.Limits.CPUs, Pids: p.Limits.Pids + PidsOverhead})
+		if err == nil {
+			cgPath, err = runscCgroupPath(group)
+			if err != nil {
+				group.Destroy()
+				group = nil
+			}
+		}
+		if err != nil && !cfg.AllowDegraded {
+			return nil, &native.SetupError{Step: "cgroups", Err: err}
+		}
+	}
+	if group != nil {
+		enforced = append(enforced, rt.Layer{Name: "cgroup", State: rt.StateOK,
+			Detail: fmt.Sprintf("%s around the sentry and gofer (pids: %d for the program + %d for gVisor's own threads)", group.Describe(), p.Limits.Pids, PidsOverhead)})
+	} else {
+		reason := info.Reason
+		if err != nil {
+			reason = err.Error()
+		}
+		enforced = append(enforced, rt.Layer{Name: "cgroup", State: rt.StateMissing, Detail: "memory, pids and cpu limits NOT enforced: " + orUnknown(reason)})
+	}
+	enforced = append(enforced,
+		rt.Layer{Name: "rlimits", State: rt.StateOK, Detail: fmt.Sprintf("nofile %d, fsize %d, core 0, cpu %s (applied by gVisor)", p.Limits.OpenFiles, p.Limits.FileSizeBytes, p.Limits.CPUTime)},
+		rt.Layer{Name: "tmpfs", State: rt.StateOK, Detail: fmt.Sprintf("/tmp and /workspace: gVisor tmpfs capped at %d bytes each (inside the sentry's memory)", p.Limits.DiskBytes)},
+	)
+
+	s := &Sandbox{ID: id, runsc: rs, group: group, enforced: enforced, waitDone: make(chan struct{})}
+	fail := func(step string, err error) (*Sandbox, error) {
+		if s.dir != "" {
+			os.RemoveAll(s.dir)
+		}
+		if group != nil {
+			group.Destroy()
+		}
+		return nil, &native.SetupError{Step: step, Err: err}
+	}
+	if err := os.MkdirAll(StateBase, 0o700); err != nil {
+		return fail("state directory", err)
+	}
+	s.dir = filepath.Join(StateBase, id)
+	if err := os.Mkdir(s.dir, 0o700); err != nil {
+		s.dir = ""
+		return fail("state directory", err)
+	}
+	bundle := filepath.Join(s.dir, "bundle")
+	if err := os.Mkdir(bundle, 0o700); err != nil {
+		return fail("bundle", err)
+	}
+	spec := buildSpec(&p, &cfg, layout, cgPath)
+	data, err := json.Marshal(spec)
+	if err != nil {
+		return fail("bundle", err)
+	}
+	if err := os.WriteFile(filepath.Join(bundle, "config.json"), data, 0o600); err != nil {
+		return fail("bundle", err)
+	}
+
+	s.cmd = exec.Command(rs.Path, append(s.globalFlags(), "run", "--bundle", bundle, id)...)
+	// A nil *os.File must stay a nil interface: exec.Cmd then uses /dev/null.
+	if cfg.Stdin != nil {
+		s.cmd.Stdin = cfg.Stdin
+	}
+	if cfg.Stdout != nil {
+		s.cmd.Stdout = cfg.Stdout
+	}
+	if cfg.Stderr != nil {
+		s.cmd.Stderr = cfg.Stderr
+	}
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if !cfg.SurviveParent {
+		s.cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	}
+	if err := s.cmd.Start(); err != nil {
+		return fail("start runsc", err)
+	}
+	s.Pid = s.cmd.Process.Pid
+	s.Started = time.Now()
+	return s, nil
+}
+
+// PidsOverhead is added to the policy's pids limit in the sandbox's host
+// cgroup, for the sentry's and the gofer's own threads (about 20 when
+// idle). gVisor does not count the program's processes itself: each costs
+// the host about two tasks (its systrap stub), all held by the same limit.
+const PidsOverhead = 64
+
+// globalFlags are runsc's flags for this sandbox.
+func (s *Sandbox) globalFlags() []string {
+	return []string{"--root", filepath.Join(s.dir, "root"), "--rootless=false", "--platform=" + Platform,
+		"--network=none", "--overlay2=none", "--host-uds=none", "--host-fifo=none"}
+}
+
+// runscCgroupPath is the group's path as runsc's OCI cgroupsPath: relative
+// to the root of every hierarchy the group lives in.
+func runscCgroupPath(g *cgroups.Group) (string, error) {
+	var rel string
+	for _, d := range g.Dirs() {
+		var r string
+		if g.Version() == 1 {
+			// /sys/fs/cgroup/<controller>/<path>
+			rest, ok := strings.CutPrefix(d, "/sys/fs/cgroup/")
+			if !ok {
+				return "", fmt.Errorf("cgroup %s is not under /sys/fs/cgroup", d)
+			}
+			_, r, _ = strings.Cut(rest, "/")
+			r = "/" + r
+		} else {
+			rest, ok := strings.CutPrefix(d, "/sys/fs/cgroup/")
+			if !ok || strings.HasPrefix(rest, "unified/") {
+				return "", fmt.Errorf("cgroup v2 group %s is not on a pure cgroup v2 host, which runsc needs", d)
+			}
+			r = "/" + rest
+		}
+		if rel != "" && r != rel {
+			return "", fmt.Errorf("cgroup %s: hierarchies disagree on the path (%s, %s)", g.Name(), rel, r)
+		}
+		rel = r
+	}
+	if rel == "" {
+		return "", errors.New("cgroup has no directories")
+	}
+	return rel, nil
+}
+
+// buildSpec translates the policy and the native root layout to an OCI spec.
+func buildSpec(p *policy.Policy, cfg *native.Config, l *native.Layout, cgPath string) *specs.Spec {
+	lim := p.Limits
+	rl := func(typ string, v uint64) specs.POSIXRlimit { return specs.POSIXRlimit{Type: typ, Hard: v, Soft: v} }
+	oom := native.OOMScoreAdj
+	spec := &specs.Spec{
+		Version: specs.Version,
+		Process: &specs.Process{
+			Args: cfg.Args,
+			Env:  p.Env,
+			Cwd:  orDefault(p.Filesystem.Workdir, "/"),
+			User: specs.User{UID: uint32(p.User.UID), GID: uint32(p.User.GID)},
+			Rlimits: []specs.POSIXRlimit{
+				rl("RLIMIT_NOFILE", lim.OpenFiles), rl("RLIMIT_FSIZE", uint64(lim.FileSizeBytes)),
+				rl("RLIMIT_CORE", 0), rl("RLIMIT_CPU", uint64(lim.CPUTime.Seconds())),
+			},
+			NoNewPrivileges: true,
+			Capabilities:    &specs.LinuxCapabilities{},
+			OOMScoreAdj:     &oom,
+		},
+		Root:     &specs.Root{Path: l.Root, Readonly: true},
+		Hostname: p.User.Hostname,
+		Linux: &specs.Linux{
+			Namespaces: []specs.LinuxNamespace{{Type: specs.PIDNamespace}, {Type: specs.MountNamespace},
+				{Type: specs.IPCNamespace}, {Type: specs.UTSNamespace}, {Type: specs.NetworkNamespace}},
+			CgroupsPath: cgPath,
+		},
+	}
+	for _, m := range l.Mounts {
+		switch {
+		case m.Type == "devpts":
+			continue // gVisor mounts its own devpts
+		case m.Type == "bind" && strings.HasPrefix(m.Target, "/dev/"):
+			continue // gVisor's /dev has null, zero, full, random, urandom, tty of its own
+		case m.Type == "bind":
+			spec.Mounts = append(spec.Mounts, specs.Mount{Destination: m.Target, Type: "bind", Source: m.Source, Options: m.Options})
+		default:
+			spec.Mounts = append(spec.Mounts, specs.Mount{Destination: m.Target, Type: m.Type, Source: m.Type, Options: m.Options})
+		}
+	}
+	return spec
+}
+
+// Wait waits for `runsc run` to exit (the program has ended and gVisor is
+// going down). Safe to call many times, concurrently too.
+func (s *Sandbox) Wait() (*os.ProcessState, error) {
+	s.waitOnce.Do(func() {
+		err := s.cmd.Wait()
+		if _, exited := err.(*exec.ExitError); exited {
+			err = nil // a nonzero exit is the program's (or runsc's) status
+		}
+		s.state, s.waitErr = s.cmd.ProcessState, err
+		close(s.waitDone)
+	})
+	return s.state, s.waitErr
+}
+
+// Done is closed when Wait has returned.
+func (s *Sandbox) Done() <-chan struct{} { return s.waitDone }
+
+// Kill kills every process of the sandbox: the sentry and gofer through
+// the cgroup (so nothing of the sandbox survives runsc), then runsc.
+func (s *Sandbox) Kill() {
+	if s.group != nil {
+		_ = s.group.Kill()
+	} else {
+		_ = exec.Command(s.runsc.Path, append(s.globalFlags(), "kill", "--all", s.ID, "KILL")...).Run()
+	}
+	_ = s.cmd.Process.Kill()
+}
+
+// Stats returns the sandbox's cgroup accounting (sentry and gofer
+// included).
+func (s *Sandbox) Stats() (cgroups.Stats, error) {
+	if s.group == nil {
+		return cgroups.Stats{}, errors.New("no cgroup: accounting unavailable")
+	}
+	return s.group.Stats()
+}
+
+// Enforced lists the isolation layers applied to this sandbox.
+func (s *Sandbox) Enforced() rt.Enforced { return s.enforced }
+
+// Destroy kills the sandbox, reaps it, lets runsc remove its state and
+// removes the cgroup and the bundle. Idempotent.
+func (s *Sandbox) Destroy() error {
+	var err error
+	s.destroy.Do(func() {
+		s.Kill()
+		s.Wait()
+		// runsc's own state and the cgroups it created in the other
+		// hierarchies (cpuset, devices...) go with delete --force.
+		_ = exec.Command(s.runsc.Path, append(s.globalFlags(), "delete", "--force", s.ID)...).Run()
+		if s.group != nil {
+			err = s.group.Destroy()
+		}
+		if rerr := os.RemoveAll(s.dir); rerr != nil && err == nil {
+			err = rerr
+		}
+	})
+	return err
+}
+
+func orDefault(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
+}
+
+func orUnknown(s string) string { return orDefault(s, "unknown reason") }
