@@ -3,6 +3,7 @@ package mcp
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -129,7 +130,7 @@ func cellError(e *agent.CellError) *CellError {
 
 // runCodeIn is the input of run_code.
 type runCodeIn struct {
-	Language       string  `json:"language" jsonschema:"Language of the code."`
+	Language       string  `json:"language,omitempty" jsonschema:"Language of the code; default python."`
 	Code           string  `json:"code" jsonschema:"The code to run, like a notebook cell."`
 	TimeoutSeconds float64 `json:"timeout_seconds,omitempty" jsonschema:"Stop the cell after this many seconds (the context and its variables survive); 0 or absent means the server's default."`
 	SandboxID      string  `json:"sandbox_id,omitempty" jsonschema:"Sandbox to use, as returned by create_sandbox. Omit it to use this session's own sandbox."`
@@ -154,12 +155,16 @@ func (s *Service) addRunCode() {
 		Annotations: &sdk.ToolAnnotations{DestructiveHint: ptr(true), OpenWorldHint: ptr(false)},
 		InputSchema: schema[runCodeIn](func(p map[string]*jsonschema.Schema) {
 			p["language"].Enum = enum
+			p["language"].Default = json.RawMessage(`"python"`)
 			p["timeout_seconds"].Minimum, p["timeout_seconds"].Maximum = ptr(0.0), ptr(s.cfg.MaxCallTimeout.Seconds())
 		}),
 	}, s.runCode)
 }
 
 func (s *Service) runCode(ctx context.Context, req *sdk.CallToolRequest, in runCodeIn) (*sdk.CallToolResult, any, error) {
+	if in.Language == "" {
+		in.Language = "python" // the HTTP API's default too
+	}
 	timeout, err := s.callTimeout(in.TimeoutSeconds)
 	if err != nil {
 		return toolError(err, ""), nil, nil

@@ -37,11 +37,18 @@ func WithCaller(ctx context.Context, c Caller) context.Context {
 // for the session is refused), and end, killing their default sandbox,
 // when the client deletes them or after Config.SessionTimeout without a
 // request.
+//
+// Two answers differ from the SDK's: a request for a method the server
+// does not have gets a JSON-RPC error -32601 (the SDK answers plain-text
+// 400 before protocol 2026-07-28), and a request the client cancelled gets
+// no response (see cancel.go).
 func (s *Service) HTTPHandler() http.Handler {
 	// Requests must fit a write_file of MaxWrite bytes in base64.
+	maxBody := int64(s.cfg.MaxWrite)/3*4 + 1<<20
 	h := sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return s.srv },
-		&sdk.StreamableHTTPOptions{SessionTimeout: s.cfg.SessionTimeout, MaxRequestBodyBytes: int64(s.cfg.MaxWrite)/3*4 + 1<<20})
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		&sdk.StreamableHTTPOptions{SessionTimeout: s.cfg.SessionTimeout, MaxRequestBodyBytes: maxBody})
+	var ch httpCancels
+	return ch.wrap(maxBody, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c, _ := r.Context().Value(callerKey{}).(Caller)
 		if c.Owner == "" {
 			h.ServeHTTP(w, r)
@@ -57,5 +64,5 @@ func (s *Service) HTTPHandler() http.Handler {
 				Extra: map[string]any{maxSandboxesKey: c.MaxSandboxes}}, nil
 		}
 		auth.RequireBearerToken(verify, nil)(h).ServeHTTP(w, r)
-	})
+	}))
 }

@@ -44,7 +44,7 @@ const (
 	DefaultSandboxTimeout = 30 * time.Minute
 	DefaultCallTimeout    = 60 * time.Second
 	DefaultMaxCallTimeout = 10 * time.Minute
-	DefaultSessionTimeout = 30 * time.Minute
+	DefaultSessionTimeout = 5 * time.Minute
 	DefaultMaxOutput      = 32 << 10
 	DefaultMaxReadText    = 128 << 10
 	DefaultMaxReadImage   = 5 << 20
@@ -82,7 +82,9 @@ type Config struct {
 	// DefaultMaxCallTimeout (or CallTimeout if that is larger).
 	MaxCallTimeout time.Duration
 	// SessionTimeout closes streamable HTTP sessions idle this long (and
-	// so kills their default sandbox); 0 means DefaultSessionTimeout.
+	// so kills their default sandbox); 0 means DefaultSessionTimeout. A
+	// client that comes back within it with the same Mcp-Session-Id gets
+	// the same session and sandbox.
 	SessionTimeout time.Duration
 	// MaxOutput caps each of stdout and stderr in a result, in bytes; 0
 	// means DefaultMaxOutput.
@@ -175,7 +177,7 @@ func (s *Service) Server() *sdk.Server { return s.srv }
 // Run serves one session on t (e.g. &sdk.StdioTransport{}) until the client
 // disconnects or ctx ends, then kills the session's default sandbox.
 func (s *Service) Run(ctx context.Context, t sdk.Transport) error {
-	err := s.srv.Run(ctx, t)
+	err := s.srv.Run(ctx, dropCancelled{t})
 	s.wg.Wait()
 	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
 		return nil

@@ -204,13 +204,20 @@ func describe(err error) string {
 }
 
 // cleanPath checks a path given by the model. The agent resolves it
-// inside the sandbox; relative paths are relative to /workspace.
+// inside the sandbox; relative paths are relative to /workspace. Like the
+// HTTP API's file paths, it may not contain "..": "../x" would otherwise
+// quietly mean "/x".
 func cleanPath(p string) (string, error) {
 	if p == "" {
 		return "", userErr("path is empty")
 	}
 	if len(p) > 4096 || strings.IndexByte(p, 0) >= 0 || !utf8.ValidString(p) {
 		return "", userErr("path is too long, contains a NUL byte or is not UTF-8")
+	}
+	for _, el := range strings.Split(p, "/") {
+		if el == ".." {
+			return "", userErr("path %q contains '..'; give an absolute path (e.g. /tmp/x) or one relative to /workspace", p)
+		}
 	}
 	if !path.IsAbs(p) {
 		p = "/workspace/" + p

@@ -53,6 +53,10 @@ type Config struct {
 	Layers func() runtime.Enforced
 	// MaxFileBytes caps file uploads; 0 means MaxFileBody.
 	MaxFileBytes int64
+	// MCPIdle ends an MCP-over-HTTP session, and kills its default
+	// sandbox, after this long without a request; 0 means
+	// mcp.DefaultSessionTimeout.
+	MCPIdle time.Duration
 	// E2BMaxNetwork is the most network access an E2B create may ask for
 	// (e2b.Config.MaxNetwork); empty means open.
 	E2BMaxNetwork policy.NetworkMode
@@ -80,7 +84,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.MaxFileBytes = MaxFileBody
 	}
 	s := &Server{cfg: cfg, m: cfg.Manager, mux: http.NewServeMux()}
-	tools, err := mcp.New(mcp.Config{Manager: cfg.Manager, Version: cfg.Version})
+	tools, err := mcp.New(mcp.Config{Manager: cfg.Manager, Version: cfg.Version, SessionTimeout: cfg.MCPIdle})
 	if err != nil {
 		return nil, err
 	}
@@ -126,6 +130,7 @@ func (s *Server) routes() {
 	})
 	authed("GET /metrics", s.prometheus)
 	authed("GET /v1/info", s.info)
+	authed("GET /v1/audit", s.audit)
 	authed("POST /v1/sandboxes", s.createSandbox)
 	authed("GET /v1/sandboxes", s.listSandboxes)
 	authed("GET /v1/sandboxes/{id}", s.getSandbox)
@@ -147,6 +152,13 @@ func (s *Server) routes() {
 	authed("POST /v1/sandboxes/{id}/files/move", s.move)
 	s.networkRoutes(authed)
 	s.codeRoutes(authed)
+	// MCP clients probe OAuth discovery before sending a token: tell
+	// them a bearer key is the way in (mcp.OAuthDiscovery).
+	for _, p := range []string{"/.well-known/oauth-protected-resource", "/.well-known/oauth-authorization-server",
+		"/.well-known/openid-configuration"} {
+		s.mux.Handle("GET "+p, mcp.OAuthDiscovery())
+		s.mux.Handle("GET "+p+"/", mcp.OAuthDiscovery())
+	}
 	// MCP over streamable HTTP (package mcp), acting for the caller's key.
 	authed("/mcp", func(w http.ResponseWriter, r *http.Request) error {
 		k := caller(r)

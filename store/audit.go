@@ -48,6 +48,13 @@ type AuditFilter struct {
 	// Before keeps events with an ID below this one: pass the last ID of
 	// the previous page.
 	Before int64
+	// Since and Until keep events at or after Since and before Until.
+	Since, Until time.Time
+	// Scoped keeps only what the API key Owner may see: the events it made
+	// and the events about its sandboxes ("" is the owner of an
+	// unauthenticated server's sandboxes).
+	Scoped bool
+	Owner  string
 	// Limit caps the number of results; 0 means no limit.
 	Limit int
 }
@@ -264,6 +271,23 @@ func (s *Store) AuditLog(ctx context.Context, f AuditFilter) ([]AuditEvent, erro
 	if f.Before > 0 {
 		conds = append(conds, `id < ?`)
 		args = append(args, f.Before)
+	}
+	for _, c := range []struct {
+		cond string
+		t    time.Time
+	}{{`time >= ?`, f.Since}, {`time < ?`, f.Until}} {
+		if !c.t.IsZero() {
+			n, err := mustNanos(c.t)
+			if err != nil {
+				return nil, fmt.Errorf("store: audit log: %w", err)
+			}
+			conds = append(conds, c.cond)
+			args = append(args, n)
+		}
+	}
+	if f.Scoped {
+		conds = append(conds, `(key_id = ? OR sandbox_id IN (SELECT id FROM sandboxes WHERE owner = ?))`)
+		args = append(args, f.Owner, f.Owner)
 	}
 	q := `SELECT id, time, key_id, sandbox_id, action, detail FROM audit`
 	if len(conds) > 0 {

@@ -17,6 +17,7 @@ import (
 	"airlock/e2b"
 	"airlock/internal/statelock"
 	"airlock/manager"
+	"airlock/mcp"
 	rt "airlock/runtime"
 	"airlock/runtime/native/cgroups"
 	"airlock/server"
@@ -48,6 +49,7 @@ func cmdServe(args []string) int {
 	keep := fs.Bool("keep-on-shutdown", false, "on SIGTERM leave sandboxes running for the next server to reattach (default: kill them)")
 	maxFile := sizeFlag(server.MaxFileBody)
 	fs.Var(&maxFile, "max-file-bytes", "largest file upload, e.g. 512M, 1G")
+	mcpIdle := fs.Duration("mcp-idle", mcp.DefaultSessionTimeout, "end an MCP-over-HTTP session (/mcp), and kill its sandbox, after this long without a request; a client that comes back sooner with its Mcp-Session-Id keeps both")
 	poolSize := fs.Int("pool", 0, "ready sandboxes kept warm for creates that ask for no custom limits, env, secrets or network (counted in --max-sandboxes)")
 	poolPython := fs.Bool("pool-python", false, "pooled sandboxes' default Python context has run 'import numpy as np' and 'import pandas as pd' (contexts created later start empty)")
 	e2bMaxNet := fs.String("e2b-max-network", "open", "the most network an E2B create may ask for: none, allowlist or open (E2B SDKs before 2.46 ask for open by default; more is refused with a 403)")
@@ -133,7 +135,7 @@ func cmdServe(args []string) int {
 		return 1
 	}
 	srv, err := server.New(server.Config{Manager: m, Store: st, NoAuth: *noAuth, Version: version,
-		MaxFileBytes: int64(maxFile), E2BMaxNetwork: e2bNet, Layers: func() rt.Enforced { l, _ := doctor(); return l }})
+		MaxFileBytes: int64(maxFile), MCPIdle: *mcpIdle, E2BMaxNetwork: e2bNet, Layers: func() rt.Enforced { l, _ := doctor(); return l }})
 	if err != nil {
 		m.Close()
 		fmt.Fprintf(os.Stderr, "airlock serve: %v\n", err)

@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"sync"
-	"syscall"
 	"time"
 )
 
@@ -134,17 +133,24 @@ func Run(ctx context.Context, cfg Config, opts RunOptions) (*Result, error) {
 			mu.Unlock()
 		}
 	} else if state != nil {
-		res.CPUMS = float64((state.UserTime() + state.SystemTime()).Microseconds()) / 1000
-		if ru, ok := state.SysUsage().(*syscall.Rusage); ok {
-			res.PeakMemoryBytes = ru.Maxrss * 1024
-		}
+		ru := &state.Rusage
+		res.CPUMS = float64((time.Duration(ru.Utime.Nano()) + time.Duration(ru.Stime.Nano())).Microseconds()) / 1000
+		res.PeakMemoryBytes = ru.Maxrss * 1024
 	}
 	res.Stdout, res.Stderr, res.Truncated = rio.Output()
 	if werr != nil {
 		res.Status, res.Error = StatusSetupError, werr.Error()
 		return res, nil
 	}
-	ws := state.Sys().(syscall.WaitStatus)
+	ws := state.Status
+	if state.Traced {
+		mu.Lock()
+		if reason == "" {
+			reason = StatusKilled
+		}
+		mu.Unlock()
+		res.Error = ErrTracedLauncher.Error()
+	}
 	switch {
 	case ws.Signaled():
 		res.Signal = ws.Signal().String()

@@ -43,7 +43,7 @@ type Sandbox struct {
 	// Started is when the init process was released to exec.
 	Started time.Time
 
-	proc     *os.Process
+	pidfd    int // the init's pidfd; -1 once closed (guarded by mu)
 	group    *cgroups.Group
 	enforced rt.Enforced
 
@@ -51,7 +51,9 @@ type Sandbox struct {
 
 	mu       sync.Mutex
 	waited   bool
-	state    *os.ProcessState
+	traced   bool // a task stopped under our tracing: killed for it
+	killing  bool // reapAfterKill is running
+	state    *ExitState
 	waitErr  error
 	waitDone chan struct{}
 	destroy  sync.Once
@@ -377,8 +379,25 @@ func Start(cfg Config) (*Sandbox, error) {
 		}
 		return nil, &SetupError{Step: "clone", Err: errno}
 	}
-	proc, _ := os.FindProcess(pid) // holds a pidfd: signals never hit a recycled pid
-	s := &Sandbox{ID: id, Pid: pid, proc: proc, group: group, enforced: enforced, waitDone: make(chan struct{})}
+	// A pidfd: signals never hit a recycled pid. The child cannot be
+	// reaped before we open it: we are its parent and nobody else waits.
+	pidfd, perr := unix.PidfdOpen(pid, 0)
+	if perr != nil {
+		unix.Kill(pid, unix.SIGKILL)
+		var ws unix.WaitStatus
+		unix.Wait4(pid, &ws, waitAll, nil)
+		unix.Close(syncP[1])
+		unix.Close(errP[0])
+		for _, fd := range lsP {
+			if fd >= 0 {
+				unix.Close(fd)
+			}
+		}
+		destroyGroup(group)
+		return nil, &SetupError{Step: "pidfd_open", Err: perr}
+	}
+	s := &Sandbox{ID: id, Pid: pid, pidfd: pidfd, group: group, enforced: enforced, waitDone: make(chan struct{})}
+	register(s)
 
 	fail := func(step string, err error) (*Sandbox, error) {
 		s.closeListeners()
@@ -389,8 +408,9 @@ func Start(cfg Config) (*Sandbox, error) {
 		}
 		unix.Close(syncP[1])
 		unix.Close(errP[0])
-		proc.Kill()
+		s.Kill()
 		s.Wait()
+		s.closePidfd()
 		destroyGroup(group)
 		return nil, &SetupError{Step: step, Err: err}
 	}
@@ -431,6 +451,7 @@ func Start(cfg Config) (*Sandbox, error) {
 	ce := childError{stage: binary.NativeEndian.Uint32(buf[0:]), errno: binary.NativeEndian.Uint32(buf[4:])}
 	s.closeListeners()
 	s.Wait()
+	s.closePidfd()
 	destroyGroup(group)
 	e := syscall.Errno(ce.errno)
 	if ce.stage == stageExec {
@@ -517,13 +538,16 @@ func prepareWorkspace(dir string, ids idMap) error {
 }
 
 // Wait waits for the sandbox's init process to exit. Everything else in the
-// sandbox is killed by the kernel when it does. Safe to call many times.
-func (s *Sandbox) Wait() (*os.ProcessState, error) {
+// sandbox is killed by the kernel when it does. A sandbox task that stops
+// under the launcher's tracing (PTRACE_TRACEME) gets the sandbox killed,
+// and the wait goes on until the init is reaped. Safe to call many times.
+func (s *Sandbox) Wait() (*ExitState, error) {
 	s.mu.Lock()
 	if !s.waited {
 		s.waited = true
 		s.mu.Unlock()
-		st, err := s.proc.Wait()
+		st, err := s.waitInit()
+		unregister(s)
 		s.mu.Lock()
 		s.state, s.waitErr = st, err
 		close(s.waitDone)
@@ -534,6 +558,14 @@ func (s *Sandbox) Wait() (*os.ProcessState, error) {
 	}
 	defer s.mu.Unlock()
 	return s.state, s.waitErr
+}
+
+// Traced reports whether the sandbox was killed because one of its tasks
+// made the launcher its tracer.
+func (s *Sandbox) Traced() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.traced
 }
 
 // Listeners returns the listeners opened inside the sandbox's network
@@ -549,11 +581,43 @@ func (s *Sandbox) closeListeners() {
 // Done is closed when Wait has returned.
 func (s *Sandbox) Done() <-chan struct{} { return s.waitDone }
 
-// Kill kills every process of the sandbox.
+// Kill kills every process of the sandbox: SIGKILL to the init (the
+// kernel kills the rest of its pid namespace) and to its cgroup. Traced
+// threads of the init are then reaped until the init is.
 func (s *Sandbox) Kill() {
-	_ = s.proc.Kill() // PID 1 of the namespace: the kernel kills the rest
+	s.mu.Lock()
+	if s.pidfd >= 0 {
+		_ = unix.PidfdSendSignal(s.pidfd, unix.SIGKILL, nil, 0)
+	}
+	start := !s.killing && !s.waitedDone()
+	s.killing = true
+	s.mu.Unlock()
+	if start {
+		// Before the cgroup kill, which waits for the tasks to be gone.
+		go s.reapAfterKill()
+	}
 	if s.group != nil {
 		_ = s.group.Kill()
+	}
+}
+
+// waitedDone reports whether the init has been reaped.
+func (s *Sandbox) waitedDone() bool {
+	select {
+	case <-s.waitDone:
+		return true
+	default:
+		return false
+	}
+}
+
+// closePidfd releases the init's pidfd once it has been reaped.
+func (s *Sandbox) closePidfd() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.pidfd >= 0 {
+		unix.Close(s.pidfd)
+		s.pidfd = -1
 	}
 }
 
@@ -575,6 +639,7 @@ func (s *Sandbox) Destroy() error {
 		s.closeListeners()
 		s.Kill()
 		s.Wait()
+		s.closePidfd()
 		if s.group != nil {
 			err = s.group.Destroy()
 		}
