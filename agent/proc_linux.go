@@ -91,12 +91,20 @@ func (a *agent) startReaper() {
 	}()
 }
 
+// waitAll is wait4's __WALL: clone children and traced threads too.
+const waitAll = 0x40000000
+
 // reapAll reaps every exited child without blocking and reports whether any
 // child is left. The caller holds forkMu exclusively.
+//
+// A child or orphan that calls ptrace(PTRACE_TRACEME) makes the agent its
+// tracer; the agent never traces, so such a task is killed at its first
+// ptrace-stop (a stop is never mistaken for an exit), and traced threads
+// are reaped with __WALL so that their processes' exits are reported.
 func (a *agent) reapAll() bool {
 	for {
 		var ws syscall.WaitStatus
-		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG|waitAll, nil)
 		if err == syscall.EINTR {
 			continue
 		}
@@ -105,6 +113,12 @@ func (a *agent) reapAll() bool {
 		}
 		if pid == 0 {
 			return true
+		}
+		if ws.Stopped() || ws.Continued() {
+			if ws.Stopped() {
+				syscall.Kill(pid, syscall.SIGKILL) // the whole thread group
+			}
+			continue
 		}
 		a.mu.Lock()
 		p := a.procs[pid]
