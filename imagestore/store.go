@@ -1,0 +1,723 @@
+// Package imagestore keeps OCI images on disk for sandbox roots: an OCI
+// image layout (content-addressed blobs and an index.json naming the
+// images) plus every layer unpacked once, by its uncompressed digest, into a
+// directory that any number of images and sandboxes share read-only.
+//
+// Images come from any OCI or Docker registry (credentials from the usual
+// ~/.docker/config.json) or from a `docker save` or OCI archive. Layers are
+// hostile input: extraction (extract_linux.go) never follows a path from the
+// layer, refuses device nodes and hard links that leave the layer, turns
+// whiteouts into overlayfs whiteouts, strips set-id bits and extended
+// attributes, and stops at a cap on bytes and files.
+package imagestore
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"os"
+	"path/filepath"
+	goruntime "runtime"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+	"golang.org/x/sys/unix"
+)
+
+// RefAnnotation is the index.json annotation that names an image.
+const RefAnnotation = "org.opencontainers.image.ref.name"
+
+// Default caps on one image, all layers together.
+const (
+	DefaultMaxBytes = 16 << 30
+	DefaultMaxFiles = 1 << 20
+)
+
+// Limits cap what one image may unpack to, all its layers together: a
+// decompression bomb or a sparse file stops at MaxBytes, an inode bomb at
+// MaxFiles. Zero fields take the defaults.
+type Limits struct {
+	MaxBytes int64
+	MaxFiles int64
+}
+
+// ErrNotFound is returned (wrapped) for an image the store does not hold.
+var ErrNotFound = errors.New("image not found")
+
+// LimitError is an image that unpacks to more than the store's Limits.
+type LimitError struct {
+	What  string // "bytes" or "files"
+	Limit int64
+}
+
+func (e *LimitError) Error() string {
+	return fmt.Sprintf("image exceeds the store's cap of %d %s unpacked (a decompression or inode bomb?)", e.Limit, e.What)
+}
+
+// Store is an image store in one directory.
+type Store struct {
+	dir    string
+	lim    Limits
+	layout layout.Path
+	mu     sync.Mutex // with the flock on dir/lock: one writer at a time
+}
+
+// Image describes one stored image.
+type Image struct {
+	// Name is the reference it was pulled or imported as
+	// ("127.0.0.1:5000/py:3.12"); empty for an image known only by digest.
+	Name string `json:"name,omitempty"`
+	// Digest is the manifest's digest ("sha256:...").
+	Digest string `json:"digest"`
+	// Size is the sum of the layers' compressed sizes.
+	Size int64 `json:"size"`
+	// Created is the image config's creation time.
+	Created time.Time `json:"created,omitzero"`
+	// Platform is os/architecture.
+	Platform string `json:"platform"`
+	// Layers are lowest first.
+	Layers []Layer `json:"layers"`
+	// Config is the part of the image config a sandbox uses.
+	Config Config `json:"config"`
+}
+
+// Layer is one layer of an image.
+type Layer struct {
+	// Digest is the compressed blob's digest; DiffID the uncompressed one.
+	Digest string `json:"digest"`
+	DiffID string `json:"diff_id"`
+	// Size is the compressed size.
+	Size int64 `json:"size"`
+	// Dir is the unpacked layer (a directory shared by every image that
+	// has this layer), for use as an overlayfs lower directory.
+	Dir string `json:"-"`
+}
+
+// Config is what a sandbox takes from an image's config.
+type Config struct {
+	Env        []string `json:"env,omitempty"`
+	Entrypoint []string `json:"entrypoint,omitempty"`
+	Cmd        []string `json:"cmd,omitempty"`
+	WorkingDir string   `json:"working_dir,omitempty"`
+	User       string   `json:"user,omitempty"`
+}
+
+// Progress reports a pull or import: bytes of layer blobs fetched so far
+// out of Total (blobs already in the store count as done at once).
+type Progress struct {
+	Layer string // digest of the layer being fetched
+	Done  int64
+	Total int64
+}
+
+// Open opens (creating) the store in dir, normally STATE_DIR/images.
+func Open(dir string, lim Limits) (*Store, error) {
+	if lim.MaxBytes <= 0 {
+		lim.MaxBytes = DefaultMaxBytes
+	}
+	if lim.MaxFiles <= 0 {
+		lim.MaxFiles = DefaultMaxFiles
+	}
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range []string{dir, filepath.Join(dir, "oci", "blobs", "sha256"), filepath.Join(dir, "layers"), filepath.Join(dir, "tmp")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("image store: %w", err)
+		}
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("image store: %w", err)
+	}
+	s := &Store{dir: dir, lim: lim, layout: layout.Path(filepath.Join(dir, "oci"))}
+	if _, err := os.Stat(filepath.Join(dir, "oci", "oci-layout")); err != nil {
+		if err := writeFileAtomic(filepath.Join(dir, "oci", "oci-layout"), []byte(`{"imageLayoutVersion":"1.0.0"}`)); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "oci", "index.json")); err != nil {
+		if err := s.writeIndex(&v1.IndexManifest{SchemaVersion: 2, MediaType: types.OCIImageIndex}); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// Dir is the store's directory.
+func (s *Store) Dir() string { return s.dir }
+
+// lock takes the store's writer lock (in this process and across processes:
+// a server and the CLI may share a store).
+func (s *Store) lock() (func(), error) {
+	s.mu.Lock()
+	f, err := os.OpenFile(filepath.Join(s.dir, "lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("image store lock: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		f.Close()
+		s.mu.Unlock()
+		return nil, fmt.Errorf("image store lock: %w", err)
+	}
+	return func() { f.Close(); s.mu.Unlock() }, nil
+}
+
+func (s *Store) readIndex() (*v1.IndexManifest, error) {
+	f, err := os.Open(filepath.Join(s.dir, "oci", "index.json"))
+	if err != nil {
+		return nil, fmt.Errorf("image store index: %w", err)
+	}
+	defer f.Close()
+	return v1.ParseIndexManifest(f)
+}
+
+func (s *Store) writeIndex(ix *v1.IndexManifest) error {
+	b, err := json.MarshalIndent(ix, "", "  ")
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(filepath.Join(s.dir, "oci", "index.json"), b)
+}
+
+func writeFileAtomic(p string, data []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(p), ".tmp-"+filepath.Base(p))
+	if err != nil {
+		return fmt.Errorf("image store: %w", err)
+	}
+	defer os.Remove(f.Name())
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return fmt.Errorf("image store: write %s: %w", p, err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("image store: write %s: %w", p, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("image store: write %s: %w", p, err)
+	}
+	if err := os.Chmod(f.Name(), 0o644); err != nil {
+		return err
+	}
+	if err := os.Rename(f.Name(), p); err != nil {
+		return fmt.Errorf("image store: write %s: %w", p, err)
+	}
+	return nil
+}
+
+// blobPath is where blob h lives.
+func (s *Store) blobPath(h v1.Hash) string {
+	return filepath.Join(s.dir, "oci", "blobs", h.Algorithm, h.Hex)
+}
+
+// hashWriter verifies a stream against its digest.
+func newHash(h v1.Hash) (hash.Hash, error) {
+	if h.Algorithm != "sha256" || len(h.Hex) != 64 {
+		return nil, fmt.Errorf("unsupported digest %q (only sha256)", h.String())
+	}
+	if _, err := hex.DecodeString(h.Hex); err != nil {
+		return nil, fmt.Errorf("bad digest %q", h.String())
+	}
+	return sha256.New(), nil
+}
+
+// writeBlob stores the blob h read from rc, verifying its digest, unless it
+// is already there. done is called with the bytes read so far.
+func (s *Store) writeBlob(h v1.Hash, open func() (io.ReadCloser, error), done func(int64)) error {
+	hh, err := newHash(h)
+	if err != nil {
+		return err
+	}
+	dst := s.blobPath(h)
+	if _, err := os.Stat(dst); err == nil {
+		return nil
+	}
+	rc, err := open()
+	if err != nil {
+		return fmt.Errorf("fetch %s: %w", h, err)
+	}
+	defer rc.Close()
+	f, err := os.CreateTemp(filepath.Join(s.dir, "tmp"), "blob-")
+	if err != nil {
+		return fmt.Errorf("image store: %w", err)
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	var n int64
+	buf := make([]byte, 256<<10)
+	for {
+		k, rerr := rc.Read(buf)
+		if k > 0 {
+			if _, err := f.Write(buf[:k]); err != nil {
+				return fmt.Errorf("image store: write blob %s: %w", h, err)
+			}
+			hh.Write(buf[:k])
+			n += int64(k)
+			if done != nil {
+				done(n)
+			}
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			return fmt.Errorf("fetch %s: %w", h, rerr)
+		}
+	}
+	if got := hex.EncodeToString(hh.Sum(nil)); got != h.Hex {
+		return fmt.Errorf("blob %s: content has digest sha256:%s", h, got)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("image store: write blob %s: %w", h, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("image store: write blob %s: %w", h, err)
+	}
+	if err := os.Chmod(f.Name(), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), dst)
+}
+
+// PullOptions tune Pull.
+type PullOptions struct {
+	// Platform is os/arch[/variant] to pick from a multi-platform image;
+	// empty means linux and this host's architecture.
+	Platform string
+	// Progress, if set, is called as layer bytes arrive.
+	Progress func(Progress)
+	// Keychain resolves registry credentials; nil means
+	// authn.DefaultKeychain (~/.docker/config.json, $DOCKER_CONFIG).
+	Keychain authn.Keychain
+}
+
+func (o *PullOptions) platform() (*v1.Platform, error) {
+	if o.Platform == "" {
+		return &v1.Platform{OS: "linux", Architecture: goruntime.GOARCH}, nil
+	}
+	p, err := v1.ParsePlatform(o.Platform)
+	if err != nil {
+		return nil, fmt.Errorf("platform %q: %w", o.Platform, err)
+	}
+	return p, nil
+}
+
+// Pull fetches ref from its registry, stores and unpacks it, and names it
+// ref (replacing an image of the same name).
+func (s *Store) Pull(ctx context.Context, ref string, opt PullOptions) (*Image, error) {
+	r, err := name.ParseReference(ref)
+	if err != nil {
+		return nil, fmt.Errorf("image reference %q: %w", ref, err)
+	}
+	plat, err := opt.platform()
+	if err != nil {
+		return nil, err
+	}
+	kc := opt.Keychain
+	if kc == nil {
+		kc = authn.DefaultKeychain
+	}
+	img, err := remote.Image(r, remote.WithContext(ctx), remote.WithAuthFromKeychain(kc), remote.WithPlatform(*plat))
+	if err != nil {
+		return nil, fmt.Errorf("pull %s: %w", r.Name(), err)
+	}
+	return s.add(ctx, img, r.Name(), opt.Progress)
+}
+
+// add stores img (blobs, unpacked layers) and names it name in the index.
+func (s *Store) add(ctx context.Context, img v1.Image, refName string, progress func(Progress)) (*Image, error) {
+	unlock, err := s.lock()
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	digest, err := img.Digest()
+	if err != nil {
+		return nil, fmt.Errorf("image digest: %w", err)
+	}
+	rawManifest, err := img.RawManifest()
+	if err != nil {
+		return nil, fmt.Errorf("image manifest: %w", err)
+	}
+	m, err := v1.ParseManifest(strings.NewReader(string(rawManifest)))
+	if err != nil {
+		return nil, fmt.Errorf("image manifest: %w", err)
+	}
+	rawConfig, err := img.RawConfigFile()
+	if err != nil {
+		return nil, fmt.Errorf("image config: %w", err)
+	}
+	cf, err := v1.ParseConfigFile(strings.NewReader(string(rawConfig)))
+	if err != nil {
+		return nil, fmt.Errorf("image config: %w", err)
+	}
+	if len(cf.RootFS.DiffIDs) != len(m.Layers) {
+		return nil, fmt.Errorf("image config lists %d layers, manifest %d", len(cf.RootFS.DiffIDs), len(m.Layers))
+	}
+	layers, err := img.Layers()
+	if err != nil {
+		return nil, fmt.Errorf("image layers: %w", err)
+	}
+	var total, base int64
+	for _, l := range m.Layers {
+		total += l.Size
+	}
+	for i, desc := range m.Layers {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		l := layers[i]
+		cb := func(n int64) {
+			if progress != nil {
+				progress(Progress{Layer: desc.Digest.String(), Done: base + n, Total: total})
+			}
+		}
+		if err := s.writeBlob(desc.Digest, l.Compressed, cb); err != nil {
+			return nil, err
+		}
+		base += desc.Size
+		cb(0)
+	}
+	// Config and manifest: verified against their digests too.
+	if err := s.writeBlob(m.Config.Digest, func() (io.ReadCloser, error) { return io.NopCloser(strings.NewReader(string(rawConfig))), nil }, nil); err != nil {
+		return nil, err
+	}
+	if err := s.writeBlob(digest, func() (io.ReadCloser, error) { return io.NopCloser(strings.NewReader(string(rawManifest))), nil }, nil); err != nil {
+		return nil, err
+	}
+	// Unpack every layer not unpacked yet, within the image's caps.
+	var bud budget
+	bud.maxBytes, bud.maxFiles = s.lim.MaxBytes, s.lim.MaxFiles
+	for i, desc := range m.Layers {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if err := s.unpackLayer(desc, cf.RootFS.DiffIDs[i], &bud); err != nil {
+			return nil, err
+		}
+	}
+	ix, err := s.readIndex()
+	if err != nil {
+		return nil, err
+	}
+	var keep []v1.Descriptor
+	for _, d := range ix.Manifests {
+		if refName != "" && d.Annotations[RefAnnotation] == refName {
+			continue
+		}
+		if refName == "" && d.Digest == digest && d.Annotations[RefAnnotation] == "" {
+			continue
+		}
+		keep = append(keep, d)
+	}
+	desc := v1.Descriptor{MediaType: m.MediaType, Size: int64(len(rawManifest)), Digest: digest,
+		Platform: &v1.Platform{OS: cf.OS, Architecture: cf.Architecture, Variant: cf.Variant}}
+	if desc.MediaType == "" {
+		desc.MediaType = types.OCIManifestSchema1
+	}
+	if refName != "" {
+		desc.Annotations = map[string]string{RefAnnotation: refName}
+	}
+	ix.Manifests = append(keep, desc)
+	if err := s.writeIndex(ix); err != nil {
+		return nil, err
+	}
+	if err := s.gc(ix); err != nil {
+		return nil, err
+	}
+	return s.describe(desc)
+}
+
+// unpackLayer unpacks blob desc (verified against diffID) into
+// layers/<diffID hex>/root unless it is there already.
+func (s *Store) unpackLayer(desc v1.Descriptor, diffID v1.Hash, bud *budget) error {
+	if _, err := newHash(diffID); err != nil {
+		return fmt.Errorf("layer %s: %w", desc.Digest, err)
+	}
+	dst := filepath.Join(s.dir, "layers", diffID.Hex)
+	if b, err := os.ReadFile(filepath.Join(dst, "meta.json")); err == nil {
+		var meta layerMeta
+		if json.Unmarshal(b, &meta) == nil {
+			return bud.take(meta.Bytes, meta.Files)
+		}
+	}
+	f, err := os.Open(s.blobPath(desc.Digest))
+	if err != nil {
+		return fmt.Errorf("layer %s: %w", desc.Digest, err)
+	}
+	defer f.Close()
+	tmp, err := os.MkdirTemp(filepath.Join(s.dir, "tmp"), "layer-")
+	if err != nil {
+		return fmt.Errorf("image store: %w", err)
+	}
+	defer removeAll(tmp)
+	root := filepath.Join(tmp, "root")
+	if err := os.Mkdir(root, 0o755); err != nil {
+		return fmt.Errorf("image store: %w", err)
+	}
+	rd, err := decompress(f, bud)
+	if err != nil {
+		return fmt.Errorf("layer %s: %w", desc.Digest, err)
+	}
+	defer rd.Close()
+	hh := sha256.New()
+	before := *bud
+	if err := extract(io.TeeReader(rd, hh), root, bud); err != nil {
+		return fmt.Errorf("layer %s: %w", desc.Digest, err)
+	}
+	// Read the tar's trailing padding so the digest covers the whole stream.
+	if _, err := io.Copy(hh, rd); err != nil {
+		return fmt.Errorf("layer %s: %w", desc.Digest, err)
+	}
+	if got := hex.EncodeToString(hh.Sum(nil)); got != diffID.Hex {
+		return fmt.Errorf("layer %s: uncompressed content has digest sha256:%s, the image config says %s", desc.Digest, got, diffID)
+	}
+	meta, _ := json.Marshal(layerMeta{Bytes: bud.bytes - before.bytes, Files: bud.files - before.files})
+	if err := os.WriteFile(filepath.Join(tmp, "meta.json"), meta, 0o600); err != nil {
+		return fmt.Errorf("image store: %w", err)
+	}
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, dst); err != nil {
+		if _, serr := os.Stat(filepath.Join(dst, "meta.json")); serr == nil {
+			return nil // unpacked meanwhile
+		}
+		return fmt.Errorf("image store: install layer: %w", err)
+	}
+	return nil
+}
+
+type layerMeta struct {
+	Bytes int64 `json:"bytes"`
+	Files int64 `json:"files"`
+}
+
+// budget counts what an image unpacks to against the store's Limits.
+type budget struct {
+	bytes, files       int64
+	maxBytes, maxFiles int64
+}
+
+func (b *budget) take(bytes, files int64) error {
+	b.bytes += bytes
+	b.files += files
+	if b.bytes > b.maxBytes {
+		return &LimitError{What: "bytes", Limit: b.maxBytes}
+	}
+	if b.files > b.maxFiles {
+		return &LimitError{What: "files", Limit: b.maxFiles}
+	}
+	return nil
+}
+
+// List returns every stored image, by name then digest.
+func (s *Store) List() ([]Image, error) {
+	ix, err := s.readIndex()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Image, 0, len(ix.Manifests))
+	for _, d := range ix.Manifests {
+		img, err := s.describe(d)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, *img)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Name != out[j].Name {
+			return out[i].Name < out[j].Name
+		}
+		return out[i].Digest < out[j].Digest
+	})
+	return out, nil
+}
+
+// Get returns the image named ref (as given to Pull or Import, or in the
+// normalized form: "alpine" is "index.docker.io/library/alpine:latest"),
+// or with manifest digest ref ("sha256:..." or a unique prefix of 12 or
+// more hex digits).
+func (s *Store) Get(ref string) (*Image, error) {
+	d, err := s.find(ref)
+	if err != nil {
+		return nil, err
+	}
+	return s.describe(d)
+}
+
+func (s *Store) find(ref string) (v1.Descriptor, error) {
+	ix, err := s.readIndex()
+	if err != nil {
+		return v1.Descriptor{}, err
+	}
+	norm := ref
+	if r, err := name.ParseReference(ref); err == nil {
+		norm = r.Name()
+	}
+	for _, d := range ix.Manifests {
+		if n := d.Annotations[RefAnnotation]; n != "" && (n == ref || n == norm) {
+			return d, nil
+		}
+	}
+	hexPart := strings.TrimPrefix(ref, "sha256:")
+	if len(hexPart) >= 12 && len(hexPart) <= 64 && isHex(hexPart) {
+		var found []v1.Descriptor
+		for _, d := range ix.Manifests {
+			if strings.HasPrefix(d.Digest.Hex, hexPart) {
+				found = append(found, d)
+			}
+		}
+		if len(found) >= 1 {
+			for _, f := range found[1:] {
+				if f.Digest != found[0].Digest {
+					return v1.Descriptor{}, fmt.Errorf("digest prefix %q names more than one image", ref)
+				}
+			}
+			return found[0], nil
+		}
+	}
+	return v1.Descriptor{}, fmt.Errorf("%w: %q", ErrNotFound, ref)
+}
+
+func isHex(s string) bool {
+	_, err := hex.DecodeString(s + strings.Repeat("0", len(s)%2))
+	return err == nil && strings.ToLower(s) == s
+}
+
+// describe reads image d from the layout.
+func (s *Store) describe(d v1.Descriptor) (*Image, error) {
+	raw, err := os.ReadFile(s.blobPath(d.Digest))
+	if err != nil {
+		return nil, fmt.Errorf("image %s: manifest: %w", d.Digest, err)
+	}
+	m, err := v1.ParseManifest(strings.NewReader(string(raw)))
+	if err != nil {
+		return nil, fmt.Errorf("image %s: manifest: %w", d.Digest, err)
+	}
+	rawCfg, err := os.ReadFile(s.blobPath(m.Config.Digest))
+	if err != nil {
+		return nil, fmt.Errorf("image %s: config: %w", d.Digest, err)
+	}
+	cf, err := v1.ParseConfigFile(strings.NewReader(string(rawCfg)))
+	if err != nil {
+		return nil, fmt.Errorf("image %s: config: %w", d.Digest, err)
+	}
+	img := &Image{Name: d.Annotations[RefAnnotation], Digest: d.Digest.String(), Created: cf.Created.Time,
+		Platform: cf.OS + "/" + cf.Architecture,
+		Config: Config{Env: cf.Config.Env, Entrypoint: cf.Config.Entrypoint, Cmd: cf.Config.Cmd,
+			WorkingDir: cf.Config.WorkingDir, User: cf.Config.User}}
+	for i, l := range m.Layers {
+		if i >= len(cf.RootFS.DiffIDs) {
+			break
+		}
+		diff := cf.RootFS.DiffIDs[i]
+		img.Size += l.Size
+		img.Layers = append(img.Layers, Layer{Digest: l.Digest.String(), DiffID: diff.String(), Size: l.Size,
+			Dir: filepath.Join(s.dir, "layers", diff.Hex, "root")})
+	}
+	return img, nil
+}
+
+// Remove deletes the image named (or with digest) ref from the index, then
+// the blobs and unpacked layers no other image uses.
+func (s *Store) Remove(ref string) (*Image, error) {
+	unlock, err := s.lock()
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	d, err := s.find(ref)
+	if err != nil {
+		return nil, err
+	}
+	img, err := s.describe(d)
+	if err != nil {
+		return nil, err
+	}
+	ix, err := s.readIndex()
+	if err != nil {
+		return nil, err
+	}
+	var keep []v1.Descriptor
+	for _, e := range ix.Manifests {
+		if e.Digest == d.Digest && e.Annotations[RefAnnotation] == d.Annotations[RefAnnotation] {
+			continue
+		}
+		keep = append(keep, e)
+	}
+	ix.Manifests = keep
+	if err := s.writeIndex(ix); err != nil {
+		return nil, err
+	}
+	return img, s.gc(ix)
+}
+
+// gc removes blobs and unpacked layers that no image in ix uses. Callers
+// hold the lock. Unpacked layers mounted by a live sandbox are kept while
+// the sandbox holds a lease on them (see Lease).
+func (s *Store) gc(ix *v1.IndexManifest) error {
+	blobs := map[string]bool{}
+	diffs := map[string]bool{}
+	for _, d := range ix.Manifests {
+		blobs[d.Digest.Hex] = true
+		raw, err := os.ReadFile(s.blobPath(d.Digest))
+		if err != nil {
+			return fmt.Errorf("image store gc: %w", err)
+		}
+		m, err := v1.ParseManifest(strings.NewReader(string(raw)))
+		if err != nil {
+			return fmt.Errorf("image store gc: %w", err)
+		}
+		blobs[m.Config.Digest.Hex] = true
+		for _, l := range m.Layers {
+			blobs[l.Digest.Hex] = true
+		}
+		rawCfg, err := os.ReadFile(s.blobPath(m.Config.Digest))
+		if err != nil {
+			return fmt.Errorf("image store gc: %w", err)
+		}
+		cf, err := v1.ParseConfigFile(strings.NewReader(string(rawCfg)))
+		if err != nil {
+			return fmt.Errorf("image store gc: %w", err)
+		}
+		for _, h := range cf.RootFS.DiffIDs {
+			diffs[h.Hex] = true
+		}
+	}
+	for h := range s.leased() {
+		diffs[h] = true
+	}
+	ents, _ := os.ReadDir(filepath.Join(s.dir, "oci", "blobs", "sha256"))
+	for _, e := range ents {
+		if !blobs[e.Name()] {
+			if err := os.Remove(filepath.Join(s.dir, "oci", "blobs", "sha256", e.Name())); err != nil {
+				return fmt.Errorf("image store gc: %w", err)
+			}
+		}
+	}
+	ents, _ = os.ReadDir(filepath.Join(s.dir, "layers"))
+	for _, e := range ents {
+		if !diffs[e.Name()] {
+			if err := removeAll(filepath.Join(s.dir, "layers", e.Name())); err != nil {
+				return fmt.Errorf("image store gc: %w", err)
+			}
+		}
+	}
+	return nil
+}
