@@ -2,6 +2,7 @@ package native_test
 
 import (
 	"bufio"
+	"context"
 	"os"
 	"strconv"
 	"strings"
@@ -117,5 +118,34 @@ func TestOwnIDRange(t *testing.T) {
 				t.Errorf("host uids %d and %d are within one 65536-id range", ua, ub)
 			}
 		})
+	}
+}
+
+// TestWorkspaceKeepsItsRange: a host workspace belongs to the id range of
+// the run that created it; a later run gets that range again (and can use
+// its files), while a run that would share it with a live sandbox is
+// refused.
+func TestWorkspaceKeepsItsRange(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("per-sandbox id ranges need root")
+	}
+	dir := t.TempDir() + "/ws"
+	withWS := func(p *policy.Policy) { p.Filesystem.Workspace = dir }
+	if res := sh(t, withWS, "echo kept > /workspace/f"); res.Status != native.StatusOK {
+		t.Fatalf("first run: %+v", res)
+	}
+	if res := sh(t, withWS, "cat /workspace/f && echo more >> /workspace/f"); res.Status != native.StatusOK || res.Stdout != "kept\n" {
+		t.Fatalf("second run: %+v", res)
+	}
+	p := strict(t)
+	withWS(&p)
+	a, err := native.Start(native.Config{Policy: p, Args: []string{"sleep", "60"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Destroy()
+	_, err = native.Run(context.Background(), native.Config{Policy: p, Args: []string{"true"}}, native.RunOptions{})
+	if err == nil || !strings.Contains(err.Error(), "in use by another live sandbox") {
+		t.Fatalf("a second sandbox on a live sandbox's workspace: %v", err)
 	}
 }
