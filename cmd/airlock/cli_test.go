@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -234,5 +235,20 @@ func TestHelp(t *testing.T) {
 	}
 	if _, errOut, code := runCLI(t, nil, "serve", "--max-file-bytes", "1X", "--help"); code != exitUsage || !strings.Contains(errOut, "bad size") {
 		t.Errorf("--max-file-bytes 1X: exit %d, stderr %q", code, errOut)
+	}
+}
+
+// TestKeysListCap: keys list says what a max_sandboxes of 0 means.
+func TestKeysListCap(t *testing.T) {
+	state := t.TempDir()
+	if _, errOut, code := runCLI(t, nil, "keys", "create", "--name", "uncapped", "--state-dir", state); code != 0 {
+		t.Fatalf("create: %d %q", code, errOut)
+	}
+	if _, errOut, code := runCLI(t, nil, "keys", "create", "--name", "capped", "--max-sandboxes", "3", "--state-dir", state); code != 0 {
+		t.Fatalf("create: %d %q", code, errOut)
+	}
+	out, errOut, code := runCLI(t, nil, "keys", "list", "--state-dir", state)
+	if code != 0 || !strings.Contains(out, "0 (no own cap: the server's --max-sandboxes)") || !regexp.MustCompile(`capped\s+\S+\s+3\s`).MatchString(out) {
+		t.Fatalf("list: %d %q %q", code, out, errOut)
 	}
 }

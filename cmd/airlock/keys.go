@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"text/tabwriter"
 	"time"
 
@@ -19,6 +20,10 @@ const keysUsage = `usage:
                       [--max-pids N] [--max-disk SIZE] [--max-timeout DURATION] [--e2b] --state-dir DIR
   airlock keys list --state-dir DIR
   airlock keys revoke --state-dir DIR KEY_ID
+
+--max-sandboxes 0 (the default) gives a key no cap of its own: only the
+server's --max-sandboxes applies to it. A revoked key is refused (401) from
+its next request on, by a server that is already running too.
 `
 
 func init() { hidden["keys"] = cmdKeys }
@@ -94,7 +99,11 @@ func cmdKeys(args []string) int {
 			if k.RevokedAt != nil {
 				rev = k.RevokedAt.Format(time.RFC3339)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", k.ID, k.Name, k.CreatedAt.Format(time.RFC3339), k.MaxSandboxes, rev)
+			limit := strconv.Itoa(k.MaxSandboxes)
+			if k.MaxSandboxes == 0 {
+				limit = "0 (no own cap: the server's --max-sandboxes)"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", k.ID, k.Name, k.CreatedAt.Format(time.RFC3339), limit, rev)
 		}
 		tw.Flush()
 	case "revoke":
