@@ -149,3 +149,67 @@ func TestWorkspaceKeepsItsRange(t *testing.T) {
 		t.Fatalf("a second sandbox on a live sandbox's workspace: %v", err)
 	}
 }
+
+// pipeHog grows pipes to 1 MiB until the kernel refuses (the user's
+// pipe-user-pages-soft budget is spent), prints how many it grew, and keeps
+// them; with argv[1] == "1" it grows a single pipe.
+const pipeHog = `import fcntl, os, sys, time
+n = 0
+pipes = []
+while n < int(sys.argv[1]):
+    r, w = os.pipe()
+    pipes.append((r, w))
+    try:
+        fcntl.fcntl(w, 1031, 1 << 20)  # F_SETPIPE_SZ
+    except OSError:
+        break
+    n += 1
+print(n, flush=True)
+time.sleep(120)
+`
+
+// TestOwnPipeBudget (issue 20, finding 4): a sandbox that spends its
+// user's pipe-buffer budget leaves another sandbox able to grow a pipe.
+func TestOwnPipeBudget(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("per-sandbox id ranges need root")
+	}
+	b, err := os.ReadFile("/proc/sys/fs/pipe-user-pages-soft")
+	if err != nil {
+		t.Fatal(err)
+	}
+	soft, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	if soft <= 0 || soft > 1<<16 {
+		t.Skipf("pipe-user-pages-soft %q: no budget a test can spend", b)
+	}
+	// 1 MiB pipes are 256 pages: the budget runs out after soft/256 of them.
+	hog := func(n int) (*native.Sandbox, int) {
+		p := strict(t)
+		p.Limits.OpenFiles = uint64(2*n + 64)
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		sb, err := native.Start(native.Config{Policy: p, Args: []string{"/usr/bin/python3", "-c", pipeHog, strconv.Itoa(n)}, Stdout: w})
+		w.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { sb.Destroy() })
+		line, err := bufio.NewReader(r).ReadString('\n')
+		if err != nil {
+			t.Fatalf("no count: %v", err)
+		}
+		got, _ := strconv.Atoi(strings.TrimSpace(line))
+		return sb, got
+	}
+	max := soft/256 + 8
+	_, gotA := hog(max)
+	if gotA >= max {
+		t.Fatalf("sandbox A grew %d pipes to 1 MiB without reaching the budget of %d pages", gotA, soft)
+	}
+	if _, gotB := hog(1); gotB != 1 {
+		t.Errorf("sandbox B could not grow a pipe to 1 MiB while A holds %d of them: pipe budget shared across sandboxes", gotA)
+	}
+}
