@@ -71,6 +71,20 @@ func TestServerCeilings(t *testing.T) {
 	wantRefused(t, "key timeout extension", err, "timeout 1h0m0s is above the ceiling of this API key: 1m0s")
 	k.Kill(ctx, ok.ID)
 
+	// The E2B create path goes through the same checks.
+	ereq, _ := http.NewRequest("POST", s.URL+"/sandboxes", strings.NewReader(`{"templateID":"base","timeout":30}`))
+	ereq.Header.Set("X-API-Key", capped)
+	ereq.Header.Set("Content-Type", "application/json")
+	eresp, err := http.DefaultClient.Do(ereq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ebody, _ := io.ReadAll(eresp.Body)
+	eresp.Body.Close()
+	if eresp.StatusCode != 400 || !strings.Contains(string(ebody), "is above the ceiling of this") {
+		t.Errorf("E2B create with the capped key: %d %s, want 400 naming a ceiling", eresp.StatusCode, ebody)
+	}
+
 	req, _ := http.NewRequest("GET", s.URL+"/v1/info", nil)
 	req.Header.Set("Authorization", "Bearer "+open)
 	resp, err := http.DefaultClient.Do(req)
