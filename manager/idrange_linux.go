@@ -59,10 +59,21 @@ func (i *idLease) handTo(pid int) error {
 // Release frees the range; only once the sandbox's processes are gone.
 func (i *idLease) Release() { i.l.Release() }
 
-// reclaimIDs re-takes a reattached sandbox's recorded range for its init,
-// and refuses to reattach a sandbox whose range another live process holds.
+// reclaimIDs re-takes a reattached sandbox's range for its init, and
+// refuses to reattach a sandbox whose range another live process holds.
+// The range is the one the kernel maps for the init (its uid_map), which
+// is also right for a sandbox recorded before ranges were (base 0).
 func reclaimIDs(base, pid int) error {
-	if base == 0 || os.Geteuid() != 0 {
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/uid_map", pid)); err == nil {
+		var inside, host, n int
+		if _, err := fmt.Sscan(string(b), &inside, &host, &n); err == nil && inside == 0 && n == idrange.Size {
+			base = host
+		}
+	}
+	if base == 0 {
 		return nil
 	}
 	pool, err := idrange.Default()
