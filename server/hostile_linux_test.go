@@ -34,6 +34,7 @@ func raw(t *testing.T, method, url, token string, body io.Reader) (int, string, 
 		rest := b[i+8:]
 		code = string(rest[:bytes.IndexByte(rest, '"')])
 	}
+	checkDocumented(t, method, url, resp.StatusCode)
 	return resp.StatusCode, code, b
 }
 
