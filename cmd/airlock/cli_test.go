@@ -252,3 +252,37 @@ func TestKeysListCap(t *testing.T) {
 		t.Fatalf("list: %d %q %q", code, out, errOut)
 	}
 }
+
+// TestRunHostScript: the docs/network.md example, a script from the
+// host's current directory run with a secret injected by the proxy:
+// `airlock run -v ./call.py:/workspace/call.py --net allow:HOST --secret
+// HOST:Authorization:env:API_KEY -- python3 call.py`.
+func TestRunHostScript(t *testing.T) {
+	got := make(chan string, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case got <- r.Header.Get("Authorization"):
+		default:
+		}
+		fmt.Fprint(w, "hello from the API")
+	}))
+	defer srv.Close()
+	port := srv.Listener.Addr().(*net.TCPAddr).Port
+	dir := t.TempDir()
+	script := fmt.Sprintf("import urllib.request\nprint(urllib.request.urlopen('http://api.test:%d/').read().decode())\n", port)
+	if err := os.WriteFile(dir+"/call.py", []byte(script), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(airlockBin(t), "run", "-v", "./call.py:/workspace/call.py",
+		"--net", fmt.Sprintf("allow:api.test:%d", port), "--net", "allow:127.0.0.1", "--resolve", "api.test=127.0.0.1",
+		"--secret", fmt.Sprintf("api.test:%d:Authorization:env:API_KEY", port), "--", "python3", "call.py")
+	cmd.Dir = dir
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=/tmp", "API_KEY=Bearer sk-test-123"}
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "hello from the API") {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if auth := <-got; auth != "Bearer sk-test-123" { // seen by the server, on the host
+		t.Fatalf("Authorization %q", auth)
+	}
+}
