@@ -54,8 +54,20 @@ type Limits struct {
 	MaxFiles int64
 }
 
-// ErrNotFound is returned (wrapped) for an image the store does not hold.
-var ErrNotFound = errors.New("image not found")
+// Errors returned (wrapped) by the store.
+var (
+	// ErrNotFound is an image the store does not hold.
+	ErrNotFound = errors.New("image not found")
+	// ErrBadReference is a malformed image reference or platform.
+	ErrBadReference = errors.New("bad image reference")
+	// ErrRegistry is a failure to fetch from the registry (unreachable,
+	// unauthorized, no such image or platform there).
+	ErrRegistry = errors.New("registry")
+	// ErrInvalidImage is an image refused as malformed or hostile: a layer
+	// that does not match its digest, escapes its root, holds a device
+	// node, or exceeds the caps (LimitError).
+	ErrInvalidImage = errors.New("image refused")
+)
 
 // LimitError is an image that unpacks to more than the store's Limits.
 type LimitError struct {
@@ -249,7 +261,7 @@ func (s *Store) writeBlob(h v1.Hash, open func() (io.ReadCloser, error), done fu
 	}
 	rc, err := open()
 	if err != nil {
-		return fmt.Errorf("fetch %s: %w", h, err)
+		return fmt.Errorf("%w: fetch %s: %w", ErrRegistry, h, err)
 	}
 	defer rc.Close()
 	f, err := os.CreateTemp(filepath.Join(s.dir, "tmp"), "blob-")
@@ -276,11 +288,11 @@ func (s *Store) writeBlob(h v1.Hash, open func() (io.ReadCloser, error), done fu
 			break
 		}
 		if rerr != nil {
-			return fmt.Errorf("fetch %s: %w", h, rerr)
+			return fmt.Errorf("%w: fetch %s: %w", ErrRegistry, h, rerr)
 		}
 	}
 	if got := hex.EncodeToString(hh.Sum(nil)); got != h.Hex {
-		return fmt.Errorf("blob %s: content has digest sha256:%s", h, got)
+		return &invalidError{fmt.Errorf("blob %s: content has digest sha256:%s", h, got)}
 	}
 	if err := f.Sync(); err != nil {
 		return fmt.Errorf("image store: write blob %s: %w", h, err)
@@ -312,7 +324,7 @@ func (o *PullOptions) platform() (*v1.Platform, error) {
 	}
 	p, err := v1.ParsePlatform(o.Platform)
 	if err != nil {
-		return nil, fmt.Errorf("platform %q: %w", o.Platform, err)
+		return nil, fmt.Errorf("%w: platform %q: %w", ErrBadReference, o.Platform, err)
 	}
 	return p, nil
 }
@@ -322,7 +334,7 @@ func (o *PullOptions) platform() (*v1.Platform, error) {
 func (s *Store) Pull(ctx context.Context, ref string, opt PullOptions) (*Image, error) {
 	r, err := name.ParseReference(ref)
 	if err != nil {
-		return nil, fmt.Errorf("image reference %q: %w", ref, err)
+		return nil, fmt.Errorf("%w %q: %w", ErrBadReference, ref, err)
 	}
 	plat, err := opt.platform()
 	if err != nil {
@@ -334,7 +346,7 @@ func (s *Store) Pull(ctx context.Context, ref string, opt PullOptions) (*Image, 
 	}
 	img, err := remote.Image(r, remote.WithContext(ctx), remote.WithAuthFromKeychain(kc), remote.WithPlatform(*plat))
 	if err != nil {
-		return nil, fmt.Errorf("pull %s: %w", r.Name(), err)
+		return nil, fmt.Errorf("%w: pull %s: %w", ErrRegistry, r.Name(), err)
 	}
 	return s.add(ctx, img, r.Name(), opt.Progress)
 }
@@ -453,7 +465,10 @@ func (s *Store) unpackLayer(desc v1.Descriptor, diffID v1.Hash, bud *budget) err
 	if b, err := os.ReadFile(filepath.Join(dst, "meta.json")); err == nil {
 		var meta layerMeta
 		if json.Unmarshal(b, &meta) == nil {
-			return bud.take(meta.Bytes, meta.Files)
+			if err := bud.take(meta.Bytes, meta.Files); err != nil {
+				return &invalidError{err}
+			}
+			return nil
 		}
 	}
 	f, err := os.Open(s.blobPath(desc.Digest))
@@ -472,20 +487,23 @@ func (s *Store) unpackLayer(desc v1.Descriptor, diffID v1.Hash, bud *budget) err
 	}
 	rd, err := decompress(f, bud)
 	if err != nil {
-		return fmt.Errorf("layer %s: %w", desc.Digest, err)
+		return &invalidError{fmt.Errorf("layer %s: %w", desc.Digest, err)}
 	}
 	defer rd.Close()
 	hh := sha256.New()
 	before := *bud
 	if err := extract(io.TeeReader(rd, hh), root, bud); err != nil {
-		return fmt.Errorf("layer %s: %w", desc.Digest, err)
+		if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) {
+			return fmt.Errorf("layer %s: %w", desc.Digest, err)
+		}
+		return &invalidError{fmt.Errorf("layer %s: %w", desc.Digest, err)}
 	}
 	// Read the tar's trailing padding so the digest covers the whole stream.
 	if _, err := io.Copy(hh, rd); err != nil {
 		return fmt.Errorf("layer %s: %w", desc.Digest, err)
 	}
 	if got := hex.EncodeToString(hh.Sum(nil)); got != diffID.Hex {
-		return fmt.Errorf("layer %s: uncompressed content has digest sha256:%s, the image config says %s", desc.Digest, got, diffID)
+		return &invalidError{fmt.Errorf("layer %s: uncompressed content has digest sha256:%s, the image config says %s", desc.Digest, got, diffID)}
 	}
 	meta, _ := json.Marshal(layerMeta{Bytes: bud.bytes - before.bytes, Files: bud.files - before.files})
 	if err := os.WriteFile(filepath.Join(tmp, "meta.json"), meta, 0o600); err != nil {
@@ -512,6 +530,14 @@ type layerMeta struct {
 type budget struct {
 	bytes, files       int64
 	maxBytes, maxFiles int64
+}
+
+// invalidError marks an error as ErrInvalidImage.
+type invalidError struct{ err error }
+
+func (e *invalidError) Error() string { return e.err.Error() }
+func (e *invalidError) Unwrap() []error {
+	return []error{ErrInvalidImage, e.err}
 }
 
 func (b *budget) take(bytes, files int64) error {

@@ -2,12 +2,8 @@ package imagestore_test
 
 import (
 	"archive/tar"
-	"bytes"
 	"context"
 	"errors"
-	"io"
-	"log"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,119 +11,15 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"golang.org/x/sys/unix"
 
 	"airlock/imagestore"
+	it "airlock/imagestore/imagetest"
 )
-
-// entry is one tar entry of a layer built by a test.
-type entry struct {
-	name, link string
-	typ        byte
-	mode       int64
-	data       string
-	size       int64 // header size when data is not written (a lying header)
-	uid        int
-	major      int64
-}
-
-// tarLayer builds an uncompressed layer tar from entries, exactly as given
-// (no cleaning: hostile names stay hostile).
-func tarLayer(t *testing.T, ents ...entry) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	for _, e := range ents {
-		h := &tar.Header{Name: e.name, Linkname: e.link, Typeflag: e.typ, Mode: e.mode, Uid: e.uid, Gid: e.uid,
-			Devmajor: e.major, ModTime: time.Unix(1700000000, 0), Format: tar.FormatPAX}
-		if h.Mode == 0 {
-			h.Mode = 0o644
-		}
-		if e.typ == tar.TypeReg {
-			h.Size = int64(len(e.data))
-		}
-		if e.size > 0 {
-			// A header whose data never follows: only the header is
-			// written, as a bomb's would be streamed.
-			h.Size = e.size
-			if err := tw.WriteHeader(h); err != nil {
-				t.Fatal(err)
-			}
-			tw.Flush()
-			return buf.Bytes()
-		}
-		if err := tw.WriteHeader(h); err != nil {
-			t.Fatal(err)
-		}
-		if e.typ == tar.TypeReg {
-			io.WriteString(tw, e.data)
-		}
-	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
-}
-
-func layerOf(t *testing.T, raw []byte) v1.Layer {
-	t.Helper()
-	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(raw)), nil })
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
-}
-
-func imageOf(t *testing.T, layers ...[]byte) v1.Image {
-	t.Helper()
-	img := empty.Image
-	for _, raw := range layers {
-		var err error
-		if img, err = mutate.AppendLayers(img, layerOf(t, raw)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture = "linux", "amd64"
-	cf.Config.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "IMAGE=test"}
-	cf.Config.Cmd = []string{"/bin/sh"}
-	img, err = mutate.ConfigFile(img, cf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return img
-}
-
-// testRegistry is go-containerregistry's registry on 127.0.0.1.
-func testRegistry(t *testing.T) string {
-	t.Helper()
-	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
-	t.Cleanup(srv.Close)
-	return strings.TrimPrefix(srv.URL, "http://")
-}
-
-func push(t *testing.T, reg, repo string, img v1.Image) string {
-	t.Helper()
-	ref, err := name.ParseReference(reg + "/" + repo)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := remote.Write(ref, img); err != nil {
-		t.Fatal(err)
-	}
-	return ref.Name()
-}
 
 func openStore(t *testing.T, lim imagestore.Limits) (*imagestore.Store, string) {
 	t.Helper()
@@ -152,28 +44,28 @@ func TestPullInspectShareRemove(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (image files keep their owners)")
 	}
-	reg := testRegistry(t)
-	base := tarLayer(t,
-		entry{name: "etc/", typ: tar.TypeDir, mode: 0o755},
-		entry{name: "etc/image-marker", typ: tar.TypeReg, data: "from the image\n"},
-		entry{name: "usr/bin/suid", typ: tar.TypeReg, mode: 0o4755 | 0o2000, data: "#!/bin/sh\n"},
-		entry{name: "usr/bin/owned", typ: tar.TypeReg, mode: 0o644, data: "x", uid: 1000},
-		entry{name: "usr/bin/bigid", typ: tar.TypeReg, mode: 0o644, data: "x", uid: 1 << 20},
-		entry{name: "usr/bin/hl", typ: tar.TypeLink, link: "usr/bin/owned"},
-		entry{name: "usr/bin/sl", typ: tar.TypeSymlink, link: "/etc/image-marker"},
-		entry{name: "old/", typ: tar.TypeDir, mode: 0o755},
-		entry{name: "old/gone", typ: tar.TypeReg, data: "x"},
-		entry{name: "opaque/", typ: tar.TypeDir, mode: 0o755},
-		entry{name: "opaque/below", typ: tar.TypeReg, data: "x"},
+	reg := it.Registry(t)
+	base := it.TarLayer(t,
+		it.Entry{Name: "etc/", Type: tar.TypeDir, Mode: 0o755},
+		it.Entry{Name: "etc/image-marker", Type: tar.TypeReg, Data: "from the image\n"},
+		it.Entry{Name: "usr/bin/suid", Type: tar.TypeReg, Mode: 0o4755 | 0o2000, Data: "#!/bin/sh\n"},
+		it.Entry{Name: "usr/bin/owned", Type: tar.TypeReg, Mode: 0o644, Data: "x", UID: 1000},
+		it.Entry{Name: "usr/bin/bigid", Type: tar.TypeReg, Mode: 0o644, Data: "x", UID: 1 << 20},
+		it.Entry{Name: "usr/bin/hl", Type: tar.TypeLink, Link: "usr/bin/owned"},
+		it.Entry{Name: "usr/bin/sl", Type: tar.TypeSymlink, Link: "/etc/image-marker"},
+		it.Entry{Name: "old/", Type: tar.TypeDir, Mode: 0o755},
+		it.Entry{Name: "old/gone", Type: tar.TypeReg, Data: "x"},
+		it.Entry{Name: "opaque/", Type: tar.TypeDir, Mode: 0o755},
+		it.Entry{Name: "opaque/below", Type: tar.TypeReg, Data: "x"},
 	)
-	top := tarLayer(t,
-		entry{name: "old/.wh.gone", typ: tar.TypeReg},
-		entry{name: "opaque/.wh..wh..opq", typ: tar.TypeReg},
-		entry{name: "opaque/new", typ: tar.TypeReg, data: "y"},
+	top := it.TarLayer(t,
+		it.Entry{Name: "old/.wh.gone", Type: tar.TypeReg},
+		it.Entry{Name: "opaque/.wh..wh..opq", Type: tar.TypeReg},
+		it.Entry{Name: "opaque/new", Type: tar.TypeReg, Data: "y"},
 	)
-	other := tarLayer(t, entry{name: "other", typ: tar.TypeReg, data: "z"})
-	ref1 := push(t, reg, "test/one:v1", imageOf(t, base, top))
-	ref2 := push(t, reg, "test/two:v1", imageOf(t, base, other))
+	other := it.TarLayer(t, it.Entry{Name: "other", Type: tar.TypeReg, Data: "z"})
+	ref1 := it.Push(t, reg, "test/one:v1", it.Image(t, base, top))
+	ref2 := it.Push(t, reg, "test/two:v1", it.Image(t, base, other))
 
 	s, dir := openStore(t, imagestore.Limits{})
 	var last imagestore.Progress
@@ -206,7 +98,7 @@ func TestPullInspectShareRemove(t *testing.T) {
 		t.Fatalf("owner outside 0-65535 not mapped to nobody: uid %d %v", st.Uid, err)
 	}
 	if target, err := os.Readlink(filepath.Join(l0, "usr/bin/sl")); err != nil || target != "/etc/image-marker" {
-		t.Fatalf("symlink: %q %v", target, err)
+		t.Fatalf("symLink: %q %v", target, err)
 	}
 	// Whiteouts in overlayfs form.
 	if err := unix.Lstat(filepath.Join(l1, "old/gone"), &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFCHR || st.Rdev != 0 {
@@ -280,7 +172,7 @@ func TestImportArchives(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")
 	}
-	img := imageOf(t, tarLayer(t, entry{name: "etc/image-marker", typ: tar.TypeReg, data: "m"}))
+	img := it.Image(t, it.TarLayer(t, it.Entry{Name: "etc/image-marker", Type: tar.TypeReg, Data: "m"}))
 	tmp := t.TempDir()
 	// docker save format
 	tag, _ := name.NewTag("example.com/saved:1")
@@ -316,7 +208,7 @@ func TestImportArchives(t *testing.T) {
 		t.Fatalf("imported layer: %q %v", b, err)
 	}
 	if _, err := s.Get("renamed:3"); err != nil {
-		t.Fatalf("get by short name: %v", err)
+		t.Fatalf("get by short Name: %v", err)
 	}
 	notTar := filepath.Join(tmp, "x")
 	os.WriteFile(notTar, []byte("hello"), 0o644)
@@ -374,62 +266,65 @@ func TestHostileLayers(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")
 	}
-	reg := testRegistry(t)
+	reg := it.Registry(t)
 	outside := t.TempDir() // what a layer must never reach
 	os.WriteFile(filepath.Join(outside, "secret"), []byte("host secret"), 0o600)
 	before := snapshot(t, outside)
 	up := strings.Repeat("../", 20)
 
-	many := []entry{}
+	many := []it.Entry{}
 	for i := 0; i < 1500; i++ {
-		many = append(many, entry{name: "f/" + strings.Repeat("x", i%7) + string(rune('a'+i%26)) + "/" + time.Duration(i).String(), typ: tar.TypeReg})
+		many = append(many, it.Entry{Name: "f/" + strings.Repeat("x", i%7) + string(rune('a'+i%26)) + "/" + time.Duration(i).String(), Type: tar.TypeReg})
 	}
 	zeros := strings.Repeat("\x00", 32<<20)
 
 	cases := []struct {
-		name    string
-		ents    []entry
+		Name    string
+		ents    []it.Entry
 		wantErr string // "" means neutralised: the pull succeeds
 		check   func(t *testing.T, root string)
 	}{
-		{name: "dotdot", ents: []entry{{name: up + strings.TrimPrefix(outside, "/") + "/pwned", typ: tar.TypeReg, data: "x"}}, wantErr: "'..' would leave the layer"},
-		{name: "dotdot-middle", ents: []entry{{name: "a/../../pwned", typ: tar.TypeReg, data: "x"}}, wantErr: "'..'"},
-		{name: "absolute", ents: []entry{{name: outside + "/pwned", typ: tar.TypeReg, data: "x"}},
+		{Name: "dotdot", ents: []it.Entry{{Name: up + strings.TrimPrefix(outside, "/") + "/pwned", Type: tar.TypeReg, Data: "x"}}, wantErr: "'..' would leave the layer"},
+		{Name: "dotdot-middle", ents: []it.Entry{{Name: "a/../../pwned", Type: tar.TypeReg, Data: "x"}}, wantErr: "'..'"},
+		{Name: "absolute", ents: []it.Entry{{Name: outside + "/pwned", Type: tar.TypeReg, Data: "x"}},
 			check: func(t *testing.T, root string) {
 				if _, err := os.Stat(filepath.Join(root, outside, "pwned")); err != nil {
 					t.Fatalf("absolute name not kept inside the layer: %v", err)
 				}
 			}},
-		{name: "symlink-parent-abs", ents: []entry{{name: "evil", typ: tar.TypeSymlink, link: outside}, {name: "evil/pwned", typ: tar.TypeReg, data: "x"}}, wantErr: "symlink"},
-		{name: "symlink-parent-rel", ents: []entry{{name: "a/", typ: tar.TypeDir, mode: 0o755}, {name: "a/evil", typ: tar.TypeSymlink, link: up}, {name: "a/evil/" + strings.TrimPrefix(outside, "/") + "/pwned", typ: tar.TypeReg, data: "x"}}, wantErr: "symlink"},
-		{name: "symlink-then-dir", ents: []entry{{name: "evil", typ: tar.TypeSymlink, link: outside}, {name: "evil/sub/", typ: tar.TypeDir, mode: 0o755}}, wantErr: "symlink"},
-		{name: "file-over-symlink", ents: []entry{{name: "evil", typ: tar.TypeSymlink, link: outside + "/secret"}, {name: "evil", typ: tar.TypeReg, data: "overwritten"}},
+		{Name: "symlink-parent-abs", ents: []it.Entry{{Name: "evil", Type: tar.TypeSymlink, Link: outside}, {Name: "evil/pwned", Type: tar.TypeReg, Data: "x"}}, wantErr: "symlink"},
+		{Name: "symlink-parent-rel", ents: []it.Entry{{Name: "a/", Type: tar.TypeDir, Mode: 0o755}, {Name: "a/evil", Type: tar.TypeSymlink, Link: up}, {Name: "a/evil/" + strings.TrimPrefix(outside, "/") + "/pwned", Type: tar.TypeReg, Data: "x"}}, wantErr: "symlink"},
+		{Name: "symlink-then-dir", ents: []it.Entry{{Name: "evil", Type: tar.TypeSymlink, Link: outside}, {Name: "evil/sub/", Type: tar.TypeDir, Mode: 0o755}}, wantErr: "symlink"},
+		{Name: "file-over-symlink", ents: []it.Entry{{Name: "evil", Type: tar.TypeSymlink, Link: outside + "/secret"}, {Name: "evil", Type: tar.TypeReg, Data: "overwritten"}},
 			check: func(t *testing.T, root string) {
 				if b, _ := os.ReadFile(filepath.Join(root, "evil")); string(b) != "overwritten" {
-					t.Fatalf("file replacing a symlink: %q", b)
+					t.Fatalf("file replacing a symLink: %q", b)
 				}
 			}},
-		{name: "hardlink-dotdot", ents: []entry{{name: "hl", typ: tar.TypeLink, link: up + strings.TrimPrefix(outside, "/") + "/secret"}}, wantErr: "'..'"},
-		{name: "hardlink-absolute", ents: []entry{{name: "hl", typ: tar.TypeLink, link: outside + "/secret"}}, wantErr: "not in the layer"},
-		{name: "hardlink-through-symlink", ents: []entry{{name: "evil", typ: tar.TypeSymlink, link: outside}, {name: "hl", typ: tar.TypeLink, link: "evil/secret"}}, wantErr: "symlink"},
-		{name: "hardlink-to-dir", ents: []entry{{name: "d/", typ: tar.TypeDir, mode: 0o755}, {name: "hl", typ: tar.TypeLink, link: "d"}}, wantErr: "not a regular file"},
-		{name: "char-device", ents: []entry{{name: "dev/mem", typ: tar.TypeChar, major: 1, mode: 0o666}}, wantErr: "device nodes are not allowed"},
-		{name: "block-device", ents: []entry{{name: "sda", typ: tar.TypeBlock, major: 8, mode: 0o666}}, wantErr: "device nodes are not allowed"},
-		{name: "whiteout-dotdot", ents: []entry{{name: "a/.wh..", typ: tar.TypeReg}}, wantErr: "no name to hide"},
-		{name: "whiteout-through-symlink", ents: []entry{{name: "evil", typ: tar.TypeSymlink, link: outside}, {name: "evil/.wh.secret", typ: tar.TypeReg}}, wantErr: "symlink"},
-		{name: "opaque-through-symlink", ents: []entry{{name: "evil", typ: tar.TypeSymlink, link: outside}, {name: "evil/.wh..wh..opq", typ: tar.TypeReg}}, wantErr: "symlink"},
-		{name: "sparse-10gb", ents: []entry{{name: "sparse", typ: tar.TypeReg, size: 10 << 30}}, wantErr: "cap of 8388608 bytes"},
-		{name: "decompression-bomb", ents: []entry{{name: "zeros", typ: tar.TypeReg, data: zeros}}, wantErr: "cap of 8388608 bytes"},
-		{name: "inode-bomb", ents: many, wantErr: "cap of 1000 files"},
+		{Name: "hardlink-dotdot", ents: []it.Entry{{Name: "hl", Type: tar.TypeLink, Link: up + strings.TrimPrefix(outside, "/") + "/secret"}}, wantErr: "'..'"},
+		{Name: "hardlink-absolute", ents: []it.Entry{{Name: "hl", Type: tar.TypeLink, Link: outside + "/secret"}}, wantErr: "not in the layer"},
+		{Name: "hardlink-through-symlink", ents: []it.Entry{{Name: "evil", Type: tar.TypeSymlink, Link: outside}, {Name: "hl", Type: tar.TypeLink, Link: "evil/secret"}}, wantErr: "symlink"},
+		{Name: "hardlink-to-dir", ents: []it.Entry{{Name: "d/", Type: tar.TypeDir, Mode: 0o755}, {Name: "hl", Type: tar.TypeLink, Link: "d"}}, wantErr: "not a regular file"},
+		{Name: "char-device", ents: []it.Entry{{Name: "dev/mem", Type: tar.TypeChar, Major: 1, Mode: 0o666}}, wantErr: "device nodes are not allowed"},
+		{Name: "block-device", ents: []it.Entry{{Name: "sda", Type: tar.TypeBlock, Major: 8, Mode: 0o666}}, wantErr: "device nodes are not allowed"},
+		{Name: "whiteout-dotdot", ents: []it.Entry{{Name: "a/.wh..", Type: tar.TypeReg}}, wantErr: "no name to hide"},
+		{Name: "whiteout-through-symlink", ents: []it.Entry{{Name: "evil", Type: tar.TypeSymlink, Link: outside}, {Name: "evil/.wh.secret", Type: tar.TypeReg}}, wantErr: "symlink"},
+		{Name: "opaque-through-symlink", ents: []it.Entry{{Name: "evil", Type: tar.TypeSymlink, Link: outside}, {Name: "evil/.wh..wh..opq", Type: tar.TypeReg}}, wantErr: "symlink"},
+		{Name: "sparse-10gb", ents: []it.Entry{{Name: "sparse", Type: tar.TypeReg, Size: 10 << 30}}, wantErr: "cap of 8388608 bytes"},
+		{Name: "decompression-bomb", ents: []it.Entry{{Name: "zeros", Type: tar.TypeReg, Data: zeros}}, wantErr: "cap of 8388608 bytes"},
+		{Name: "inode-bomb", ents: many, wantErr: "cap of 1000 files"},
 	}
 	s, dir := openStore(t, imagestore.Limits{MaxBytes: 8 << 20, MaxFiles: 1000})
 	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			ref := push(t, reg, "hostile/"+c.name+":v1", imageOf(t, tarLayer(t, c.ents...)))
+		t.Run(c.Name, func(t *testing.T) {
+			ref := it.Push(t, reg, "hostile/"+c.Name+":v1", it.Image(t, it.TarLayer(t, c.ents...)))
 			img, err := s.Pull(context.Background(), ref, imagestore.PullOptions{})
 			if c.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), c.wantErr) {
 					t.Fatalf("pull: %v, want an error containing %q", err, c.wantErr)
+				}
+				if !errors.Is(err, imagestore.ErrInvalidImage) {
+					t.Fatalf("refusal is not ErrInvalidImage: %v", err)
 				}
 				if _, gerr := s.Get(ref); !errors.Is(gerr, imagestore.ErrNotFound) {
 					t.Fatalf("refused image is listed: %v", gerr)

@@ -22,6 +22,7 @@ import (
 	"airlock/api"
 	"airlock/e2b"
 	"airlock/egress"
+	"airlock/imagestore"
 	"airlock/manager"
 	"airlock/mcp"
 	"airlock/policy"
@@ -53,6 +54,11 @@ type Config struct {
 	Layers func() runtime.Enforced
 	// MaxFileBytes caps file uploads; 0 means MaxFileBody.
 	MaxFileBytes int64
+	// Images is the image store behind /v1/images; nil answers 503.
+	Images *imagestore.Store
+	// ImageRegistries are the registries (host[:port], or "*") that
+	// POST /v1/images may pull from; none by default.
+	ImageRegistries []string
 	// MCPIdle ends an MCP-over-HTTP session, and kills its default
 	// sandbox, after this long without a request; 0 means
 	// mcp.DefaultSessionTimeout.
@@ -151,6 +157,7 @@ func (s *Server) routes() {
 	authed("POST /v1/sandboxes/{id}/files/mkdir", s.mkdir)
 	authed("POST /v1/sandboxes/{id}/files/move", s.move)
 	s.networkRoutes(authed)
+	s.imageRoutes(authed)
 	s.codeRoutes(authed)
 	// MCP clients probe OAuth discovery before sending a token: tell
 	// them a bearer key is the way in (mcp.OAuthDiscovery).

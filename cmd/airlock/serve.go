@@ -55,6 +55,8 @@ func cmdServe(args []string) int {
 	e2bMaxNet := fs.String("e2b-max-network", "open", "the most network an E2B create may ask for: none, allowlist or open (E2B SDKs before 2.46 ask for open by default; more is refused with a 403)")
 	var ef egressFlags
 	ef.register(fs)
+	var imf imageServeFlags
+	imf.register(fs)
 	var cf ceilingFlags
 	cf.register(fs, "the host's: its RAM, its CPUs, 32768 processes")
 	if err := fs.Parse(args); err != nil {
@@ -134,7 +136,14 @@ func cmdServe(args []string) int {
 		fmt.Fprintf(os.Stderr, "airlock serve: %v\n", err)
 		return 1
 	}
+	images, registries, err := imf.open(*stateDir)
+	if err != nil {
+		m.Close()
+		fmt.Fprintf(os.Stderr, "airlock serve: %v\n", err)
+		return 1
+	}
 	srv, err := server.New(server.Config{Manager: m, Store: st, NoAuth: *noAuth, Version: version,
+		Images: images, ImageRegistries: registries,
 		MaxFileBytes: int64(maxFile), MCPIdle: *mcpIdle, E2BMaxNetwork: e2bNet, Layers: func() rt.Enforced { l, _ := doctor(); return l }})
 	if err != nil {
 		m.Close()

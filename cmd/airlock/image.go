@@ -1,0 +1,209 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	goruntime "runtime"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/dustin/go-humanize"
+
+	"airlock/imagestore"
+)
+
+const imageUsage = `usage:
+  airlock image pull [--platform OS/ARCH] [--quiet] REF   fetch an image from an OCI/Docker registry
+  airlock image import [--name REF] FILE                  store a 'docker save' or OCI archive
+  airlock image ls [--json]                               list stored images
+  airlock image inspect REF|DIGEST                        print an image as JSON
+  airlock image rm REF|DIGEST                             remove an image (and layers no other image uses)
+
+Every subcommand takes --state-dir DIR (default $AIRLOCK_STATE_DIR, else
+/var/lib/airlock); images live in DIR/images, shared with 'airlock serve
+--state-dir DIR'. Registry credentials come from ~/.docker/config.json
+($DOCKER_CONFIG) and its credential helpers; 127.0.0.1 and localhost
+registries are reached over plain HTTP.
+`
+
+func init() { hidden["image"] = cmdImage }
+
+// defaultStateDir is where the CLI keeps state when --state-dir is not given.
+func defaultStateDir() string {
+	if d := os.Getenv("AIRLOCK_STATE_DIR"); d != "" {
+		return d
+	}
+	return "/var/lib/airlock"
+}
+
+// openImages opens the image store of state directory dir.
+func openImages(dir string) (*imagestore.Store, error) {
+	return imagestore.Open(filepath.Join(dir, "images"), imagestore.Limits{})
+}
+
+// cmdImage manages the image store.
+func cmdImage(args []string) int {
+	if len(args) == 0 {
+		fmt.Fprint(os.Stderr, imageUsage)
+		return exitUsage
+	}
+	sub, args := args[0], args[1:]
+	if sub == "-h" || sub == "-help" || sub == "--help" || sub == "help" {
+		fmt.Print(imageUsage)
+		return 0
+	}
+	fs := flag.NewFlagSet("image "+sub, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	stateDir := fs.String("state-dir", defaultStateDir(), "state directory; images are in DIR/images")
+	platform := fs.String("platform", "", "os/arch[/variant] to pull from a multi-platform image (default linux/"+goruntime.GOARCH+") (pull)")
+	quiet := fs.Bool("quiet", false, "no progress (pull, import)")
+	asName := fs.String("name", "", "name the imported image REF (import)")
+	asJSON := fs.Bool("json", false, "print JSON (ls)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Print(imageUsage)
+			return 0
+		}
+		fmt.Fprintf(os.Stderr, "airlock image %s: %v\n%s", sub, err, imageUsage)
+		return exitUsage
+	}
+	want := map[string]int{"pull": 1, "import": 1, "ls": 0, "inspect": 1, "rm": 1}
+	n, ok := want[sub]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "airlock image: unknown subcommand %q\n%s", sub, imageUsage)
+		return exitUsage
+	}
+	if fs.NArg() != n {
+		fmt.Fprintf(os.Stderr, "airlock image %s: takes %d argument(s), got %d\n%s", sub, n, fs.NArg(), imageUsage)
+		return exitUsage
+	}
+	st, err := openImages(*stateDir)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "airlock image %s: %v\n", sub, err)
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var progress func(imagestore.Progress)
+	if !*quiet {
+		progress = progressPrinter(os.Stderr)
+	}
+	switch sub {
+	case "pull":
+		img, err := st.Pull(ctx, fs.Arg(0), imagestore.PullOptions{Platform: *platform, Progress: progress})
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "airlock image pull: %v\n", err)
+			return 1
+		}
+		fmt.Printf("%s %s\n", img.Name, img.Digest)
+	case "import":
+		imgs, err := st.Import(ctx, fs.Arg(0), *asName, progress)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "airlock image import: %v\n", err)
+			return 1
+		}
+		for _, img := range imgs {
+			fmt.Printf("%s %s\n", orNone(img.Name), img.Digest)
+		}
+	case "ls":
+		imgs, err := st.List()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "airlock image ls: %v\n", err)
+			return 1
+		}
+		if *asJSON {
+			return printJSON(imgs)
+		}
+		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "NAME\tDIGEST\tSIZE\tLAYERS\tCREATED")
+		for _, img := range imgs {
+			created := "-"
+			if !img.Created.IsZero() {
+				created = humanize.Time(img.Created)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", orNone(img.Name), shortDigest(img.Digest), humanize.IBytes(uint64(img.Size)), len(img.Layers), created)
+		}
+		tw.Flush()
+	case "inspect":
+		img, err := st.Get(fs.Arg(0))
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "airlock image inspect: %v\n", err)
+			return 1
+		}
+		return printJSON(img)
+	case "rm":
+		img, err := st.Remove(fs.Arg(0))
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "airlock image rm: %v\n", err)
+			return 1
+		}
+		fmt.Printf("removed %s %s\n", orNone(img.Name), img.Digest)
+	}
+	return 0
+}
+
+func printJSON(v any) int {
+	enc := json.NewEncoder(os.Stdout)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		fmt.Fprintf(os.Stderr, "airlock image: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "<none>"
+	}
+	return s
+}
+
+func shortDigest(d string) string {
+	d = strings.TrimPrefix(d, "sha256:")
+	if len(d) > 12 {
+		return d[:12]
+	}
+	return d
+}
+
+// progressPrinter prints pull progress to w: at most a line every half
+// second, and the last one.
+func progressPrinter(w io.Writer) func(imagestore.Progress) {
+	var last time.Time
+	return func(p imagestore.Progress) {
+		done := p.Done >= p.Total
+		if !done && time.Since(last) < 500*time.Millisecond {
+			return
+		}
+		last = time.Now()
+		fmt.Fprintf(w, "pulling %s: %s / %s\n", shortDigest(p.Layer), humanize.IBytes(uint64(p.Done)), humanize.IBytes(uint64(p.Total)))
+	}
+}
+
+// imageServeFlags are the image store flags of 'airlock serve'.
+type imageServeFlags struct {
+	registries listFlag
+}
+
+func (f *imageServeFlags) register(fs *flag.FlagSet) {
+	fs.Var(&f.registries, "image-registry", "registry host[:port] that POST /v1/images may pull from (repeatable; \"*\" allows any; none by default: the server fetches what clients name)")
+}
+
+// open opens the image store of state directory dir.
+func (f *imageServeFlags) open(dir string) (*imagestore.Store, []string, error) {
+	st, err := openImages(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	return st, f.registries, nil
+}

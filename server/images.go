@@ -1,0 +1,124 @@
+package server
+
+import (
+	"errors"
+	"net/http"
+	"slices"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"golang.org/x/sys/unix"
+
+	"airlock/imagestore"
+)
+
+// PullRequest is the body of POST /v1/images.
+type PullRequest struct {
+	// Ref is the image to pull, e.g. "127.0.0.1:5000/py:3.12".
+	Ref string `json:"ref"`
+	// Platform is os/arch[/variant]; empty means linux and the host's arch.
+	Platform string `json:"platform,omitempty"`
+}
+
+// ImageList is the body of GET /v1/images.
+type ImageList struct {
+	Images []imagestore.Image `json:"images"`
+}
+
+func (s *Server) imageRoutes(authed func(string, handler)) {
+	authed("GET /v1/images", s.listImages)
+	authed("POST /v1/images", s.pullImage)
+	authed("GET /v1/images/{ref...}", s.getImage)
+	authed("DELETE /v1/images/{ref...}", s.removeImage)
+}
+
+func (s *Server) images() (*imagestore.Store, error) {
+	if s.cfg.Images == nil {
+		return nil, errf(503, "unavailable", "this server has no image store")
+	}
+	return s.cfg.Images, nil
+}
+
+// imageError maps image store errors to API errors.
+func imageError(err error) error {
+	switch {
+	case errors.Is(err, imagestore.ErrNotFound):
+		return errf(404, "not_found", "%v", err)
+	case errors.Is(err, imagestore.ErrBadReference):
+		return errf(400, "bad_request", "%v", err)
+	case errors.Is(err, imagestore.ErrInvalidImage):
+		return errf(422, "image_refused", "%v", err)
+	case errors.Is(err, unix.ENOSPC), errors.Is(err, unix.EDQUOT):
+		return errf(507, "no_space", "%v", err)
+	case errors.Is(err, imagestore.ErrRegistry):
+		return errf(502, "registry_error", "%v", err)
+	}
+	return err
+}
+
+func (s *Server) listImages(w http.ResponseWriter, r *http.Request) error {
+	st, err := s.images()
+	if err != nil {
+		return err
+	}
+	imgs, err := st.List()
+	if err != nil {
+		return imageError(err)
+	}
+	writeJSON(w, 200, ImageList{Images: imgs})
+	return nil
+}
+
+// pullImage pulls an image. The server fetches from the registry the
+// request names, so only registries on the server's allowlist
+// (--image-registry) are reachable: the API must not become a way to make
+// the server issue requests to arbitrary hosts.
+func (s *Server) pullImage(w http.ResponseWriter, r *http.Request) error {
+	st, err := s.images()
+	if err != nil {
+		return err
+	}
+	var req PullRequest
+	if err := decode(w, r, &req); err != nil {
+		return err
+	}
+	ref, err := name.ParseReference(req.Ref)
+	if err != nil {
+		return errf(400, "bad_request", "image reference %q: %v", req.Ref, err)
+	}
+	reg := ref.Context().RegistryStr()
+	if !slices.Contains(s.cfg.ImageRegistries, "*") && !slices.Contains(s.cfg.ImageRegistries, reg) {
+		return errf(403, "forbidden", "registry %s is not allowed for pulls through the API; the server allows %q (airlock serve --image-registry HOST)", reg, s.cfg.ImageRegistries)
+	}
+	img, err := st.Pull(r.Context(), req.Ref, imagestore.PullOptions{Platform: req.Platform})
+	if err != nil {
+		return imageError(err)
+	}
+	writeJSON(w, 200, img)
+	return nil
+}
+
+func (s *Server) getImage(w http.ResponseWriter, r *http.Request) error {
+	st, err := s.images()
+	if err != nil {
+		return err
+	}
+	img, err := st.Get(r.PathValue("ref"))
+	if err != nil {
+		return imageError(err)
+	}
+	writeJSON(w, 200, img)
+	return nil
+}
+
+func (s *Server) removeImage(w http.ResponseWriter, r *http.Request) error {
+	st, err := s.images()
+	if err != nil {
+		return err
+	}
+	img, err := st.Remove(r.PathValue("ref"))
+	if err != nil {
+		return imageError(err)
+	}
+	writeJSON(w, 200, img)
+	return nil
+}
