@@ -57,7 +57,11 @@ func (i *idLease) handTo(pid int) error {
 }
 
 // Release frees the range; only once the sandbox's processes are gone.
-func (i *idLease) Release() { i.l.Release() }
+func (i *idLease) Release() {
+	if i != nil {
+		i.l.Release()
+	}
+}
 
 // reclaimIDs re-takes a reattached sandbox's range for its init, and
 // refuses to reattach a sandbox whose range another live process holds.
@@ -84,4 +88,17 @@ func reclaimIDs(base, pid int) error {
 		return fmt.Errorf("host uid range: %w", err)
 	}
 	return nil
+}
+
+// freeIDs frees the range of an ended sandbox (its init is gone, so its
+// lease has a dead holder) at once, so that the next sandbox can have it.
+func (m *Manager) freeIDs(base int) {
+	if base == 0 || os.Geteuid() != 0 {
+		return
+	}
+	if pool, err := idrange.Default(); err == nil {
+		if err := pool.Free(base); err != nil {
+			m.cfg.Logf("free host uid range %d: %v", base, err)
+		}
+	}
 }

@@ -553,6 +553,7 @@ func (m *Manager) finish(sb *Sandbox, state, reason string) bool {
 		if err := sb.inst.destroy(); err != nil {
 			m.cfg.Logf("sandbox %s: destroy: %v", sb.ID, err)
 		}
+		m.freeIDs(sb.rec.UIDBase)
 		if err := os.RemoveAll(filepath.Join(m.dir, sb.ID)); err != nil {
 			m.cfg.Logf("sandbox %s: remove state dir: %v", sb.ID, err)
 		}

@@ -17,8 +17,10 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -221,6 +223,33 @@ func (p Pool) Acquire(pid, prefer int, skip func(base int) bool) (*Lease, error)
 		}
 		return take(prefer)
 	}
+	// Leases are released when their sandbox ends; only a crash leaves one
+	// behind. So take the lowest range no lease file overlaps, reading no
+	// lease, after checking a few leases at random and removing those whose
+	// holder is dead (crash leftovers are reclaimed over time, and cost
+	// every allocation a bounded number of reads).
+	for i := 0; i < reclaimPerAcquire && len(existing) > 0; i++ {
+		e := existing[rand.IntN(len(existing))]
+		if skip == nil || !skip(e) {
+			p.liveHolder(e)
+		}
+	}
+	if existing, err = p.leases(); err != nil {
+		return nil, err
+	}
+	slices.Sort(existing)
+	for base := p.First; base <= maxID-Size+1; base += Size {
+		if skip != nil && skip(base) {
+			continue
+		}
+		// existing is sorted: only leases starting before base+Size can overlap.
+		i, _ := slices.BinarySearch(existing, base-Size+1)
+		if i < len(existing) && existing[i] < base+Size {
+			continue
+		}
+		return take(base)
+	}
+	// Every range has a lease file: look for dead holders among them.
 	for base := p.First; base <= maxID-Size+1; base += Size {
 		if free(base) {
 			return take(base)
@@ -228,6 +257,10 @@ func (p Pool) Acquire(pid, prefer int, skip func(base int) bool) (*Lease, error)
 	}
 	return nil, fmt.Errorf("id ranges: all %d ranges from %d are in use", (maxID-p.First+1)/Size, p.First)
 }
+
+// reclaimPerAcquire is how many leases an allocation checks for a dead
+// holder.
+const reclaimPerAcquire = 4
 
 // Claim re-takes the lease of a range recorded for a running sandbox whose
 // init is pid (after a server restart). It fails with ErrInUse if another
@@ -258,6 +291,20 @@ func (p Pool) Claim(base, pid int) (*Lease, error) {
 		return nil, err
 	}
 	return l, nil
+}
+
+// Free removes the lease of the range at base if its holder has died (a
+// sandbox's init, once the sandbox has ended); a live holder's lease is
+// left alone, so a caller that only knows the base cannot free a range
+// someone else has taken since.
+func (p Pool) Free(base int) error {
+	unlock, err := p.lock()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	p.liveHolder(base)
+	return nil
 }
 
 // writeHolder replaces a lease file atomically.

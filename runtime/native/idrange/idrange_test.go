@@ -70,3 +70,104 @@ func TestLeases(t *testing.T) {
 		t.Fatal("lease for a dead holder granted")
 	}
 }
+
+// BenchmarkAcquireRelease is the cost a lease adds to a sandbox start,
+// with 100 other live leases in the directory.
+func BenchmarkAcquireRelease(b *testing.B) {
+	p := Pool{Dir: b.TempDir() + "/ranges", First: DefaultFirst}
+	me := os.Getpid()
+	for i := 0; i < 100; i++ {
+		if _, err := p.Acquire(me, 0, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		l, err := p.Acquire(me, 0, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		l.Release()
+	}
+}
+
+// BenchmarkAcquireReleaseKnown is the server's case: the 100 live leases
+// are its own sandboxes, which its store lists (skip), so none is read.
+func BenchmarkAcquireReleaseKnown(b *testing.B) {
+	p := Pool{Dir: b.TempDir() + "/ranges", First: DefaultFirst}
+	me := os.Getpid()
+	known := map[int]bool{}
+	for i := 0; i < 100; i++ {
+		l, err := p.Acquire(me, 0, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		known[l.Base] = true
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		l, err := p.Acquire(me, 0, func(base int) bool { return known[base] })
+		if err != nil {
+			b.Fatal(err)
+		}
+		l.Release()
+	}
+}
+
+// TestCrashLeftoverReclaimed: a lease left by a crashed holder is freed by
+// later allocations, and its range handed out again.
+func TestCrashLeftoverReclaimed(t *testing.T) {
+	p := Pool{Dir: t.TempDir() + "/ranges", First: DefaultFirst}
+	sleeper := exec.Command("sleep", "60")
+	if err := sleeper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	l, err := p.Acquire(sleeper.Process.Pid, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sleeper.Process.Kill()
+	sleeper.Wait()
+	got, err := p.Acquire(os.Getpid(), 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Base != l.Base {
+		t.Fatalf("got range %d, want the crashed holder's %d back", got.Base, l.Base)
+	}
+}
+
+// TestFree: Free removes a lease whose holder died, never a live one.
+func TestFree(t *testing.T) {
+	p := Pool{Dir: t.TempDir() + "/ranges", First: DefaultFirst}
+	live, err := p.Acquire(os.Getpid(), 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Free(live.Base); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(live.path()); err != nil {
+		t.Fatalf("Free removed a live lease: %v", err)
+	}
+	dead, err := p.Acquire(deadPid(t), 0, nil)
+	if err == nil {
+		t.Fatalf("lease for a dead holder: %v", dead)
+	}
+	sleeper := exec.Command("sleep", "60")
+	if err := sleeper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	l, err := p.Acquire(sleeper.Process.Pid, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sleeper.Process.Kill()
+	sleeper.Wait()
+	if err := p.Free(l.Base); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(l.path()); !os.IsNotExist(err) {
+		t.Fatalf("lease of a dead holder still there: %v", err)
+	}
+}
