@@ -218,6 +218,7 @@ func TestHelp(t *testing.T) {
 		want []string
 	}{
 		{[]string{"run", "--help"}, []string{"usage:", "--code", "strict 512M", "strict 1m", "strict 128", "standard 2G", "@FILE"}},
+		{[]string{"mcp", "--help"}, []string{"usage: airlock mcp", "strict 512M", "strict 128"}},
 		{[]string{"doctor", "--help"}, []string{"usage: airlock doctor"}},
 		{[]string{"keys", "--help"}, []string{"airlock keys create"}},
 		{[]string{"serve", "--max-file-bytes", "1G", "--help"}, []string{"usage: airlock serve", "max-file-bytes", "default 256M"}},

@@ -98,3 +98,17 @@ func durationText(d time.Duration) string {
 	}
 	return s
 }
+
+// limitDefault is "(default: the profile's, strict X, standard Y, light Z)"
+// for a limit flag's help: memory, disk, output, cpus, pids or timeout.
+func limitDefault(limit string) string {
+	f := map[string]func(policy.Limits) string{
+		"memory":  func(l policy.Limits) string { return formatSize(l.MemoryBytes) },
+		"disk":    func(l policy.Limits) string { return formatSize(l.DiskBytes) },
+		"output":  func(l policy.Limits) string { return formatSize(l.OutputBytes) },
+		"cpus":    func(l policy.Limits) string { return strconv.FormatFloat(l.CPUs, 'g', -1, 64) },
+		"pids":    func(l policy.Limits) string { return strconv.FormatInt(l.Pids, 10) },
+		"timeout": func(l policy.Limits) string { return durationText(l.WallTime) },
+	}[limit]
+	return "(" + profileDefaults(f) + ")"
+}

@@ -58,10 +58,10 @@ type mcpFlags struct {
 
 func (f *mcpFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.profile, "profile", "strict", "policy preset of the sandboxes: strict, standard or light")
-	fs.StringVar(&f.memory, "memory", "", "memory limit of each sandbox, e.g. 256M, 1G (default: the profile's)")
-	fs.StringVar(&f.disk, "disk", "", "size of /workspace and /tmp (each) in each sandbox, e.g. 64M (default: the profile's)")
-	fs.Float64Var(&f.cpus, "cpus", 0, "CPU quota of each sandbox in cores (default: the profile's)")
-	fs.Int64Var(&f.pids, "pids", 0, "maximum number of processes in each sandbox (default: the profile's)")
+	fs.StringVar(&f.memory, "memory", "", "memory limit of each sandbox, e.g. 256M, 1G "+limitDefault("memory"))
+	fs.StringVar(&f.disk, "disk", "", "size of /workspace and /tmp (each) in each sandbox, e.g. 64M "+limitDefault("disk"))
+	fs.Float64Var(&f.cpus, "cpus", 0, "CPU quota of each sandbox in cores "+limitDefault("cpus"))
+	fs.Int64Var(&f.pids, "pids", 0, "maximum number of processes in each sandbox "+limitDefault("pids"))
 	fs.DurationVar(&f.timeout, "timeout", mcp.DefaultCallTimeout, "time limit of one run_command or run_code call that does not ask for its own (calls may ask for up to 10m or this, whichever is larger)")
 	fs.DurationVar(&f.sandboxTimeout, "sandbox-timeout", time.Hour, "a session's sandbox is killed after this long without a tool call; also the lifetime of create_sandbox sandboxes that do not ask for one")
 	fs.IntVar(&f.maxSandboxes, "max-sandboxes", 10, "sandboxes running at once")

@@ -39,12 +39,12 @@ type policyFlags struct {
 
 func (f *policyFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.profile, "profile", "strict", "policy preset: strict, standard or light (docs/SECURITY.md has a table of what each sets)")
-	fs.StringVar(&f.memory, "memory", "", "memory limit, e.g. 256M, 1G ("+profileDefaults(func(l policy.Limits) string { return formatSize(l.MemoryBytes) })+")")
-	fs.StringVar(&f.disk, "disk", "", "size of /workspace and /tmp (each), e.g. 64M ("+profileDefaults(func(l policy.Limits) string { return formatSize(l.DiskBytes) })+")")
-	fs.StringVar(&f.output, "output-limit", "", "stdout+stderr bytes before the run is stopped, e.g. 1M ("+profileDefaults(func(l policy.Limits) string { return formatSize(l.OutputBytes) })+")")
-	fs.Var(&f.cpus, "cpus", "CPU quota in cores, e.g. 0.5 ("+profileDefaults(func(l policy.Limits) string { return strconv.FormatFloat(l.CPUs, 'g', -1, 64) })+")")
-	fs.Var(&f.pids, "pids", "maximum number of processes ("+profileDefaults(func(l policy.Limits) string { return strconv.FormatInt(l.Pids, 10) })+")")
-	fs.StringVar(&f.timeout, "timeout", "", "wall-clock limit, e.g. 10s, 2m ("+profileDefaults(func(l policy.Limits) string { return durationText(l.WallTime) })+")")
+	fs.StringVar(&f.memory, "memory", "", "memory limit, e.g. 256M, 1G "+limitDefault("memory"))
+	fs.StringVar(&f.disk, "disk", "", "size of /workspace and /tmp (each), e.g. 64M "+limitDefault("disk"))
+	fs.StringVar(&f.output, "output-limit", "", "stdout+stderr bytes before the run is stopped, e.g. 1M "+limitDefault("output"))
+	fs.Var(&f.cpus, "cpus", "CPU quota in cores, e.g. 0.5 "+limitDefault("cpus"))
+	fs.Var(&f.pids, "pids", "maximum number of processes "+limitDefault("pids"))
+	fs.StringVar(&f.timeout, "timeout", "", "wall-clock limit, e.g. 10s, 2m "+limitDefault("timeout"))
 	fs.Var(&f.mounts, "mount", "bind a host path: SRC:DST[:ro|rw] (repeatable; read-only by default)")
 	fs.StringVar(&f.workdir, "workdir", "", "working directory inside the sandbox (default /workspace)")
 	fs.Var(&f.env, "env", "environment variable KEY=VALUE (repeatable; nothing is inherited from the host)")
