@@ -75,6 +75,10 @@ func Main() {
 	if runtime.GOMAXPROCS(0) > 2 {
 		runtime.GOMAXPROCS(2)
 	}
+	if err := secureIdentity(os.Args); err != nil {
+		fmt.Fprintf(os.Stderr, "airlock agent: %v\n", err)
+		os.Exit(1)
+	}
 	prespawnThreads(agentThreads)
 	cloexecFrom(3)
 	f := os.NewFile(0, "host")
@@ -238,15 +242,21 @@ func runListener(ln net.Listener, grace time.Duration) int {
 }
 
 // handleSignals keeps catchable signals from killing the agent. As PID 1,
-// every one is swallowed: sandboxed code (a stray pkill) must not take the
-// agent down, and the host ends it by closing the socket. Outside a pid
+// every one is swallowed: sandboxed code (a stray pkill, or a kill -SEGV)
+// must not take the agent down, and the host ends it by closing the socket.
+// The Go runtime crashes on a SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP,
+// SIGABRT, SIGSYS or SIGSTKFLT sent with kill unless it is notified: they
+// are caught here too (real faults still crash, as they must). Outside a pid
 // namespace, SIGTERM, SIGINT and SIGHUP shut it down cleanly. The signals are
 // caught, not ignored, so that children start with default dispositions.
 func (a *agent) handleSignals() {
 	ch := make(chan os.Signal, 1)
 	signal.Notify(ch, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT,
 		syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGALRM, syscall.SIGPIPE,
-		syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU, syscall.SIGVTALRM, syscall.SIGPROF)
+		syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU, syscall.SIGVTALRM, syscall.SIGPROF,
+		syscall.SIGSEGV, syscall.SIGBUS, syscall.SIGFPE, syscall.SIGILL, syscall.SIGTRAP, syscall.SIGABRT,
+		syscall.SIGSYS, syscall.SIGSTKFLT, syscall.SIGXCPU, syscall.SIGXFSZ, syscall.SIGPWR, syscall.SIGIO,
+		syscall.SIGWINCH)
 	pid1 := os.Getpid() == 1
 	go func() {
 		for sig := range ch {

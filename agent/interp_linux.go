@@ -106,7 +106,7 @@ func (c *hostConn) startContext(id string, req ContextRequest) (*codeContext, er
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), contextStartTimeout)
 	defer cancel()
-	k, err := interp.Start(ctx, interp.Config{Language: lang, Cwd: cwd, Env: env, MaxResult: MaxCodeResult})
+	k, err := interp.Start(ctx, interp.Config{Language: lang, Cwd: cwd, Env: env, MaxResult: MaxCodeResult, Credential: workloadCred})
 	if err != nil {
 		return nil, fmt.Errorf("starting the %s kernel: %w", lang, err)
 	}

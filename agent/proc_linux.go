@@ -634,7 +634,7 @@ func (a *hostConn) handleExec(s *astream, payload []byte) (any, error) {
 		Dir:   cwd,
 		Env:   env,
 		Files: []uintptr{uintptr(fds[0]), uintptr(fds[3]), uintptr(fds[5])},
-		Sys:   &syscall.SysProcAttr{Setpgid: true},
+		Sys:   &syscall.SysProcAttr{Setpgid: true, Credential: workloadCred},
 	}
 	p := &proc{a: a.agent, argv: argv, tag: req.Tag, cwd: cwd, background: req.Background,
 		ring: outRing{max: RingSize}, pipeFd: [2]int{fds[2], fds[4]}}

@@ -81,6 +81,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -127,6 +128,8 @@ type Config struct {
 	// larger results are dropped and the cell marked Truncated. 0 means
 	// DefaultMaxResult.
 	MaxResult int
+	// Credential is the kernel process's user; nil means ours.
+	Credential *syscall.Credential
 }
 
 // Output is one piece of a cell's output, in the order it was produced.

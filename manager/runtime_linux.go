@@ -202,9 +202,9 @@ func (m *Manager) start(ctx context.Context, req *CreateRequest, p policy.Policy
 		m.st.EndSandbox(context.Background(), id, store.StateKilled, "create failed: "+err.Error(), time.Time{})
 		return nil, err
 	}
-	logf, err := os.OpenFile(filepath.Join(dir, "agent.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	logf, err := agentLog(filepath.Join(dir, "agent.log"))
 	if err != nil {
-		return fail(fmt.Errorf("manager: agent log: %w", err))
+		return fail(err)
 	}
 	defer logf.Close()
 
@@ -237,7 +237,8 @@ func (m *Manager) start(ctx context.Context, req *CreateRequest, p policy.Policy
 	if !connectedMode {
 		args = append(args, "--grace", m.cfg.AgentGrace.String())
 	}
-	nsb, err := native.Start(native.Config{ID: id, Policy: p, Args: args, Stdin: stdin, Stdout: logf, Stderr: logf,
+	args = append(args, "--user", fmt.Sprintf("%d:%d", p.User.UID, p.User.GID))
+	nsb, err := native.Start(native.Config{ID: id, Policy: p, Args: args, Stdin: stdin, Stdout: logf, Stderr: logf, Agent: true,
 		AgentBinary: m.cfg.AgentBinary, AllowDegraded: m.cfg.AllowDegraded, SurviveParent: !connectedMode, Listen: ns.listen,
 		HostIDBase: ids.base()})
 	if err != nil {

@@ -1,12 +1,14 @@
 package server_test
 
 import (
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"airlock/client"
 )
@@ -96,4 +98,147 @@ func pidsInCgroup(t testing.TB, id string) []int {
 func readCmdline(pid int) (string, error) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
 	return strings.ReplaceAll(string(b), "\x00", " "), err
+}
+
+// reachAgentPy tries every way a workload process has to reach the agent
+// (PID 1) and prints one line per attempt: "NAME ok" if it got through.
+const reachAgentPy = `
+import ctypes, os, signal
+libc = ctypes.CDLL(None, use_errno=True)
+def attempt(name, f):
+    try:
+        r = f()
+        if isinstance(r, int) and r < 0:
+            print(name, "denied", ctypes.get_errno())
+        else:
+            print(name, "ok")
+    except OSError as e:
+        print(name, "denied", e.errno)
+def openread(p):
+    with open(p, "rb") as f:
+        f.read(1)
+attempt("mem", lambda: openread("/proc/1/mem"))
+attempt("environ", lambda: openread("/proc/1/environ"))
+attempt("fd-list", lambda: os.listdir("/proc/1/fd"))
+attempt("fd-open", lambda: os.open("/proc/1/fd/0", os.O_RDONLY))
+attempt("fd-log", lambda: os.open("/proc/1/fd/2", os.O_WRONLY))
+attempt("ptrace-attach", lambda: libc.ptrace(16, 1, 0, 0))
+class rlimit(ctypes.Structure):
+    _fields_ = [("cur", ctypes.c_ulong), ("max", ctypes.c_ulong)]
+attempt("prlimit", lambda: libc.prlimit(1, 7, ctypes.byref(rlimit(3, 3)), None))
+# SIGSEGV with si_code SI_QUEUE: the Go runtime would take it for a fault.
+info = (ctypes.c_int * 32)(signal.SIGSEGV, 0, -1)
+attempt("sigqueue-segv", lambda: libc.syscall(129, 1, signal.SIGSEGV, info))
+for s in ("SEGV", "ABRT", "BUS", "SYS", "TRAP", "ILL", "FPE", "STKFLT", "TERM", "HUP", "KILL", "STOP"):
+    attempt("kill-" + s, lambda: os.kill(1, getattr(signal, "SIG" + s)))
+`
+
+// TestAgentOutOfReach: in every profile, the workload can neither read the
+// agent's memory, environment or descriptors, nor trace, prlimit or signal
+// it; the agent survives every attempt (checked on the host: same process,
+// still serving), runs under a uid of its own with only kill, setuid and
+// setgid, and the files it writes belong to the workload's user.
+func TestAgentOutOfReach(t *testing.T) {
+	needRoot(t)
+	state := stateDir(t)
+	key := newKey(t, state, "reach")
+	s := startServer(t, state)
+	c := client.New(s.URL, key)
+	ctx := ctxT(t)
+	for _, profile := range []string{"strict", "standard", "light"} {
+		t.Run(profile, func(t *testing.T) {
+			sb, err := c.Create(ctx, client.CreateRequest{Profile: profile, Timeout: 300})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Kill(ctx, sb.ID)
+			pid := initPid(t, state, sb.ID)
+			before, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := c.Exec(ctx, sb.ID, client.ExecRequest{Argv: []string{"/usr/bin/python3", "-c", reachAgentPy}, Timeout: 30})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.ExitCode != 0 || !strings.Contains(res.Stdout, "kill-STOP") {
+				t.Fatalf("probe did not run: %+v", res)
+			}
+			t.Logf("probe: %s", res.Stdout)
+			for _, line := range strings.Split(strings.TrimSpace(res.Stdout), "\n") {
+				if strings.HasSuffix(line, " ok") {
+					t.Errorf("the workload reached the agent: %s", line)
+				}
+			}
+			// The same agent process lives on and serves.
+			time.Sleep(100 * time.Millisecond)
+			after, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+			if err != nil || startField(after) != startField(before) {
+				t.Fatalf("agent %d is gone after the probe: %v", pid, err)
+			}
+			if _, err := c.WriteFile(ctx, sb.ID, "/workspace/owned", strings.NewReader("x"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			res, err = c.Exec(ctx, sb.ID, client.ExecRequest{Shell: "stat -c %u:%g /workspace/owned; id -u; grep -E '^Cap(Inh|Prm|Eff|Bnd|Amb)' /proc/self/status"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.HasPrefix(res.Stdout, "1000:1000\n1000\n") || strings.Count(res.Stdout, "0000000000000000") != 5 {
+				t.Errorf("workload identity: %q, want files and processes of 1000:1000 with no capabilities", res.Stdout)
+			}
+			// From the host: the agent's uid differs from the workload's, and
+			// it holds kill, setgid and setuid only, with an empty bounding set.
+			st := hostStatusOf(t, pid)
+			if st["CapEff"] != "00000000000000e0" || st["CapPrm"] != "00000000000000e0" || st["CapBnd"] != "0000000000000000" ||
+				st["CapAmb"] != "0000000000000000" || st["CapInh"] != "0000000000000000" {
+				t.Errorf("agent capabilities %v", st)
+			}
+			if strings.Fields(st["Uid"])[0] == "" || strings.Fields(st["Uid"])[0] == workloadHostUID(t, c, sb.ID) {
+				t.Errorf("agent uid %q is the workload's", st["Uid"])
+			}
+		})
+	}
+}
+
+// startField returns field 22 (start time) of a /proc/PID/stat line.
+func startField(stat []byte) string {
+	s := string(stat)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 20 {
+		return ""
+	}
+	return f[19]
+}
+
+// hostStatusOf reads /proc/PID/status on the host.
+func hostStatusOf(t *testing.T, pid int) map[string]string {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]string{}
+	for _, l := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(l, ":"); ok {
+			m[k] = strings.TrimSpace(v)
+		}
+	}
+	return m
+}
+
+// workloadHostUID is the host uid of a workload process of the sandbox.
+func workloadHostUID(t *testing.T, c *client.Client, id string) string {
+	t.Helper()
+	pid, err := c.Start(ctxT(t), id, client.ExecRequest{Argv: []string{"sleep", "30"}, Background: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Signal(ctxT(t), id, pid, "KILL")
+	for _, hp := range pidsInCgroup(t, id) {
+		if cl, _ := readCmdline(hp); strings.HasPrefix(cl, "sleep 30") {
+			return strings.Fields(hostStatusOf(t, hp)["Uid"])[0]
+		}
+	}
+	t.Fatal("workload process not found on the host")
+	return ""
 }

@@ -78,7 +78,8 @@ type plan struct {
 	setgroups bool
 	uid, gid  uintptr
 	capHdr    unix.CapUserHeader
-	capData   [2]unix.CapUserData
+	capData   [2]unix.CapUserData // permitted, effective, inheritable: keepCaps (zero for a workload)
+	keepCaps  uint64              // capabilities kept through execve (ambient): the agent's, see AgentCaps
 
 	llAttr    []byte // struct landlock_ruleset_attr, sized for the ABI; nil = no Landlock
 	llRules   []llRule
@@ -131,6 +132,7 @@ const (
 	stageLoopback
 	stageListen
 	stageOOMScore
+	stageAmbientRaise
 	stageOp      uint32 = 1000
 	stageRemount uint32 = 2000
 )
@@ -316,6 +318,9 @@ func forkChild(p *plan) (pid int, err syscall.Errno) {
 		goto fail
 	}
 	for c := uintptr(0); c <= p.lastCap; c++ {
+		if p.keepCaps&(1<<c) != 0 {
+			continue // an agent capability: it must stay raisable
+		}
 		if _, _, e1 = syscall.RawSyscall(syscall.SYS_PRCTL, unix.PR_CAPBSET_DROP, c, 0); e1 != 0 && e1 != syscall.EINVAL {
 			stage = stageCapBound
 			goto fail
@@ -342,6 +347,16 @@ func forkChild(p *plan) (pid int, err syscall.Errno) {
 	if _, _, e1 = syscall.RawSyscall6(syscall.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0, 0); e1 != 0 {
 		stage = stageAmbient
 		goto fail
+	}
+	// The agent's few capabilities survive its execve as ambient ones.
+	for c := uintptr(0); c < 64; c++ {
+		if p.keepCaps&(1<<c) == 0 {
+			continue
+		}
+		if _, _, e1 = syscall.RawSyscall6(syscall.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_RAISE, c, 0, 0, 0); e1 != 0 {
+			stage = stageAmbientRaise
+			goto fail
+		}
 	}
 	// The parent-death signal is cleared by credential changes: set it now.
 	if !p.noPdeath {

@@ -14,6 +14,8 @@ import (
 	"os"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"airlock/policy"
 	"airlock/runtime"
 )
@@ -44,6 +46,11 @@ type Config struct {
 	// belong to the caller (Sandbox.Listeners), which serves them from the
 	// host: the egress proxy uses this.
 	Listen []string
+	// Agent runs the program (the in-sandbox agent) as AgentUID with
+	// AgentCaps instead of as the policy's user, when airlock is root (with
+	// one uid mapped, unprivileged, the agent shares the workload's uid).
+	// The agent starts workload processes as the policy's user.
+	Agent bool
 	// HostIDBase is the first host uid and gid of the range (idrange.Size
 	// ids) that sandbox ids 0-65535 map to, leased by the caller for the
 	// sandbox's life. Zero: Start leases a free range itself and frees it
@@ -51,6 +58,18 @@ type Config struct {
 	// caller's own uid is then the only id mapped).
 	HostIDBase int
 }
+
+// AgentUID is the uid and gid inside the sandbox that the in-sandbox agent
+// runs as when Config.Agent is set, distinct from any workload user: the
+// workload can then neither signal, trace, read nor prlimit the agent.
+const AgentUID = 65532
+
+// AgentCaps are the only capabilities the agent keeps (inside the sandbox's
+// user namespace, as ambient capabilities): enough to start workload
+// processes as the policy's user (setuid, setgid), to signal them (kill),
+// and to empty its own bounding set at start (setpcap), which it then drops.
+// Workload processes end with none.
+var AgentCaps = []int{unix.CAP_KILL, unix.CAP_SETGID, unix.CAP_SETUID, unix.CAP_SETPCAP}
 
 // AgentPath is where AgentBinary appears inside the sandbox.
 const AgentPath = "/.airlock/airlock"

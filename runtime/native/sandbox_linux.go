@@ -274,6 +274,25 @@ func Start(cfg Config) (*Sandbox, error) {
 		argv:      cstrs(cfg.Args),
 		envv:      cstrs(p.Env),
 	}
+	if cfg.Agent && ids.setgroups {
+		if p.User.UID == AgentUID || p.User.GID == AgentUID {
+			return nil, fmt.Errorf("policy user %d:%d collides with the agent's uid %d", p.User.UID, p.User.GID, AgentUID)
+		}
+		pl.uid, pl.gid = AgentUID, AgentUID
+		for _, c := range AgentCaps {
+			pl.keepCaps |= 1 << c
+		}
+		for i := range pl.capData {
+			pl.capData[i].Permitted = uint32(pl.keepCaps >> (32 * i))
+			pl.capData[i].Effective = pl.capData[i].Permitted
+			pl.capData[i].Inheritable = pl.capData[i].Permitted
+		}
+		enforced = append(enforced, rt.Layer{Name: "agent", State: rt.StateOK,
+			Detail: fmt.Sprintf("agent runs as uid %d (workload uid %d), non-dumpable; keeps only kill, setuid, setgid inside the user namespace", AgentUID, p.User.UID)})
+	} else if cfg.Agent {
+		enforced = append(enforced, rt.Layer{Name: "agent", State: rt.StateDegraded,
+			Detail: "unprivileged: the agent shares the workload's uid (non-dumpable, signals caught, but prlimit/setpriority by the workload reach it)"})
+	}
 	pl.oomPath, pl.oomScore = cstr("/proc/self/oom_score_adj"), []byte(strconv.Itoa(OOMScoreAdj))
 	copy(pl.ifreqLo[:], "lo")
 	binary.NativeEndian.PutUint16(pl.ifreqLo[16:], syscall.IFF_UP|syscall.IFF_RUNNING)
@@ -493,7 +512,7 @@ func stageName(st uint32, t *treeBuilder) string {
 		stageSetgid: "setgid", stageSetuid: "setuid", stageCapset: "capset", stageAmbient: "clear ambient capabilities",
 		stagePdeath: "parent-death signal", stageNoNewPrivs: "no_new_privs", stageLandlock: "landlock",
 		stageDup: "stdio", stageCloseRange: "close descriptors", stageChdir: "chdir to workdir",
-		stageSeccomp: "seccomp", stageExec: "execve", stageLoopback: "bring up loopback", stageListen: "open listeners", stageOOMScore: "oom_score_adj"}
+		stageSeccomp: "seccomp", stageExec: "execve", stageLoopback: "bring up loopback", stageListen: "open listeners", stageOOMScore: "oom_score_adj", stageAmbientRaise: "raise the agent's ambient capabilities"}
 	if n, ok := names[st]; ok {
 		return n
 	}

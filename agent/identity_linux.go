@@ -1,0 +1,95 @@
+package agent
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"unsafe"
+)
+
+// Linux capability numbers and prctl options used below.
+const (
+	capKill    = 5
+	capSetgid  = 6
+	capSetuid  = 7
+	capLastMax = 63
+
+	prSetDumpable  = 4
+	prCapbsetDrop  = 24
+	linuxCapV3     = 0x20080522
+	sysSetfsuid    = syscall.SYS_SETFSUID
+	sysSetfsgid    = syscall.SYS_SETFSGID
+	sysCapset      = syscall.SYS_CAPSET
+	sysPrctl       = syscall.SYS_PRCTL
+	wantAgentCaps  = 1<<capKill | 1<<capSetgid | 1<<capSetuid
+	capUserHeadLen = 2
+)
+
+// workloadCred is the identity of every process the agent starts, or nil
+// when the agent runs as the workload's own user (unprivileged airlock).
+var workloadCred *syscall.Credential
+
+// userArg finds "--user UID:GID" or "--user=UID:GID" in args.
+func userArg(args []string) (uid, gid int, ok bool, err error) {
+	for i, arg := range args {
+		v, found := strings.CutPrefix(arg, "--user=")
+		if !found && arg == "--user" && i+1 < len(args) {
+			v, found = args[i+1], true
+		}
+		if !found {
+			continue
+		}
+		u, g, cut := strings.Cut(v, ":")
+		uid, err1 := strconv.Atoi(u)
+		gid, err2 := strconv.Atoi(g)
+		if !cut || err1 != nil || err2 != nil || uid < 0 || gid < 0 {
+			return 0, 0, false, fmt.Errorf("bad --user %q (want UID:GID)", v)
+		}
+		return uid, gid, true, nil
+	}
+	return 0, 0, false, nil
+}
+
+// secureIdentity puts the agent out of the workload's reach. Always: the
+// agent is not dumpable, so no process of the workload can trace it or open
+// its /proc/1/mem, fd, environ (that needs CAP_SYS_PTRACE, which the
+// workload never has). When the agent runs as a uid of its own (the native
+// runtime's AgentUID) and the workload's user is given, it also empties its
+// capability bounding set, keeps only kill, setuid and setgid (to start and
+// signal workload processes), and does its file work with the workload's
+// fsuid/fsgid so that the files it writes belong to the workload user.
+func secureIdentity(args []string) error {
+	if _, _, e := syscall.RawSyscall(sysPrctl, prSetDumpable, 0, 0); e != 0 {
+		return fmt.Errorf("prctl(PR_SET_DUMPABLE, 0): %w", e)
+	}
+	uid, gid, ok, err := userArg(args)
+	if err != nil {
+		return err
+	}
+	if !ok || (uid == os.Getuid() && gid == os.Getgid()) {
+		return nil // the agent shares the workload's uid: nothing to drop to
+	}
+	// Capabilities are per thread: every call goes to all of the runtime's
+	// threads, and threads created later inherit from them.
+	for c := uintptr(0); c <= capLastMax; c++ {
+		if _, _, e := syscall.AllThreadsSyscall(sysPrctl, prCapbsetDrop, c, 0); e != 0 && e != syscall.EINVAL {
+			return fmt.Errorf("drop capability %d from the bounding set: %w", c, e)
+		}
+	}
+	syscall.AllThreadsSyscall(sysSetfsgid, uintptr(gid), 0, 0)
+	syscall.AllThreadsSyscall(sysSetfsuid, uintptr(uid), 0, 0)
+	hdr := [capUserHeadLen]uint32{linuxCapV3, 0}
+	var data [2]struct{ effective, permitted, inheritable uint32 }
+	data[0].effective, data[0].permitted = wantAgentCaps, wantAgentCaps
+	if _, _, e := syscall.AllThreadsSyscall(sysCapset, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data)), 0); e != 0 {
+		return fmt.Errorf("capset: %w", e)
+	}
+	// setfsuid answers the previous value: check that it took.
+	if r, _, _ := syscall.RawSyscall(sysSetfsuid, ^uintptr(0), 0, 0); int(r) != uid {
+		return fmt.Errorf("setfsuid(%d) did not take (fsuid %d)", uid, r)
+	}
+	workloadCred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}
+	return nil
+}

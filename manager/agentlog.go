@@ -1,0 +1,42 @@
+package manager
+
+import (
+	"fmt"
+	"io"
+	"os"
+)
+
+// AgentLogMax caps a sandbox's agent.log: what the agent writes beyond it
+// is read and dropped, with one line saying so.
+const AgentLogMax = 1 << 20
+
+// agentLog returns the write end of a pipe that becomes the agent's stdout
+// and stderr, and drains the read end into path, at most AgentLogMax bytes.
+// The sandbox never holds a host file: nothing it does can grow agent.log
+// past the cap or write anywhere else. The caller closes the write end once
+// the sandbox has its copy; draining ends when the last holder exits. (A
+// reattached sandbox's agent writes to a pipe nobody reads: its log is lost
+// with the server that started it, and its writes fail with EPIPE.)
+func agentLog(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("manager: agent log: %w", err)
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("manager: agent log pipe: %w", err)
+	}
+	go func() {
+		defer f.Close()
+		defer r.Close()
+		n, _ := io.Copy(f, io.LimitReader(r, AgentLogMax))
+		if n < AgentLogMax {
+			return
+		}
+		if dropped, _ := io.Copy(io.Discard, r); dropped > 0 {
+			fmt.Fprintf(f, "\nairlock: agent log capped at %d bytes; %d more bytes dropped\n", AgentLogMax, dropped)
+		}
+	}()
+	return w, nil
+}
