@@ -182,12 +182,20 @@ func (h *Handler) writeFiles(w http.ResponseWriter, r *http.Request, b *boxState
 			return false
 		}
 		ag := b.sb.Agent()
+		if err := h.m.AuditFirst(r.Context(), b.sb.Owner(), b.sb.ID, store.ActionFileWrite, map[string]any{"path": p, "via": "e2b"}); err != nil {
+			status := http.StatusServiceUnavailable
+			if errors.Is(err, store.ErrNoSpace) {
+				status = http.StatusInsufficientStorage
+			}
+			writeAPIError(w, status, err.Error())
+			return false
+		}
 		n, err := ag.WriteFile(r.Context(), p, &cappedReader{r: body, max: max}, 0)
 		detail := map[string]any{"path": p, "bytes": n, "via": "e2b"}
 		if err != nil {
 			detail["error"] = err.Error()
 		}
-		h.m.Audit(r.Context(), b.sb.Owner(), b.sb.ID, store.ActionFileWrite, detail)
+		h.m.Audit(r.Context(), b.sb.Owner(), b.sb.ID, store.ActionFileWrite+".result", detail)
 		if err != nil {
 			if errors.Is(err, errFileTooLarge) {
 				ag.Remove(r.Context(), p) // do not leave a partial file

@@ -141,10 +141,12 @@ func (h *Handler) fsMove(ctx context.Context, c *rpcCall, b *boxState, body []by
 			}
 		}
 	}
+	if err := h.m.AuditFirst(ctx, b.sb.Owner(), b.sb.ID, "file.move", map[string]string{"from": from, "to": to, "via": "e2b"}); err != nil {
+		return nil, auditError(err)
+	}
 	if err := ag.Move(ctx, from, to); err != nil {
 		return nil, agentRPCError(err)
 	}
-	h.m.Audit(ctx, b.sb.Owner(), b.sb.ID, "file.move", map[string]string{"from": from, "to": to, "via": "e2b"})
 	fi, err := ag.Stat(ctx, to)
 	if err != nil {
 		return nil, agentRPCError(err)
@@ -167,11 +169,13 @@ func (h *Handler) fsRemove(ctx context.Context, c *rpcCall, b *boxState, body []
 			return nil, errorf(CodeInvalidArgument, "refusing to remove %s itself", fromSandbox(p))
 		}
 	}
+	if err := h.m.AuditFirst(ctx, b.sb.Owner(), b.sb.ID, "file.remove", map[string]string{"path": p, "via": "e2b"}); err != nil {
+		return nil, auditError(err)
+	}
 	// envd removes with os.RemoveAll: a missing path is not an error.
 	if err := b.sb.Agent().Remove(ctx, p); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, agentRPCError(err)
 	}
-	h.m.Audit(ctx, b.sb.Owner(), b.sb.ID, "file.remove", map[string]string{"path": p, "via": "e2b"})
 	return &empty{}, nil
 }
 

@@ -49,6 +49,18 @@ func newEnvWith(t *testing.T, sandboxes bool, in Interpreter) *env {
 // Store and Logf are filled in).
 func newEnvConfig(t *testing.T, sandboxes bool, cfg Config) *env {
 	t.Helper()
+	return newEnvSetup(t, sandboxes, envSetup{Config: cfg})
+}
+
+// envSetup configures newEnvSetup: the handler's Config, and prepare, run
+// on the fresh state directory before anything opens it.
+type envSetup struct {
+	Config
+	prepare func(t *testing.T, dir string)
+}
+
+func newEnvSetup(t *testing.T, sandboxes bool, cfg envSetup) *env {
+	t.Helper()
 	bin := "/nonexistent/airlock"
 	if sandboxes {
 		if os.Geteuid() != 0 {
@@ -61,6 +73,9 @@ func newEnvConfig(t *testing.T, sandboxes bool, cfg Config) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
+	if cfg.prepare != nil {
+		cfg.prepare(t, dir)
+	}
 	st, err := store.Open(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -72,7 +87,7 @@ func newEnvConfig(t *testing.T, sandboxes bool, cfg Config) *env {
 	}
 	t.Cleanup(func() { m.Close() })
 	cfg.Manager, cfg.Store, cfg.Logf = m, st, t.Logf
-	h, err := NewHandler(cfg)
+	h, err := NewHandler(cfg.Config)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -131,7 +131,7 @@ func (p *eproc) finish(end *endEvent, fail *Error) {
 	} else {
 		detail["error"] = fail.Message
 	}
-	p.b.h.m.Audit(context.Background(), p.b.sb.Owner(), p.b.sb.ID, store.ActionExec, detail)
+	p.b.h.m.Audit(context.Background(), p.b.sb.Owner(), p.b.sb.ID, actionExecResult, detail)
 }
 
 // setTimeout kills the process (its group) after d, as envd does with the
@@ -290,13 +290,17 @@ func (h *Handler) processStart(ctx context.Context, c *rpcCall, b *boxState, bod
 	}
 	argv := append([]string{req.Process.Cmd}, req.Process.Args...)
 	stdinOpen := req.Stdin == nil || *req.Stdin
+	// Fail closed: nothing runs unless its audit record is written.
+	if err := h.m.AuditFirst(ctx, b.sb.Owner(), b.sb.ID, store.ActionExec, map[string]any{"argv": argv, "via": "e2b"}); err != nil {
+		return auditError(err)
+	}
 	proc, err := b.sb.Agent().Exec(ctx, agent.ExecRequest{Argv: argv, Cwd: cwd, Env: env, StdinOpen: stdinOpen,
 		Tag: tag, Background: true})
 	if err != nil {
-		h.m.Audit(ctx, b.sb.Owner(), b.sb.ID, store.ActionExec, map[string]any{"argv": argv, "error": err.Error(), "via": "e2b"})
+		h.m.Audit(ctx, b.sb.Owner(), b.sb.ID, actionExecResult, map[string]any{"argv": argv, "error": err.Error(), "via": "e2b"})
 		return startError(err)
 	}
-	h.m.Audit(ctx, b.sb.Owner(), b.sb.ID, store.ActionExec, map[string]any{"argv": argv, "pid": proc.Pid, "via": "e2b"})
+	h.m.Audit(ctx, b.sb.Owner(), b.sb.ID, actionExecResult, map[string]any{"argv": argv, "pid": proc.Pid, "via": "e2b"})
 	cfg := *req.Process
 	p := newEproc(b, proc, cfg, req.Tag)
 	s := p.subscribe()
@@ -507,6 +511,16 @@ func (h *Handler) processSendSignal(ctx context.Context, b *boxState, body []byt
 	return &empty{}, nil
 }
 
+// actionExecResult is the audit action of a process's outcome; the start
+// is recorded (store.ActionExec) before the process runs.
+const actionExecResult = "exec.result"
+
+// auditError is the Connect error of an action refused because its audit
+// record could not be written (manager.ErrAudit).
+func auditError(err error) *Error {
+	return errorf(CodeUnavailable, "%v", err)
+}
+
 // agentRPCError maps an agent failure to a Connect error.
 func agentRPCError(err error) *Error {
 	var ae *agent.Error
@@ -517,7 +531,7 @@ func agentRPCError(err error) *Error {
 		case agent.CodeExists:
 			return errorf(CodeAlreadyExists, "%s", ae.Message)
 		case agent.CodeNotADirectory, agent.CodeIsADirectory, agent.CodeNotRegular, agent.CodeInvalidArgument,
-			agent.CodeCrossDevice, agent.CodeTooLarge:
+			agent.CodeCrossDevice, agent.CodeTooLarge, agent.CodeNameTooLong:
 			return errorf(CodeInvalidArgument, "%s", ae.Message)
 		case agent.CodePermissionDenied:
 			return errorf(CodePermissionDenied, "%s", ae.Message)

@@ -4,45 +4,14 @@ import (
 	"errors"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"airlock/client"
+	"airlock/internal/testserver"
 	"airlock/store"
 )
-
-// fillDisk writes dir/filler until the file system is full and returns
-// its path.
-func fillDisk(t *testing.T, dir string) string {
-	t.Helper()
-	p := filepath.Join(dir, "filler")
-	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	buf := make([]byte, 64<<10)
-	for {
-		if _, err := f.Write(buf); err != nil {
-			if !errors.Is(err, syscall.ENOSPC) {
-				t.Fatal(err)
-			}
-			break
-		}
-	}
-	// The last pages: write what still fits, byte by byte in small steps.
-	for _, n := range []int{4096, 512, 1} {
-		for {
-			if _, err := f.Write(buf[:n]); err != nil {
-				break
-			}
-		}
-	}
-	return p
-}
 
 // TestE2EFullDisk: with the state directory's file system full, actions
 // whose audit record cannot be written are refused (507, naming the
@@ -52,10 +21,7 @@ func fillDisk(t *testing.T, dir string) string {
 func TestE2EFullDisk(t *testing.T) {
 	needRoot(t)
 	state := stateDir(t)
-	if err := syscall.Mount("tmpfs", state, "tmpfs", 0, "size=24m,mode=0700"); err != nil {
-		t.Fatalf("mount tmpfs on %s: %v", state, err)
-	}
-	t.Cleanup(func() { syscall.Unmount(state, syscall.MNT_DETACH) })
+	testserver.MountTmpfs(t, state, "24m")
 	key := newKey(t, state, "full")
 	s1 := startServer(t, state)
 	c := client.New(s1.URL, key)
@@ -68,7 +34,7 @@ func TestE2EFullDisk(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	filler := fillDisk(t, state)
+	filler := testserver.FillDisk(t, state)
 
 	wantFull := func(what string, err error) {
 		t.Helper()
@@ -112,7 +78,7 @@ func TestE2EFullDisk(t *testing.T) {
 	})
 
 	s1.stop(t)
-	fillDisk(t, state)
+	testserver.FillDisk(t, state)
 	out, err := exec.CommandContext(ctx, airlockBin(t), "serve", "--listen", "127.0.0.1:0", "--state-dir", state).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "no space left on device: "+state) {
 		t.Fatalf("serve on a full disk: %v: %s", err, out)
