@@ -104,6 +104,9 @@ func TestLiveSandboxOwnIDRange(t *testing.T) {
 			if nA != idrange.Size || nB != idrange.Size || baseA == 0 || baseB == 0 {
 				t.Fatalf("uid maps: %d+%d and %d+%d", baseA, nA, baseB, nB)
 			}
+			if ua, ub := statusUID(t, initPid(t, state, a.ID)), statusUID(t, initPid(t, state, bb.ID)); ua == ub || ua < baseA || ub < baseB {
+				t.Errorf("host uids of the two agents (/proc/PID/status): %d and %d", ua, ub)
+			}
 			if baseA < baseB+nB && baseB < baseA+nA {
 				t.Errorf("live sandboxes share host ids: %d+%d and %d+%d", baseA, nA, baseB, nB)
 			}
@@ -158,4 +161,23 @@ func TestLiveSandboxOwnIDRange(t *testing.T) {
 	if ob, _ := hostRange(t, initPid(t, state, other.ID)); ob == base {
 		t.Fatalf("new sandbox got the reattached sandbox's range %d", base)
 	}
+}
+
+// statusUID is the real uid of pid as the host sees it (/proc/PID/status).
+func statusUID(t *testing.T, pid int) int {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "Uid:"); ok {
+			if f := strings.Fields(v); len(f) > 0 {
+				n, _ := strconv.Atoi(f[0])
+				return n
+			}
+		}
+	}
+	t.Fatalf("no Uid in /proc/%d/status", pid)
+	return 0
 }
