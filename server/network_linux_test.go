@@ -530,7 +530,7 @@ env`,
 		t.Fatalf("airlock run: %v\nstdout: %s\nstderr: %s", err, stdout.String(), stderr.String())
 	}
 	out := stdout.String()
-	for _, s := range []string{"http-ok host=web.test:", "https-ok sni=tls.test", "denied: other.test is not in network.allow",
+	for _, s := range []string{"http-ok host=web.test:", "https-ok sni=tls.test", "airlock: other.test is not in network.allow",
 		"matches network.deny entry blocked.corp.test", "auth-ok sni=secret.test", "ConnectionRefusedError",
 		"HTTP_PROXY=http://127.0.0.1:3128", "SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt"} {
 		if !strings.Contains(out, s) {
