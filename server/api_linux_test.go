@@ -12,21 +12,10 @@ import (
 // TestE2EInputErrors: bad input is a 4xx that names the problem, never a
 // 5xx and never silently accepted; an empty POST body is {}.
 func TestE2EInputErrors(t *testing.T) {
-	needRoot(t)
-	state := stateDir(t)
-	key := newKey(t, state, "input")
-	s := startServer(t, state)
-	c := client.New(s.URL, key)
-	ctx := ctxT(t)
-	sb, err := c.Create(ctx, client.CreateRequest{Timeout: 600})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ended, err := c.Create(ctx, client.CreateRequest{Timeout: 600})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Kill(ctx, ended.ID); err != nil {
+	e := newE2E(t, "input")
+	s, key := e.s, e.key
+	sb, ended := e.sandbox(t, client.CreateRequest{}), e.sandbox(t, client.CreateRequest{})
+	if err := e.c.Kill(e.ctx, ended.ID); err != nil {
 		t.Fatal(err)
 	}
 	base := s.URL + "/v1/sandboxes"
@@ -80,16 +69,9 @@ func TestE2EInputErrors(t *testing.T) {
 // wrote so far without following it; a running process is listed
 // without an exit code; the stdin example of docs/api.md works as written.
 func TestE2EProcessLogsAndListing(t *testing.T) {
-	needRoot(t)
-	state := stateDir(t)
-	key := newKey(t, state, "logs")
-	s := startServer(t, state)
-	c := client.New(s.URL, key)
-	ctx := ctxT(t)
-	sb, err := c.Create(ctx, client.CreateRequest{Timeout: 600})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := newE2E(t, "logs")
+	s, key := e.s, e.key
+	sb := e.sandbox(t, client.CreateRequest{})
 	sbu := s.URL + "/v1/sandboxes/" + sb.ID
 	// As in docs/api.md: a background process reading its stdin.
 	st, _, body := raw(t, "POST", sbu+"/exec", key, strings.NewReader(`{"shell":"echo ready; read line; echo got:$line; echo err >&2","background":true,"stdin_open":true}`))

@@ -15,16 +15,9 @@ import (
 // directory is refused, naming the first one's pid, and leaves the first
 // one's sandbox working.
 func TestE2EStateDirLocked(t *testing.T) {
-	needRoot(t)
-	state := stateDir(t)
-	key := newKey(t, state, "lock")
-	s1 := startServer(t, state)
-	c := client.New(s1.URL, key)
-	ctx := ctxT(t)
-	sb, err := c.Create(ctx, client.CreateRequest{Timeout: 600})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := newE2E(t, "lock")
+	state, s1, c, ctx := e.state, e.s, e.c, e.ctx
+	sb := e.sandbox(t, client.CreateRequest{})
 	cmd := exec.CommandContext(ctx, airlockBin(t), "serve", "--listen", "127.0.0.1:0", "--state-dir", state)
 	out, err := cmd.CombinedOutput()
 	if err == nil {
@@ -45,18 +38,10 @@ func TestE2EStateDirLocked(t *testing.T) {
 // TestE2EShutdownKillsAudited: the kills a graceful shutdown makes are in
 // the audit log.
 func TestE2EShutdownKillsAudited(t *testing.T) {
-	needRoot(t)
-	state := stateDir(t)
-	key := newKey(t, state, "shutdown")
-	s1 := startServer(t, state)
-	c := client.New(s1.URL, key)
-	ctx := ctxT(t)
-	sb, err := c.Create(ctx, client.CreateRequest{Timeout: 600})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s1.stop(t)
-	st, err := store.Open(state)
+	e := newE2E(t, "shutdown")
+	sb := e.sandbox(t, client.CreateRequest{})
+	e.s.stop(t)
+	st, err := store.Open(e.state)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,16 +58,9 @@ func TestE2EShutdownKillsAudited(t *testing.T) {
 // TestE2EMetricsAfterRestart: a reattached sandbox's metrics come from its
 // cgroup like a fresh one's (memory, peak, pids), not zeros.
 func TestE2EMetricsAfterRestart(t *testing.T) {
-	needRoot(t)
-	state := stateDir(t)
-	key := newKey(t, state, "metrics")
-	s1 := startServer(t, state, "--keep-on-shutdown")
-	c := client.New(s1.URL, key)
-	ctx := ctxT(t)
-	sb, err := c.Create(ctx, client.CreateRequest{Timeout: 600, Profile: "standard"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := newE2E(t, "metrics", "--keep-on-shutdown")
+	state, s1, c, ctx := e.state, e.s, e.c, e.ctx
+	sb := e.sandbox(t, client.CreateRequest{Profile: "standard"})
 	// 32 MiB in the tmpfs workspace is charged to the sandbox's memory.
 	if res, err := c.Exec(ctx, sb.ID, client.ExecRequest{Shell: "head -c 33554432 /dev/zero > big"}); err != nil || res.ExitCode != 0 {
 		t.Fatalf("fill: %+v %v", res, err)
@@ -96,7 +74,7 @@ func TestE2EMetricsAfterRestart(t *testing.T) {
 	}
 	s1.stop(t)
 	s2 := startServer(t, state)
-	c = client.New(s2.URL, key)
+	c = client.New(s2.URL, e.key)
 	after, err := c.Metrics(ctx, sb.ID)
 	if err != nil {
 		t.Fatal(err)
@@ -112,12 +90,8 @@ func TestE2EMetricsAfterRestart(t *testing.T) {
 // revoke` (another process) is refused by the running server at the next
 // request, though the server had just verified (cached) it.
 func TestE2ERevokeTakesEffectAtOnce(t *testing.T) {
-	needRoot(t)
-	state := stateDir(t)
-	key := newKey(t, state, "to-revoke")
-	s1 := startServer(t, state)
-	c := client.New(s1.URL, key)
-	ctx := ctxT(t)
+	e := newE2E(t, "to-revoke")
+	state, c, ctx := e.state, e.c, e.ctx
 	if _, err := c.List(ctx, nil); err != nil {
 		t.Fatal(err)
 	}

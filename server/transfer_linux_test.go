@@ -16,16 +16,9 @@ import (
 // TestE2EMultipartUpload: PUT files with a multipart/form-data body (curl
 // -F file=@x) stores the file's content, not the multipart encoding.
 func TestE2EMultipartUpload(t *testing.T) {
-	needRoot(t)
-	state := stateDir(t)
-	key := newKey(t, state, "multipart")
-	s := startServer(t, state)
-	c := client.New(s.URL, key)
-	ctx := ctxT(t)
-	sb, err := c.Create(ctx, client.CreateRequest{Timeout: 600})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := newE2E(t, "multipart")
+	s, key, c, ctx := e.s, e.key, e.c, e.ctx
+	sb := e.sandbox(t, client.CreateRequest{})
 	send := func(parts ...string) (int, []byte) {
 		var buf bytes.Buffer
 		mw := multipart.NewWriter(&buf)
@@ -61,16 +54,9 @@ func TestE2EMultipartUpload(t *testing.T) {
 // archive made inside the sandbox; a file, a missing path and an archive
 // over the size cap are refused.
 func TestE2ETarDownload(t *testing.T) {
-	needRoot(t)
-	state := stateDir(t)
-	key := newKey(t, state, "tar")
-	s := startServer(t, state, "--max-file-bytes", "1048576")
-	c := client.New(s.URL, key)
-	ctx := ctxT(t)
-	sb, err := c.Create(ctx, client.CreateRequest{Timeout: 600})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := newE2E(t, "tar", "--max-file-bytes", "1048576")
+	s, key, c, ctx := e.s, e.key, e.c, e.ctx
+	sb := e.sandbox(t, client.CreateRequest{})
 	if res, err := c.Exec(ctx, sb.ID, client.ExecRequest{Shell: "mkdir -p d/sub && echo one > d/a.txt && echo two > d/sub/b.txt && ln -s /etc/passwd d/link && head -c 2000000 /dev/zero > big"}); err != nil || res.ExitCode != 0 {
 		t.Fatalf("setup: %+v %v", res, err)
 	}
