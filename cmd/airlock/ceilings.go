@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"airlock/policy"
@@ -90,4 +91,29 @@ func (o *optInt) Set(s string) error {
 	}
 	o.v, o.set = v, true
 	return nil
+}
+
+// keyLimitsText shows a key's own ceilings for keys list ("-": none, only
+// the server's apply).
+func keyLimitsText(l store.KeyLimits) string {
+	var parts []string
+	if l.MemoryBytes > 0 {
+		parts = append(parts, "memory "+formatSize(l.MemoryBytes))
+	}
+	if l.CPUs > 0 {
+		parts = append(parts, "cpus "+strconv.FormatFloat(l.CPUs, 'g', -1, 64))
+	}
+	if l.Pids > 0 {
+		parts = append(parts, "pids "+strconv.FormatInt(l.Pids, 10))
+	}
+	if l.DiskBytes > 0 {
+		parts = append(parts, "disk "+formatSize(l.DiskBytes))
+	}
+	if l.TimeoutSeconds > 0 {
+		parts = append(parts, "timeout "+(time.Duration(l.TimeoutSeconds)*time.Second).String())
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, ", ")
 }

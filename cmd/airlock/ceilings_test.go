@@ -30,3 +30,23 @@ func TestRunLimitsRefused(t *testing.T) {
 		t.Errorf("modest limits: code %d out %q err %q", code, out, errOut)
 	}
 }
+
+// TestKeysCreateLimits: keys create records the key's own ceilings and
+// keys list shows them.
+func TestKeysCreateLimits(t *testing.T) {
+	state := t.TempDir()
+	if _, errOut, code := runCLI(t, nil, "keys", "create", "--name", "small", "--max-pids", "64", "--max-memory", "256M",
+		"--max-cpus", "0.5", "--max-disk", "64M", "--max-timeout", "90s", "--state-dir", state); code != 0 {
+		t.Fatalf("create: %d %q", code, errOut)
+	}
+	if _, errOut, code := runCLI(t, nil, "keys", "create", "--name", "plain", "--state-dir", state); code != 0 {
+		t.Fatalf("create: %d %q", code, errOut)
+	}
+	out, errOut, code := runCLI(t, nil, "keys", "list", "--state-dir", state)
+	if code != 0 || !strings.Contains(out, "memory 256M, cpus 0.5, pids 64, disk 64M, timeout 1m30s") {
+		t.Fatalf("list: %d %q %q", code, out, errOut)
+	}
+	if _, errOut, code := runCLI(t, nil, "keys", "create", "--name", "bad", "--max-pids", "-1", "--state-dir", state); code == 0 || !strings.Contains(errOut, "negative") {
+		t.Errorf("negative key limit: %d %q", code, errOut)
+	}
+}

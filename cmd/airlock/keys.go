@@ -93,7 +93,7 @@ func cmdKeys(args []string) int {
 			return 1
 		}
 		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tNAME\tCREATED\tMAX_SANDBOXES\tREVOKED")
+		fmt.Fprintln(tw, "ID\tNAME\tCREATED\tMAX_SANDBOXES\tREVOKED\tLIMITS")
 		for _, k := range keys {
 			rev := "-"
 			if k.RevokedAt != nil {
@@ -103,7 +103,7 @@ func cmdKeys(args []string) int {
 			if k.MaxSandboxes == 0 {
 				limit = "0 (no own cap: the server's --max-sandboxes)"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", k.ID, k.Name, k.CreatedAt.Format(time.RFC3339), limit, rev)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, k.Name, k.CreatedAt.Format(time.RFC3339), limit, rev, keyLimitsText(k.Limits))
 		}
 		tw.Flush()
 	case "revoke":
