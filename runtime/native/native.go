@@ -57,6 +57,10 @@ type Config struct {
 	// once Wait has returned. Ignored when airlock is not root (the
 	// caller's own uid is then the only id mapped).
 	HostIDBase int
+	// Image, if set, makes the root an overlay of an image's layers with a
+	// per-sandbox upper directory on disk (writable anywhere) instead of
+	// the read-only host-derived root; root only.
+	Image *ImageRoot
 }
 
 // AgentUID is the uid and gid inside the sandbox that the in-sandbox agent

@@ -212,9 +212,19 @@ func Start(cfg Config) (*Sandbox, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Image != nil {
+		imagePolicy(&p)
+	}
 	tree, err := cachedTree(root, &p, &cfg)
 	if err != nil {
 		return nil, &SetupError{Step: "root filesystem", Err: err}
+	}
+	var ov *overlayRoot // an image root: mounted on the host until the child has its copy
+	if cfg.Image != nil {
+		if tree, ov, err = imageTree(tree, cfg.Image, ids.hostUID-p.User.UID); err != nil {
+			return nil, &SetupError{Step: "image root", Err: err}
+		}
+		defer ov.detach()
 	}
 	filter, err := seccomp.Build(string(p.Profile))
 	if err != nil {
@@ -310,9 +320,13 @@ func Start(cfg Config) (*Sandbox, error) {
 	}
 	if abi, err := LandlockABI(); err == nil && abi > 0 && testBreak != "landlock" {
 		pl.llAttr, pl.llRules = landlockPlan(&p, abi)
+		pl.llRules = append(pl.llRules, ov.landlockRules(pl.llAttr)...)
 		enforced = append(enforced, rt.Layer{Name: "landlock", State: rt.StateOK, Detail: fmt.Sprintf("ABI %d: read-only except /workspace, /tmp, /dev/shm", abi)})
 	} else {
 		enforced = append(enforced, rt.Layer{Name: "landlock", State: rt.StateMissing, Detail: fmt.Sprint(err)})
+	}
+	if ov != nil {
+		enforced = append(enforced, ov.layer(len(cfg.Image.Layers)))
 	}
 	if testBreak != "seccomp" {
 		prog := unix.SockFprog{Len: uint16(len(filter.Instructions)), Filter: &filter.Instructions[0]}

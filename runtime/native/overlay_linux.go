@@ -1,0 +1,266 @@
+package native
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"airlock/policy"
+	rt "airlock/runtime"
+)
+
+// ImageRoot makes a sandbox's root an overlay of an image instead of the
+// read-only host-derived root: the image's unpacked layers (shared,
+// read-only) below, and a per-sandbox upper directory on disk, so the
+// sandbox can write anywhere in its root while the image stays unchanged.
+type ImageRoot struct {
+	// Layers are the unpacked layer directories, lowest first (as
+	// imagestore.Image.Layers lists them).
+	Layers []string
+	// Dir is a per-sandbox directory on a disk filesystem (not tmpfs, not
+	// overlayfs) that holds the upper and work directories. The caller
+	// creates it, keeps it for the sandbox's life and then removes it with
+	// RemoveImageRoot.
+	Dir string
+}
+
+// imagePolicy drops the host-derived parts of the root from p: an image
+// sandbox sees the image's /usr, not the host's.
+func imagePolicy(p *policy.Policy) {
+	p.Filesystem.ReadOnly, p.Filesystem.Hidden, p.Filesystem.EtcFiles = nil, nil, nil
+}
+
+// overlayRoot is an image root mounted on the host for one sandbox start.
+type overlayRoot struct {
+	merged string
+	dirs   []string // top-level directories of the root the sandbox may write
+}
+
+// detach removes the host's view of the root once the child has its own
+// copy (its mount namespace, made private, keeps the overlay alive).
+func (o *overlayRoot) detach() {
+	if o != nil {
+		_ = unix.Unmount(o.merged, unix.MNT_DETACH)
+	}
+}
+
+// RemoveImageRoot removes an ImageRoot's directory after its sandbox ended
+// (and a leftover mount of it, after a crash).
+func RemoveImageRoot(dir string) error {
+	_ = unix.Unmount(filepath.Join(dir, "merged"), unix.MNT_DETACH)
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("remove image root %s: %w", dir, err)
+	}
+	return nil
+}
+
+// Top-level paths of an image root that stay read-only to Landlock (they
+// are mounts airlock makes, or the kernel's).
+var imageRootFixed = map[string]bool{"proc": true, "dev": true, "sys": true, ".airlock": true, ".airlock-mnt": true}
+
+// imageTree mounts the overlay for img on the host and returns a copy of t
+// that uses it as the root: the template t built (mount points and the
+// synthesized /etc files) is the top lower layer, then the image's layers;
+// every lower layer is an ID-mapped mount onto the sandbox's host range
+// (base), so files the image owns as uid N appear owned by uid N inside.
+// The root is writable (nosuid, nodev); writes land in img.Dir/upper.
+func imageTree(t *treeBuilder, img *ImageRoot, base int) (*treeBuilder, *overlayRoot, error) {
+	if os.Geteuid() != 0 || base == 0 {
+		return nil, nil, errors.New("image roots need airlock to run as root (the overlay and its ID-mapped layers are mounted from the host)")
+	}
+	if len(img.Layers) == 0 || img.Dir == "" {
+		return nil, nil, errors.New("image root without layers or directory")
+	}
+	for _, d := range []string{"upper", "work", "merged"} {
+		if err := os.MkdirAll(filepath.Join(img.Dir, d), 0o755); err != nil {
+			return nil, nil, err
+		}
+	}
+	merged := filepath.Join(img.Dir, "merged")
+	_ = unix.Unmount(merged, unix.MNT_DETACH) // a leftover from a crashed launcher
+
+	userns, err := rangeUserns(base)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer unix.Close(userns)
+	var fds []int
+	defer func() {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+	}()
+	idmapped := func(dir string, ro bool) (string, error) {
+		fd, err := unix.OpenTree(unix.AT_FDCWD, dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+		if err != nil {
+			return "", fmt.Errorf("open_tree %s: %w", dir, err)
+		}
+		fds = append(fds, fd)
+		attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV, Userns_fd: uint64(userns)}
+		if ro {
+			attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
+		}
+		if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, &attr); err != nil {
+			return "", fmt.Errorf("ID-mapped mount of %s: %w", dir, err)
+		}
+		return fmt.Sprintf("/proc/self/fd/%d", fd), nil
+	}
+
+	fsfd, err := unix.Fsopen("overlay", unix.FSOPEN_CLOEXEC)
+	if err != nil {
+		return nil, nil, fmt.Errorf("overlayfs: %w", err)
+	}
+	defer unix.Close(fsfd)
+	set := func(key, val string) error {
+		if err := unix.FsconfigSetString(fsfd, key, val); err != nil {
+			return fmt.Errorf("overlayfs %s=%s: %w%s", key, val, err, fsLog(fsfd))
+		}
+		return nil
+	}
+	if err := set("source", "airlock-image"); err != nil {
+		return nil, nil, err
+	}
+	lowers := append([]string{t.root}, reversed(img.Layers)...) // top first
+	for _, l := range lowers {
+		p, err := idmapped(l, true)
+		if err != nil {
+			return nil, nil, err
+		}
+		if err := set("lowerdir+", p); err != nil {
+			return nil, nil, err
+		}
+	}
+	// The upper directory is not ID-mapped: overlayfs creates its work
+	// directory and copies up with the mounter's credentials (host root),
+	// which a mapping onto the sandbox's range cannot represent
+	// (EOVERFLOW). Files there carry host ids of the sandbox's range; its
+	// root directory belongs to the sandbox's root.
+	if err := os.Chown(filepath.Join(img.Dir, "upper"), base, base); err != nil {
+		return nil, nil, err
+	}
+	if err := set("upperdir", filepath.Join(img.Dir, "upper")); err != nil {
+		return nil, nil, err
+	}
+	if err := set("workdir", filepath.Join(img.Dir, "work")); err != nil {
+		return nil, nil, err
+	}
+	if err := unix.FsconfigCreate(fsfd); err != nil {
+		return nil, nil, fmt.Errorf("overlayfs: %w%s", err, fsLog(fsfd))
+	}
+	mfd, err := unix.Fsmount(fsfd, unix.FSMOUNT_CLOEXEC, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
+	if err != nil {
+		return nil, nil, fmt.Errorf("overlayfs mount: %w%s", err, fsLog(fsfd))
+	}
+	fds = append(fds, mfd)
+	if err := unix.MoveMount(mfd, "", unix.AT_FDCWD, merged, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return nil, nil, fmt.Errorf("attach overlayfs at %s: %w", merged, err)
+	}
+	ov := &overlayRoot{merged: merged}
+	ents, err := os.ReadDir(merged)
+	if err != nil {
+		ov.detach()
+		return nil, nil, err
+	}
+	for _, e := range ents {
+		if e.IsDir() && !imageRootFixed[e.Name()] {
+			ov.dirs = append(ov.dirs, "/"+e.Name())
+		}
+	}
+
+	// The same mounts, on the overlay instead of the template.
+	n := *t
+	n.root = merged
+	n.ops = append([]op{{src: cstr(merged), path: cstr(merged), flags: unix.MS_BIND | unix.MS_REC}}, t.ops[1:]...)
+	for i := 1; i < len(n.ops); i++ {
+		n.ops[i].path = cstr(merged + t.opPaths[i-1])
+	}
+	n.remount = append([]op{}, t.remount...)
+	n.rsteps = append([]string{}, t.rsteps...)
+	last := len(n.remount) - 1 // buildTree's "remount / read-only": writable here
+	if last < 0 || n.rsteps[last] != "remount / read-only" {
+		ov.detach()
+		return nil, nil, errors.New("image root: the root tree does not end with the root's remount")
+	}
+	n.remount[last] = op{path: cstr("/"), flags: unix.MS_BIND | unix.MS_REMOUNT | unix.MS_NOSUID | unix.MS_NODEV | lockedFlags(merged)&^unix.MS_RDONLY}
+	n.rsteps[last] = "remount / (image overlay) nosuid,nodev"
+	return &n, ov, nil
+}
+
+// layer describes the image root in a sandbox's enforced layers.
+func (o *overlayRoot) layer(n int) rt.Layer {
+	return rt.Layer{Name: "rootfs", State: rt.StateOK,
+		Detail: fmt.Sprintf("image: overlayfs of %d read-only ID-mapped layers and a per-sandbox upper directory on disk (nosuid, nodev); writable under %s", n, strings.Join(o.dirs, " "))}
+}
+
+// landlockRules lets the sandbox write under every top-level directory of
+// its image root (not /proc, /dev, /sys or airlock's own).
+func (o *overlayRoot) landlockRules(attr []byte) []llRule {
+	if o == nil || len(attr) < 8 {
+		return nil
+	}
+	handled := binary.LittleEndian.Uint64(attr[0:])
+	var rules []llRule
+	for _, d := range o.dirs {
+		var r llRule
+		r.path = cstr(d)
+		binary.LittleEndian.PutUint64(r.attr.raw[0:], handled)
+		rules = append(rules, r)
+	}
+	return rules
+}
+
+func reversed(s []string) []string {
+	out := make([]string, len(s))
+	for i, v := range s {
+		out[len(s)-1-i] = v
+	}
+	return out
+}
+
+// fsLog reads the messages the kernel left on a filesystem context.
+func fsLog(fd int) string {
+	var msgs []string
+	buf := make([]byte, 4096)
+	for {
+		n, err := unix.Read(fd, buf)
+		if err != nil || n <= 0 {
+			break
+		}
+		msgs = append(msgs, strings.TrimSpace(string(buf[:n])))
+	}
+	if len(msgs) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(msgs, "; ") + ")"
+}
+
+// rangeUserns returns a user namespace fd whose uids and gids 0-65535 map
+// to host base..base+65535, for ID-mapped mounts: a helper process is
+// started in a new user namespace with that mapping and stopped at its
+// execve (ptrace), the namespace is opened, and the helper killed.
+func rangeUserns(base int) (int, error) {
+	cmd := exec.Command("/proc/self/exe")
+	cmd.Env = []string{}
+	m := []syscall.SysProcIDMap{{ContainerID: 0, HostID: base, Size: 65536}}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWUSER, UidMappings: m, GidMappings: m,
+		GidMappingsEnableSetgroups: false, Ptrace: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return -1, fmt.Errorf("user namespace for ID-mapped layers: %w", err)
+	}
+	defer func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	}()
+	fd, err := unix.Open(fmt.Sprintf("/proc/%d/ns/user", cmd.Process.Pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("user namespace for ID-mapped layers: %w", err)
+	}
+	return fd, nil
+}

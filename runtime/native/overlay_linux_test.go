@@ -1,0 +1,136 @@
+package native_test
+
+import (
+	"archive/tar"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"airlock/imagestore"
+	it "airlock/imagestore/imagetest"
+	"airlock/runtime/native"
+)
+
+// busyboxImage stores an image whose root is Debian's static busybox, a
+// marker file, a world-unwritable /usr/local owned by the image's root, and
+// a file the top layer whites out; it returns the store and the image.
+func busyboxImage(t *testing.T) (*imagestore.Store, *imagestore.Image) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("image roots need root")
+	}
+	bb, err := os.ReadFile("/bin/busybox")
+	if err != nil {
+		t.Skip("needs busybox-static (scripts/setup.sh): ", err)
+	}
+	base := it.TarLayer(t,
+		it.Entry{Name: "bin/", Type: tar.TypeDir, Mode: 0o755},
+		it.Entry{Name: "bin/busybox", Type: tar.TypeReg, Mode: 0o755, Data: string(bb)},
+		it.Entry{Name: "bin/sh", Type: tar.TypeSymlink, Link: "busybox"},
+		it.Entry{Name: "etc/", Type: tar.TypeDir, Mode: 0o755},
+		it.Entry{Name: "etc/image-marker", Type: tar.TypeReg, Mode: 0o644, Data: "from the image\n"},
+		it.Entry{Name: "etc/gone", Type: tar.TypeReg, Mode: 0o644, Data: "hidden by the top layer\n"},
+		it.Entry{Name: "usr/", Type: tar.TypeDir, Mode: 0o755},
+		it.Entry{Name: "usr/local/", Type: tar.TypeDir, Mode: 0o755},
+		it.Entry{Name: "home/app/", Type: tar.TypeDir, Mode: 0o700, UID: 1000},
+	)
+	top := it.TarLayer(t, it.Entry{Name: "etc/.wh.gone", Type: tar.TypeReg})
+	ref := it.Push(t, it.Registry(t), "native/busybox:1", it.Image(t, base, top))
+	st, err := imagestore.Open(filepath.Join(t.TempDir(), "images"), imagestore.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := st.Pull(context.Background(), ref, imagestore.PullOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, img
+}
+
+// treeSig lists every path under dir with mode, owner, size and mtime.
+func treeSig(t *testing.T, dir string) string {
+	t.Helper()
+	var b strings.Builder
+	err := filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		st := fi.Sys().(*syscall.Stat_t)
+		fmt.Fprintf(&b, "%s %s %d:%d %d %s\n", strings.TrimPrefix(p, dir), fi.Mode(), st.Uid, st.Gid, fi.Size(), fi.ModTime())
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
+
+// TestImageRoot: a sandbox whose root is an image runs the image's
+// busybox, sees the image's files (with the image's owners, through
+// ID-mapped layers) and not the host's /usr, writes anywhere in its root
+// (/usr/local, /etc) as the image's root user, and leaves the image store
+// unchanged; its writes land in the per-sandbox upper directory on disk.
+func TestImageRoot(t *testing.T) {
+	st, img := busyboxImage(t)
+	before := treeSig(t, st.Dir())
+	var layers []string
+	for _, l := range img.Layers {
+		layers = append(layers, l.Dir)
+	}
+	rootDir := filepath.Join(t.TempDir(), "sb-root")
+	p := strict(t)
+	p.User.UID, p.User.GID, p.User.Name = 0, 0, "root"
+	p.Env = []string{"PATH=/bin"}
+	script := `set -e
+cat /etc/image-marker
+test ! -e /etc/gone && echo whiteout-ok
+test ! -e /usr/bin/python3 && echo no-host-usr
+echo written > /usr/local/new-file && cat /usr/local/new-file
+echo changed >> /etc/image-marker
+mkdir -p /opt/tool && echo x > /opt/tool/y
+stat -c '%u:%g' /etc/image-marker /home/app
+id -u
+test -w /workspace && echo workspace-ok
+`
+	res, err := native.Run(context.Background(), native.Config{Policy: p, Args: []string{"/bin/sh", "-c", script},
+		Image: &native.ImageRoot{Layers: layers, Dir: rootDir}}, native.RunOptions{Capture: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "from the image\nwhiteout-ok\nno-host-usr\nwritten\n0:0\n1000:1000\n0\nworkspace-ok\n"
+	if res.Status != native.StatusOK || res.Stdout != want {
+		t.Fatalf("status %s exit %d\nstdout %q\nwant   %q\nstderr %q\nerror %s", res.Status, res.ExitCode, res.Stdout, want, res.Stderr, res.Error)
+	}
+	if l, ok := res.Enforced.Get("rootfs"); !ok || !strings.Contains(l.Detail, "/usr") {
+		t.Fatalf("enforced rootfs layer: %+v", res.Enforced)
+	}
+	// The writes are in the upper directory on disk, owned by the
+	// sandbox's host range (never host root).
+	var s syscall.Stat_t
+	if err := syscall.Stat(filepath.Join(rootDir, "upper/usr/local/new-file"), &s); err != nil || s.Uid == 0 || s.Uid < 65536 {
+		t.Fatalf("upper file: uid %d %v", s.Uid, err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(rootDir, "upper/etc/image-marker")); string(b) != "from the image\nchanged\n" {
+		t.Fatalf("copied-up file: %q", b)
+	}
+	if after := treeSig(t, st.Dir()); after != before {
+		t.Fatalf("the image store changed:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+	if b, _ := os.ReadFile(filepath.Join(layers[0], "etc/image-marker")); string(b) != "from the image\n" {
+		t.Fatalf("layer changed: %q", b)
+	}
+	// Nothing stays mounted on the host.
+	if m, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(m), rootDir) {
+		t.Fatalf("image root still mounted on the host")
+	}
+	if err := native.RemoveImageRoot(rootDir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(rootDir); !os.IsNotExist(err) {
+		t.Fatalf("image root dir left: %v", err)
+	}
+}
