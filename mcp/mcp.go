@@ -407,6 +407,6 @@ func (s *Service) networkText() string {
 	if len(n.Deny) > 0 {
 		fmt.Fprintf(&b, "; never: %s", strings.Join(n.Deny, ", "))
 	}
-	b.WriteString(". Refused connections fail with a reason (HTTP 403 from the proxy).")
+	b.WriteString(". A refused connection gets HTTP 403 from the proxy, whose status line and body say why (\"airlock: ...\"); for HTTPS, curl prints only the code, curl -v shows the reason.")
 	return b.String()
 }
