@@ -50,6 +50,11 @@ func TestE2EFullDisk(t *testing.T) {
 	_, err = c.RunCode(ctx, sb.ID, client.CodeRequest{Language: "bash", Code: "touch /workspace/ran-code"})
 	wantFull("code", err)
 
+	_, err = c.Create(ctx, client.CreateRequest{Timeout: 600})
+	wantFull("create", err)
+	_, err = c.SetTimeout(ctx, sb.ID, time.Hour)
+	wantFull("timeout", err)
+
 	if err := c.Kill(ctx, victim.ID); err != nil {
 		t.Fatalf("kill on a full disk: %v", err)
 	}

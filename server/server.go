@@ -317,6 +317,8 @@ func classify(err error) (int, string, string) {
 		return 507, "no_space", err.Error()
 	case errors.Is(err, manager.ErrAudit):
 		return 503, "audit_unavailable", err.Error()
+	case errors.Is(err, store.ErrNoSpace):
+		return 507, "no_space", err.Error()
 	case errors.Is(err, manager.ErrClosed):
 		return 503, "unavailable", err.Error()
 	}
