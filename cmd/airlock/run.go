@@ -147,7 +147,7 @@ func cmdRun(args []string) int {
 	var nf netFlags
 	nf.register(fs)
 	asJSON := fs.Bool("json", false, "print one JSON result object instead of streaming output")
-	codeFlag := fs.String("code", "", "run this code cell (see --language) instead of a command: the code itself, - to read it from stdin, or @FILE to read it from a source file such as @analysis.py; prints its output and the value of its last expression, and saves figures to cell-1-N.png in the current directory")
+	codeFlag := fs.String("code", "", "run this code cell (see --language) instead of a command: the code itself, - to read it from stdin, or @FILE to read it from a source file such as @analysis.py; prints its output and the value of its last expression, and saves figures to cell-1-N.png in the current directory (with --json they are in its results, base64)")
 	langFlag := fs.String("language", "python", "language of --code: python, javascript or bash")
 	runtimeFlag := fs.String("runtime", "native", "isolation tier: native, or gvisor (gVisor's user-space kernel via runsc; docs/gvisor.md)")
 	interactive := fs.Bool("i", false, "copy a terminal's input to the program (through a pipe: the sandbox never gets the terminal itself)")
