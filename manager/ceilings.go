@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"airlock/policy"
@@ -60,11 +61,29 @@ func checkKeyTimeout(kl store.KeyLimits, ttl time.Duration) error {
 	return nil
 }
 
-// hostCeilings fills the zero fields of c from the host (HostCeilings) and
-// caps the others there: a server never grants more than the host has.
+// hostCeilings fills the zero fields of c from the host (HostCeilings); a
+// configured ceiling above the host's is refused: a server never promises
+// more than the host has.
 func hostCeilings(c policy.Ceilings) (policy.Ceilings, error) {
 	h, err := policy.HostCeilings()
 	if err != nil {
+		return c, fmt.Errorf("manager: %w", err)
+	}
+	var errs []error
+	num := func(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
+	check := func(field string, v, host float64) {
+		switch {
+		case v < 0:
+			errs = append(errs, fmt.Errorf("ceiling %s %s is negative", field, num(v)))
+		case v > host:
+			errs = append(errs, fmt.Errorf("ceiling %s %s is above this host's %s", field, num(v), num(host)))
+		}
+	}
+	check("memory_bytes", float64(c.MemoryBytes), float64(h.MemoryBytes))
+	check("disk_bytes", float64(c.DiskBytes), float64(h.DiskBytes))
+	check("pids", float64(c.Pids), float64(h.Pids))
+	check("cpus", c.CPUs, h.CPUs)
+	if err := errors.Join(errs...); err != nil {
 		return c, fmt.Errorf("manager: %w", err)
 	}
 	return h.Min(c), nil

@@ -50,3 +50,12 @@ func TestKeysCreateLimits(t *testing.T) {
 		t.Errorf("negative key limit: %d %q", code, errOut)
 	}
 }
+
+// TestServeCeilingAboveHost: a server refuses to promise more than its host
+// has.
+func TestServeCeilingAboveHost(t *testing.T) {
+	_, errOut, code := runCLI(t, nil, "serve", "--state-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--max-cpus", "4096")
+	if code == 0 || !strings.Contains(errOut, "ceiling cpus 4096 is above this host's") {
+		t.Fatalf("serve --max-cpus 4096: exit %d, stderr %q", code, errOut)
+	}
+}
