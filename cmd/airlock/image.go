@@ -19,6 +19,8 @@ import (
 	"github.com/dustin/go-humanize"
 
 	"airlock/imagestore"
+	"airlock/policy"
+	"airlock/runtime/native"
 )
 
 const imageUsage = `usage:
@@ -206,4 +208,61 @@ func (f *imageServeFlags) open(dir string) (*imagestore.Store, []string, error) 
 		return nil, nil, err
 	}
 	return st, f.registries, nil
+}
+
+// runImageFlags are the image flags of 'airlock run'.
+type runImageFlags struct {
+	ref, stateDir string
+}
+
+func (f *runImageFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.ref, "image", "", "run in a root made from this OCI image, pulled into the store if missing (root only; docs/images.md): the image's files, writable, on disk; runs as the image's root unless the image names a numeric user")
+	fs.StringVar(&f.stateDir, "state-dir", defaultStateDir(), "state directory whose image store --image uses")
+}
+
+// apply makes cfg's root the image (explicit --env values stay over the
+// image's) and returns what removes the sandbox's root after the run.
+func (f *runImageFlags) apply(ctx context.Context, cfg *native.Config, explicitEnv []string) (func(), error) {
+	if f.ref == "" {
+		return func() {}, nil
+	}
+	if cfg.Policy.Runtime != "" && cfg.Policy.Runtime != policy.RuntimeNative {
+		return nil, errors.New("--image works with the native runtime only")
+	}
+	st, err := openImages(f.stateDir)
+	if err != nil {
+		return nil, err
+	}
+	img, err := st.Get(f.ref)
+	if errors.Is(err, imagestore.ErrNotFound) {
+		img, err = st.Pull(ctx, f.ref, imagestore.PullOptions{Progress: progressPrinter(os.Stderr)})
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := img.ApplyTo(&cfg.Policy); err != nil {
+		return nil, err
+	}
+	for _, kv := range explicitEnv {
+		k, v, _ := strings.Cut(kv, "=")
+		cfg.Policy.SetEnv(k, v)
+	}
+	if cfg.ID == "" {
+		cfg.ID = native.NewRunID()
+	}
+	dir := filepath.Join(f.stateDir, "roots", cfg.ID)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	if err := st.Lease(cfg.ID, img); err != nil {
+		native.RemoveImageRoot(dir)
+		return nil, err
+	}
+	cfg.Image = &native.ImageRoot{Layers: img.LayerDirs(), Dir: dir}
+	return func() {
+		if err := native.RemoveImageRoot(dir); err != nil {
+			fmt.Fprintf(os.Stderr, "airlock: %v\n", err)
+		}
+		_ = st.Release(cfg.ID)
+	}, nil
 }

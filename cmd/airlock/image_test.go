@@ -3,6 +3,7 @@ package main
 import (
 	"archive/tar"
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -55,5 +56,38 @@ func TestImageCLI(t *testing.T) {
 	}
 	if _, errOut, code := runCLI(t, nil, "image", "frobnicate"); code != exitUsage || !strings.Contains(errOut, "unknown subcommand") {
 		t.Fatalf("unknown subcommand: %d %q", code, errOut)
+	}
+}
+
+// TestRunImage: airlock run --image pulls the image when it is missing,
+// runs in a writable root made from it, and leaves the store unchanged and
+// no per-sandbox root behind.
+func TestRunImage(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("image roots need root")
+	}
+	ref := it.Push(t, it.Registry(t), "cli/busybox:1", it.Busybox(t))
+	state := t.TempDir()
+	script := "cat /etc/image-marker; echo hi > /usr/local/x && cat /usr/local/x; id -u; echo $IMAGE"
+	out, errOut, code := runCLI(t, nil, "run", "--state-dir", state, "--image", ref, "-e", "IMAGE=explicit", "--", "/bin/sh", "-c", script)
+	if code != 0 || out != "from the image\nhi\n0\nexplicit\n" || !strings.Contains(errOut, "pulling ") {
+		t.Fatalf("run --image: %d %q %q", code, out, errOut)
+	}
+	sig := func() string { // leases come and go; images and layers must not change
+		return it.TreeSig(t, filepath.Join(state, "images", "oci")) + it.TreeSig(t, filepath.Join(state, "images", "layers"))
+	}
+	before := sig()
+	out, errOut, code = runCLI(t, nil, "run", "--state-dir", state, "--image", ref, "--", "/bin/sh", "-c", "cat /usr/local/x 2>&1; echo $IMAGE")
+	if code != 0 || out != "cat: can't open '/usr/local/x': No such file or directory\ntest\n" || errOut != "" {
+		t.Fatalf("second run (fresh upper, image env): %d %q %q", code, out, errOut)
+	}
+	if after := sig(); after != before {
+		t.Fatalf("the image store changed:\n%s\n%s", before, after)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(state, "roots")); len(ents) != 0 {
+		t.Fatalf("per-sandbox roots left: %v", ents)
+	}
+	if _, errOut, code := runCLI(t, nil, "run", "--state-dir", state, "--image", "127.0.0.1:1/none:1", "--", "true"); code != exitSetup || !strings.Contains(errOut, "--image") {
+		t.Fatalf("missing image: %d %q", code, errOut)
 	}
 }

@@ -146,6 +146,8 @@ func cmdRun(args []string) int {
 	pf.register(fs)
 	var nf netFlags
 	nf.register(fs)
+	var imgf runImageFlags
+	imgf.register(fs)
 	asJSON := fs.Bool("json", false, "print one JSON result object instead of streaming output")
 	codeFlag := fs.String("code", "", "run this code cell (see --language) instead of a command: the code itself, - to read it from stdin, or @FILE to read it from a source file such as @analysis.py; prints its output and the value of its last expression, and saves figures to cell-1-N.png in the current directory (with --json they are in its results, base64)")
 	langFlag := fs.String("language", "python", "language of --code: python, javascript or bash")
@@ -209,6 +211,13 @@ func cmdRun(args []string) int {
 		fmt.Fprintf(os.Stderr, "airlock run: %s\n", oneLine(err))
 		return exitUsage
 	}
+	releaseImage, err := imgf.apply(ctx, &cfg, pf.env)
+	if err != nil {
+		rn.close()
+		fmt.Fprintf(os.Stderr, "airlock run: --image: %s\n", oneLine(err))
+		return exitSetup
+	}
+	defer releaseImage()
 	if *codeFlag != "" {
 		code := runCodeCell(ctx, cfg, opts, *codeFlag, *langFlag, *asJSON)
 		rn.close()

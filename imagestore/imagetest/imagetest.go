@@ -5,6 +5,10 @@ package imagetest
 import (
 	"archive/tar"
 	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
 	"io"
 	"log"
 	"net/http/httptest"
@@ -125,4 +129,48 @@ func Push(t testing.TB, reg, repo string, img v1.Image) string {
 		t.Fatal(err)
 	}
 	return ref.Name()
+}
+
+// Busybox is an image of Debian's static busybox (/bin/busybox, /bin/sh),
+// /etc/image-marker ("from the image\n"), /usr/local owned by the image's
+// root (0755), /home/app owned by 1000 (0700), and /etc/gone which its top
+// layer whites out. It skips t without /bin/busybox (busybox-static).
+func Busybox(t testing.TB) v1.Image {
+	t.Helper()
+	bb, err := os.ReadFile("/bin/busybox")
+	if err != nil {
+		t.Skip("needs busybox-static (scripts/setup.sh): ", err)
+	}
+	base := TarLayer(t,
+		Entry{Name: "bin/", Type: tar.TypeDir, Mode: 0o755},
+		Entry{Name: "bin/busybox", Type: tar.TypeReg, Mode: 0o755, Data: string(bb)},
+		Entry{Name: "bin/sh", Type: tar.TypeSymlink, Link: "busybox"},
+		Entry{Name: "etc/", Type: tar.TypeDir, Mode: 0o755},
+		Entry{Name: "etc/image-marker", Type: tar.TypeReg, Mode: 0o644, Data: "from the image\n"},
+		Entry{Name: "etc/gone", Type: tar.TypeReg, Mode: 0o644, Data: "hidden by the top layer\n"},
+		Entry{Name: "usr/", Type: tar.TypeDir, Mode: 0o755},
+		Entry{Name: "usr/local/", Type: tar.TypeDir, Mode: 0o755},
+		Entry{Name: "home/app/", Type: tar.TypeDir, Mode: 0o700, UID: 1000},
+	)
+	top := TarLayer(t, Entry{Name: "etc/.wh.gone", Type: tar.TypeReg})
+	return Image(t, base, top)
+}
+
+// TreeSig lists every path under dir with its mode, owner, size and mtime,
+// to compare a tree before and after.
+func TreeSig(t testing.TB, dir string) string {
+	t.Helper()
+	var b strings.Builder
+	err := filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		st := fi.Sys().(*syscall.Stat_t)
+		fmt.Fprintf(&b, "%s %s %d:%d %d %s\n", strings.TrimPrefix(p, dir), fi.Mode(), st.Uid, st.Gid, fi.Size(), fi.ModTime())
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
 }

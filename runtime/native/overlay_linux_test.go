@@ -1,9 +1,7 @@
 package native_test
 
 import (
-	"archive/tar"
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -23,23 +21,7 @@ func busyboxImage(t *testing.T) (*imagestore.Store, *imagestore.Image) {
 	if os.Geteuid() != 0 {
 		t.Skip("image roots need root")
 	}
-	bb, err := os.ReadFile("/bin/busybox")
-	if err != nil {
-		t.Skip("needs busybox-static (scripts/setup.sh): ", err)
-	}
-	base := it.TarLayer(t,
-		it.Entry{Name: "bin/", Type: tar.TypeDir, Mode: 0o755},
-		it.Entry{Name: "bin/busybox", Type: tar.TypeReg, Mode: 0o755, Data: string(bb)},
-		it.Entry{Name: "bin/sh", Type: tar.TypeSymlink, Link: "busybox"},
-		it.Entry{Name: "etc/", Type: tar.TypeDir, Mode: 0o755},
-		it.Entry{Name: "etc/image-marker", Type: tar.TypeReg, Mode: 0o644, Data: "from the image\n"},
-		it.Entry{Name: "etc/gone", Type: tar.TypeReg, Mode: 0o644, Data: "hidden by the top layer\n"},
-		it.Entry{Name: "usr/", Type: tar.TypeDir, Mode: 0o755},
-		it.Entry{Name: "usr/local/", Type: tar.TypeDir, Mode: 0o755},
-		it.Entry{Name: "home/app/", Type: tar.TypeDir, Mode: 0o700, UID: 1000},
-	)
-	top := it.TarLayer(t, it.Entry{Name: "etc/.wh.gone", Type: tar.TypeReg})
-	ref := it.Push(t, it.Registry(t), "native/busybox:1", it.Image(t, base, top))
+	ref := it.Push(t, it.Registry(t), "native/busybox:1", it.Busybox(t))
 	st, err := imagestore.Open(filepath.Join(t.TempDir(), "images"), imagestore.Limits{})
 	if err != nil {
 		t.Fatal(err)
@@ -51,24 +33,6 @@ func busyboxImage(t *testing.T) (*imagestore.Store, *imagestore.Image) {
 	return st, img
 }
 
-// treeSig lists every path under dir with mode, owner, size and mtime.
-func treeSig(t *testing.T, dir string) string {
-	t.Helper()
-	var b strings.Builder
-	err := filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
-		if err != nil {
-			return err
-		}
-		st := fi.Sys().(*syscall.Stat_t)
-		fmt.Fprintf(&b, "%s %s %d:%d %d %s\n", strings.TrimPrefix(p, dir), fi.Mode(), st.Uid, st.Gid, fi.Size(), fi.ModTime())
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b.String()
-}
-
 // TestImageRoot: a sandbox whose root is an image runs the image's
 // busybox, sees the image's files (with the image's owners, through
 // ID-mapped layers) and not the host's /usr, writes anywhere in its root
@@ -76,7 +40,7 @@ func treeSig(t *testing.T, dir string) string {
 // unchanged; its writes land in the per-sandbox upper directory on disk.
 func TestImageRoot(t *testing.T) {
 	st, img := busyboxImage(t)
-	before := treeSig(t, st.Dir())
+	before := it.TreeSig(t, st.Dir())
 	var layers []string
 	for _, l := range img.Layers {
 		layers = append(layers, l.Dir)
@@ -117,7 +81,7 @@ test -w /workspace && echo workspace-ok
 	if b, _ := os.ReadFile(filepath.Join(rootDir, "upper/etc/image-marker")); string(b) != "from the image\nchanged\n" {
 		t.Fatalf("copied-up file: %q", b)
 	}
-	if after := treeSig(t, st.Dir()); after != before {
+	if after := it.TreeSig(t, st.Dir()); after != before {
 		t.Fatalf("the image store changed:\nbefore:\n%s\nafter:\n%s", before, after)
 	}
 	if b, _ := os.ReadFile(filepath.Join(layers[0], "etc/image-marker")); string(b) != "from the image\n" {
