@@ -88,6 +88,9 @@ type CreateRequest struct {
 	Network *Network `json:"network,omitempty"`
 	// Secrets are headers the egress proxy injects (see Secret).
 	Secrets []Secret `json:"secrets,omitempty"`
+	// Runtime is the isolation tier, native or gvisor; "" means the
+	// server's default.
+	Runtime string `json:"runtime,omitempty"`
 }
 
 // Sandbox describes a sandbox.
@@ -102,6 +105,8 @@ type Sandbox struct {
 	EndReason  string            `json:"end_reason,omitempty"`
 	Reattached bool              `json:"reattached,omitempty"`
 	Enforced   []Layer           `json:"enforced,omitempty"`
+	// Runtime is the isolation tier the sandbox runs under.
+	Runtime string `json:"runtime,omitempty"`
 }
 
 // ExecRequest describes a process to run.
@@ -175,6 +180,8 @@ type Info struct {
 	Auth     bool     `json:"auth"`
 	// PoolIdle is how many ready sandboxes the warm pool holds.
 	PoolIdle int `json:"pool_idle"`
+	// DefaultRuntime is the runtime of a create without one.
+	DefaultRuntime string `json:"default_runtime"`
 }
 
 // newRequest builds a request to path (with query) and a JSON or raw body.

@@ -91,6 +91,9 @@ type Config struct {
 	// Egress configures the egress proxy of sandboxes whose network mode
 	// is not none (see network.go).
 	Egress EgressConfig
+	// DefaultRuntime runs sandboxes created without a runtime; empty means
+	// native.
+	DefaultRuntime policy.Runtime
 }
 
 // CreateRequest describes a sandbox to create.
@@ -114,6 +117,9 @@ type CreateRequest struct {
 	// Secrets are headers the egress proxy injects. Their values stay in
 	// this process's memory: never stored, audited or given to the sandbox.
 	Secrets []egress.Secret
+	// Runtime is the isolation tier, native or gvisor; "" means
+	// Config.DefaultRuntime.
+	Runtime string
 }
 
 // Limits are the per-sandbox resource overrides a client may request.
@@ -136,6 +142,8 @@ type Info struct {
 	EndReason  string            `json:"end_reason,omitempty"`
 	Reattached bool              `json:"reattached,omitempty"`
 	Enforced   runtime.Enforced  `json:"enforced,omitempty"`
+	// Runtime is the isolation tier the sandbox runs under.
+	Runtime string `json:"runtime,omitempty"`
 }
 
 // Metrics is a sandbox's resource use now.
@@ -212,6 +220,12 @@ func infoFromRecord(r *store.Sandbox) Info {
 	if !r.ExpiresAt.IsZero() {
 		t := r.ExpiresAt
 		in.ExpiresAt = &t
+	}
+	var rs struct {
+		Runtime string `json:"runtime"`
+	}
+	if json.Unmarshal(r.Runtime, &rs) == nil {
+		in.Runtime = rs.Runtime
 	}
 	return in
 }
@@ -435,7 +449,13 @@ func buildPolicy(req *CreateRequest) (policy.Policy, error) {
 	if l.DiskBytes != 0 {
 		p.Limits.DiskBytes = l.DiskBytes
 	}
+	if p.Runtime, err = policy.ParseRuntime(req.Runtime); err != nil {
+		return p, fmt.Errorf("%w: %w", ErrPolicy, err)
+	}
 	if err := applyNetwork(&p, req); err != nil {
+		return p, err
+	}
+	if err := checkRuntimePolicy(&p); err != nil {
 		return p, err
 	}
 	if len(req.Env) > 128 {
@@ -493,6 +513,12 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (Info, error) {
 		return Info{}, fmt.Errorf("%w: timeout above the maximum %s", ErrInvalid, m.cfg.MaxTimeout)
 	}
 	if err := m.checkCeilings(ctx, &req, ttl); err != nil {
+		return Info{}, err
+	}
+	if req.Runtime == "" {
+		req.Runtime = string(m.cfg.DefaultRuntime)
+	}
+	if err := checkRuntime(req.Runtime); err != nil {
 		return Info{}, err
 	}
 	if info, ok, err := m.createPooled(ctx, &req, ttl); ok {

@@ -19,6 +19,7 @@ import (
 	"airlock/agent"
 	"airlock/policy"
 	rt "airlock/runtime"
+	"airlock/runtime/gvisor"
 	"airlock/runtime/native"
 	"airlock/runtime/native/cgroups"
 	"airlock/store"
@@ -64,23 +65,54 @@ func procStartTime(pid int) (uint64, error) {
 	return strconv.ParseUint(f[19], 10, 64)
 }
 
-// nativeInst is a sandbox this process started (and so can reap).
-type nativeInst struct {
-	sb   *native.Sandbox
+// startedSandbox is a sandbox of either runtime (*native.Sandbox,
+// *gvisor.Sandbox) as this process holds it.
+type startedSandbox interface {
+	Done() <-chan struct{}
+	Stats() (cgroups.Stats, error)
+	Enforced() rt.Enforced
+	Destroy() error
+}
+
+// ownInst is a sandbox this process started (and so can reap).
+type ownInst struct {
+	id   string
+	p    int
+	sb   startedSandbox
+	wait func()
 	once sync.Once
 }
 
-func (n *nativeInst) pid() int { return n.sb.Pid }
-func (n *nativeInst) done() <-chan struct{} {
-	n.once.Do(func() { go n.sb.Wait() })
+func (n *ownInst) pid() int { return n.p }
+func (n *ownInst) done() <-chan struct{} {
+	n.once.Do(func() { go n.wait() })
 	return n.sb.Done()
 }
-func (n *nativeInst) stats() (cgroups.Stats, error) { return n.sb.Stats() }
-func (n *nativeInst) destroy() error {
+func (n *ownInst) stats() (cgroups.Stats, error) { return n.sb.Stats() }
+func (n *ownInst) destroy() error {
 	if err := n.sb.Destroy(); err != nil {
-		return fmt.Errorf("destroy sandbox %s: %w", n.sb.ID, err)
+		return fmt.Errorf("destroy sandbox %s: %w", n.id, err)
 	}
 	return nil
+}
+
+// launch starts the agent under the policy's runtime. A gVisor sandbox
+// always gets its agent on a connected socketpair (stdin): gVisor cannot
+// accept on a listening socket donated by the host.
+func (m *Manager) launch(cfg native.Config) (*ownInst, []net.Listener, error) {
+	if cfg.Policy.Runtime == policy.RuntimeGVisor {
+		cfg.SurviveParent = false
+		gsb, err := gvisor.Start(cfg)
+		if err != nil {
+			return nil, nil, err
+		}
+		return &ownInst{id: gsb.ID, p: gsb.Pid, sb: gsb, wait: func() { gsb.Wait() }}, nil, nil
+	}
+	nsb, err := native.Start(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &ownInst{id: nsb.ID, p: nsb.Pid, sb: nsb, wait: func() { nsb.Wait() }}, nsb.Listeners(), nil
 }
 
 // adoptedInst is a sandbox started by a previous server process and
@@ -209,7 +241,8 @@ func (m *Manager) start(ctx context.Context, req *CreateRequest, p policy.Policy
 	defer logf.Close()
 
 	var stdin, hostEnd *os.File
-	if connectedMode {
+	connected := connectedMode || p.Runtime == policy.RuntimeGVisor
+	if connected {
 		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 		if err != nil {
 			return fail(fmt.Errorf("manager: socketpair: %w", err))
@@ -234,12 +267,12 @@ func (m *Manager) start(ctx context.Context, req *CreateRequest, p policy.Policy
 		defer stdin.Close()
 	}
 	args := []string{native.AgentPath, "__agent"}
-	if !connectedMode {
+	if !connected {
 		args = append(args, "--grace", m.cfg.AgentGrace.String())
 	}
 	args = append(args, "--user", fmt.Sprintf("%d:%d", p.User.UID, p.User.GID))
-	nsb, err := native.Start(native.Config{ID: id, Policy: p, Args: args, Stdin: stdin, Stdout: logf, Stderr: logf, Agent: true,
-		AgentBinary: m.cfg.AgentBinary, AllowDegraded: m.cfg.AllowDegraded, SurviveParent: !connectedMode, Listen: ns.listen,
+	inst, listeners, err := m.launch(native.Config{ID: id, Policy: p, Args: args, Stdin: stdin, Stdout: logf, Stderr: logf, Agent: true,
+		AgentBinary: m.cfg.AgentBinary, AllowDegraded: m.cfg.AllowDegraded, SurviveParent: !connected, Listen: ns.listen,
 		HostIDBase: ids.base()})
 	if err != nil {
 		if hostEnd != nil {
@@ -248,13 +281,12 @@ func (m *Manager) start(ctx context.Context, req *CreateRequest, p policy.Policy
 		return fail(fmt.Errorf("manager: start sandbox: %w", err))
 	}
 	stdin.Close()
-	inst := &nativeInst{sb: nsb}
-	if err := ids.handTo(nsb.Pid); err != nil {
+	if err := ids.handTo(inst.p); err != nil {
 		inst.destroy()
 		return fail(err)
 	}
 	var conn net.Conn
-	if connectedMode {
+	if connected {
 		conn, err = net.FileConn(hostEnd)
 		hostEnd.Close()
 	} else {
@@ -268,17 +300,24 @@ func (m *Manager) start(ctx context.Context, req *CreateRequest, p policy.Policy
 		inst.destroy()
 		return fail(fmt.Errorf("manager: connect to agent: %w", err))
 	}
-	startTime, _ := procStartTime(nsb.Pid)
-	rs, _ := json.Marshal(runtimeState{Runtime: "native", Pid: nsb.Pid, StartTime: startTime, Socket: sock, Enforced: nsb.Enforced(), Secrets: ns.refs})
-	rec.InitPID, rec.Runtime = nsb.Pid, rs
+	startTime, _ := procStartTime(inst.p)
+	rs, _ := json.Marshal(runtimeState{Runtime: string(orNative(p.Runtime)), Pid: inst.p, StartTime: startTime, Socket: sock, Enforced: inst.sb.Enforced(), Secrets: ns.refs})
+	rec.InitPID, rec.Runtime = inst.p, rs
 	if err := m.st.PutSandbox(ctx, &rec); err != nil {
 		client.Close()
 		inst.destroy()
 		return fail(fmt.Errorf("manager: record sandbox: %w", err))
 	}
-	sb := &Sandbox{ID: id, m: m, inst: inst, client: client, enforced: nsb.Enforced(), ended: make(chan struct{}), rec: rec}
-	m.netStart(sb, p.Network, ns, nsb.Listeners())
+	sb := &Sandbox{ID: id, m: m, inst: inst, client: client, enforced: inst.sb.Enforced(), ended: make(chan struct{}), rec: rec}
+	m.netStart(sb, p.Network, ns, listeners)
 	return sb, nil
+}
+
+func orNative(r policy.Runtime) policy.Runtime {
+	if r == "" {
+		return policy.RuntimeNative
+	}
+	return r
 }
 
 // dialAgent connects to an agent's listening socket.
@@ -350,6 +389,9 @@ func (m *Manager) reattach(ctx context.Context, rec *store.Sandbox) (*Sandbox, s
 	if len(rec.Runtime) == 0 || json.Unmarshal(rec.Runtime, &rs) != nil || rs.Pid <= 0 {
 		return nil, "server crashed before the sandbox was started"
 	}
+	if rs.Runtime == string(policy.RuntimeGVisor) {
+		return nil, "gvisor sandboxes are not reattached after a restart (their agent was connected to the previous server over a socketpair)"
+	}
 	inst, err := adopt(rec.ID, rs.Pid, rs.StartTime)
 	if err != nil {
 		return nil, "sandbox init is gone: " + err.Error()
@@ -391,6 +433,9 @@ func (m *Manager) killRemains(rec *store.Sandbox) {
 			}
 			unix.Close(fd)
 		}
+	}
+	if rs.Runtime == string(policy.RuntimeGVisor) {
+		gvisor.Remove(rec.ID) // runsc's state and the cgroups runsc made
 	}
 	if _, err := destroyCgroup(rec.ID); err != nil {
 		m.cfg.Logf("sandbox %s: remove cgroup: %v", rec.ID, err)

@@ -636,6 +636,7 @@ type createIn struct {
 	Allow          []string          `json:"allow,omitempty" jsonschema:"Destinations to allow, a subset of the server's policy (host names, *.wildcards, IPs or CIDRs, optionally :PORT); omit for all the server allows."`
 	Env            map[string]string `json:"env,omitempty" jsonschema:"Environment variables for every process in the sandbox."`
 	Label          string            `json:"label,omitempty" jsonschema:"A short name shown by list_sandboxes."`
+	Runtime        string            `json:"runtime,omitempty" jsonschema:"Isolation tier: native or gvisor (gVisor's user-space kernel between the code and the host kernel; network none only); default the server's."`
 }
 
 func (s *Service) createSandbox(ctx context.Context, req *sdk.CallToolRequest, in createIn) (*sdk.CallToolResult, any, error) {
@@ -655,7 +656,7 @@ func (s *Service) createSandbox(ctx context.Context, req *sdk.CallToolRequest, i
 	}
 	cr := manager.CreateRequest{Owner: se.owner, OwnerLimit: se.ownerLimit, Profile: s.cfg.Profile,
 		Limits: s.cfg.Limits, Env: in.Env, Timeout: time.Duration(in.TimeoutSeconds * float64(time.Second)),
-		Network: network, Secrets: s.cfg.Secrets,
+		Network: network, Secrets: s.cfg.Secrets, Runtime: in.Runtime,
 		Metadata: map[string]string{"created_by": "mcp", "mcp_role": "created"}}
 	if cr.Timeout == 0 {
 		cr.Timeout = s.cfg.SandboxTimeout

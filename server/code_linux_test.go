@@ -40,9 +40,13 @@ func runCell(t *testing.T, c *client.Client, id string, req client.CodeRequest) 
 // TestCodeInterpreterE2E drives the code interpreter through the Go client
 // against a real airlock serve: state between cells, rich results, errors,
 // timeouts, JavaScript and bash contexts, capped output, streaming,
-// interrupts and contexts CRUD.
+// interrupts and contexts CRUD; once per runtime (see TestE2ELifecycle).
 func TestCodeInterpreterE2E(t *testing.T) {
-	c, id, _ := codeServer(t)
+	forEachRuntime(t, codeInterpreterE2E)
+}
+
+func codeInterpreterE2E(t *testing.T, runtime string) {
+	c, id, _ := codeServer(t, "--default-runtime", runtime)
 	ctx := ctxT(t)
 
 	if res := runCell(t, c, id, client.CodeRequest{Code: "x = 41"}); res.Error != nil {

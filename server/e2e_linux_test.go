@@ -3,27 +3,49 @@ package server_test
 import (
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"airlock/client"
+	"airlock/runtime/gvisor"
 )
 
 // TestE2ELifecycle drives a real server through the Go client: create,
 // write a script, run it, stream it, read what it wrote, a background
 // process that outlives its request and is re-attached, and TTL expiry
-// checked from the host.
+// checked from the host; once per runtime (the server's
+// --default-runtime), gvisor skipped only where runsc is not installed.
 func TestE2ELifecycle(t *testing.T) {
+	forEachRuntime(t, e2eLifecycle)
+}
+
+// forEachRuntime runs test once per runtime as a subtest named after it;
+// gvisor is skipped only where runsc is not installed.
+func forEachRuntime(t *testing.T, test func(t *testing.T, runtime string)) {
 	needRoot(t)
+	for _, rt := range []string{"native", "gvisor"} {
+		t.Run(rt, func(t *testing.T) {
+			if rt == "gvisor" {
+				if _, err := gvisor.Available(); err != nil {
+					t.Skipf("gvisor tier unavailable: %v", err)
+				}
+			}
+			test(t, rt)
+		})
+	}
+}
+
+func e2eLifecycle(t *testing.T, runtime string) {
 	state := stateDir(t)
 	key := newKey(t, state, "e2e")
-	s := startServer(t, state)
+	s := startServer(t, state, "--default-runtime", runtime)
 	c := client.New(s.URL, key)
 	ctx := ctxT(t)
 
 	info, err := c.Info(ctx)
-	if err != nil || info.Version == "" || len(info.Enforced) == 0 {
+	if err != nil || info.Version == "" || len(info.Enforced) == 0 || info.DefaultRuntime != runtime || !slices.Contains(info.Runtimes, runtime) {
 		t.Fatalf("info: %+v %v", info, err)
 	}
 	// The contract is served unauthenticated, and matches the routes.
@@ -45,8 +67,17 @@ func TestE2ELifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sb.State != "running" || sb.ExpiresAt == nil {
+	if sb.State != "running" || sb.ExpiresAt == nil || sb.Runtime != runtime {
 		t.Fatalf("created: %+v", sb)
+	}
+	if _, err := c.Create(ctx, client.CreateRequest{Runtime: "kvm"}); client.StatusOf(err) != 422 || !strings.Contains(err.Error(), `unknown "kvm"`) {
+		t.Fatalf("create with an unknown runtime: %v", err)
+	}
+	if runtime == "gvisor" {
+		_, err := c.Create(ctx, client.CreateRequest{Network: &client.Network{Mode: "allowlist", Allow: []string{"example.com"}}})
+		if client.StatusOf(err) != 422 || !strings.Contains(err.Error(), "not available with runtime gvisor") {
+			t.Fatalf("gvisor create with a network: %v", err)
+		}
 	}
 	script := "#!/bin/sh\necho \"hello $1\"\necho oops >&2\necho written > out.txt\nexit 3\n"
 	if n, err := c.WriteFile(ctx, sb.ID, "run.sh", strings.NewReader(script), 0o755); err != nil || n != int64(len(script)) {

@@ -369,7 +369,7 @@ func (s *Server) info(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeJSON(w, 200, map[string]any{
 		"version":  s.cfg.Version,
-		"runtimes": []string{"native"},
+		"runtimes": s.m.Runtimes(),
 		"enforced": *layers,
 		"auth":     !s.cfg.NoAuth,
 		// Ready sandboxes in the warm pool (airlock serve --pool).
@@ -377,6 +377,9 @@ func (s *Server) info(w http.ResponseWriter, r *http.Request) error {
 		// The largest limits a sandbox may ask for (airlock serve --max-*);
 		// an API key may set lower ones of its own.
 		"ceilings": s.m.Ceilings(),
+		// The runtime of sandboxes created without one (airlock serve
+		// --default-runtime).
+		"default_runtime": s.m.DefaultRuntime(),
 	})
 	return nil
 }
@@ -415,6 +418,9 @@ type CreateRequest struct {
 	// Secrets are headers the egress proxy injects; their values never
 	// reach the sandbox, the store or the audit log.
 	Secrets []egress.Secret `json:"secrets,omitempty"`
+	// Runtime is the isolation tier: native or gvisor (default: the
+	// server's --default-runtime).
+	Runtime string `json:"runtime,omitempty"`
 }
 
 // maxSeconds is the largest timeout a request may give, in seconds.
@@ -446,6 +452,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 		cr.Network = req.Network.policy()
 	}
 	cr.Secrets = req.Secrets
+	cr.Runtime = req.Runtime
 	info, err := s.m.Create(r.Context(), cr)
 	if err != nil {
 		return err

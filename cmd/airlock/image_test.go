@@ -42,7 +42,9 @@ func TestImageCLI(t *testing.T) {
 	out, errOut, code = runCLI(t, nil, "image", "inspect", "--state-dir", state, digest[7:19])
 	var got struct {
 		Digest string
-		Layers []struct{ DiffID string `json:"diff_id"` }
+		Layers []struct {
+			DiffID string `json:"diff_id"`
+		}
 		Config struct{ Env []string }
 	}
 	if code != 0 || json.Unmarshal([]byte(out), &got) != nil || got.Digest != digest || len(got.Layers) != 1 || len(got.Config.Env) != 2 {

@@ -53,6 +53,7 @@ func cmdServe(args []string) int {
 	poolSize := fs.Int("pool", 0, "ready sandboxes kept warm for creates that ask for no custom limits, env, secrets or network (counted in --max-sandboxes)")
 	poolPython := fs.Bool("pool-python", false, "pooled sandboxes' default Python context has run 'import numpy as np' and 'import pandas as pd' (contexts created later start empty)")
 	e2bMaxNet := fs.String("e2b-max-network", "open", "the most network an E2B create may ask for: none, allowlist or open (E2B SDKs before 2.46 ask for open by default; more is refused with a 403)")
+	defRuntime := fs.String("default-runtime", "native", "runtime of sandboxes created without one (API, E2B and MCP creates): native or gvisor (docs/gvisor.md)")
 	var ef egressFlags
 	ef.register(fs)
 	var imf imageServeFlags
@@ -76,6 +77,11 @@ func cmdServe(args []string) int {
 	egressCfg, err := ef.config()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "airlock serve: %v\n", err)
+		return exitUsage
+	}
+	rtm, err := selectRuntime(*defRuntime)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "airlock serve: --default-runtime: %s\n", oneLine(err))
 		return exitUsage
 	}
 	e2bNet, err := e2b.ParseMaxNetwork(*e2bMaxNet)
@@ -126,7 +132,8 @@ func cmdServe(args []string) int {
 	logger := log.New(os.Stderr, "airlock: ", log.LstdFlags)
 	m, err := manager.Open(manager.Config{StateDir: *stateDir, Store: st, AgentBinary: self, MaxSandboxes: *maxSB,
 		AllowDegraded: *allowDegraded, DefaultTimeout: *defTimeout, MaxTimeout: *maxTimeout, ReapInterval: *reap,
-		AgentGrace: *grace, KeepOnShutdown: *keep, Logf: logger.Printf, Egress: egressCfg, Ceilings: cf.ceilings()})
+		AgentGrace: *grace, KeepOnShutdown: *keep, Logf: logger.Printf, Egress: egressCfg, Ceilings: cf.ceilings(),
+		DefaultRuntime: rtm})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "airlock serve: %v\n", err)
 		return 1

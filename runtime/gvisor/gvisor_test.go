@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -321,5 +322,47 @@ func TestSetupInstallsPinnedVersion(t *testing.T) {
 	}
 	if !strings.Contains(string(b), "RUNSC_VERSION="+gvisor.Version+"\n") {
 		t.Fatalf("scripts/setup.sh does not pin runsc %s", gvisor.Version)
+	}
+}
+
+// TestNothingLeftBehind: after a run that is killed at its deadline, the
+// sandbox's bundle, runsc's state and every cgroup directory named after
+// it (airlock's and those runsc made in the other hierarchies) are gone.
+func TestNothingLeftBehind(t *testing.T) {
+	needRunsc(t)
+	id := native.NewRunID()
+	p := gvPolicy(t, func(p *policy.Policy) { p.Limits.WallTime = time.Second })
+	res, err := gvisor.Run(context.Background(), native.Config{ID: id, Policy: p, Args: []string{"sleep", "60"}}, native.RunOptions{})
+	if err != nil || res.Status != native.StatusTimeout {
+		t.Fatalf("run: %v %+v", err, res)
+	}
+	left, _ := filepath.Glob("/sys/fs/cgroup/*/airlock/" + id)
+	for _, pat := range []string{filepath.Join(gvisor.StateBase, "bundles", id), filepath.Join(gvisor.StateBase, "root", "*"+id+"*")} {
+		m, _ := filepath.Glob(pat)
+		left = append(left, m...)
+	}
+	if len(left) > 0 {
+		t.Fatalf("left behind: %v", left)
+	}
+}
+
+// TestWorkspaceDir: a host workspace that does not exist is created for
+// the sandbox user and what the sandbox writes lands there, owned by that
+// uid; an existing directory of another owner is refused with what to do.
+func TestWorkspaceDir(t *testing.T) {
+	needRunsc(t)
+	dir := filepath.Join(t.TempDir(), "ws")
+	res := gvRun(t, func(p *policy.Policy) { p.Filesystem.Workspace = dir }, "/bin/sh", "-c", "echo data > /workspace/out.txt")
+	if res.Status != native.StatusOK {
+		t.Fatalf("run: %+v", res)
+	}
+	fi, err := os.Stat(filepath.Join(dir, "out.txt"))
+	if err != nil || fi.Sys().(*syscall.Stat_t).Uid != 1000 {
+		t.Fatalf("out.txt on the host: %v %+v", err, fi)
+	}
+	other := t.TempDir() // owned by root
+	p := gvPolicy(t, func(p *policy.Policy) { p.Filesystem.Workspace = other })
+	if _, err := gvisor.Run(context.Background(), native.Config{Policy: p, Args: []string{"true"}}, native.RunOptions{}); err == nil || !strings.Contains(err.Error(), "chown -R 1000:1000") {
+		t.Fatalf("root-owned workspace: %v", err)
 	}
 }

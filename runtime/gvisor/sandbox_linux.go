@@ -20,9 +20,14 @@ import (
 	"airlock/runtime/native/cgroups"
 )
 
-// StateBase is where sandboxes keep their OCI bundle and runsc's state
-// (one private directory per sandbox, removed by Destroy).
+// StateBase holds runsc's state directory (root/: runsc's --root, shared
+// by all of airlock's gVisor sandboxes, so that runsc's empty network
+// namespace is made once) and one private bundle directory per sandbox
+// (bundles/ID), removed by Destroy.
 const StateBase = "/run/airlock/runsc"
+
+// runscRoot is runsc's --root.
+var runscRoot = filepath.Join(StateBase, "root")
 
 // Platform is the gVisor platform airlock uses: systrap works without
 // /dev/kvm and inside VMs.
@@ -40,7 +45,7 @@ type Sandbox struct {
 	Started time.Time
 
 	runsc    Runsc
-	dir      string // private state directory: bundle/ and root/
+	dir      string // private state directory: bundle/
 	cmd      *exec.Cmd
 	group    *cgroups.Group
 	enforced rt.Enforced
@@ -82,6 +87,14 @@ func Start(cfg native.Config) (*Sandbox, error) {
 	id := cfg.ID
 	if id == "" {
 		id = native.NewID()
+	}
+	if !validID(id) {
+		return nil, fmt.Errorf("gvisor: bad sandbox id %q: want [a-z0-9-]", id)
+	}
+	if p.Filesystem.Workspace != "" {
+		if err := prepareWorkspace(p.Filesystem.Workspace, p.User.UID, p.User.GID); err != nil {
+			return nil, err
+		}
 	}
 	layout, err := native.RootLayout(&p, cfg.AgentBinary)
 	if err != nil {
@@ -142,10 +155,12 @@ func Start(cfg native.Config) (*Sandbox, error) {
 		}
 		return nil, &native.SetupError{Step: step, Err: err}
 	}
-	if err := os.MkdirAll(StateBase, 0o700); err != nil {
-		return fail("state directory", err)
+	for _, d := range []string{runscRoot, filepath.Join(StateBase, "bundles")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return fail("state directory", err)
+		}
 	}
-	s.dir = filepath.Join(StateBase, id)
+	s.dir = filepath.Join(StateBase, "bundles", id)
 	if err := os.Mkdir(s.dir, 0o700); err != nil {
 		s.dir = ""
 		return fail("state directory", err)
@@ -193,9 +208,91 @@ func Start(cfg native.Config) (*Sandbox, error) {
 const PidsOverhead = 64
 
 // globalFlags are runsc's flags for this sandbox.
-func (s *Sandbox) globalFlags() []string {
-	return []string{"--root", filepath.Join(s.dir, "root"), "--rootless=false", "--platform=" + Platform,
+func (s *Sandbox) globalFlags() []string { return runscFlags() }
+
+// runscFlags are runsc's flags for airlock's sandboxes.
+func runscFlags() []string {
+	return []string{"--root", runscRoot, "--rootless=false", "--platform=" + Platform,
 		"--network=none", "--overlay2=none", "--host-uds=none", "--host-fifo=none"}
+}
+
+// Remove kills what is left of sandbox id after the process that started
+// it died (runsc delete --force: the sentry, the gofer, runsc's state and
+// the cgroups runsc made) and removes its state directory. The airlock
+// cgroup itself is the caller's to remove.
+func Remove(id string) error {
+	if !validID(id) {
+		return fmt.Errorf("gvisor: bad sandbox id %q", id)
+	}
+	dir := filepath.Join(StateBase, "bundles", id)
+	rs, err := Find()
+	if err == nil {
+		_ = exec.Command(rs.Path, append(runscFlags(), "delete", "--force", id)...).Run()
+	}
+	removeRunscLeftovers(id)
+	return os.RemoveAll(dir)
+}
+
+// prepareWorkspace makes a host workspace directory usable by the sandbox
+// user. gVisor's gofer creates files with the sandbox's own uid and gid
+// (no user namespace mapping), so a missing directory is created owned by
+// them, and an existing one must already be (airlock never chowns a
+// user's files).
+func prepareWorkspace(dir string, uid, gid int) error {
+	fi, err := os.Lstat(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("create workspace: %w", err)
+		}
+		if err := os.Lchown(dir, uid, gid); err != nil {
+			return fmt.Errorf("chown workspace: %w", err)
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("workspace: %w", err)
+	}
+	if st := fi.Sys().(*syscall.Stat_t); !fi.IsDir() || int(st.Uid) != uid {
+		return fmt.Errorf("workspace %s must be a directory owned by uid %d, the gvisor sandbox's user (files are created as that host uid): chown -R %d:%d %s, or pass a directory that does not exist yet",
+			dir, uid, uid, gid, dir)
+	}
+	return nil
+}
+
+// hasRunscState reports whether runsc keeps state for sandbox id.
+func hasRunscState(id string) bool {
+	m, _ := filepath.Glob(filepath.Join(runscRoot, "*"+id+"*.state"))
+	return len(m) > 0
+}
+
+// removeRunscLeftovers removes what runsc may leave of a dead sandbox
+// id: its lock file, and the (empty) cgroup v1 directories it made in
+// hierarchies airlock does not manage (cpuset, devices, blkio...).
+func removeRunscLeftovers(id string) {
+	if !hasRunscState(id) {
+		locks, _ := filepath.Glob(filepath.Join(runscRoot, "*"+id+"*.lock"))
+		for _, l := range locks {
+			_ = os.Remove(l)
+		}
+	}
+	dirs, _ := filepath.Glob("/sys/fs/cgroup/*/airlock/" + id)
+	for _, d := range dirs {
+		_ = os.Remove(d)
+	}
+}
+
+// validID reports whether id can name a state directory (as sandbox and
+// run ids do: [a-z0-9-]).
+func validID(id string) bool {
+	if id == "" || len(id) > 128 {
+		return false
+	}
+	for _, c := range id {
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
+			return false
+		}
+	}
+	return true
 }
 
 // runscCgroupPath is the group's path as runsc's OCI cgroupsPath: relative
@@ -321,8 +418,13 @@ func (s *Sandbox) Destroy() error {
 		s.Kill()
 		s.Wait()
 		// runsc's own state and the cgroups it created in the other
-		// hierarchies (cpuset, devices...) go with delete --force.
-		_ = exec.Command(s.runsc.Path, append(s.globalFlags(), "delete", "--force", s.ID)...).Run()
+		// hierarchies (cpuset, devices...) go with delete --force, if
+		// runsc did not remove them itself (it does when the program
+		// exits on its own).
+		if hasRunscState(s.ID) {
+			_ = exec.Command(s.runsc.Path, append(s.globalFlags(), "delete", "--force", s.ID)...).Run()
+		}
+		removeRunscLeftovers(s.ID)
 		if s.group != nil {
 			err = s.group.Destroy()
 		}

@@ -1,0 +1,49 @@
+package manager
+
+import (
+	"fmt"
+
+	"airlock/policy"
+	"airlock/runtime/gvisor"
+)
+
+// checkRuntime refuses an unknown runtime, and gvisor on a host where it
+// cannot run (the error says how to install runsc).
+func checkRuntime(name string) error {
+	r, err := policy.ParseRuntime(name)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrPolicy, err)
+	}
+	if r == policy.RuntimeGVisor {
+		if _, err := gvisor.Available(); err != nil {
+			return fmt.Errorf("%w: %w", ErrPolicy, err)
+		}
+	}
+	return nil
+}
+
+// checkRuntimePolicy refuses what a runtime cannot enforce yet.
+func checkRuntimePolicy(p *policy.Policy) error {
+	if p.Runtime == policy.RuntimeGVisor && p.Network.Mode != policy.NetNone {
+		return fmt.Errorf("%w: network mode %q is not available with runtime gvisor yet (only none)", ErrPolicy, p.Network.Mode)
+	}
+	return nil
+}
+
+// Runtimes lists the runtimes sandboxes can run under on this server:
+// native, and gvisor where runsc is installed.
+func (m *Manager) Runtimes() []string {
+	out := []string{string(policy.RuntimeNative)}
+	if _, err := gvisor.Available(); err == nil {
+		out = append(out, string(policy.RuntimeGVisor))
+	}
+	return out
+}
+
+// DefaultRuntime is the runtime of sandboxes created without one.
+func (m *Manager) DefaultRuntime() string {
+	if m.cfg.DefaultRuntime == "" {
+		return string(policy.RuntimeNative)
+	}
+	return string(m.cfg.DefaultRuntime)
+}

@@ -1,0 +1,34 @@
+package mcp_test
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+
+	"airlock/runtime/gvisor"
+)
+
+// TestCreateSandboxRuntime: create_sandbox takes a runtime; a gvisor
+// sandbox runs commands and code behind gVisor's kernel, and an unknown
+// runtime is a tool error naming the choices.
+func TestCreateSandboxRuntime(t *testing.T) {
+	e := newEnv(t, nil)
+	cs := e.connect(t)
+	if out := mustFail(t, cs, "create_sandbox", map[string]any{"runtime": "kvm"}); !strings.Contains(out, `unknown "kvm" (want native or gvisor)`) {
+		t.Fatalf("unknown runtime: %q", out)
+	}
+	if _, err := gvisor.Available(); err != nil {
+		t.Skipf("gvisor tier unavailable: %v", err)
+	}
+	out := mustOK(t, cs, "create_sandbox", map[string]any{"runtime": "gvisor"})
+	m := regexp.MustCompile(`created sandbox (sb-[0-9a-f]+)`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("create: %q", out)
+	}
+	if out := mustOK(t, cs, "run_command", map[string]any{"command": "uname -r", "sandbox_id": m[1]}); !strings.Contains(out, "gvisor") {
+		t.Fatalf("uname -r in the gvisor sandbox: %q", out)
+	}
+	if out := mustOK(t, cs, "run_code", map[string]any{"code": "6*7", "sandbox_id": m[1]}); !strings.Contains(out, "42") {
+		t.Fatalf("run_code in the gvisor sandbox: %q", out)
+	}
+}

@@ -1,0 +1,64 @@
+package server_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"airlock/client"
+	"airlock/runtime/gvisor"
+)
+
+// TestE2ECrashRecoveryGVisor: a gvisor sandbox does not survive a server
+// crash (its agent was connected over a socketpair); the restarted server
+// records it lost and nothing of it is left: no runsc, sentry or gofer,
+// no cgroup in any hierarchy, no bundle, no runsc state.
+func TestE2ECrashRecoveryGVisor(t *testing.T) {
+	needRoot(t)
+	if _, err := gvisor.Available(); err != nil {
+		t.Skipf("gvisor tier unavailable: %v", err)
+	}
+	state := stateDir(t)
+	key := newKey(t, state, "crash")
+	s1 := startServer(t, state)
+	c := client.New(s1.URL, key)
+	ctx := ctxT(t)
+	sb, err := c.Create(ctx, client.CreateRequest{Timeout: 600, Runtime: "gvisor"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Start(ctx, sb.ID, client.ExecRequest{Shell: "sleep 600"}); err != nil {
+		t.Fatal(err)
+	}
+	pid := initPid(t, state, sb.ID)
+	s1.crash()
+
+	s2 := startServer(t, state)
+	c = client.New(s2.URL, key)
+	got, err := c.Get(ctx, sb.ID)
+	if err != nil || got.State != "lost" || !strings.Contains(got.EndReason, "gvisor") {
+		t.Fatalf("gvisor sandbox after restart: %+v %v", got, err)
+	}
+	assertGone(t, state, sb.ID, pid)
+	eventually(t, 15*time.Second, "no process of the sandbox left", func() bool { return !hostHasArg(sb.ID) })
+	for _, p := range []string{filepath.Join(gvisor.StateBase, "bundles", sb.ID), filepath.Join(gvisor.StateBase, "root", "*"+sb.ID+"*")} {
+		if m, _ := filepath.Glob(p); len(m) > 0 {
+			t.Errorf("left behind: %v", m)
+		}
+	}
+}
+
+// hostHasArg reports whether a host process has arg in its command line
+// (runsc boot and gofer carry the sandbox id).
+func hostHasArg(arg string) bool {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && strings.Contains(string(b), arg) {
+			return true
+		}
+	}
+	return false
+}
