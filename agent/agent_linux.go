@@ -456,18 +456,19 @@ var handlers map[FrameType]handler
 
 func init() {
 	handlers = map[FrameType]handler{
-		FrameExec:      (*hostConn).handleExec,
-		FrameAttach:    (*hostConn).handleAttach,
-		FrameProcesses: (*hostConn).handleProcesses,
-		FrameStdin:     (*hostConn).handleStdin,
-		FrameSignal:    (*hostConn).handleSignal,
-		FrameReadFile:  (*hostConn).handleReadFile,
-		FrameWriteFile: (*hostConn).handleWriteFile,
-		FrameRemove:    (*hostConn).handleRemove,
-		FrameList:      (*hostConn).handleList,
-		FrameStat:      (*hostConn).handleStat,
-		FrameMkdir:     (*hostConn).handleMkdir,
-		FrameMove:      (*hostConn).handleMove,
+		FrameExec:          (*hostConn).handleExec,
+		FrameAttach:        (*hostConn).handleAttach,
+		FrameProcesses:     (*hostConn).handleProcesses,
+		FrameStdin:         (*hostConn).handleStdin,
+		FrameSignal:        (*hostConn).handleSignal,
+		FrameKillProcesses: (*hostConn).handleKillProcesses,
+		FrameReadFile:      (*hostConn).handleReadFile,
+		FrameWriteFile:     (*hostConn).handleWriteFile,
+		FrameRemove:        (*hostConn).handleRemove,
+		FrameList:          (*hostConn).handleList,
+		FrameStat:          (*hostConn).handleStat,
+		FrameMkdir:         (*hostConn).handleMkdir,
+		FrameMove:          (*hostConn).handleMove,
 	}
 	for t, h := range interpHandlers {
 		handlers[t] = h

@@ -518,8 +518,10 @@ func TestZombieReaping(t *testing.T) {
 	ta := startAgent(t)
 	ctx := ctxT(t)
 	apid := ta.cmd.Process.Pid
-	// Double fork: the grandchildren are orphaned and reparented to the agent.
-	out, _, st := run(t, ta.c, agent.ExecRequest{Shell: "for i in 1 2 3; do (sleep 0.3 & echo $!) ; done"})
+	// Double fork: the grandchildren are orphaned and reparented to the
+	// agent. They leave the exec's process group (setsid), or they would
+	// be killed with it when the exec ends.
+	out, _, st := run(t, ta.c, agent.ExecRequest{Shell: "for i in 1 2 3; do (setsid sleep 0.3 & echo $!) ; done"})
 	if st.Code != 0 {
 		t.Fatal(st)
 	}

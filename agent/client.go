@@ -852,6 +852,22 @@ func (c *Client) Signal(ctx context.Context, pid int, sig syscall.Signal) error 
 	return c.call(ctx, FrameSignal, signalMsg{Pid: pid, Signal: int(sig)}, nil)
 }
 
+// FrameKillProcesses kills every process the agent started and all their
+// descendants (workload processes and code-context interpreters); the agent
+// and the sandbox live on. The Result is {"killed": N}.
+const FrameKillProcesses FrameType = 0x16
+
+// KillProcesses kills every workload process of the sandbox (everything
+// the agent started, their descendants, code-context interpreters) and
+// returns how many it killed. The agent and the sandbox live on.
+func (c *Client) KillProcesses(ctx context.Context) (int, error) {
+	var m struct {
+		Killed int `json:"killed"`
+	}
+	err := c.call(ctx, FrameKillProcesses, struct{}{}, &m)
+	return m.Killed, err
+}
+
 // ReadFile streams a regular file from the sandbox. ctx bounds the whole
 // read. Non-regular files (FIFOs, devices, sockets) are refused with
 // CodeNotRegular, directories with CodeIsADirectory.

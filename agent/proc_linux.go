@@ -132,46 +132,11 @@ func (a *agent) reapAll() bool {
 // killDescendants SIGKILLs every live descendant of the agent found in
 // /proc and returns how many it signalled.
 func killDescendants() int {
-	d, err := os.Open("/proc")
-	if err != nil {
-		return 0
+	pids := descendants()
+	for _, pid := range pids {
+		syscall.Kill(pid, syscall.SIGKILL)
 	}
-	names, _ := d.Readdirnames(-1)
-	d.Close()
-	children := map[int][]int{}
-	for _, n := range names {
-		pid, err := strconv.Atoi(n)
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + n + "/stat")
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(s[i+1:])
-		if len(f) < 2 || f[0] == "Z" || f[0] == "X" {
-			continue
-		}
-		ppid, _ := strconv.Atoi(f[1])
-		children[ppid] = append(children[ppid], pid)
-	}
-	n := 0
-	queue := []int{os.Getpid()}
-	for len(queue) > 0 {
-		pid := queue[0]
-		queue = queue[1:]
-		for _, c := range children[pid] {
-			syscall.Kill(c, syscall.SIGKILL)
-			n++
-			queue = append(queue, c)
-		}
-	}
-	return n
+	return len(pids)
 }
 
 // signalNames maps Linux signal numbers to names.
@@ -205,6 +170,13 @@ func (p *proc) setExit(ws syscall.WaitStatus) {
 		p.exit = exitMsg{Code: ws.ExitStatus()}
 	case ws.Signaled():
 		p.exit = exitMsg{Code: 128 + int(ws.Signal()), Signal: signalName(ws.Signal())}
+	}
+	if !p.background {
+		// A foreground command's process tree ends with it: whatever it
+		// left running in its process group (a fork bomb's copies, a
+		// forgotten "&") is killed. The group cannot have been reused: a
+		// pgid stays taken while any member lives.
+		syscall.Kill(-p.pid, syscall.SIGKILL)
 	}
 	p.maybeDoneLocked()
 }

@@ -142,7 +142,7 @@ const (
 
 var frameNames = map[FrameType]string{
 	FrameHello: "hello", FramePing: "ping", FrameExec: "exec", FrameAttach: "attach",
-	FrameProcesses: "processes", FrameStdin: "stdin", FrameSignal: "signal",
+	FrameProcesses: "processes", FrameStdin: "stdin", FrameSignal: "signal", FrameKillProcesses: "kill_processes",
 	FrameReadFile: "read_file", FrameWriteFile: "write_file", FrameRemove: "remove",
 	FrameList: "list", FrameStat: "stat", FrameMkdir: "mkdir", FrameMove: "move",
 	FrameData: "data", FrameStdout: "stdout", FrameStderr: "stderr", FrameItems: "items",

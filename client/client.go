@@ -478,6 +478,17 @@ func (c *Client) Signal(ctx context.Context, id string, pid int, sig string) err
 		map[string]string{"signal": sig}, nil)
 }
 
+// KillProcesses kills every workload process of the sandbox (its
+// descendants and code-context interpreters too) without ending the
+// sandbox, and returns how many were killed.
+func (c *Client) KillProcesses(ctx context.Context, id string) (int, error) {
+	var out struct {
+		Killed int `json:"killed"`
+	}
+	err := c.call(ctx, "POST", sbPath(id, "/kill-processes"), nil, struct{}{}, &out)
+	return out.Killed, err
+}
+
 // ReadFile reads a file from the sandbox.
 func (c *Client) ReadFile(ctx context.Context, id, path string) ([]byte, error) {
 	req, err := c.newRequest(ctx, "GET", sbPath(id, "/files"), url.Values{"path": {path}}, nil)

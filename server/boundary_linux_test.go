@@ -242,3 +242,78 @@ func workloadHostUID(t *testing.T, c *client.Client, id string) string {
 	t.Fatal("workload process not found on the host")
 	return ""
 }
+
+// sandboxProcs counts the sandbox's processes on the host whose command
+// line contains marker.
+func sandboxProcs(t testing.TB, id, marker string) int {
+	n := 0
+	for _, pid := range pidsInCgroup(t, id) {
+		if cl, _ := readCmdline(pid); strings.Contains(cl, marker) {
+			n++
+		}
+	}
+	return n
+}
+
+// TestForegroundExecTreeEnds: a foreground exec's process tree ends with
+// it (a fork bomb on strict, a forgotten "&"), so the next exec runs at
+// once; and POST .../kill-processes ends every workload process, background
+// and escaped ones included, while the sandbox and its files live on.
+func TestForegroundExecTreeEnds(t *testing.T) {
+	needRoot(t)
+	state := stateDir(t)
+	key := newKey(t, state, "tree")
+	s := startServer(t, state)
+	c := client.New(s.URL, key)
+	ctx := ctxT(t)
+	sb, err := c.Create(ctx, client.CreateRequest{Profile: "strict", Timeout: 300})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A fork bomb returns at once with exit 0, its copies running on.
+	res, err := c.Exec(ctx, sb.ID, client.ExecRequest{Shell: "b() { b | b & }; b", Timeout: 10})
+	t.Logf("bomb: %+v %v", res, err)
+	// The very next exec runs (no retries: the bomb's slots must be free).
+	res, err = c.Exec(ctx, sb.ID, client.ExecRequest{Argv: []string{"echo", "alive"}})
+	if err != nil || strings.TrimSpace(res.Stdout) != "alive" {
+		t.Fatalf("exec after the fork bomb: %+v %v", res, err)
+	}
+	// A forgotten background job of a foreground command ends with it.
+	res, err = c.Exec(ctx, sb.ID, client.ExecRequest{Shell: "sleep 1001 & echo started"})
+	if err != nil || !strings.Contains(res.Stdout, "started") {
+		t.Fatalf("exec: %+v %v", res, err)
+	}
+	eventually(t, 10*time.Second, "the foreground exec's child ends", func() bool { return sandboxProcs(t, sb.ID, "sleep 1001") == 0 })
+
+	// kill-processes: background processes, an escaped (setsid) one.
+	if _, err := c.WriteFile(ctx, sb.ID, "/workspace/keep", strings.NewReader("kept"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Start(ctx, sb.ID, client.ExecRequest{Shell: "sleep 1002 & sleep 1003", Background: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Start(ctx, sb.ID, client.ExecRequest{Shell: "setsid sleep 1004", Background: true}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "background processes run", func() bool { return sandboxProcs(t, sb.ID, "sleep 100") >= 3 })
+	agentPid := initPid(t, state, sb.ID)
+	n, err := c.KillProcesses(ctx, sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n < 3 {
+		t.Errorf("kill-processes killed %d, want at least 3", n)
+	}
+	eventually(t, 10*time.Second, "every workload process ends", func() bool { return sandboxProcs(t, sb.ID, "sleep 100") == 0 })
+	if !alive(agentPid) {
+		t.Fatal("kill-processes killed the agent")
+	}
+	b, err := c.ReadFile(ctx, sb.ID, "/workspace/keep")
+	if err != nil || string(b) != "kept" {
+		t.Fatalf("files after kill-processes: %q %v", b, err)
+	}
+	res, err = c.Exec(ctx, sb.ID, client.ExecRequest{Argv: []string{"echo", "alive"}})
+	if err != nil || strings.TrimSpace(res.Stdout) != "alive" {
+		t.Fatalf("exec after kill-processes: %+v %v", res, err)
+	}
+}

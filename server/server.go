@@ -147,6 +147,7 @@ func (s *Server) routes() {
 	authed("GET /v1/sandboxes/{id}/processes", s.processes)
 	authed("POST /v1/sandboxes/{id}/processes/{pid}/stdin", s.stdin)
 	authed("POST /v1/sandboxes/{id}/processes/{pid}/signal", s.signal)
+	authed("POST /v1/sandboxes/{id}/kill-processes", s.killProcesses)
 	authed("GET /v1/sandboxes/{id}/processes/{pid}/events", s.events)
 	authed("GET /v1/sandboxes/{id}/processes/{pid}/logs", s.logs)
 	authed("GET /v1/sandboxes/{id}/files", s.readFile)
