@@ -52,7 +52,12 @@ func mapping(base, uid, gid int, workspace string) (idMap, *idrange.Lease, error
 		if err != nil {
 			return idMap{}, nil, err
 		}
-		lease, err = pool.Acquire(os.Getpid(), workspaceRange(pool, workspace, uid), nil)
+		want := workspaceRange(pool, workspace, uid)
+		lease, err = pool.Acquire(os.Getpid(), want, nil)
+		if want != 0 && errors.Is(err, idrange.ErrInUse) {
+			return idMap{}, nil, fmt.Errorf("workspace %s belongs to host ids %d-%d, which a live sandbox holds (one sandbox per workspace at a time): %w",
+				workspace, want, want+idrange.Size-1, err)
+		}
 		if err != nil {
 			return idMap{}, nil, fmt.Errorf("lease a host uid range: %w", err)
 		}
