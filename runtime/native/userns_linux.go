@@ -141,15 +141,15 @@ func forkAs(m idMap, pl *plan) (int, syscall.Errno) {
 }
 
 // keepLease ties a range that Start leased to the started sandbox: it is
-// handed to the init when the sandbox may outlive this process, and freed
-// once Wait has returned. It reports whether the lease is taken care of.
-func keepLease(s *Sandbox, lease *idrange.Lease, survive bool) bool {
+// handed to the init, so that the range is free the moment the init is
+// reaped (and stays taken if the sandbox outlives this process), and the
+// lease file is removed once Wait has returned. It reports whether the
+// lease is taken care of.
+func keepLease(s *Sandbox, lease *idrange.Lease, _ bool) bool {
 	if lease == nil {
 		return true
 	}
-	if survive {
-		_ = lease.SetHolder(s.Pid) // on failure this process stays the holder
-	}
+	_ = lease.SetHolder(s.Pid) // on failure this process stays the holder: the range is freed late, never shared
 	go func() {
 		<-s.Done()
 		lease.Release()
