@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 
@@ -80,12 +81,20 @@ func TestInt80(t *testing.T) {
 
 // TestWorkdirAndEnv: the program starts in the policy's workdir with exactly its env.
 func TestWorkdirAndEnv(t *testing.T) {
+	var want []string
 	res := sh(t, func(p *policy.Policy) {
 		p.Filesystem.Workdir = "/tmp"
 		p.SetEnv("GREETING", "hi")
-	}, "pwd; echo $GREETING; env | wc -l")
-	if got := strings.Fields(res.Stdout); len(got) != 3 || got[0] != "/tmp" || got[1] != "hi" || got[2] != "6" {
+		want = append(want, p.Env...)
+	}, "pwd; echo $GREETING; env -0 | tr '\\0' '\\n' | grep -v -e '^PWD=' -e '^SHLVL=' -e '^_=' | sort")
+	lines := strings.Split(strings.TrimSuffix(res.Stdout, "\n"), "\n")
+	if len(lines) < 2 || lines[0] != "/tmp" || lines[1] != "hi" {
 		t.Fatalf("got %q", res.Stdout)
+	}
+	// The environment is exactly the policy's (plus what sh itself sets).
+	sort.Strings(want)
+	if got := lines[2:]; strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("environment:\n%s\nwant exactly the policy's:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
 
