@@ -59,6 +59,8 @@ func toError(err error) *Error {
 			code = CodeNotRegular
 		case syscall.EPIPE:
 			code = CodeClosed
+		case syscall.EAGAIN:
+			code = CodeLimit
 		}
 	}
 	return &Error{Code: code, Message: err.Error()}

@@ -108,7 +108,7 @@ func (c *hostConn) startContext(id string, req ContextRequest) (*codeContext, er
 	defer cancel()
 	k, err := interp.Start(ctx, interp.Config{Language: lang, Cwd: cwd, Env: env, MaxResult: MaxCodeResult, Credential: workloadCred})
 	if err != nil {
-		return nil, fmt.Errorf("starting the %s kernel: %w", lang, err)
+		return nil, startError("the "+string(lang)+" kernel", err)
 	}
 	cc := &codeContext{info: ContextInfo{ID: id, Language: string(lang), Cwd: cwd}, k: k}
 	cs.mu.Lock()

@@ -636,7 +636,7 @@ func (a *hostConn) handleExec(s *astream, payload []byte) (any, error) {
 		syscall.Close(fds[1])
 		syscall.Close(fds[2])
 		syscall.Close(fds[4])
-		return nil, fmt.Errorf("starting %s: %w", path, err)
+		return nil, startError(path, err)
 	}
 	for _, fd := range []int{fds[1], fds[2], fds[4]} {
 		syscall.SetNonblock(fd, true)
@@ -660,6 +660,15 @@ func (a *hostConn) handleExec(s *astream, payload []byte) (any, error) {
 	}
 	p.follow(f)
 	return nil, nil
+}
+
+// startError explains a failure to start a process. fork's EAGAIN means
+// the sandbox's pids limit (threads count too) is full.
+func startError(what string, err error) error {
+	if errors.Is(err, syscall.EAGAIN) {
+		return &Error{Code: CodeLimit, Message: fmt.Sprintf("cannot start %s: the sandbox's process limit (pids) is reached; end processes (POST .../kill-processes) or create the sandbox with a higher limits.pids", what)}
+	}
+	return fmt.Errorf("starting %s: %w", what, err)
 }
 
 func (a *agent) lookup(pid int) (*proc, error) {

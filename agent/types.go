@@ -24,6 +24,7 @@ const (
 	CodeUnsupported      = "unsupported"
 	CodeProtocol         = "protocol_error"
 	CodeIO               = "io_error"
+	CodeLimit            = "limit_reached" // a process could not start: the sandbox's pids limit is reached
 	CodeInternal         = "internal"
 )
 

@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -313,6 +314,72 @@ func TestForegroundExecTreeEnds(t *testing.T) {
 		t.Fatalf("files after kill-processes: %q %v", b, err)
 	}
 	res, err = c.Exec(ctx, sb.ID, client.ExecRequest{Argv: []string{"echo", "alive"}})
+	if err != nil || strings.TrimSpace(res.Stdout) != "alive" {
+		t.Fatalf("exec after kill-processes: %+v %v", res, err)
+	}
+}
+
+// fillPidsPy forks sleepers until fork fails, then holds every slot.
+const fillPidsPy = `
+import os, sys, time
+n = 0
+while True:
+    try:
+        pid = os.fork()
+    except OSError:
+        break
+    if pid == 0:
+        time.sleep(1000)
+        os._exit(0)
+    n += 1
+print("filled", n, flush=True)
+time.sleep(1000)
+`
+
+// TestPidsExhaustedIs429: when the workload holds every pid slot, exec and
+// context creation answer 429 limit_reached (not 500/502), the agent lives
+// on, and kill-processes gives the slots back.
+func TestPidsExhaustedIs429(t *testing.T) {
+	needRoot(t)
+	state := stateDir(t)
+	key := newKey(t, state, "pids")
+	s := startServer(t, state)
+	c := client.New(s.URL, key)
+	ctx := ctxT(t)
+	sb, err := c.Create(ctx, client.CreateRequest{Profile: "strict", Limits: &client.Limits{Pids: 64}, Timeout: 300})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := c.Start(ctx, sb.ID, client.ExecRequest{Argv: []string{"/usr/bin/python3", "-c", fillPidsPy}, Background: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the filler holds every slot", func() bool {
+		ps, err := c.Processes(ctx, sb.ID)
+		if err != nil {
+			return false
+		}
+		for _, p := range ps {
+			if p.Pid == pid {
+				return sandboxProcs(t, sb.ID, "python3") > 1
+			}
+		}
+		return false
+	})
+	time.Sleep(500 * time.Millisecond) // let the filler reach its first failed fork
+	var apiErr *client.Error
+	_, err = c.Exec(ctx, sb.ID, client.ExecRequest{Argv: []string{"true"}})
+	if !errors.As(err, &apiErr) || apiErr.Status != 429 || apiErr.Code != "limit_reached" {
+		t.Errorf("exec with every pid taken: %v, want 429 limit_reached", err)
+	}
+	_, err = c.CreateContext(ctx, sb.ID, client.ContextRequest{Language: "python"})
+	if !errors.As(err, &apiErr) || apiErr.Status != 429 || apiErr.Code != "limit_reached" {
+		t.Errorf("context with every pid taken: %v, want 429 limit_reached", err)
+	}
+	if _, err := c.KillProcesses(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Exec(ctx, sb.ID, client.ExecRequest{Argv: []string{"echo", "alive"}})
 	if err != nil || strings.TrimSpace(res.Stdout) != "alive" {
 		t.Fatalf("exec after kill-processes: %+v %v", res, err)
 	}

@@ -105,7 +105,7 @@ func codeAgentErr(err error) error {
 			return errf(400, "bad_request", "%s", ae.Message)
 		case agent.CodeNameTooLong:
 			return errf(400, "name_too_long", "%s", ae.Message)
-		case agent.CodeTooLarge:
+		case agent.CodeTooLarge, agent.CodeLimit:
 			return errf(429, "limit_reached", "%s", ae.Message)
 		case agent.CodeExists:
 			return errf(409, "conflict", "%s", ae.Message)

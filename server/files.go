@@ -82,6 +82,8 @@ func agentStatus(err error) (int, string, bool) {
 		return 507, "no_space", true
 	case agent.CodeClosed:
 		return 409, "closed", true
+	case agent.CodeLimit:
+		return 429, "limit_reached", true
 	}
 	return 500, ae.Code, true
 }
