@@ -66,12 +66,14 @@ func parseLanguage(s string) (interp.Language, error) {
 		return interp.Python, nil
 	case "js", "node":
 		return interp.JavaScript, nil
+	case "ts":
+		return interp.TypeScript, nil
 	case "sh", "shell":
 		return interp.Bash, nil
-	case interp.Python, interp.JavaScript, interp.Bash:
+	case interp.Python, interp.JavaScript, interp.TypeScript, interp.Bash:
 		return l, nil
 	}
-	return "", &Error{Code: CodeUnsupported, Message: fmt.Sprintf("language %q is not supported (python, javascript, bash)", s)}
+	return "", &Error{Code: CodeUnsupported, Message: fmt.Sprintf("language %q is not supported (python, javascript, typescript, bash)", s)}
 }
 
 // startContext starts a kernel for req with the given id ("" for a random

@@ -280,7 +280,9 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, defTimeout floa
 		md[k] = v
 	}
 	md[templateKey] = req.TemplateID
-	env := map[string]string{"E2B_SANDBOX": "true"}
+	// E2B code expects its home to be /home/user (a link to the workspace
+	// in airlock sandboxes); commands also get PWD (see processStart).
+	env := map[string]string{"E2B_SANDBOX": "true", "HOME": E2BHome}
 	for k, v := range req.EnvVars {
 		env[k] = v
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -49,6 +50,9 @@ var (
 	ErrContextNotFound = errors.New("context not found")
 	// ErrLanguage: the language is not available.
 	ErrLanguage = errors.New("language not supported")
+	// ErrBadCwd: a context's working directory does not exist in the
+	// sandbox or cannot be entered.
+	ErrBadCwd = errors.New("bad working directory")
 )
 
 // CodeContext describes a context.
@@ -70,6 +74,11 @@ type CellRequest struct {
 	Code string
 	// Env holds environment variables for this cell only.
 	Env map[string]string
+	// Started, if set, is called once the cell has been accepted (its
+	// context exists and its kernel runs), before its first output: the
+	// response can begin then, so that a client's request timer stops
+	// however long the cell stays silent.
+	Started func()
 }
 
 // CellOutput is one output of a cell.
@@ -107,6 +116,8 @@ var mimeKeys = map[string]string{
 	"text/plain": "text", "text/html": "html", "text/markdown": "markdown", "image/svg+xml": "svg",
 	"image/png": "png", "image/jpeg": "jpeg", "application/pdf": "pdf", "text/latex": "latex",
 	"application/json": "json", "application/javascript": "javascript",
+	// E2B's own: a DataFrame's columns, a chart's data.
+	"e2b/data": "data", "e2b/chart": "chart",
 }
 
 // resultMessage converts a MIME bundle to E2B's result message.
@@ -116,7 +127,7 @@ func resultMessage(o CellOutput) map[string]any {
 	for mt, v := range o.Data {
 		key, known := mimeKeys[mt]
 		var val any = v
-		if strings.HasSuffix(mt, "json") {
+		if strings.HasSuffix(mt, "json") || strings.HasPrefix(mt, "e2b/") {
 			// JSON types travel as JSON values, not strings.
 			if json.Valid([]byte(v)) {
 				val = json.RawMessage(v)
@@ -179,8 +190,10 @@ func interpStatus(err error) int {
 	switch {
 	case errors.Is(err, ErrContextNotFound):
 		return http.StatusNotFound
-	case errors.Is(err, ErrLanguage):
-		return http.StatusBadRequest
+	case errors.Is(err, ErrLanguage), errors.Is(err, ErrBadCwd):
+		// Not 400: the SDKs show the body of a 404 (and 502) only, and
+		// both are something the sandbox does not have.
+		return http.StatusNotFound
 	case errors.Is(err, context.Canceled):
 		return 499
 	}
@@ -251,7 +264,14 @@ func (h *Handler) serveInterpreter(w http.ResponseWriter, r *http.Request, b *bo
 			return
 		}
 		c, err := in.CreateContext(ctx, sb, req.Language, cwd)
-		if err != nil {
+		switch {
+		case errors.Is(err, ErrBadCwd):
+			writePlain(w, interpStatus(err), fmt.Sprintf("failed to create context: cwd %s cannot be the working directory (%v); E2B code works in %s", req.Cwd, err, E2BHome))
+			return
+		case errors.Is(err, ErrLanguage):
+			writePlain(w, interpStatus(err), fmt.Sprintf("failed to create context: language %q is not available in this sandbox (%v)", req.Language, err))
+			return
+		case err != nil:
 			writePlain(w, interpStatus(err), "failed to create context: "+err.Error())
 			return
 		}
@@ -313,14 +333,17 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request, b *boxState) {
 		return
 	}
 	out := &ndjson{w: w, rc: http.NewResponseController(w)}
-	started := false
+	begun := false
 	start := func() {
-		if !started {
-			started = true
+		if !begun {
+			begun = true
 			w.Header().Set("Content-Type", "application/x-ndjson")
 			w.Header().Set("X-Content-Type-Options", "nosniff")
 			w.WriteHeader(http.StatusOK)
 			out.ok = true
+			// Send the headers now: the SDKs' request timeout runs until
+			// they arrive, the cell's own timeout (timeoutMs) after.
+			out.rc.Flush()
 		}
 	}
 	var mu sync.Mutex
@@ -343,12 +366,36 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request, b *boxState) {
 				"traceback": strings.Join(e.Traceback, "\n")})
 		}
 	}
+	started := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		start()
+	}
 	end, err := h.cfg.Interpreter.Execute(r.Context(), b.sb, CellRequest{ContextID: req.ContextID,
-		Language: req.Language, Code: req.Code, Env: req.EnvVars}, emit)
+		Language: req.Language, Code: req.Code, Env: req.EnvVars, Started: started}, emit)
+	if err != nil && interpStatus(err) == http.StatusBadGateway {
+		if why := h.sandboxEnded(r.Context(), b.sb); why != "" {
+			err = fmt.Errorf("%s while the cell ran", why)
+			if !begun {
+				writePlain(w, http.StatusBadGateway, err.Error())
+				return
+			}
+			emit(CellOutput{Type: "error", Error: &CellError{Name: "SandboxEnded", Value: err.Error()}})
+			err = nil
+			end.ExecutionCount = -1
+		}
+	}
+	if errors.Is(err, ErrLanguage) {
+		// As an error of the cell, which the SDKs show (execution.error);
+		// they show only the status of a 400.
+		emit(CellOutput{Type: "error", Error: &CellError{Name: "LanguageNotSupported",
+			Value: fmt.Sprintf("language %q is not available in this sandbox (%v)", req.Language, err)}})
+		err = nil
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	if err != nil {
-		if !started {
+		if !begun {
 			msg := err.Error()
 			if errors.Is(err, ErrContextNotFound) {
 				msg = "Context " + req.ContextID + " not found"
@@ -361,6 +408,8 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request, b *boxState) {
 		return
 	}
 	start()
-	out.write(map[string]any{"type": "number_of_executions", "execution_count": end.ExecutionCount})
+	if end.ExecutionCount >= 0 {
+		out.write(map[string]any{"type": "number_of_executions", "execution_count": end.ExecutionCount})
+	}
 	out.write(map[string]any{"type": "end_of_execution"})
 }

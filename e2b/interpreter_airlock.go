@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -36,36 +37,77 @@ func contextOf(c agent.ContextInfo) CodeContext {
 	return CodeContext{ID: c.ID, Language: c.Language, Cwd: c.Cwd}
 }
 
-// CreateContext implements Interpreter.
+// CreateContext implements Interpreter. A working directory that does not
+// exist, is not a directory or cannot be entered is ErrBadCwd.
 func (AgentInterpreter) CreateContext(ctx context.Context, sb *manager.Sandbox, language, cwd string) (CodeContext, error) {
 	c, err := sb.Agent().CreateContext(ctx, agent.ContextRequest{Language: language, Cwd: cwd})
+	var ae *agent.Error
+	if errors.As(err, &ae) {
+		switch ae.Code {
+		case agent.CodeNotFound, agent.CodeNotADirectory, agent.CodePermissionDenied:
+			return CodeContext{}, fmt.Errorf("%w: %s", ErrBadCwd, ae.Message)
+		}
+	}
 	if err != nil {
 		return CodeContext{}, interpErr(err)
 	}
 	return contextOf(c), nil
 }
 
-// Contexts implements Interpreter.
+// defaultLanguages have a context in every sandbox, as on E2B: the agent
+// starts its kernel at the first cell that needs it, and until then it is
+// listed with its language as its id.
+var defaultLanguages = []string{"python", "javascript"}
+
+// Contexts implements Interpreter: the sandbox's contexts, including the
+// default ones not started yet.
 func (AgentInterpreter) Contexts(ctx context.Context, sb *manager.Sandbox) ([]CodeContext, error) {
 	list, err := sb.Agent().Contexts(ctx)
 	if err != nil {
 		return nil, interpErr(err)
 	}
-	out := make([]CodeContext, 0, len(list))
+	out := make([]CodeContext, 0, len(list)+len(defaultLanguages))
+	have := map[string]bool{}
 	for _, c := range list {
 		out = append(out, contextOf(c))
+		have[c.ID] = true
+	}
+	for _, l := range defaultLanguages {
+		if !have[l] {
+			out = append(out, CodeContext{ID: l, Language: l, Cwd: sandboxHome})
+		}
 	}
 	return out, nil
 }
 
-// RemoveContext implements Interpreter.
-func (AgentInterpreter) RemoveContext(ctx context.Context, sb *manager.Sandbox, id string) error {
-	return interpErr(sb.Agent().DeleteContext(ctx, id))
+// defaultContext reports whether id names a default context.
+func defaultContext(id string) bool {
+	for _, l := range defaultLanguages {
+		if id == l {
+			return true
+		}
+	}
+	return false
 }
 
-// RestartContext implements Interpreter.
+// RemoveContext implements Interpreter. A default context that has not
+// started has nothing to stop.
+func (AgentInterpreter) RemoveContext(ctx context.Context, sb *manager.Sandbox, id string) error {
+	err := interpErr(sb.Agent().DeleteContext(ctx, id))
+	if errors.Is(err, ErrContextNotFound) && defaultContext(id) {
+		return nil
+	}
+	return err
+}
+
+// RestartContext implements Interpreter. Restarting a default context that
+// has not started leaves it fresh, as it is.
 func (AgentInterpreter) RestartContext(ctx context.Context, sb *manager.Sandbox, id string) error {
-	return interpErr(sb.Agent().RestartContext(ctx, id))
+	err := interpErr(sb.Agent().RestartContext(ctx, id))
+	if errors.Is(err, ErrContextNotFound) && defaultContext(id) {
+		return nil
+	}
+	return err
 }
 
 // Execute implements Interpreter. The cell has no timeout of its own: the
@@ -82,12 +124,30 @@ func (AgentInterpreter) Execute(ctx context.Context, sb *manager.Sandbox, req Ce
 			env = append(env, k+"="+req.Env[k])
 		}
 	}
+	switch {
+	case defaultContext(req.ContextID):
+		// The agent starts a default context at its first cell.
+		req.Language, req.ContextID = req.ContextID, ""
+	case req.ContextID != "" && req.Started != nil:
+		// The agent reports a missing context only in the cell's stream,
+		// which Started begins: look first, so that it is a 404.
+		list, err := sb.Agent().Contexts(ctx)
+		if err != nil {
+			return CellEnd{}, interpErr(err)
+		}
+		if !slices.ContainsFunc(list, func(c agent.ContextInfo) bool { return c.ID == req.ContextID }) {
+			return CellEnd{}, fmt.Errorf("%w: %s", ErrContextNotFound, req.ContextID)
+		}
+	}
 	cell, err := sb.Agent().RunCode(ctx, agent.CodeRequest{Code: req.Code, ContextID: req.ContextID,
 		Language: req.Language, Env: env})
 	if err != nil {
 		return CellEnd{}, interpErr(err)
 	}
 	defer cell.Close() // interrupts the cell if ctx ended first
+	if req.Started != nil {
+		req.Started()
+	}
 	sawError := false
 	// E2B's kernels deliver output a line at a time (print("a", x) is one
 	// "a 41\n" message); ours stream each write. Whole lines are passed on

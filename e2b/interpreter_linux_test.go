@@ -5,12 +5,15 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"airlock/manager"
 )
@@ -201,7 +204,9 @@ process.exit(0)
 	if len(out.List) != 1 || out.List[0] != out.Ctx {
 		t.Errorf("contexts %+v", out.List)
 	}
-	if !strings.HasPrefix(out.Missing, "NotFoundError") || !strings.Contains(out.Cobol, "400") {
+	// A language the sandbox lacks is a 404 too: the SDKs show the body
+	// of a 404 and only the status line of a 400.
+	if !strings.HasPrefix(out.Missing, "NotFoundError") || !strings.HasPrefix(out.Cobol, "NotFoundError") || !strings.Contains(out.Cobol, `"cobol" is not available`) {
 		t.Errorf("errors: missing context %q, unknown language %q", out.Missing, out.Cobol)
 	}
 	fi.mu.Lock()
@@ -211,5 +216,48 @@ process.exit(0)
 	}
 	if len(fi.requests) < 4 || fi.requests[1].Language != "python" || fi.requests[2].ContextID != out.Ctx.ID || fi.requests[2].Env["A"] != "b" {
 		t.Errorf("requests %+v", fi.requests)
+	}
+}
+
+// TestExecuteHeadersBeforeOutput checks that /execute answers its headers
+// as soon as the cell runs, before any output: the SDKs' request timeout
+// (60 s) runs until the headers arrive and only the cell's timeoutMs
+// after, so a cell silent for longer than that must have them early. The
+// cell here prints nothing until the test, having received the headers,
+// lets it go; a missing context is still a 404 before any stream.
+func TestExecuteHeadersBeforeOutput(t *testing.T) {
+	e := newEnvWith(t, true, AgentInterpreter{})
+	var created sandboxCreated
+	e.api(t, "POST", "/v2/sandboxes", e.key, `{"templateID":"code-interpreter-v1"}`).json(t, &created)
+	defer e.api(t, "DELETE", "/sandboxes/"+created.SandboxID, e.key, "")
+	hdr := map[string]string{"E2b-Sandbox-Id": created.SandboxID, "E2b-Sandbox-Port": "49999",
+		"E2b-Traffic-Access-Token": created.TrafficAccessToken, "Content-Type": "application/json"}
+	cell := `{"code":"import os, time\nwhile not os.path.exists('/tmp/go'):\n    time.sleep(0.02)\nprint('after the go')"}`
+	req, _ := http.NewRequest("POST", e.url+"/execute", strings.NewReader(cell))
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := http.DefaultClient.Do(req.WithContext(ctx))
+	if err != nil {
+		t.Fatalf("no response headers while the cell is silent: %v", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "application/x-ndjson" {
+		t.Fatalf("status %d, headers %v", resp.StatusCode, resp.Header)
+	}
+	// Only now may the cell print: from another context.
+	r := e.do(t, "POST", "/execute", hdr, []byte(`{"code":"require('fs').writeFileSync('/tmp/go', '')","language":"javascript"}`))
+	if r.status != 200 || !strings.Contains(string(r.body), "end_of_execution") {
+		t.Fatalf("releasing the cell: %d %s", r.status, r.body)
+	}
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || !strings.Contains(string(body), `"text":"after the go\n"`) || !strings.Contains(string(body), "end_of_execution") {
+		t.Fatalf("stream: %v\n%s", err, body)
+	}
+	r = e.do(t, "POST", "/execute", hdr, []byte(`{"code":"1","context_id":"ctx-0000000000000000"}`))
+	if r.status != 404 || !strings.Contains(string(r.body), "ctx-0000000000000000") {
+		t.Fatalf("missing context: %d %s", r.status, r.body)
 	}
 }

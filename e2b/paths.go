@@ -83,3 +83,11 @@ func fromSandbox(p string) string {
 	}
 	return p
 }
+
+// orHome returns p, or the sandbox home if p is empty.
+func orHome(p string) string {
+	if p == "" {
+		return sandboxHome
+	}
+	return p
+}

@@ -111,7 +111,11 @@ func (p *eproc) pump() {
 			return
 		}
 	}
-	p.finish(nil, errorf(CodeUnavailable, "lost the sandbox while following process %d: the sandbox was killed or timed out", p.pid))
+	why := p.b.h.sandboxEnded(context.Background(), p.b.sb)
+	if why == "" {
+		why = "the sandbox was killed or timed out"
+	}
+	p.finish(nil, errorf(CodeUnavailable, "lost the sandbox while following process %d: %s", p.pid, why))
 }
 
 // finish records how the process ended and wakes its streams.
@@ -283,6 +287,13 @@ func (h *Handler) processStart(ctx context.Context, c *rpcCall, b *boxState, bod
 			return errorf(CodeInvalidArgument, "bad cwd")
 		}
 		cwd = sp
+	}
+	if _, set := req.Process.Envs["PWD"]; !set {
+		// The process runs in the workspace; PWD names it as E2B code
+		// knows it (/home/user links to it), and shells take PWD for their
+		// working directory when it names the same directory, so that
+		// `pwd` says /home/user.
+		env = append(env, "PWD="+fromSandbox(orHome(cwd)))
 	}
 	tag := ""
 	if req.Tag != nil {

@@ -92,6 +92,9 @@ type Language string
 const (
 	Python     Language = "python"
 	JavaScript Language = "javascript"
+	// TypeScript runs in a JavaScript kernel: each cell is transpiled to
+	// JavaScript first (esbuild, types stripped, not checked).
+	TypeScript Language = "typescript"
 	Bash       Language = "bash"
 )
 
@@ -235,7 +238,7 @@ type Kernel struct {
 // only.
 func Start(ctx context.Context, cfg Config) (*Kernel, error) {
 	switch cfg.Language {
-	case Python, JavaScript, Bash:
+	case Python, JavaScript, TypeScript, Bash:
 	default:
 		return nil, fmt.Errorf("interp: unknown language %q", cfg.Language)
 	}
@@ -371,6 +374,9 @@ func (k *Kernel) ExecuteWith(ctx context.Context, code string, opts ExecuteOptio
 		k.mu.Unlock()
 	}()
 
+	if k.cfg.Language == TypeScript {
+		code = transpileTS(code)
+	}
 	token := newToken()
 	req, err := encodeRequest(k.cfg.Language, res.ExecutionCount, code, token, k.cfg.MaxResult, timeout, opts.Env)
 	if err != nil {

@@ -27,7 +27,8 @@ var raceEnabled bool
 func start(t testing.TB, cfg interp.Config) *interp.Kernel {
 	t.Helper()
 	path := map[interp.Language]string{
-		interp.Python: interp.DefaultPython, interp.JavaScript: interp.DefaultNode, interp.Bash: interp.DefaultBash,
+		interp.Python: interp.DefaultPython, interp.JavaScript: interp.DefaultNode, interp.TypeScript: interp.DefaultNode,
+		interp.Bash: interp.DefaultBash,
 	}[cfg.Language]
 	if _, err := os.Stat(path); err != nil {
 		t.Skipf("no %s interpreter: %v", cfg.Language, err)

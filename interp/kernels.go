@@ -63,7 +63,7 @@ func (cfg *Config) launch(token string) launch {
 			argv:     []string{cfg.Python, "-u", "-c", pythonBootstrap},
 			preamble: withInit(sourceFrame(pythonKernel), token),
 		}
-	case JavaScript:
+	case JavaScript, TypeScript:
 		return launch{
 			argv:     []string{cfg.Node, "--expose-internals", "-e", javascriptBootstrap},
 			preamble: withInit(sourceFrame(javascriptKernel), token),
@@ -104,7 +104,7 @@ var errNUL = errors.New("interp: bash cells cannot contain NUL bytes")
 func encodeRequest(lang Language, n int, code, token string, maxResult int, timeout time.Duration, env map[string]string) ([]byte, error) {
 	if lang != Bash {
 		r := request{N: n, Code: code, Token: token, MaxResult: maxResult, Env: env}
-		if lang == JavaScript && timeout > 0 {
+		if (lang == JavaScript || lang == TypeScript) && timeout > 0 {
 			r.TimeoutMS = float64(timeout) / float64(time.Millisecond)
 		}
 		b, err := json.Marshal(r)

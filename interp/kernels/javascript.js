@@ -37,6 +37,13 @@
     // async wrapper whose declarations do not persist.
   }
 
+  let acorn = null;
+  try {
+    acorn = require('internal/deps/acorn/acorn/dist/acorn');
+  } catch {
+    // Without --expose-internals, static import statements stay refused.
+  }
+
   const state = { token: '', n: 0, synced: [0, 0], maxResult: 16 << 20, cell: null };
 
   function writeAll(fd, buf) {
@@ -95,6 +102,15 @@
   vm.runInContext('globalThis.global = globalThis', context);
 
   const importModuleDynamically = vm.constants && vm.constants.USE_MAIN_CONTEXT_DEFAULT_LOADER;
+  if (importModuleDynamically) {
+    // node warns, on a cell's first import(), that the loader option
+    // above is experimental: a message about the kernel, not the cell.
+    const emitWarning = process.emitWarning;
+    process.emitWarning = function (warning, ...rest) {
+      if (String(warning && warning.message || warning).includes('USE_MAIN_CONTEXT_DEFAULT_LOADER')) return;
+      return emitWarning.call(this, warning, ...rest);
+    };
+  }
 
   function compile(code, filename) {
     const opts = { filename };
@@ -102,8 +118,66 @@
     return new vm.Script(code, opts);
   }
 
+  // Rewrites a cell's top-level ES module syntax for a script: each static
+  // import becomes `const ... = await import(...)`, whose bindings then
+  // persist like any top-level declaration (the await transform below
+  // hoists them), and `export` before a declaration is dropped. Returns
+  // null if the cell has none, or does not parse as a module.
+  function esmToScript(code) {
+    if (acorn === null || !/\b(import|export)\b/.test(code)) return null;
+    let ast;
+    try {
+      ast = acorn.parse(code, { ecmaVersion: 'latest', sourceType: 'module', allowHashBang: true });
+    } catch {
+      return null;
+    }
+    const edits = [];
+    for (const node of ast.body) {
+      if (node.type === 'ImportDeclaration') {
+        const src = code.slice(node.source.start, node.source.end);
+        const names = [];
+        let ns = null;
+        for (const sp of node.specifiers) {
+          if (sp.type === 'ImportNamespaceSpecifier') ns = sp.local.name;
+          else if (sp.type === 'ImportDefaultSpecifier') names.push('default: ' + sp.local.name);
+          else {
+            const imported = sp.imported.type === 'Literal' ? JSON.stringify(sp.imported.value) : sp.imported.name;
+            names.push(imported === sp.local.name ? imported : imported + ': ' + sp.local.name);
+          }
+        }
+        let text;
+        if (ns !== null) {
+          text = `const ${ns} = await import(${src});` + (names.length ? ` const { ${names.join(', ')} } = ${ns};` : '');
+        } else if (names.length) {
+          text = `const { ${names.join(', ')} } = await import(${src});`;
+        } else {
+          text = `await import(${src});`;
+        }
+        edits.push([node.start, node.end, text]);
+      } else if (node.type === 'ExportNamedDeclaration' && node.declaration) {
+        edits.push([node.start, node.declaration.start, '']);
+      } else if (node.type === 'ExportNamedDeclaration' || node.type === 'ExportDefaultDeclaration' || node.type === 'ExportAllDeclaration') {
+        return null; // a cell exports nothing to anyone
+      }
+    }
+    if (edits.length === 0) return null;
+    let out = code;
+    for (const [start, end, text] of edits.reverse()) out = out.slice(0, start) + text + out.slice(end);
+    return out;
+  }
+
   // Returns [script, async] for a cell, or throws its SyntaxError.
   function prepare(code, filename) {
+    try {
+      return prepareScript(code, filename);
+    } catch (e) {
+      const script = e instanceof SyntaxError ? esmToScript(code) : null;
+      if (script === null) throw e;
+      return prepareScript(script, filename);
+    }
+  }
+
+  function prepareScript(code, filename) {
     if (/^\s*\{/.test(code) && /\}\s*$/.test(code)) {
       // `{a: 1}` is an object, not a block, as in node's REPL.
       try {

@@ -198,6 +198,11 @@ def bundle(obj):
             data['application/json'] = part.to_json(orient='split', date_format='iso', default_handler=str)
         except Exception as e:
             warn_formatter('to_json', e)
+        if isinstance(obj, pd.DataFrame):
+            try:
+                data['e2b/data'] = frame_data(obj)
+            except Exception as e:
+                warn_formatter('to_dict', e)
         if isinstance(obj, pd.Series) and 'text/html' not in data:
             try:
                 data['text/html'] = obj.to_frame()._repr_html_()
@@ -205,6 +210,39 @@ def bundle(obj):
                 warn_formatter('to_frame', e)
     data['text/plain'] = repr(obj)
     return data
+
+
+def dedent(src):
+    """textwrap.dedent without importing textwrap into every kernel."""
+    if not src[:1].isspace():
+        return src
+    import textwrap
+    return textwrap.dedent(src)
+
+
+def frame_data(df):
+    """A DataFrame as E2B's result.data: {column: [values]}, timestamps in
+    ISO 8601, at most JSON_ROWS rows."""
+    pd = sys.modules['pandas']
+    part = df if len(df) <= JSON_ROWS else df.head(JSON_ROWS)
+    out = {}
+    for key, values in part.to_dict(orient='list').items():
+        out[str(key)] = [v.isoformat() if isinstance(v, pd.Timestamp) else None if isinstance(v, float) and v != v else v for v in values]
+    return json.dumps(out, default=scalar)
+
+
+def scalar(o):
+    """JSON for what json does not know: numpy scalars as their value."""
+    item = safe_getattr(o, 'item')
+    if callable(item):
+        try:
+            v = item()
+            if not isinstance(v, float) or v == v:
+                return v
+            return None
+        except Exception:
+            pass
+    return str(o)
 
 
 def warn_formatter(name, e):
@@ -400,7 +438,10 @@ def magic(kind, line):
 
 def run_cell(req, ns):
     n = st.n
-    src = req.get('code', '')
+    # An indented cell (code pasted from inside a function, or a string
+    # literal written indented) runs as if it were not: textwrap.dedent,
+    # as E2B's and IPython's kernels do.
+    src = dedent(req.get('code', ''))
     fname = '<cell-%d>' % n
     linecache.cache[fname] = (len(src), None, src.splitlines(True), fname)
     msgs = []

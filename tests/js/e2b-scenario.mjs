@@ -124,6 +124,13 @@ async function main() {
     eq(r.stdout, 'made\n', 'cat in cwd /home/user/sub')
   })
 
+  await step('home: pwd, $HOME and a command\'s cwd are /home/user', async () => {
+    const r = await sbx.commands.run('pwd; echo "$HOME"; cd sub && pwd; cd ~ && pwd')
+    eq(r.stdout, '/home/user\n/home/user\n/home/user/sub\n/home/user\n', 'pwd, $HOME, cd')
+    eq((await sbx.commands.run('pwd', { cwd: '/home/user/sub' })).stdout, '/home/user/sub\n', 'pwd with cwd')
+    eq((await sbx.commands.run('pwd', { cwd: 'sub' })).stdout, '/home/user/sub\n', 'pwd with a relative cwd')
+  })
+
   await step('commands.run background: true, list, then kill', async () => {
     const h = await sbx.commands.run('echo started; sleep 600', { background: true })
     assert(Number.isInteger(h.pid) && h.pid > 0, `pid ${h.pid}`)
@@ -256,6 +263,22 @@ async function main() {
       `allowInternetAccess of a sandbox created without network settings by e2b ${sdkVersion}`)
   })
 
+  await step('a sandbox killed during a cell and a command: the calls say it was killed', async () => {
+    const ci = await Sandbox.connect(other.sandboxId)
+    let cellStarted, cmdStarted
+    const cellGo = new Promise((r) => { cellStarted = r })
+    const cmdGo = new Promise((r) => { cmdStarted = r })
+    const cell = ci.runCode('print("started", flush=True)\nimport time\ntime.sleep(60)', { onStdout: () => cellStarted() })
+    const cmd = other.commands.run('echo started; sleep 60', { onStdout: () => cmdStarted() }).catch((e) => e)
+    await Promise.all([cellGo, cmdGo])
+    eq(await BaseSandbox.kill(other.sandboxId), true, 'kill')
+    const r = await cell
+    eq(r.error?.name, 'SandboxEnded', `cell error ${JSON.stringify(r.error)}`)
+    assert(/was killed/.test(r.error.value), `cell error value ${r.error.value}`)
+    const e = await cmd
+    assert(e instanceof Error && /was killed/.test(e.message), `command: ${e?.name}: ${e?.message}`)
+  })
+
   await step('kill, then calls on the killed sandbox fail with NotFoundError', async () => {
     eq(await sbx.kill(), true, 'kill()')
     eq(await BaseSandbox.kill(sbx.sandboxId), false, 'killing it again')
@@ -265,15 +288,16 @@ async function main() {
     eq(await sbx.isRunning(), false, 'isRunning()')
     const left = await BaseSandbox.list({ query: { metadata: { run } } }).nextItems()
     eq(left.length, 0, 'killed sandbox still listed')
-    eq(await other.kill(), true, 'kill() of the second sandbox')
+    eq(await other.kill(), false, 'kill() of the second sandbox, killed already')
   })
 }
 
 async function runCodeSteps(sbx) {
   // The code interpreter needs interpreter kernels inside the sandbox;
   // find out whether this server has them before asserting on results.
-  let first
+  let first, fresh
   try {
+    fresh = await sbx.listCodeContexts()
     first = await sbx.runCode('x = 41\nx + 1')
   } catch (e) {
     const reason = `the server's code interpreter is unavailable (${e.name}: ${e.message})`
@@ -281,6 +305,11 @@ async function runCodeSteps(sbx) {
       'runCode: exception as ExecutionError', 'runCode: JavaScript context']) skip(s, reason)
     return
   }
+  await step('runCode: a fresh sandbox lists the default python and javascript contexts', async () => {
+    eq(fresh.map((c) => [c.language, c.cwd]).sort(), [['javascript', '/home/user'], ['python', '/home/user']], 'contexts')
+    const js = fresh.find((c) => c.language === 'javascript')
+    eq((await sbx.runCode('20 + 22', { context: js })).text, '42', 'a cell in the default javascript context')
+  })
   await step('runCode: state across cells', async () => {
     eq(first.error, undefined, 'error')
     eq(first.text, '42', 'x + 1')
@@ -306,6 +335,49 @@ async function runCodeSteps(sbx) {
     assert(r.error.traceback.includes('ZeroDivisionError'), 'traceback')
     const after = await sbx.runCode('x')
     eq(after.text, '41', 'state survives an exception')
+  })
+  await step('runCode: an indented cell is dedented', async () => {
+    const r = await sbx.runCode(`
+      y = 2
+      if y:
+          print("indented", y)
+      y * 21`)
+    eq(r.error, undefined, 'error')
+    eq([r.text, r.logs.stdout], ['42', ['indented 2\n']], 'result and stdout')
+  })
+  await step('runCode: a DataFrame result carries data', async () => {
+    const r = await sbx.runCode('import pandas as pd\npd.DataFrame({"a": [1, 2], "b": ["x", None]})')
+    eq(r.error, undefined, 'error')
+    eq(r.results[0].data, { a: [1, 2], b: ['x', null] }, 'data')
+    assert(r.results[0].formats().includes('data'), `formats ${r.results[0].formats()}`)
+  })
+  await step('runCode: JavaScript ES module imports', async () => {
+    const r = await sbx.runCode("import { join } from 'node:path'\nimport fs from 'fs'\njoin('a', 'b')", { language: 'javascript' })
+    eq([r.error, r.text], [undefined, 'a/b'], 'error and result')
+    eq((await sbx.runCode('typeof fs.existsSync', { language: 'javascript' })).text, 'function', 'the import in the next cell')
+  })
+  await step('runCode: TypeScript', async () => {
+    const r = await sbx.runCode('interface P { x: number }\nconst p: P = { x: 41 }\np.x + 1', { language: 'typescript' })
+    eq([r.error, r.text], [undefined, '42'], 'error and result')
+    const ctx = await sbx.createCodeContext({ language: 'typescript' })
+    eq(ctx.language, 'typescript', 'context language')
+    const bad = await sbx.runCode('const a: number = ', { context: ctx })
+    eq(bad.error?.name, 'SyntaxError', 'a cell that does not transpile')
+    await sbx.removeCodeContext(ctx)
+  })
+  await step('runCode: a language that is not installed is an error the SDK shows', async () => {
+    const r = await sbx.runCode('1 + 1', { language: 'r' })
+    eq(r.error?.name, 'LanguageNotSupported', 'error name')
+    assert(/"r" is not available/.test(r.error.value), `error value ${r.error.value}`)
+  })
+  await step('runCode: a context in a missing cwd is refused naming it', async () => {
+    const err = await rejects(sbx.createCodeContext({ cwd: '/root' }), Error, 'cwd /root')
+    assert(/cwd \/root/.test(err.message) && !/context not found/i.test(err.message), `message ${err.message}`)
+  })
+  await step('runCode: timeoutMs interrupts an endless loop', async () => {
+    const err = await rejects(sbx.runCode('while True: pass', { timeoutMs: 1500 }), Error, 'endless loop')
+    assert(/timed out|timeout/i.test(err.message), `message ${err.message}`)
+    eq((await sbx.runCode('x')).text, '41', 'the context runs the next cell, with its state')
   })
   await step('runCode: JavaScript context', async () => {
     const ctx = await sbx.createCodeContext({ language: 'javascript' })

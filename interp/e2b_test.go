@@ -1,0 +1,91 @@
+package interp_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"airlock/interp"
+)
+
+// Notebook habits E2B's code interpreter supports: indented cells, a
+// DataFrame's columns as data, ES module imports, TypeScript.
+
+func TestPythonIndentedCellIsDedented(t *testing.T) {
+	t.Parallel()
+	k := python(t)
+	res := ok(t, k, "\n    x = 20\n    if x:\n        print('in', x)\n    s = '''\n    kept\n    '''\n    x + 22")
+	if got := plain(t, res); got != "42" || res.Stdout != "in 20\n" {
+		t.Fatalf("indented cell: result %q, stdout %q", got, res.Stdout)
+	}
+	// textwrap.dedent: common indentation only, inside strings too.
+	if got := plain(t, ok(t, k, "s")); got != `'\nkept\n'` {
+		t.Errorf("string in an indented cell: %s", got)
+	}
+	// Unequal indentation stays an error.
+	wantError(t, run(t, k, "  a = 1\n b = 2", 30*time.Second), "IndentationError")
+}
+
+func TestPythonDataFrameData(t *testing.T) {
+	t.Parallel()
+	needModules(t, "pandas", "numpy")
+	k := python(t)
+	res := ok(t, k, `import pandas as pd, numpy as np
+pd.DataFrame({"n": np.array([1, 2], dtype=np.int64), "f": [0.5, None], "t": pd.to_datetime(["2024-01-01", "2024-01-02 03:04:05"])})`)
+	raw := res.Results[0]["e2b/data"]
+	var data map[string][]any
+	if err := json.Unmarshal([]byte(raw), &data); err != nil {
+		t.Fatalf("e2b/data %q: %v", raw, err)
+	}
+	b, _ := json.Marshal(data)
+	if string(b) != `{"f":[0.5,null],"n":[1,2],"t":["2024-01-01T00:00:00","2024-01-02T03:04:05"]}` {
+		t.Errorf("e2b/data %s", b)
+	}
+	// A Series is not a DataFrame: no data.
+	if d, ok := ok(t, k, `pd.Series([1, 2])`).Results[0]["e2b/data"]; ok {
+		t.Errorf("Series has e2b/data %q", d)
+	}
+}
+
+func TestJavaScriptESMImports(t *testing.T) {
+	t.Parallel()
+	k := javascript(t)
+	res := ok(t, k, "import fs from 'fs'\nimport { join as j, sep } from 'node:path'\nimport * as os from 'os'\nimport 'node:util'\nj('a', 'b') + sep")
+	if got := plain(t, res); got != "'a/b/'" {
+		t.Errorf("cell with imports: %s", got)
+	}
+	if strings.Contains(res.Stderr, "Warning") {
+		t.Errorf("stderr %q", res.Stderr)
+	}
+	// The bindings persist like any top-level declaration.
+	if got := plain(t, ok(t, k, "[typeof fs.readFileSync, typeof os.cpus, typeof j].join()")); got != "'function,function,function'" {
+		t.Errorf("imports in the next cell: %s", got)
+	}
+	if got := plain(t, ok(t, k, "export const e = 5\ne + 1")); got != "6" {
+		t.Errorf("export const: %s", got)
+	}
+	wantError(t, run(t, k, "import nothing from 'no-such-module-airlock'", 30*time.Second), "Error")
+	wantError(t, run(t, k, "import { from 'fs'", 30*time.Second), "SyntaxError")
+}
+
+func TestTypeScriptCells(t *testing.T) {
+	t.Parallel()
+	k := start(t, interp.Config{Language: interp.TypeScript, KillAfter: 2 * time.Second})
+	if k.Language() != interp.TypeScript {
+		t.Fatalf("language %s", k.Language())
+	}
+	ok(t, k, "interface P { x: number }\nconst p: P = { x: 41 }\nimport { join } from 'path'\nenum Color { Red = 'r' }")
+	if got := plain(t, ok(t, k, "const add = (a: number, b: number): number => a + b\nadd(p.x, 1) + join('a', Color.Red).length")); got != "45" {
+		t.Errorf("typed cell: %s", got)
+	}
+	e := wantError(t, run(t, k, "const a: number = ", 30*time.Second), "SyntaxError")
+	if !strings.Contains(e.Value, "line 1") {
+		t.Errorf("syntax error %q does not say where", e.Value)
+	}
+	// Types are stripped, not checked (as E2B's TypeScript kernel does
+	// at run time).
+	if got := plain(t, ok(t, k, "const s: number = 'text' as any\ns")); got != "'text'" {
+		t.Errorf("unchecked types: %s", got)
+	}
+}
