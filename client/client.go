@@ -91,6 +91,9 @@ type CreateRequest struct {
 	// Runtime is the isolation tier, native or gvisor; "" means the
 	// server's default.
 	Runtime string `json:"runtime,omitempty"`
+	// Image makes the root from an image of the server's store
+	// (writable, on disk); "" means the host-derived root.
+	Image string `json:"image,omitempty"`
 }
 
 // Sandbox describes a sandbox.

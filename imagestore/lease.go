@@ -11,9 +11,11 @@ import (
 var leaseName = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,128}$`)
 
 // Lease records that holder (a sandbox id) mounts img's layers, so that
-// removing the image keeps the unpacked layers until Release. The caller
-// holds the image (Get) and takes the lease before mounting.
-func (s *Store) Lease(holder string, img *Image) error {
+// removing the image keeps the unpacked layers until Release, or until the
+// path alive (the sandbox's own directory; "" for none) no longer exists:
+// a lease outlives no sandbox, even one whose launcher crashed. The caller
+// takes the lease before mounting.
+func (s *Store) Lease(holder string, img *Image, alive string) error {
 	if !leaseName.MatchString(holder) {
 		return fmt.Errorf("image lease: bad holder name %q", holder)
 	}
@@ -22,7 +24,13 @@ func (s *Store) Lease(holder string, img *Image) error {
 		return err
 	}
 	defer unlock()
+	if strings.ContainsAny(alive, "\n\x00") {
+		return fmt.Errorf("image lease: bad path %q", alive)
+	}
 	var b strings.Builder
+	if alive != "" {
+		b.WriteString("alive " + alive + "\n")
+	}
 	for _, l := range img.Layers {
 		if _, err := os.Stat(l.Dir); err != nil {
 			return fmt.Errorf("image %s: layer %s: %w (removed meanwhile?)", img.Digest, l.DiffID, err)
@@ -46,17 +54,27 @@ func (s *Store) Release(holder string) error {
 	return nil
 }
 
-// leased returns the layer diff ids (hex) that leases hold.
+// leased returns the layer diff ids (hex) that leases hold, removing
+// leases whose holder is gone. Callers hold the lock.
 func (s *Store) leased() map[string]bool {
 	out := map[string]bool{}
 	ents, _ := os.ReadDir(filepath.Join(s.dir, "leases"))
 	for _, e := range ents {
-		b, err := os.ReadFile(filepath.Join(s.dir, "leases", e.Name()))
+		p := filepath.Join(s.dir, "leases", e.Name())
+		b, err := os.ReadFile(p)
 		if err != nil {
 			continue
 		}
-		for _, h := range strings.Fields(string(b)) {
-			out[h] = true
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		if len(lines) > 0 && strings.HasPrefix(lines[0], "alive ") {
+			if _, err := os.Stat(strings.TrimPrefix(lines[0], "alive ")); os.IsNotExist(err) {
+				_ = os.Remove(p) // the sandbox is gone
+				continue
+			}
+			lines = lines[1:]
+		}
+		for _, h := range lines {
+			out[strings.TrimSpace(h)] = true
 		}
 	}
 	return out

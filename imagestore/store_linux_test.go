@@ -145,7 +145,12 @@ func TestPullInspectShareRemove(t *testing.T) {
 	}
 
 	// A lease keeps layers of a removed image until it is released.
-	if err := s.Lease("sb1", img); err != nil {
+	if err := s.Lease("sb1", img, ""); err != nil {
+		t.Fatal(err)
+	}
+	alive := filepath.Join(t.TempDir(), "sb2")
+	os.Mkdir(alive, 0o700)
+	if err := s.Lease("sb2", img2, alive); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Remove(ref1); err != nil {
@@ -158,6 +163,22 @@ func TestPullInspectShareRemove(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := s.Remove(ref2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(img2.Layers[1].Dir); err != nil {
+		t.Fatalf("layer leased by a live sandbox removed: %v", err)
+	}
+	// Once the sandbox's directory is gone its lease lapses: the next
+	// removal collects the layers.
+	os.Remove(alive)
+	img3, err := s.Pull(context.Background(), ref1, imagestore.PullOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(img2.Layers[1].Dir); !os.IsNotExist(err) {
+		t.Fatalf("layer of a lapsed lease kept: %v", err)
+	}
+	if _, err := s.Remove(img3.Name); err != nil {
 		t.Fatal(err)
 	}
 	if n := countDir(t, filepath.Join(dir, "layers")); n != 0 {

@@ -28,6 +28,7 @@ import (
 
 	"airlock/agent"
 	"airlock/egress"
+	"airlock/imagestore"
 	"airlock/policy"
 	"airlock/runtime"
 	"airlock/runtime/native/cgroups"
@@ -62,6 +63,9 @@ type Config struct {
 	StateDir string
 	// Store persists sandboxes and the audit log. Required.
 	Store *store.Store
+	// Images is the image store CreateRequest.Image names images of; nil
+	// refuses image sandboxes.
+	Images *imagestore.Store
 	// AgentBinary is the airlock binary, bound into each sandbox and run
 	// as its agent. Required.
 	AgentBinary string
@@ -120,6 +124,11 @@ type CreateRequest struct {
 	// Runtime is the isolation tier, native or gvisor; "" means
 	// Config.DefaultRuntime.
 	Runtime string
+	// Image names an image of Config.Images to make the sandbox's root
+	// from (writable, on disk); "" means the host-derived root.
+	Image string
+
+	image *imagestore.Image // resolved by Create
 }
 
 // Limits are the per-sandbox resource overrides a client may request.
@@ -528,6 +537,9 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (Info, error) {
 	if err != nil {
 		return Info{}, err
 	}
+	if req.image, err = m.resolveImage(&req, &p); err != nil {
+		return Info{}, err
+	}
 	if err := m.reserveOrEvict(req.Owner, req.OwnerLimit); err != nil {
 		return Info{}, err
 	}
@@ -553,7 +565,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (Info, error) {
 	m.count(func(c *Counters) { c.Created++ })
 	m.Audit(ctx, req.Owner, sb.ID, store.ActionSandboxCreate, map[string]any{
 		"profile": p.Profile, "metadata": req.Metadata, "timeout_s": ttl.Seconds(), "limits": req.Limits,
-		"network": p.Network, "secrets": secretRefs(req.Secrets)})
+		"network": p.Network, "secrets": secretRefs(req.Secrets), "image": req.Image})
 	return sb.info(), nil
 }
 

@@ -271,9 +271,13 @@ func (m *Manager) start(ctx context.Context, req *CreateRequest, p policy.Policy
 		args = append(args, "--grace", m.cfg.AgentGrace.String())
 	}
 	args = append(args, "--user", fmt.Sprintf("%d:%d", p.User.UID, p.User.GID))
+	root, err := m.imageRoot(id, dir, req.image)
+	if err != nil {
+		return fail(err)
+	}
 	inst, listeners, err := m.launch(native.Config{ID: id, Policy: p, Args: args, Stdin: stdin, Stdout: logf, Stderr: logf, Agent: true,
 		AgentBinary: m.cfg.AgentBinary, AllowDegraded: m.cfg.AllowDegraded, SurviveParent: !connected, Listen: ns.listen,
-		HostIDBase: ids.base()})
+		HostIDBase: ids.base(), Image: root})
 	if err != nil {
 		if hostEnd != nil {
 			hostEnd.Close()

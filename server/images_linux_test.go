@@ -6,9 +6,12 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	"airlock/client"
 	it "airlock/imagestore/imagetest"
 )
 
@@ -84,5 +87,70 @@ func TestImagesAPI(t *testing.T) {
 	}
 	if code, v := call("DELETE", "/v1/images/"+good, ""); code != 404 {
 		t.Fatalf("delete twice: %d %v", code, v)
+	}
+}
+
+// TestImageSandbox: POST /v1/sandboxes {"image"} gives a sandbox whose root
+// is the image, writable; removing the image while the sandbox lives keeps
+// its layers (leased); the store's images and layers are unchanged by the
+// sandbox's writes, and its root goes with it.
+func TestImageSandbox(t *testing.T) {
+	needRoot(t)
+	reg := it.Registry(t)
+	ref := it.Push(t, reg, "api/busybox:1", it.Busybox(t))
+	state := stateDir(t)
+	s := startServer(t, state, "--image-registry", reg)
+	key := newKey(t, state, "image-sandbox")
+	c := client.New(s.URL, key)
+	ctx := ctxT(t)
+	if _, err := c.Create(ctx, client.CreateRequest{Image: ref}); err == nil || !strings.Contains(err.Error(), "not in the server's image store") {
+		t.Fatalf("create from an image not pulled: %v", err)
+	}
+	req, _ := http.NewRequest("POST", s.URL+"/v1/images", strings.NewReader(`{"ref":"`+ref+`"}`))
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("pull: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	sig := func() string {
+		return it.TreeSig(t, filepath.Join(state, "images", "oci")) + it.TreeSig(t, filepath.Join(state, "images", "layers"))
+	}
+	before := sig()
+
+	sb, err := c.Create(ctx, client.CreateRequest{Image: ref, Env: map[string]string{"FROM_REQUEST": "yes"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := "cat /etc/image-marker; echo x > /usr/local/y && cat /usr/local/y; id -u; echo $IMAGE $FROM_REQUEST; test ! -e /usr/bin/python3 && echo no-host-usr"
+	res, err := c.Exec(ctx, sb.ID, client.ExecRequest{Argv: []string{"/bin/sh", "-c", script}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "from the image\nx\n0\ntest yes\nno-host-usr\n"; res.ExitCode != 0 || res.Stdout != want {
+		t.Fatalf("exec: %+v, want %q", res, want)
+	}
+	if after := sig(); after != before {
+		t.Fatalf("the sandbox's writes changed the image store:\n%s\n%s", before, after)
+	}
+	// Remove the image while the sandbox runs: its layers are leased.
+	req, _ = http.NewRequest("DELETE", s.URL+"/v1/images/"+ref, nil)
+	req.Header.Set("Authorization", "Bearer "+key)
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("delete image: %v %v", resp, err)
+	}
+	res, err = c.Exec(ctx, sb.ID, client.ExecRequest{Argv: []string{"/bin/sh", "-c", "cat /etc/image-marker /usr/local/y"}})
+	if err != nil || res.Stdout != "from the image\nx\n" {
+		t.Fatalf("exec after removing the image: %+v %v", res, err)
+	}
+	upper := filepath.Join(state, "sandboxes", sb.ID, "root", "upper", "usr", "local", "y")
+	if b, err := os.ReadFile(upper); err != nil || string(b) != "x\n" {
+		t.Fatalf("upper dir on disk: %q %v", b, err)
+	}
+	if err := c.Kill(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(state, "sandboxes", sb.ID)); !os.IsNotExist(err) {
+		t.Fatalf("sandbox root left after kill: %v", err)
 	}
 }

@@ -422,6 +422,9 @@ type CreateRequest struct {
 	// Runtime is the isolation tier: native or gvisor (default: the
 	// server's --default-runtime).
 	Runtime string `json:"runtime,omitempty"`
+	// Image makes the sandbox's root from an image of the server's store
+	// (GET /v1/images): writable, on disk.
+	Image string `json:"image,omitempty"`
 }
 
 // maxSeconds is the largest timeout a request may give, in seconds.
@@ -454,6 +457,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	}
 	cr.Secrets = req.Secrets
 	cr.Runtime = req.Runtime
+	cr.Image = req.Image
 	info, err := s.m.Create(r.Context(), cr)
 	if err != nil {
 		return err

@@ -254,7 +254,7 @@ func (f *runImageFlags) apply(ctx context.Context, cfg *native.Config, explicitE
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	if err := st.Lease(cfg.ID, img); err != nil {
+	if err := st.Lease(cfg.ID, img, dir); err != nil {
 		native.RemoveImageRoot(dir)
 		return nil, err
 	}

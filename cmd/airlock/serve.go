@@ -130,7 +130,12 @@ func cmdServe(args []string) int {
 	}
 	defer st.Close()
 	logger := log.New(os.Stderr, "airlock: ", log.LstdFlags)
-	m, err := manager.Open(manager.Config{StateDir: *stateDir, Store: st, AgentBinary: self, MaxSandboxes: *maxSB,
+	images, registries, err := imf.open(*stateDir)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "airlock serve: %v\n", err)
+		return 1
+	}
+	m, err := manager.Open(manager.Config{StateDir: *stateDir, Store: st, Images: images, AgentBinary: self, MaxSandboxes: *maxSB,
 		AllowDegraded: *allowDegraded, DefaultTimeout: *defTimeout, MaxTimeout: *maxTimeout, ReapInterval: *reap,
 		AgentGrace: *grace, KeepOnShutdown: *keep, Logf: logger.Printf, Egress: egressCfg, Ceilings: cf.ceilings(),
 		DefaultRuntime: rtm})
@@ -139,12 +144,6 @@ func cmdServe(args []string) int {
 		return 1
 	}
 	if err := m.StartPool(manager.PoolConfig{Size: *poolSize, WarmPython: *poolPython}); err != nil {
-		m.Close()
-		fmt.Fprintf(os.Stderr, "airlock serve: %v\n", err)
-		return 1
-	}
-	images, registries, err := imf.open(*stateDir)
-	if err != nil {
 		m.Close()
 		fmt.Fprintf(os.Stderr, "airlock serve: %v\n", err)
 		return 1
