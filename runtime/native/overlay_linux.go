@@ -25,14 +25,19 @@ func imagePolicy(p *policy.Policy) {
 // overlayRoot is an image root mounted on the host for one sandbox start.
 type overlayRoot struct {
 	merged string
+	disk   string   // the upper filesystem's mount point
+	quota  string   // its size, for the enforced layer
 	dirs   []string // top-level directories of the root the sandbox may write
 }
 
-// detach removes the host's view of the root once the child has its own
-// copy (its mount namespace, made private, keeps the overlay alive).
+// detach removes the host's view of the root and of its upper filesystem
+// once the child has its own copy (its mount namespace, made private, keeps
+// the overlay alive, and the overlay its upper filesystem; the loop device
+// clears itself when the last of them goes).
 func (o *overlayRoot) detach() {
 	if o != nil {
 		_ = unix.Unmount(o.merged, unix.MNT_DETACH)
+		_ = unix.Unmount(o.disk, unix.MNT_DETACH)
 	}
 }
 
@@ -40,6 +45,7 @@ func (o *overlayRoot) detach() {
 // (and a leftover mount of it, after a crash).
 func RemoveImageRoot(dir string) error {
 	_ = unix.Unmount(filepath.Join(dir, "merged"), unix.MNT_DETACH)
+	_ = unix.Unmount(filepath.Join(dir, "disk"), unix.MNT_DETACH)
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("remove image root %s: %w", dir, err)
 	}
@@ -50,26 +56,38 @@ func RemoveImageRoot(dir string) error {
 // are mounts airlock makes, or the kernel's).
 var imageRootFixed = map[string]bool{"proc": true, "dev": true, "sys": true, ".airlock": true, ".airlock-mnt": true}
 
+// imageRootDirs are made in an image root that lacks them.
+var imageRootDirs = []string{"home", "mnt", "opt", "root", "run", "srv", "usr", "var"}
+
 // imageTree mounts the overlay for img on the host and returns a copy of t
 // that uses it as the root: the template t built (mount points and the
 // synthesized /etc files) is the top lower layer, then the image's layers;
 // every lower layer is an ID-mapped mount onto the sandbox's host range
 // (base), so files the image owns as uid N appear owned by uid N inside.
 // The root is writable (nosuid, nodev); writes land in img.Dir/upper.
-func imageTree(t *treeBuilder, img *ImageRoot, base int) (*treeBuilder, *overlayRoot, error) {
+func imageTree(t *treeBuilder, img *ImageRoot, base int, lim *policy.Limits) (*treeBuilder, *overlayRoot, error) {
 	if os.Geteuid() != 0 || base == 0 {
 		return nil, nil, errors.New("image roots need airlock to run as root (the overlay and its ID-mapped layers are mounted from the host)")
 	}
 	if len(img.Layers) == 0 || img.Dir == "" {
 		return nil, nil, errors.New("image root without layers or directory")
 	}
-	for _, d := range []string{"upper", "work", "merged"} {
-		if err := os.MkdirAll(filepath.Join(img.Dir, d), 0o755); err != nil {
-			return nil, nil, err
-		}
-	}
 	merged := filepath.Join(img.Dir, "merged")
 	_ = unix.Unmount(merged, unix.MNT_DETACH) // a leftover from a crashed launcher
+	if err := os.MkdirAll(merged, 0o755); err != nil {
+		return nil, nil, err
+	}
+	disk, err := quotaDisk(img.Dir, lim.DiskBytes, lim.Inodes, base)
+	if err != nil {
+		return nil, nil, err
+	}
+	ov := &overlayRoot{merged: merged, disk: disk, quota: fmt.Sprintf("%d bytes, %d inodes", max(lim.DiskBytes, minQuotaDisk), max(lim.Inodes, 64))}
+	ok := false
+	defer func() {
+		if !ok {
+			ov.detach()
+		}
+	}()
 
 	userns, err := rangeUserns(base)
 	if err != nil {
@@ -126,14 +144,11 @@ func imageTree(t *treeBuilder, img *ImageRoot, base int) (*treeBuilder, *overlay
 	// directory and copies up with the mounter's credentials (host root),
 	// which a mapping onto the sandbox's range cannot represent
 	// (EOVERFLOW). Files there carry host ids of the sandbox's range; its
-	// root directory belongs to the sandbox's root.
-	if err := os.Chown(filepath.Join(img.Dir, "upper"), base, base); err != nil {
+	// root directory belongs to the sandbox's root (quotaDisk).
+	if err := set("upperdir", filepath.Join(disk, "upper")); err != nil {
 		return nil, nil, err
 	}
-	if err := set("upperdir", filepath.Join(img.Dir, "upper")); err != nil {
-		return nil, nil, err
-	}
-	if err := set("workdir", filepath.Join(img.Dir, "work")); err != nil {
+	if err := set("workdir", filepath.Join(disk, "work")); err != nil {
 		return nil, nil, err
 	}
 	if err := unix.FsconfigCreate(fsfd); err != nil {
@@ -147,10 +162,22 @@ func imageTree(t *treeBuilder, img *ImageRoot, base int) (*treeBuilder, *overlay
 	if err := unix.MoveMount(mfd, "", unix.AT_FDCWD, merged, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
 		return nil, nil, fmt.Errorf("attach overlayfs at %s: %w", merged, err)
 	}
-	ov := &overlayRoot{merged: merged}
+	// Landlock rules are fixed before the program starts, so the usual
+	// top-level directories exist (made in the upper directory, owned by
+	// the sandbox's root) for the sandbox to write under.
+	for _, d := range imageRootDirs {
+		p := filepath.Join(merged, d)
+		if _, err := os.Lstat(p); os.IsNotExist(err) {
+			if err := os.Mkdir(p, 0o755); err != nil {
+				return nil, nil, fmt.Errorf("image root: %w", err)
+			}
+			if err := os.Lchown(p, base, base); err != nil {
+				return nil, nil, fmt.Errorf("image root: %w", err)
+			}
+		}
+	}
 	ents, err := os.ReadDir(merged)
 	if err != nil {
-		ov.detach()
 		return nil, nil, err
 	}
 	for _, e := range ents {
@@ -170,18 +197,18 @@ func imageTree(t *treeBuilder, img *ImageRoot, base int) (*treeBuilder, *overlay
 	n.rsteps = append([]string{}, t.rsteps...)
 	last := len(n.remount) - 1 // buildTree's "remount / read-only": writable here
 	if last < 0 || n.rsteps[last] != "remount / read-only" {
-		ov.detach()
 		return nil, nil, errors.New("image root: the root tree does not end with the root's remount")
 	}
 	n.remount[last] = op{path: cstr("/"), flags: unix.MS_BIND | unix.MS_REMOUNT | unix.MS_NOSUID | unix.MS_NODEV | lockedFlags(merged)&^unix.MS_RDONLY}
 	n.rsteps[last] = "remount / (image overlay) nosuid,nodev"
+	ok = true
 	return &n, ov, nil
 }
 
 // layer describes the image root in a sandbox's enforced layers.
 func (o *overlayRoot) layer(n int) rt.Layer {
 	return rt.Layer{Name: "rootfs", State: rt.StateOK,
-		Detail: fmt.Sprintf("image: overlayfs of %d read-only ID-mapped layers and a per-sandbox upper directory on disk (nosuid, nodev); writable under %s", n, strings.Join(o.dirs, " "))}
+		Detail: fmt.Sprintf("image: overlayfs of %d read-only ID-mapped layers and a per-sandbox upper directory on disk (ext4 on a loop device, capped at %s; nosuid, nodev); writable under %s", n, o.quota, strings.Join(o.dirs, " "))}
 }
 
 // landlockRules lets the sandbox write under every top-level directory of

@@ -49,6 +49,7 @@ func TestImageRoot(t *testing.T) {
 	p := strict(t)
 	p.User.UID, p.User.GID, p.User.Name = 0, 0, "root"
 	p.Env = []string{"PATH=/bin"}
+	p.Limits.DiskBytes = 8 << 20 // the upper filesystem's cap
 	script := `set -e
 cat /etc/image-marker
 test ! -e /etc/gone && echo whiteout-ok
@@ -59,27 +60,34 @@ mkdir -p /opt/tool && echo x > /opt/tool/y
 stat -c '%u:%g' /etc/image-marker /home/app
 id -u
 test -w /workspace && echo workspace-ok
+dd if=/dev/zero of=/opt/big bs=1M count=20 2>/tmp/err || true
+grep -o 'No space left on device' /tmp/err
+test "$(wc -c < /opt/big)" -le 8388608 && echo capped
 `
 	res, err := native.Run(context.Background(), native.Config{Policy: p, Args: []string{"/bin/sh", "-c", script},
 		Image: &native.ImageRoot{Layers: layers, Dir: rootDir}}, native.RunOptions{Capture: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "from the image\nwhiteout-ok\nno-host-usr\nwritten\n0:0\n1000:1000\n0\nworkspace-ok\n"
+	want := "from the image\nwhiteout-ok\nno-host-usr\nwritten\n0:0\n1000:1000\n0\nworkspace-ok\nNo space left on device\ncapped\n"
 	if res.Status != native.StatusOK || res.Stdout != want {
 		t.Fatalf("status %s exit %d\nstdout %q\nwant   %q\nstderr %q\nerror %s", res.Status, res.ExitCode, res.Stdout, want, res.Stderr, res.Error)
 	}
 	if l, ok := res.Enforced.Get("rootfs"); !ok || !strings.Contains(l.Detail, "/usr") {
 		t.Fatalf("enforced rootfs layer: %+v", res.Enforced)
 	}
-	// The writes are in the upper directory on disk, owned by the
-	// sandbox's host range (never host root).
-	var s syscall.Stat_t
-	if err := syscall.Stat(filepath.Join(rootDir, "upper/usr/local/new-file"), &s); err != nil || s.Uid == 0 || s.Uid < 65536 {
-		t.Fatalf("upper file: uid %d %v", s.Uid, err)
+	// The writes went to the sandbox's own filesystem: a sparse ext4
+	// image in its directory, no bigger than the cap, on a loop device
+	// that freed itself when the sandbox ended.
+	var sst syscall.Stat_t
+	if err := syscall.Stat(filepath.Join(rootDir, "disk.img"), &sst); err != nil || sst.Size != 8<<20 || sst.Blocks*512 > 8<<20 {
+		t.Fatalf("disk image: size %d, %d bytes allocated, %v", sst.Size, sst.Blocks*512, err)
 	}
-	if b, _ := os.ReadFile(filepath.Join(rootDir, "upper/etc/image-marker")); string(b) != "from the image\nchanged\n" {
-		t.Fatalf("copied-up file: %q", b)
+	backing, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	for _, b := range backing {
+		if f, _ := os.ReadFile(b); strings.HasPrefix(string(f), rootDir) {
+			t.Fatalf("loop device still attached after the sandbox ended: %s -> %s", b, f)
+		}
 	}
 	if after := it.TreeSig(t, st.Dir()); after != before {
 		t.Fatalf("the image store changed:\nbefore:\n%s\nafter:\n%s", before, after)
