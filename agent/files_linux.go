@@ -6,9 +6,12 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"os/user"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -305,7 +308,32 @@ func fileInfo(path string, st os.FileInfo) FileInfo {
 	if path == "/" {
 		fi.Name = "/"
 	}
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+		fi.Owner, fi.Group = idName("u", sys.Uid), idName("g", sys.Gid)
+	}
 	return fi
+}
+
+// idNames caches the names of user ids ("u1000") and group ids ("g1000").
+var idNames sync.Map
+
+// idName returns the name lookup finds for id (kind "u" or "g"), or the id
+// itself. Names come from the sandbox's /etc/passwd and /etc/group.
+func idName(kind string, id uint32) string {
+	key := kind + strconv.FormatUint(uint64(id), 10)
+	if v, ok := idNames.Load(key); ok {
+		return v.(string)
+	}
+	name := key[1:]
+	if kind == "u" {
+		if u, err := user.LookupId(name); err == nil {
+			name = u.Username
+		}
+	} else if g, err := user.LookupGroupId(name); err == nil {
+		name = g.Name
+	}
+	idNames.Store(key, name)
+	return name
 }
 
 func (a *hostConn) handleStat(s *astream, payload []byte) (any, error) {

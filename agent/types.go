@@ -166,4 +166,8 @@ type FileInfo struct {
 	ModTime time.Time `json:"mtime"`
 	// Target is a symlink's target, unresolved.
 	Target string `json:"target,omitempty"`
+	// Owner and Group name the file's owner and group as the sandbox's
+	// /etc/passwd and /etc/group do, or give their numeric ids.
+	Owner string `json:"owner,omitempty"`
+	Group string `json:"group,omitempty"`
 }

@@ -480,11 +480,61 @@ func (h *Handler) connect(w http.ResponseWriter, r *http.Request, v2 bool) error
 	return nil
 }
 
+// maxMetricSamples bounds the samples kept per sandbox.
+const maxMetricSamples = 720
+
+// metricSample is one of E2B's SandboxMetric.
+type metricSample struct {
+	Timestamp     string  `json:"timestamp"`
+	TimestampUnix int64   `json:"timestampUnix"`
+	CPUCount      int     `json:"cpuCount"`
+	CPUUsedPct    float64 `json:"cpuUsedPct"`
+	MemUsed       int64   `json:"memUsed"`
+	MemTotal      int64   `json:"memTotal"`
+	MemCache      int64   `json:"memCache"`
+	DiskUsed      int64   `json:"diskUsed"`
+	DiskTotal     int64   `json:"diskTotal"`
+}
+
+// metricRange parses getMetrics' start and end (Unix seconds, optional).
+func metricRange(q url.Values) (start, end int64, err error) {
+	start, end = math.MinInt64, math.MaxInt64
+	for _, p := range []struct {
+		name string
+		v    *int64
+	}{{"start", &start}, {"end", &end}} {
+		if s := q.Get(p.name); s != "" {
+			n, perr := strconv.ParseInt(s, 10, 64)
+			if perr != nil {
+				return 0, 0, apiErrorf(http.StatusBadRequest, "%s must be a Unix time in seconds, not %q", p.name, s)
+			}
+			*p.v = n
+		}
+	}
+	if start > end {
+		return 0, 0, apiErrorf(http.StatusBadRequest, "start is after end")
+	}
+	return start, end, nil
+}
+
+// metrics serves getMetrics. E2B samples every sandbox every few seconds;
+// airlock reads the counters when asked: each call takes a sample of now
+// and adds it to the sandbox's series (the last 720 are kept), and the
+// answer is the series' samples within start..end (Unix seconds). A
+// sandbox asked once has one sample.
 func (h *Handler) metrics(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
+	start, end, err := metricRange(r.URL.Query())
+	if err != nil {
+		return err
+	}
 	in, err := h.running(r, id)
 	if err != nil {
 		return err
+	}
+	sb, err := h.m.Lookup(callerOf(r.Context()).id, id)
+	if err != nil {
+		return apiErrorf(http.StatusNotFound, "sandbox %q not found", id)
 	}
 	mt, err := h.m.Metrics(r.Context(), callerOf(r.Context()).id, id)
 	if err != nil {
@@ -495,18 +545,28 @@ func (h *Handler) metrics(w http.ResponseWriter, r *http.Request) error {
 	}
 	d := detailOf(&in)
 	now := time.Now()
-	// E2B reports a time series; airlock has the counters of now. The CPU
-	// use is the average since the sandbox started.
+	// The CPU use is the average since the sandbox started.
 	pct := 0.0
 	if el := now.Sub(in.CreatedAt).Seconds(); el > 0 && d.CPUCount > 0 {
 		pct = 100 * mt.CPUSeconds / el / float64(d.CPUCount)
 	}
-	writeJSON(w, http.StatusOK, []map[string]any{{
-		"timestamp": now.UTC().Format(time.RFC3339Nano), "timestampUnix": now.Unix(),
-		"cpuCount": d.CPUCount, "cpuUsedPct": pct,
-		"memUsed": mt.MemoryBytes, "memTotal": d.MemoryMB << 20, "memCache": 0,
-		"diskUsed": mt.DiskUsedBytes, "diskTotal": mt.DiskTotalBytes,
-	}})
+	sample := metricSample{Timestamp: now.UTC().Format(time.RFC3339Nano), TimestampUnix: now.Unix(),
+		CPUCount: d.CPUCount, CPUUsedPct: pct, MemUsed: mt.MemoryBytes, MemTotal: d.MemoryMB << 20,
+		DiskUsed: mt.DiskUsedBytes, DiskTotal: mt.DiskTotalBytes}
+	b := h.box(sb)
+	b.mu.Lock()
+	if len(b.metrics) >= maxMetricSamples {
+		b.metrics = append(b.metrics[:0], b.metrics[1:]...)
+	}
+	b.metrics = append(b.metrics, sample)
+	out := make([]metricSample, 0, len(b.metrics))
+	for _, m := range b.metrics {
+		if m.TimestampUnix >= start && m.TimestampUnix <= end {
+			out = append(out, m)
+		}
+	}
+	b.mu.Unlock()
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 

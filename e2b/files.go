@@ -181,6 +181,14 @@ func (h *Handler) writeFiles(w http.ResponseWriter, r *http.Request, b *boxState
 			writeAPIError(w, http.StatusBadRequest, cerr.Message)
 			return false
 		}
+		for _, u := range out {
+			// As envd: one upload writes each path once. Several parts
+			// with the path parameter would all land on it.
+			if u.Path == fromSandbox(p) {
+				writeAPIError(w, http.StatusBadRequest, fmt.Sprintf("you cannot upload multiple files to the same path %q in one upload request; only the first was written (name each file in its part's file name, without the path parameter)", fromSandbox(p)))
+				return false
+			}
+		}
 		ag := b.sb.Agent()
 		if err := h.m.AuditFirst(r.Context(), b.sb.Owner(), b.sb.ID, store.ActionFileWrite, map[string]any{"path": p, "via": "e2b"}); err != nil {
 			status := http.StatusServiceUnavailable

@@ -22,7 +22,8 @@ import (
 // the permission bits and permissions the full ls-style string.
 func entryFor(fi agent.FileInfo) entryInfo {
 	mode := fi.Mode
-	e := entryInfo{Name: fi.Name, Path: fromSandbox(fi.Path), Size: pbInt64(fi.Size), Mode: uint32(fi.Mode.Perm())}
+	e := entryInfo{Name: fi.Name, Path: fromSandbox(fi.Path), Size: pbInt64(fi.Size), Mode: uint32(fi.Mode.Perm()),
+		Owner: fi.Owner, Group: fi.Group}
 	switch fi.Type {
 	case agent.TypeFile:
 		e.Type = pbFileType(fileTypeFile)
@@ -32,10 +33,13 @@ func entryFor(fi agent.FileInfo) entryInfo {
 	case agent.TypeSymlink:
 		e.Type = pbFileType(fileTypeSymlink)
 		mode |= os.ModeSymlink
+		// As envd, the target as an absolute path: a relative one is
+		// relative to the link's directory.
 		t := fi.Target
-		if path.IsAbs(t) {
-			t = fromSandbox(t)
+		if !path.IsAbs(t) {
+			t = path.Join(path.Dir(fi.Path), t)
 		}
+		t = fromSandbox(path.Clean(t))
 		e.SymlinkTarget = &t
 	default:
 		e.Type = pbFileType(fileTypeUnspecified)

@@ -287,6 +287,8 @@ type boxState struct {
 	mu       sync.Mutex
 	procs    map[int]*eproc
 	watchers map[string]*watcher
+	// metrics are the samples getMetrics has taken, oldest first.
+	metrics []metricSample
 }
 
 // box returns the state of a running sandbox, creating it on first use.

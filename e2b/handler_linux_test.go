@@ -8,8 +8,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
+	"net/textproto"
 	"os"
 	"path/filepath"
 	"strings"
@@ -401,6 +403,44 @@ func TestEnvdAgainstASandbox(t *testing.T) {
 	}
 	up["X-Metadata-Owner"] = "me"
 	e.do(t, "POST", "/files?path=/home/user/z", up, []byte("d")).apiErr(t, 400)
+
+	// Several files in one multipart upload land at their own paths; with
+	// the path parameter they would all land on it, which is refused as
+	// envd refuses it.
+	multipartBody := func(files ...string) (string, []byte) {
+		var buf bytes.Buffer
+		mw := multipart.NewWriter(&buf)
+		for _, f := range files {
+			h := textproto.MIMEHeader{}
+			h.Set("Content-Disposition", `form-data; name="file"; filename="`+f+`"`)
+			pw, _ := mw.CreatePart(h)
+			pw.Write([]byte("content of " + f))
+		}
+		mw.Close()
+		return mw.FormDataContentType(), buf.Bytes()
+	}
+	ct, body := multipartBody("multi/one.txt", "/home/user/multi2/two.txt", "/tmp/three.txt")
+	mp := map[string]string{"Content-Type": ct}
+	for k, v := range envd {
+		mp[k] = v
+	}
+	if r := e.do(t, "POST", "/files", mp, body); r.status != 200 {
+		t.Fatalf("multipart upload: %d %q", r.status, r.body)
+	}
+	for _, f := range []string{"/home/user/multi/one.txt", "/home/user/multi2/two.txt", "/tmp/three.txt"} {
+		want := "content of " + strings.TrimPrefix(f, "/home/user/")
+		if f == "/tmp/three.txt" || f == "/home/user/multi2/two.txt" {
+			want = "content of " + f
+		}
+		if r := e.do(t, "GET", "/files?path="+f, envd, nil); r.status != 200 || string(r.body) != want {
+			t.Fatalf("%s after a multipart upload: %d %q", f, r.status, r.body)
+		}
+	}
+	ct, body = multipartBody("a.txt", "b.txt")
+	mp["Content-Type"] = ct
+	if msg := e.do(t, "POST", "/files?path=/home/user/same.txt", mp, body).apiErr(t, 400); !strings.Contains(msg, "same path") {
+		t.Fatalf("two parts to one path: %q", msg)
+	}
 
 	// Processes: PTYs are refused, a missing pid is not found, and
 	// Connect-Timeout-Ms kills the command like envd does.

@@ -333,8 +333,7 @@ func (t pbEventType) MarshalJSON() ([]byte, error) {
 	return []byte(`"EVENT_TYPE_UNSPECIFIED"`), nil
 }
 
-// entryInfo is filesystem.EntryInfo. Owner and group are left out: the
-// agent does not report file ownership.
+// entryInfo is filesystem.EntryInfo.
 type entryInfo struct {
 	Name          string     `json:"name,omitempty"`
 	Type          pbFileType `json:"type,omitempty"`
@@ -342,6 +341,8 @@ type entryInfo struct {
 	Size          pbInt64    `json:"size,omitempty"`
 	Mode          uint32     `json:"mode,omitempty"`
 	Permissions   string     `json:"permissions,omitempty"`
+	Owner         string     `json:"owner,omitempty"`
+	Group         string     `json:"group,omitempty"`
 	ModifiedTime  *pbTime    `json:"modifiedTime,omitempty"`
 	SymlinkTarget *string    `json:"symlinkTarget,omitempty"`
 }

@@ -187,6 +187,17 @@ async function main() {
     eq(await sbx.files.read('/home/user/multi/two.txt'), '2', 'writeFiles')
   })
 
+  await step('files: metadata in getInfo and list, symlinks with absolute targets', async () => {
+    await sbx.commands.run('mkdir -p meta && printf 12345 > meta/f.txt && chmod 640 meta/f.txt && ln -s f.txt meta/link')
+    const st = await sbx.files.getInfo('/home/user/meta/f.txt')
+    eq([st.owner, st.group, st.mode, st.permissions], ['user', 'user', 0o640, '-rw-r-----'], 'owner, group, mode, permissions')
+    assert(st.modifiedTime instanceof Date && Math.abs(st.modifiedTime.getTime() - Date.now()) < 120_000, `modifiedTime ${st.modifiedTime}`)
+    const link = await sbx.files.getInfo('/home/user/meta/link')
+    eq([link.type, link.symlinkTarget], ['symlink', '/home/user/meta/f.txt'], 'symlink type and target')
+    const listed = (await sbx.files.list('/home/user/meta')).find((e) => e.name === 'f.txt')
+    eq([listed.owner, listed.group, listed.permissions, listed.size], ['user', 'user', '-rw-r-----', 5], 'listed metadata')
+  })
+
   await step('files: read of a missing file raises FileNotFoundError', async () => {
     const err = await rejects(sbx.files.read('/home/user/nope.txt'), FileNotFoundError, 'read missing')
     assert(err instanceof NotFoundError, 'FileNotFoundError is a NotFoundError')
@@ -237,6 +248,16 @@ async function main() {
     const left = info.endAt.getTime() - Date.now()
     assert(left > 270_000 && left <= 301_000, `endAt is ${left} ms away, want about 300 s`)
     assert(info.startedAt.getTime() <= Date.now(), 'startedAt in the future')
+  })
+
+  await step('getMetrics: samples, and the start/end range', async () => {
+    const t0 = new Date()
+    const first = await sbx.getMetrics()
+    assert(first.length >= 1 && first.every((m) => m.memTotal > 0 && m.cpuCount > 0), `metrics ${JSON.stringify(first)}`)
+    const all = await sbx.getMetrics({ start: new Date(t0.getTime() - 60_000), end: new Date(Date.now() + 60_000) })
+    assert(all.length >= 2, `two calls, ${all.length} samples in range`)
+    eq(await sbx.getMetrics({ start: new Date(Date.now() + 3_600_000), end: new Date(Date.now() + 7_200_000) }), [], 'a range in the future')
+    eq(await sbx.getMetrics({ end: new Date(Date.now() - 3_600_000) }), [], 'a range before the sandbox')
   })
 
   let other
