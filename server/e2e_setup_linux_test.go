@@ -2,7 +2,9 @@ package server_test
 
 import (
 	"context"
+	"os/exec"
 	"testing"
+	"time"
 
 	"airlock/client"
 )
@@ -40,4 +42,18 @@ func (e *e2e) sandbox(t *testing.T, req client.CreateRequest) *client.Sandbox {
 		t.Fatal(err)
 	}
 	return sb
+}
+
+// refusedServe runs `airlock serve` on state, which must refuse to start,
+// and returns what it printed. A server that starts instead is stopped
+// after 30 seconds and fails t.
+func refusedServe(t *testing.T, state string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, airlockBin(t), "serve", "--listen", "127.0.0.1:0", "--state-dir", state).CombinedOutput()
+	if err == nil || ctx.Err() != nil {
+		t.Fatalf("airlock serve on %s started (%v): %s", state, err, out)
+	}
+	return string(out)
 }

@@ -3,7 +3,6 @@ package server_test
 import (
 	"errors"
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -84,8 +83,7 @@ func TestE2EFullDisk(t *testing.T) {
 
 	s1.stop(t)
 	testserver.FillDisk(t, state)
-	out, err := exec.CommandContext(ctx, airlockBin(t), "serve", "--listen", "127.0.0.1:0", "--state-dir", state).CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "no space left on device: "+state) {
-		t.Fatalf("serve on a full disk: %v: %s", err, out)
+	if out := refusedServe(t, state); !strings.Contains(out, "no space left on device: "+state) {
+		t.Fatalf("serve on a full disk: %s", out)
 	}
 }

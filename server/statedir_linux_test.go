@@ -18,12 +18,8 @@ func TestE2EStateDirLocked(t *testing.T) {
 	e := newE2E(t, "lock")
 	state, s1, c, ctx := e.state, e.s, e.c, e.ctx
 	sb := e.sandbox(t, client.CreateRequest{})
-	cmd := exec.CommandContext(ctx, airlockBin(t), "serve", "--listen", "127.0.0.1:0", "--state-dir", state)
-	out, err := cmd.CombinedOutput()
-	if err == nil {
-		t.Fatalf("second server on %s started: %s", state, out)
-	}
-	if want := "in use by process " + strconv.Itoa(s1.Pid()); !strings.Contains(string(out), want) {
+	out := refusedServe(t, state)
+	if want := "in use by process " + strconv.Itoa(s1.Pid()); !strings.Contains(out, want) {
 		t.Fatalf("second server's error %q does not contain %q", out, want)
 	}
 	res, err := c.Exec(ctx, sb.ID, client.ExecRequest{Shell: "echo still-mine"})
