@@ -79,6 +79,7 @@ func Main() {
 		fmt.Fprintf(os.Stderr, "airlock agent: %v\n", err)
 		os.Exit(1)
 	}
+	theSpawner = startSpawner()
 	prespawnThreads(agentThreads)
 	cloexecFrom(3)
 	f := os.NewFile(0, "host")
@@ -380,7 +381,7 @@ func (c *hostConn) serve() error {
 	if h.Home != "" {
 		c.home = filepath.Clean(h.Home)
 	}
-	if err := c.writeJSON(FrameHello, 0, helloMsg{Version: Version, Pid: os.Getpid()}); err != nil {
+	if err := c.writeJSON(FrameHello, 0, helloMsg{Version: Version, Pid: os.Getpid(), SpawnerTid: spawnerTid()}); err != nil {
 		return err
 	}
 	for {

@@ -54,9 +54,10 @@ type Config struct {
 // and the number of control frames are enforced and JSON is decoded strictly;
 // a violation closes the connection or fails the request with ErrProtocol.
 type Client struct {
-	conn     net.Conn
-	cfg      Config
-	agentPid int
+	conn       net.Conn
+	cfg        Config
+	agentPid   int
+	spawnerTid int
 
 	wmu  sync.Mutex
 	wbuf []byte
@@ -126,12 +127,16 @@ func (c *Client) hello(br *bufio.Reader) error {
 	if h.Version != Version {
 		return fmt.Errorf("agent speaks protocol version %d, host %d", h.Version, Version)
 	}
-	c.agentPid = h.Pid
+	c.agentPid, c.spawnerTid = h.Pid, h.SpawnerTid
 	return nil
 }
 
 // AgentPid is the agent's pid in its own pid namespace, as it reported it.
 func (c *Client) AgentPid() int { return c.agentPid }
+
+// SpawnerTid is the id (in the sandbox's pid namespace) of the agent's
+// thread that forks workload processes, as it reported it; 0 if none.
+func (c *Client) SpawnerTid() int { return c.spawnerTid }
 
 // Done is closed when the connection is closed or lost.
 func (c *Client) Done() <-chan struct{} { return c.done }

@@ -619,7 +619,10 @@ func (a *hostConn) handleExec(s *astream, payload []byte) (any, error) {
 	a.mu.Unlock()
 	pid, err := 0, error(&Error{Code: CodeClosed, Message: "agent is shutting down"})
 	if !closing {
-		pid, err = syscall.ForkExec(path, argv, attr)
+		err = theSpawner.run(func() (ferr error) {
+			pid, ferr = syscall.ForkExec(path, argv, attr)
+			return ferr
+		})
 	}
 	if err == nil {
 		p.pid = pid
@@ -662,10 +665,20 @@ func (a *hostConn) handleExec(s *astream, payload []byte) (any, error) {
 	return nil, nil
 }
 
+// outOfTasks are what programs print when they cannot create a process or
+// thread (fork/clone's EAGAIN): node's thread pool assertion, Python's and
+// the shells' messages.
+var outOfTasks = []string{"Resource temporarily unavailable", "uv_thread_create", "can't start new thread", "Cannot fork", "pthread_create"}
+
 // startError explains a failure to start a process. fork's EAGAIN means
-// the sandbox's pids limit (threads count too) is full.
+// the sandbox's pids limit (threads count too) is full; so does a kernel
+// that died during start-up saying it could not create a thread.
 func startError(what string, err error) error {
-	if errors.Is(err, syscall.EAGAIN) {
+	limited := errors.Is(err, syscall.EAGAIN)
+	for _, m := range outOfTasks {
+		limited = limited || strings.Contains(err.Error(), m)
+	}
+	if limited {
 		return &Error{Code: CodeLimit, Message: fmt.Sprintf("cannot start %s: the sandbox's process limit (pids) is reached; end processes (POST .../kill-processes) or create the sandbox with a higher limits.pids", what)}
 	}
 	return fmt.Errorf("starting %s: %w", what, err)

@@ -303,6 +303,8 @@ type helloMsg struct {
 	Version int    `json:"version"`
 	Home    string `json:"home,omitempty"`
 	Pid     int    `json:"pid,omitempty"`
+	// SpawnerTid is the agent's thread that forks workload processes.
+	SpawnerTid int `json:"spawner_tid,omitempty"`
 }
 
 type execMsg struct {

@@ -150,7 +150,11 @@ func startProc(cfg *Config, token string) (*proc, error) {
 	cmd.Stderr = errW
 	cmd.ExtraFiles = []*os.File{reqR, msgW, outW, errW} // fds 3, 4, 5, 6
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: cfg.Credential}
-	if err := cmd.Start(); err != nil {
+	start := cmd.Start
+	if cfg.Spawn != nil {
+		start = func() error { return cfg.Spawn(cmd.Start) }
+	}
+	if err := start(); err != nil {
 		closeChildEnds()
 		reqW.Close()
 		msgR.Close()

@@ -304,6 +304,15 @@ func (m *Manager) start(ctx context.Context, req *CreateRequest, p policy.Policy
 		inst.destroy()
 		return fail(fmt.Errorf("manager: connect to agent: %w", err))
 	}
+	// The agent's threads leave the workload's cgroup (native runtime,
+	// cgroup v1); fail closed if they cannot.
+	if r, ok := inst.sb.(interface{ ReserveAgent(int) error }); ok {
+		if err := r.ReserveAgent(client.SpawnerTid()); err != nil {
+			client.Close()
+			inst.destroy()
+			return fail(fmt.Errorf("manager: %w", err))
+		}
+	}
 	startTime, _ := procStartTime(inst.p)
 	rs, _ := json.Marshal(runtimeState{Runtime: string(orNative(p.Runtime)), Pid: inst.p, StartTime: startTime, Socket: sock, Enforced: inst.sb.Enforced(), Secrets: ns.refs})
 	rec.InitPID, rec.Runtime = inst.p, rs

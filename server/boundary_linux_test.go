@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -383,4 +384,113 @@ func TestPidsExhaustedIs429(t *testing.T) {
 	if err != nil || strings.TrimSpace(res.Stdout) != "alive" {
 		t.Fatalf("exec after kill-processes: %+v %v", res, err)
 	}
+}
+
+// TestContextsFillPidsAgentLives reproduces issue 15's crash: JavaScript
+// contexts (7-8 pids each) created while file operations run fill the strict
+// profile's 128 pids; the agent needed a new OS thread and died. Now the
+// workload's limit is its own and the agent keeps a reserve: every create
+// succeeds or answers 429 limit_reached, never 5xx, and the agent (same
+// process, checked on the host) serves on. The agent's threads are outside
+// the workload's cgroup.
+func TestContextsFillPidsAgentLives(t *testing.T) {
+	needRoot(t)
+	state := stateDir(t)
+	key := newKey(t, state, "ctxpids")
+	s := startServer(t, state)
+	c := client.New(s.URL, key)
+	ctx := ctxT(t)
+	for round := 0; round < 2; round++ {
+		sb, err := c.Create(ctx, client.CreateRequest{Profile: "strict", Timeout: 300})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pid := initPid(t, state, sb.ID)
+		before, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if n := agentThreadsInWorkload(t, pid); n != 1 {
+			t.Errorf("%d agent threads in the workload's cgroup, want only the spawner", n)
+		}
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := 0; i < 3; i++ {
+			wg.Add(1)
+			go func(i int) {
+				defer wg.Done()
+				p := fmt.Sprintf("/workspace/f%d", i)
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					c.WriteFile(ctx, sb.ID, p, strings.NewReader("data"), 0o644)
+					c.ReadFile(ctx, sb.ID, p)
+					c.ListFiles(ctx, sb.ID, "/workspace", 1)
+				}
+			}(i)
+		}
+		var created, limited int
+		var errs sync.Map
+		var cwg sync.WaitGroup
+		var mu sync.Mutex
+		for i := 0; i < 24; i++ {
+			cwg.Add(1)
+			go func() {
+				defer cwg.Done()
+				_, err := c.CreateContext(ctx, sb.ID, client.ContextRequest{Language: "javascript"})
+				var apiErr *client.Error
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err == nil:
+					created++
+				case errors.As(err, &apiErr) && apiErr.Status == 429:
+					limited++
+				default:
+					errs.Store(err.Error(), true)
+				}
+			}()
+		}
+		cwg.Wait()
+		close(stop)
+		wg.Wait()
+		t.Logf("round %d: %d contexts created, %d limited", round, created, limited)
+		errs.Range(func(k, _ any) bool { t.Errorf("round %d: context create: %v", round, k); return true })
+		after, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil || startField(after) != startField(before) {
+			t.Fatalf("round %d: the agent died: %v", round, err)
+		}
+		res, err := c.Exec(ctx, sb.ID, client.ExecRequest{Argv: []string{"echo", "alive"}})
+		if err != nil && !strings.Contains(err.Error(), "429") {
+			t.Fatalf("round %d: exec: %v", round, err)
+		}
+		if err == nil && strings.TrimSpace(res.Stdout) != "alive" {
+			t.Fatalf("round %d: exec: %+v", round, res)
+		}
+		if _, err := c.KillProcesses(ctx, sb.ID); err != nil {
+			t.Fatal(err)
+		}
+		c.Kill(ctx, sb.ID)
+	}
+}
+
+// agentThreadsInWorkload counts the agent's threads whose pids cgroup is
+// the workload's child group, read on the host.
+func agentThreadsInWorkload(t *testing.T, pid int) int {
+	t.Helper()
+	dir := fmt.Sprintf("/proc/%d/task", pid)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range ents {
+		b, _ := os.ReadFile(dir + "/" + e.Name() + "/cgroup")
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.Contains(l, ":pids:") && strings.HasSuffix(l, "/workload") {
+				n++
+			}
+		}
+	}
+	return n
 }

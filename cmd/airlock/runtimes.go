@@ -6,7 +6,6 @@ import (
 	"airlock/policy"
 	"airlock/runtime/gvisor"
 	"airlock/runtime/native"
-	"airlock/runtime/wasm"
 )
 
 // selectRuntime parses a --runtime value and checks that the tier can run
@@ -26,11 +25,8 @@ func selectRuntime(name string) (policy.Runtime, error) {
 
 // runSandbox runs a one-shot sandbox under the runtime its policy names.
 func runSandbox(ctx context.Context, cfg native.Config, opts native.RunOptions) (*native.Result, error) {
-	switch cfg.Policy.Runtime {
-	case policy.RuntimeGVisor:
+	if cfg.Policy.Runtime == policy.RuntimeGVisor {
 		return gvisor.Run(ctx, cfg, opts)
-	case policy.RuntimeWasm:
-		return wasm.Run(ctx, cfg, opts)
 	}
 	return native.Run(ctx, cfg, opts)
 }

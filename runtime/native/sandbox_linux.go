@@ -45,6 +45,7 @@ type Sandbox struct {
 
 	pidfd    int // the init's pidfd; -1 once closed (guarded by mu)
 	group    *cgroups.Group
+	workload *cgroups.Group // the workload's child group (Config.Agent, cgroup v1), or nil
 	enforced rt.Enforced
 
 	listeners []net.Listener
@@ -253,6 +254,20 @@ func Start(cfg Config) (*Sandbox, error) {
 			return nil, &SetupError{Step: "cgroups", Err: err}
 		}
 	}
+	var workload *cgroups.Group
+	if group != nil && cfg.Agent {
+		// The agent keeps a reserve of pids and memory the workload cannot
+		// take: the workload lives in a child group with the policy's limits.
+		wl, serr := group.Split(cgroups.Limits{MemoryBytes: p.Limits.MemoryBytes, Pids: p.Limits.Pids}, AgentReservePids, AgentReserveMemory)
+		if serr == nil {
+			workload = wl
+			enforced = append(enforced, rt.Layer{Name: "agent_reserve", State: rt.StateOK,
+				Detail: fmt.Sprintf("the workload's pids and memory limits apply to a child cgroup; the agent keeps %d pids and %d MiB of its own", AgentReservePids, AgentReserveMemory>>20)})
+		} else {
+			enforced = append(enforced, rt.Layer{Name: "agent_reserve", State: rt.StateDegraded,
+				Detail: "the agent shares the workload's pids and memory limits: " + serr.Error()})
+		}
+	}
 	if group != nil {
 		enforced = append(enforced, rt.Layer{Name: "cgroup", State: rt.StateOK, Detail: group.Describe()})
 	} else {
@@ -454,6 +469,14 @@ func Start(cfg Config) (*Sandbox, error) {
 		if err := group.Add(pid); err != nil {
 			return fail("join cgroup", err)
 		}
+	}
+	if workload != nil {
+		// The whole agent starts in the workload's group; once it names its
+		// spawning thread, ReserveAgent moves every other thread out.
+		if err := workload.Add(pid); err != nil {
+			return fail("join the workload cgroup", err)
+		}
+		s.workload = workload
 	}
 	if _, err := unix.Write(syncP[1], []byte{1}); err != nil {
 		return fail("release child", err)

@@ -1,0 +1,83 @@
+package native
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// The agent's reserve beyond the workload's limits (Config.Agent, cgroup
+// v1): its threads and memory count against the sandbox's group, the
+// workload's against a child group with the policy's limits.
+const (
+	AgentReservePids   = 64
+	AgentReserveMemory = 64 << 20
+)
+
+// ReserveAgent moves every thread of the init (the agent) but its spawning
+// thread into the sandbox's own group, out of the workload's child group.
+// spawnerTid is that thread's id inside the sandbox's pid namespace, as the
+// agent reports it: workload processes are forked from it and so start in
+// the workload's group; threads the Go runtime creates later are cloned
+// from the moved ones and stay in the agent's reserve. A no-op without a
+// workload group.
+func (s *Sandbox) ReserveAgent(spawnerTid int) error {
+	if s.workload == nil {
+		return nil
+	}
+	if spawnerTid <= 0 {
+		return errors.New("reserve agent: no spawner thread given")
+	}
+	// Twice: a thread created while the first pass ran is moved by the second.
+	for pass := 0; pass < 2; pass++ {
+		tids, found, err := s.threadsExcept(spawnerTid)
+		if err != nil {
+			return err
+		}
+		if !found {
+			return fmt.Errorf("reserve agent: thread %d is not a thread of the sandbox's init", spawnerTid)
+		}
+		if err := s.group.AddThreads(tids); err != nil {
+			return fmt.Errorf("reserve agent: %w", err)
+		}
+	}
+	return nil
+}
+
+// threadsExcept lists the host tids of the init's threads whose tid in the
+// sandbox's pid namespace is not nsTid, and whether nsTid was seen.
+func (s *Sandbox) threadsExcept(nsTid int) ([]int, bool, error) {
+	dir := "/proc/" + strconv.Itoa(s.Pid) + "/task"
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, false, fmt.Errorf("reserve agent: %w", err)
+	}
+	var tids []int
+	found := false
+	for _, e := range ents {
+		tid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(dir + "/" + e.Name() + "/status")
+		if err != nil {
+			continue // exited
+		}
+		ns := 0
+		for _, l := range bytes.Split(b, []byte("\n")) {
+			if v, ok := bytes.CutPrefix(l, []byte("NSpid:")); ok {
+				f := strings.Fields(string(v))
+				ns, _ = strconv.Atoi(f[len(f)-1])
+			}
+		}
+		if ns == nsTid {
+			found = true
+			continue
+		}
+		tids = append(tids, tid)
+	}
+	return tids, found, nil
+}
