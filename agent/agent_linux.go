@@ -474,6 +474,7 @@ func init() {
 	for t, h := range interpHandlers {
 		handlers[t] = h
 	}
+	handlers[FrameWatch] = (*hostConn).handleWatch
 }
 
 // errStreamGone reports that the host reset the stream or the connection

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"os"
 	"path"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -183,35 +182,26 @@ func (h *Handler) fsRemove(ctx context.Context, c *rpcCall, b *boxState, body []
 	return &empty{}, nil
 }
 
-// Directory watching. The agent has no inotify, so a watcher polls: it
-// lists the directory (recursively if asked) and reports the differences
-// from the previous listing as events: new paths are created, vanished ones
-// removed, a changed size or modification time is a write and a changed
-// mode a chmod. A rename shows as a remove and a create; changes that undo
-// themselves between two polls are not seen.
+// Directory watching: the agent watches with inotify inside the sandbox
+// (agent.Client.Watch), recursively if asked, and its events are passed on
+// as envd's: a file created and written is a create then writes, a rename
+// is a rename of the old name and a create of the new one.
 const (
-	watchInterval   = 250 * time.Millisecond
-	maxWatchEntries = 10000
 	maxWatchers     = 16
 	maxQueuedEvents = 10000
 	watcherIdle     = 30 * time.Minute
 )
 
-// watchState is what a poll remembers of an entry.
-type watchState struct {
-	typ   string
-	size  int64
-	mtime time.Time
-	mode  os.FileMode
-}
+// watchOps maps the agent's operations to envd's event types.
+var watchOps = map[string]int32{agent.WatchCreate: eventCreate, agent.WatchWrite: eventWrite,
+	agent.WatchRemove: eventRemove, agent.WatchRename: eventRename, agent.WatchChmod: eventChmod}
 
-// watcher polls one directory.
+// watcher is one watch of a directory.
 type watcher struct {
 	ag           *agent.Client
+	aw           *agent.Watch
 	dir          string
-	depth        int
 	includeEntry bool
-	last         map[string]watchState
 
 	// For watchers created by CreateWatcher: queued events.
 	mu       sync.Mutex
@@ -223,90 +213,58 @@ type watcher struct {
 	stopOnce sync.Once
 }
 
-func newWatcher(ag *agent.Client, req *watchRequest) (*watcher, *Error) {
-	if req.AllowNetworkMounts {
-		// Nothing in an airlock sandbox is a network mount; accepted as a
-		// no-op.
-		req.AllowNetworkMounts = false
-	}
+// newWatcher starts watching; events made after it returns are reported.
+func newWatcher(ctx context.Context, ag *agent.Client, req *watchRequest) (*watcher, *Error) {
+	// Nothing in an airlock sandbox is a network mount:
+	// allowNetworkMounts is accepted and means nothing.
 	dir, cerr := fileTarget(req.Path)
 	if cerr != nil {
 		return nil, cerr
 	}
-	depth := 1
-	if req.Recursive {
-		depth = 64
-	}
-	return &watcher{ag: ag, dir: dir, depth: depth, includeEntry: req.IncludeEntry,
-		stopCh: make(chan struct{}), lastRead: time.Now()}, nil
-}
-
-func (w *watcher) stop() { w.stopOnce.Do(func() { close(w.stopCh) }) }
-
-// poll lists the directory and returns the events since the last poll.
-func (w *watcher) poll(ctx context.Context) ([]filesystemEvent, *Error) {
-	list, err := w.ag.List(ctx, w.dir, w.depth)
+	aw, err := ag.Watch(ctx, dir, req.Recursive)
 	if err != nil {
 		var ae *agent.Error
 		if errors.As(err, &ae) && ae.Code == agent.CodeNotADirectory {
-			return nil, errorf(CodeInvalidArgument, "path is not a directory: %s", fromSandbox(w.dir))
+			return nil, errorf(CodeInvalidArgument, "path is not a directory: %s", fromSandbox(dir))
+		}
+		if errors.As(err, &ae) && ae.Code == agent.CodeTooLarge {
+			return nil, errorf(CodeResourceExhausted, "%s", ae.Message)
 		}
 		return nil, agentRPCError(err)
 	}
-	if len(list) > maxWatchEntries {
-		return nil, errorf(CodeResourceExhausted, "%s holds more than %d entries: too many to watch by polling", fromSandbox(w.dir), maxWatchEntries)
-	}
-	now := make(map[string]watchState, len(list))
-	infos := make(map[string]agent.FileInfo, len(list))
-	for _, fi := range list {
-		now[fi.Path] = watchState{typ: fi.Type, size: fi.Size, mtime: fi.ModTime, mode: fi.Mode}
-		infos[fi.Path] = fi
-	}
-	if w.last == nil {
-		w.last = now
-		return nil, nil
-	}
-	var evs []filesystemEvent
-	add := func(p string, t int32) {
-		ev := filesystemEvent{Name: strings.TrimPrefix(p, w.dir+"/"), Type: pbEventType(t)}
-		if fi, ok := infos[p]; ok && w.includeEntry {
+	return &watcher{ag: ag, aw: aw, dir: dir, includeEntry: req.IncludeEntry,
+		stopCh: make(chan struct{}), lastRead: time.Now()}, nil
+}
+
+func (w *watcher) stop() {
+	w.stopOnce.Do(func() {
+		close(w.stopCh)
+		w.aw.Close()
+	})
+}
+
+// event converts one of the agent's events.
+func (w *watcher) event(ctx context.Context, ev agent.WatchEvent) filesystemEvent {
+	out := filesystemEvent{Name: strings.TrimPrefix(ev.Path, w.dir+"/"), Type: pbEventType(watchOps[ev.Op])}
+	if w.includeEntry && ev.Op != agent.WatchRemove && ev.Op != agent.WatchRename {
+		if fi, err := w.ag.Stat(ctx, ev.Path); err == nil {
 			e := entryFor(fi)
-			ev.Entry = &e
-		}
-		evs = append(evs, ev)
-	}
-	paths := make([]string, 0, len(now))
-	for p := range now {
-		paths = append(paths, p)
-	}
-	sort.Strings(paths)
-	for _, p := range paths {
-		cur := now[p]
-		old, ok := w.last[p]
-		switch {
-		case !ok || old.typ != cur.typ:
-			if ok {
-				add(p, eventRemove)
-			}
-			add(p, eventCreate)
-		case old.size != cur.size || !old.mtime.Equal(cur.mtime):
-			add(p, eventWrite)
-		case old.mode != cur.mode:
-			add(p, eventChmod)
+			out.Entry = &e
 		}
 	}
-	var gone []string
-	for p := range w.last {
-		if _, ok := now[p]; !ok {
-			gone = append(gone, p)
+	return out
+}
+
+// ended explains why the agent's watch ended.
+func (w *watcher) ended() *Error {
+	if err := w.aw.Err(); err != nil {
+		var ae *agent.Error
+		if errors.As(err, &ae) && ae.Code == agent.CodeTooLarge {
+			return errorf(CodeResourceExhausted, "%s", ae.Message)
 		}
+		return agentRPCError(err)
 	}
-	sort.Strings(gone)
-	for _, p := range gone {
-		add(p, eventRemove)
-	}
-	w.last = now
-	return evs, nil
+	return errorf(CodeNotFound, "the watched directory %s was removed or moved", fromSandbox(w.dir))
 }
 
 func (h *Handler) fsWatchDir(ctx context.Context, c *rpcCall, b *boxState, body []byte, send func(any) error) error {
@@ -317,43 +275,34 @@ func (h *Handler) fsWatchDir(ctx context.Context, c *rpcCall, b *boxState, body 
 	if err := decodeMessage(body, &req); err != nil {
 		return err
 	}
-	w, cerr := newWatcher(b.sb.Agent(), &req)
+	w, cerr := newWatcher(ctx, b.sb.Agent(), &req)
 	if cerr != nil {
 		return cerr
 	}
-	if _, cerr := w.poll(ctx); cerr != nil {
-		return cerr
-	}
+	defer w.stop()
 	if err := send(&watchDirResponse{Start: &empty{}}); err != nil {
 		return err
 	}
-	keep := keepaliveInterval(c.r.Header)
-	lastSent := time.Now()
-	t := time.NewTicker(watchInterval)
-	defer t.Stop()
+	keep := time.NewTicker(keepaliveInterval(c.r.Header))
+	defer keep.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-b.sb.Ended():
 			return errorf(CodeUnavailable, "the sandbox ended")
-		case <-t.C:
-		}
-		evs, cerr := w.poll(ctx)
-		if cerr != nil {
-			return cerr
-		}
-		for i := range evs {
-			if err := send(&watchDirResponse{Filesystem: &evs[i]}); err != nil {
-				return err
-			}
-			lastSent = time.Now()
-		}
-		if time.Since(lastSent) >= keep {
+		case <-keep.C:
 			if err := send(&watchDirResponse{Keepalive: &empty{}}); err != nil {
 				return err
 			}
-			lastSent = time.Now()
+		case ev, ok := <-w.aw.Events():
+			if !ok {
+				return w.ended()
+			}
+			fe := w.event(ctx, ev)
+			if err := send(&watchDirResponse{Filesystem: &fe}); err != nil {
+				return err
+			}
 		}
 	}
 }
@@ -363,19 +312,23 @@ func (h *Handler) fsCreateWatcher(ctx context.Context, c *rpcCall, b *boxState, 
 	if err != nil {
 		return nil, err
 	}
-	w, cerr := newWatcher(b.sb.Agent(), req)
-	if cerr != nil {
-		return nil, cerr
-	}
-	if _, cerr := w.poll(ctx); cerr != nil {
-		return nil, cerr
-	}
 	var idb [12]byte
 	rand.Read(idb[:])
 	id := hex.EncodeToString(idb[:])
 	b.mu.Lock()
+	n := len(b.watchers)
+	b.mu.Unlock()
+	if n >= maxWatchers {
+		return nil, errorf(CodeResourceExhausted, "at most %d watchers per sandbox", maxWatchers)
+	}
+	w, cerr := newWatcher(ctx, b.sb.Agent(), req)
+	if cerr != nil {
+		return nil, cerr
+	}
+	b.mu.Lock()
 	if len(b.watchers) >= maxWatchers {
 		b.mu.Unlock()
+		w.stop()
 		return nil, errorf(CodeResourceExhausted, "at most %d watchers per sandbox", maxWatchers)
 	}
 	b.watchers[id] = w
@@ -383,6 +336,7 @@ func (h *Handler) fsCreateWatcher(ctx context.Context, c *rpcCall, b *boxState, 
 	go func() {
 		failed := false
 		defer func() {
+			w.stop()
 			// A failed watcher stays listed so that GetWatcherEvents can
 			// report why, until it is removed.
 			if failed {
@@ -394,37 +348,39 @@ func (h *Handler) fsCreateWatcher(ctx context.Context, c *rpcCall, b *boxState, 
 			}
 			b.mu.Unlock()
 		}()
-		t := time.NewTicker(watchInterval)
-		defer t.Stop()
+		idle := time.NewTicker(time.Minute)
+		defer idle.Stop()
 		for {
 			select {
 			case <-w.stopCh:
 				return
 			case <-b.sb.Ended():
 				return
-			case <-t.C:
-			}
-			w.mu.Lock()
-			idle := time.Since(w.lastRead) > watcherIdle
-			w.mu.Unlock()
-			if idle {
-				return
-			}
-			pctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			evs, cerr := w.poll(pctx)
-			cancel()
-			w.mu.Lock()
-			if cerr != nil {
-				w.failed, failed = cerr, true
+			case <-idle.C:
+				w.mu.Lock()
+				gone := time.Since(w.lastRead) > watcherIdle
 				w.mu.Unlock()
-				return
+				if gone {
+					return
+				}
+			case ev, ok := <-w.aw.Events():
+				if !ok {
+					w.mu.Lock()
+					w.failed, failed = w.ended(), true
+					w.mu.Unlock()
+					return
+				}
+				sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				fe := w.event(sctx, ev)
+				cancel()
+				w.mu.Lock()
+				w.queue = append(w.queue, fe)
+				if n := len(w.queue); n > maxQueuedEvents {
+					w.queue = append(w.queue[:0], w.queue[n-maxQueuedEvents:]...)
+					w.dropped = true
+				}
+				w.mu.Unlock()
 			}
-			w.queue = append(w.queue, evs...)
-			if n := len(w.queue); n > maxQueuedEvents {
-				w.queue = append(w.queue[:0], w.queue[n-maxQueuedEvents:]...)
-				w.dropped = true
-			}
-			w.mu.Unlock()
 		}
 	}()
 	return &createWatcherResponse{WatcherID: id}, nil
@@ -443,7 +399,7 @@ func (h *Handler) fsGetWatcherEvents(ctx context.Context, b *boxState, body []by
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.failed != nil {
+	if w.failed != nil && len(w.queue) == 0 {
 		return nil, w.failed
 	}
 	if w.dropped {

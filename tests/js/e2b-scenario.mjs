@@ -220,14 +220,17 @@ async function main() {
     eq(await sbx.files.exists('/home/user/newdir'), false, 'removed directory')
   })
 
-  await step('files: watchDir reports a created file', async () => {
-    await sbx.files.makeDir('/home/user/watched')
+  await step('files: a recursive watchDir reports creations and writes, in new subdirectories too', async () => {
+    await sbx.files.makeDir('/home/user/watched/sub')
     const events = []
-    const handle = await sbx.files.watchDir('/home/user/watched', (e) => events.push(e))
+    const seen = (name, type) => events.some((e) => e.name === name && e.type === type)
+    const handle = await sbx.files.watchDir('/home/user/watched', (e) => events.push(e), { recursive: true })
     await sbx.files.write('/home/user/watched/new.txt', 'x')
-    for (let i = 0; i < 40 && !events.some((e) => e.name === 'new.txt' && e.type === 'create'); i++) await sleep(100)
+    await sbx.commands.run('printf more >> watched/new.txt; mkdir -p watched/sub/deeper; echo y > watched/sub/deeper/f.txt; echo z >> watched/sub/deeper/f.txt; rm watched/new.txt')
+    const want = [['new.txt', 'create'], ['new.txt', 'write'], ['sub/deeper', 'create'], ['sub/deeper/f.txt', 'write'], ['new.txt', 'remove']]
+    for (let i = 0; i < 100 && !want.every(([n, t]) => seen(n, t)); i++) await sleep(50)
     await handle.stop()
-    assert(events.some((e) => e.name === 'new.txt' && e.type === 'create'), `events ${JSON.stringify(events)}`)
+    for (const [n, t] of want) assert(seen(n, t), `no ${t} of ${n} among ${JSON.stringify(events)}`)
   })
 
   await step('Sandbox.connect from a second client', async () => {
