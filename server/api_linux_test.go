@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"encoding/json"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -73,8 +74,23 @@ func TestE2EProcessLogsAndListing(t *testing.T) {
 	s, key := e.s, e.key
 	sb := e.sandbox(t, client.CreateRequest{})
 	sbu := s.URL + "/v1/sandboxes/" + sb.ID
-	// As in docs/api.md: a background process reading its stdin.
-	st, _, body := raw(t, "POST", sbu+"/exec", key, strings.NewReader(`{"shell":"echo ready; read line; echo got:$line; echo err >&2","background":true,"stdin_open":true}`))
+	// docs/api.md's stdin example, as written there.
+	execBody, stdinBody := docExample(t, "/exec -d '", `"background":true`), docExample(t, "/stdin -d '", "")
+	st, _, body := raw(t, "POST", sbu+"/exec", key, strings.NewReader(execBody))
+	var docPid struct{ Pid int }
+	if st != 201 || json.Unmarshal(body, &docPid) != nil {
+		t.Fatalf("docs/api.md's background exec %s: %d %s", execBody, st, body)
+	}
+	if st, _, body := raw(t, "POST", sbu+"/processes/"+strconv.Itoa(docPid.Pid)+"/stdin", key, strings.NewReader(stdinBody)); st != 200 {
+		t.Fatalf("docs/api.md's stdin example %s: %d %s", stdinBody, st, body)
+	}
+	eventually(t, 30e9, "the docs example's process reads its stdin", func() bool {
+		_, _, body := raw(t, "GET", sbu+"/processes/"+strconv.Itoa(docPid.Pid)+"/logs", key, nil)
+		return strings.Contains(string(body), `"stdout":"got hello\n`)
+	})
+
+	// A background process reading its stdin, with stderr.
+	st, _, body = raw(t, "POST", sbu+"/exec", key, strings.NewReader(`{"shell":"echo ready; read line; echo got:$line; echo err >&2","background":true,"stdin_open":true}`))
 	var started struct{ Pid int }
 	if st != 201 || json.Unmarshal(body, &started) != nil || started.Pid <= 0 {
 		t.Fatalf("background exec: %d %s", st, body)
@@ -98,14 +114,16 @@ func TestE2EProcessLogsAndListing(t *testing.T) {
 	}
 	st, _, body = raw(t, "GET", sbu+"/processes", key, nil)
 	var list struct{ Processes []map[string]any }
-	if st != 200 || json.Unmarshal(body, &list) != nil || len(list.Processes) != 1 {
+	if st != 200 || json.Unmarshal(body, &list) != nil || len(list.Processes) != 2 {
 		t.Fatalf("processes: %d %s", st, body)
 	}
-	if p := list.Processes[0]; p["running"] != true || p["exit_code"] != nil {
-		t.Fatalf("a running process is listed as %v", p)
+	for _, p := range list.Processes {
+		if p["running"] != true || p["exit_code"] != nil {
+			t.Fatalf("a running process is listed as %v", p)
+		}
 	}
-	if st, _, body := raw(t, "POST", pidu+"/stdin", key, strings.NewReader(`{"data":"hello\n","close":false}`)); st != 200 {
-		t.Fatalf("stdin as in docs/api.md: %d %s", st, body)
+	if st, _, body := raw(t, "POST", pidu+"/stdin", key, strings.NewReader(stdinBody)); st != 200 {
+		t.Fatalf("stdin: %d %s", st, body)
 	}
 	eventually(t, 30e9, "the process exits", func() bool {
 		st, _, body := raw(t, "GET", pidu+"/logs", key, nil)
@@ -118,4 +136,27 @@ func TestE2EProcessLogsAndListing(t *testing.T) {
 	if l.Stdout != "ready\ngot:hello\n" || l.Stderr != "err\n" || l.ExitCode == nil || *l.ExitCode != 0 {
 		t.Fatalf("logs of the exited process: %+v", l)
 	}
+}
+
+// docExample returns the JSON body (-d '...') of the first curl line of
+// docs/api.md that contains marker and also want.
+func docExample(t *testing.T, marker, want string) string {
+	t.Helper()
+	doc, err := os.ReadFile("../docs/api.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(doc), "\n") {
+		i := strings.Index(line, marker)
+		if i < 0 || !strings.Contains(line, want) {
+			continue
+		}
+		rest := line[i+len(marker):]
+		if j := strings.IndexByte(rest, '\''); j >= 0 {
+			// The shell passes the body as written; "\n" stays a JSON escape.
+			return rest[:j]
+		}
+	}
+	t.Fatalf("docs/api.md has no curl line with %q and %q", marker, want)
+	return ""
 }
