@@ -19,6 +19,9 @@ func checkRuntime(name string) error {
 			return fmt.Errorf("%w: %w", ErrPolicy, err)
 		}
 	}
+	if r == policy.RuntimeWasm {
+		return fmt.Errorf("%w: runtime wasm is available to `airlock run --runtime wasm` only, not to API sandboxes", ErrPolicy)
+	}
 	return nil
 }
 

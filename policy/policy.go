@@ -53,6 +53,10 @@ type Runtime string
 const (
 	RuntimeNative Runtime = "native"
 	RuntimeGVisor Runtime = "gvisor"
+	// RuntimeWasm runs a WebAssembly (WASI preview 1) module in wazero
+	// inside the airlock process: no kernel boundary, only what the host
+	// functions hand the module (runtime/wasm).
+	RuntimeWasm Runtime = "wasm"
 )
 
 // ParseRuntime checks a runtime name; empty means native.
@@ -60,10 +64,10 @@ func ParseRuntime(s string) (Runtime, error) {
 	switch Runtime(s) {
 	case "", RuntimeNative:
 		return RuntimeNative, nil
-	case RuntimeGVisor:
-		return RuntimeGVisor, nil
+	case RuntimeGVisor, RuntimeWasm:
+		return Runtime(s), nil
 	}
-	return "", fmt.Errorf("runtime: unknown %q (want native or gvisor)", s)
+	return "", fmt.Errorf("runtime: unknown %q (want native, gvisor or wasm)", s)
 }
 
 // Filesystem describes the root tree of a sandbox. Host directories appear
@@ -237,6 +241,9 @@ func (p *Policy) Validate() error {
 	}
 	if _, err := ParseRuntime(string(p.Runtime)); err != nil {
 		errs = append(errs, err)
+	}
+	if p.Runtime == RuntimeWasm && p.Network.Mode != NetNone {
+		bad("network.mode: %q is not available with runtime wasm (WASI preview 1 modules get no sockets)", p.Network.Mode)
 	}
 	switch p.Network.Mode {
 	case NetNone, NetAllowlist, NetOpen:

@@ -88,7 +88,7 @@ func doctor() (rt.Enforced, bool) {
 		}
 		out = append(out, rt.Layer{Name: "sandbox", State: rt.StateOK, Detail: fmt.Sprintf("strict sandbox ran /bin/true in %.1f ms", res.WallMS)})
 	}
-	out = append(out, doctorGVisor(p))
+	out = append(out, doctorGVisor(p), doctorWasm(p))
 	return out, ok
 }
 

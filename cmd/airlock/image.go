@@ -97,7 +97,7 @@ func cmdImage(args []string) int {
 	defer stop()
 	var progress func(imagestore.Progress)
 	if !*quiet {
-		progress = progressPrinter(os.Stderr)
+		progress = progressPrinter(os.Stderr, sub+"ing")
 	}
 	switch sub {
 	case "pull":
@@ -178,9 +178,9 @@ func shortDigest(d string) string {
 	return d
 }
 
-// progressPrinter prints pull progress to w: at most a line every half
-// second, and the last one.
-func progressPrinter(w io.Writer) func(imagestore.Progress) {
+// progressPrinter prints pull or import progress to w, each line starting
+// with verb: at most a line every half second, and the last one.
+func progressPrinter(w io.Writer, verb string) func(imagestore.Progress) {
 	var last time.Time
 	return func(p imagestore.Progress) {
 		done := p.Done >= p.Total
@@ -188,7 +188,7 @@ func progressPrinter(w io.Writer) func(imagestore.Progress) {
 			return
 		}
 		last = time.Now()
-		fmt.Fprintf(w, "pulling %s: %s / %s\n", shortDigest(p.Layer), humanize.IBytes(uint64(p.Done)), humanize.IBytes(uint64(p.Total)))
+		fmt.Fprintf(w, "%s %s: %s / %s\n", verb, shortDigest(p.Layer), humanize.IBytes(uint64(p.Done)), humanize.IBytes(uint64(p.Total)))
 	}
 }
 
@@ -235,7 +235,7 @@ func (f *runImageFlags) apply(ctx context.Context, cfg *native.Config, explicitE
 	}
 	img, err := st.Get(f.ref)
 	if errors.Is(err, imagestore.ErrNotFound) {
-		img, err = st.Pull(ctx, f.ref, imagestore.PullOptions{Progress: progressPrinter(os.Stderr)})
+		img, err = st.Pull(ctx, f.ref, imagestore.PullOptions{Progress: progressPrinter(os.Stderr, "pulling")})
 	}
 	if err != nil {
 		return nil, err

@@ -151,7 +151,7 @@ func cmdRun(args []string) int {
 	asJSON := fs.Bool("json", false, "print one JSON result object instead of streaming output")
 	codeFlag := fs.String("code", "", "run this code cell (see --language) instead of a command: the code itself, - to read it from stdin, or @FILE to read it from a source file such as @analysis.py; prints its output and the value of its last expression, and saves figures to cell-1-N.png in the current directory (with --json they are in its results, base64)")
 	langFlag := fs.String("language", "python", "language of --code: python, javascript or bash")
-	runtimeFlag := fs.String("runtime", "native", "isolation tier: native, or gvisor (gVisor's user-space kernel via runsc; docs/gvisor.md)")
+	runtimeFlag := fs.String("runtime", "native", "isolation tier: native, gvisor (gVisor's user-space kernel via runsc; docs/gvisor.md) or wasm (CMD is a WASI module file run in wazero; docs/wasm.md)")
 	interactive := fs.Bool("i", false, "copy a terminal's input to the program (through a pipe: the sandbox never gets the terminal itself)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -187,6 +187,10 @@ func cmdRun(args []string) int {
 	}
 	if p.Runtime, err = selectRuntime(*runtimeFlag); err != nil {
 		fmt.Fprintf(os.Stderr, "airlock run: --runtime: %s\n", oneLine(err))
+		return exitUsage
+	}
+	if p.Runtime == policy.RuntimeWasm && (*codeFlag != "" || imgf.ref != "") {
+		fmt.Fprintln(os.Stderr, "airlock run: --runtime wasm runs a WASI module file (-- MODULE.wasm ARGS); --code and --image are not available with it")
 		return exitUsage
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -226,7 +230,12 @@ func cmdRun(args []string) int {
 	// Off the critical path: remove cgroups left by launchers that crashed,
 	// on the other core while this run's sandbox works.
 	swept := make(chan struct{})
-	go func() { _, _ = native.CleanupOrphans(); close(swept) }()
+	go func() {
+		if p.Runtime != policy.RuntimeWasm { // no cgroups: nothing to sweep
+			_, _ = native.CleanupOrphans()
+		}
+		close(swept)
+	}()
 	res, err := runSandbox(ctx, cfg, opts)
 	rn.close()
 	<-swept

@@ -6,6 +6,7 @@ import (
 	"airlock/policy"
 	"airlock/runtime/gvisor"
 	"airlock/runtime/native"
+	"airlock/runtime/wasm"
 )
 
 // selectRuntime parses a --runtime value and checks that the tier can run
@@ -25,8 +26,11 @@ func selectRuntime(name string) (policy.Runtime, error) {
 
 // runSandbox runs a one-shot sandbox under the runtime its policy names.
 func runSandbox(ctx context.Context, cfg native.Config, opts native.RunOptions) (*native.Result, error) {
-	if cfg.Policy.Runtime == policy.RuntimeGVisor {
+	switch cfg.Policy.Runtime {
+	case policy.RuntimeGVisor:
 		return gvisor.Run(ctx, cfg, opts)
+	case policy.RuntimeWasm:
+		return wasm.Run(ctx, cfg, opts)
 	}
 	return native.Run(ctx, cfg, opts)
 }

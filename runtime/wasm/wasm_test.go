@@ -369,3 +369,10 @@ func TestNotAModule(t *testing.T) {
 		t.Fatalf("got %+v, %v", res, err)
 	}
 }
+
+func TestHelloModule(t *testing.T) {
+	res, err := engine(t).Run(context.Background(), Module{Name: "hello.wasm", Bytes: HelloModule()}, native.Config{Policy: strict(t)}, native.RunOptions{Capture: true})
+	if err != nil || res.Status != native.StatusOK || res.Stdout != HelloOutput {
+		t.Fatalf("got %+v, %v", res, err)
+	}
+}
