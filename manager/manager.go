@@ -643,6 +643,9 @@ func (m *Manager) Lookup(owner, id string) (*Sandbox, error) {
 		}
 		return sb, nil
 	}
+	if sb := m.unrecorded(id); sb != nil && sb.rec.Owner == owner {
+		return nil, fmt.Errorf("%w: %s", ErrNotRunning, sb.info().State)
+	}
 	rec, err := m.st.GetSandbox(context.Background(), id)
 	if err != nil || rec.Owner != owner {
 		return nil, ErrNotFound

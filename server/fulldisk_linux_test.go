@@ -60,6 +60,9 @@ func TestE2EFullDisk(t *testing.T) {
 	if got, err := c.Get(ctx, victim.ID); err != nil || got.State != "killed" {
 		t.Fatalf("sandbox after a kill on a full disk: %+v %v", got, err)
 	}
+	if _, err := c.Exec(ctx, victim.ID, client.ExecRequest{Argv: []string{"true"}}); client.StatusOf(err) != 409 || !strings.Contains(err.Error(), "not running: killed") {
+		t.Fatalf("exec in the sandbox killed on a full disk: %v", err)
+	}
 
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
