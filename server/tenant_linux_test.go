@@ -181,3 +181,33 @@ func statusUID(t *testing.T, pid int) int {
 	t.Fatalf("no Uid in /proc/%d/status", pid)
 	return 0
 }
+
+// TestTwoServersDisjointRanges: two servers with different state dirs on
+// one host never hand out overlapping host id ranges, nor do they overlap
+// a one-shot sandbox's.
+func TestTwoServersDisjointRanges(t *testing.T) {
+	needRoot(t)
+	ctx := ctxT(t)
+	type rng struct{ base, n int }
+	var got []rng
+	for i := 0; i < 2; i++ {
+		state := stateDir(t)
+		key := newKey(t, state, "twin")
+		c := client.New(startServer(t, state).URL, key)
+		for j := 0; j < 2; j++ {
+			sb, err := c.Create(ctx, client.CreateRequest{Timeout: 120})
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, n := hostRange(t, initPid(t, state, sb.ID))
+			got = append(got, rng{b, n})
+		}
+	}
+	for i := range got {
+		for j := i + 1; j < len(got); j++ {
+			if got[i].base < got[j].base+got[j].n && got[j].base < got[i].base+got[i].n {
+				t.Errorf("sandboxes of two servers share host ids: %+v and %+v", got[i], got[j])
+			}
+		}
+	}
+}
