@@ -3,6 +3,7 @@
 package imagestore
 
 import (
+	"context"
 	"errors"
 	"io"
 	"os"
@@ -15,3 +16,8 @@ func decompress(r io.Reader, bud *budget) (io.ReadCloser, error) { return nil, e
 func extract(r io.Reader, root string, bud *budget) error { return errNotLinux }
 
 func removeAll(p string) error { return os.RemoveAll(p) }
+
+// Commit needs Linux (overlayfs upper directories).
+func (s *Store) Commit(ctx context.Context, base *Image, upper string, idBase int, name string) (*Image, error) {
+	return nil, errNotLinux
+}

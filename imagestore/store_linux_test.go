@@ -2,6 +2,7 @@ package imagestore_test
 
 import (
 	"archive/tar"
+	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -366,5 +367,73 @@ func TestHostileLayers(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(filepath.Join(outside, "secret")); string(b) != "host secret" {
 		t.Fatalf("outside file changed: %q", b)
+	}
+}
+
+// TestCommitUpper: a sandbox's upper directory becomes a new image: files
+// with their owners shifted back from the sandbox's host range, overlayfs
+// whiteouts as OCI whiteouts, symlinks as symlinks (never followed, even to
+// a host secret).
+func TestCommitUpper(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	reg := it.Registry(t)
+	ref := it.Push(t, reg, "commit/base:1", it.Image(t, it.TarLayer(t,
+		it.Entry{Name: "etc/keep", Type: tar.TypeReg, Data: "k"},
+		it.Entry{Name: "etc/drop", Type: tar.TypeReg, Data: "d"})))
+	s, _ := openStore(t, imagestore.Limits{})
+	base, err := s.Pull(context.Background(), ref, imagestore.PullOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const idBase = 1 << 20
+	secret := filepath.Join(t.TempDir(), "secret")
+	os.WriteFile(secret, []byte("host secret"), 0o600)
+	upper := t.TempDir()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.MkdirAll(filepath.Join(upper, "usr/local/lib"), 0o755))
+	must(os.WriteFile(filepath.Join(upper, "usr/local/lib/pkg.py"), []byte("print(1)\n"), 0o644))
+	must(os.Lchown(filepath.Join(upper, "usr/local/lib/pkg.py"), idBase+1000, idBase+1000))
+	must(os.Symlink(secret, filepath.Join(upper, "usr/local/leak")))
+	must(os.MkdirAll(filepath.Join(upper, "etc"), 0o755))
+	must(unix.Mknod(filepath.Join(upper, "etc/drop"), unix.S_IFCHR, 0))
+	must(os.MkdirAll(filepath.Join(upper, "opq"), 0o755))
+	must(unix.Setxattr(filepath.Join(upper, "opq"), "trusted.overlay.opaque", []byte("y"), 0))
+
+	img, err := s.Commit(context.Background(), base, upper, idBase, "snap/one:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if img.Name != "index.docker.io/snap/one:1" || len(img.Layers) != 2 || img.Layers[0].DiffID != base.Layers[0].DiffID {
+		t.Fatalf("snapshot image: %+v", img)
+	}
+	top := img.Layers[1].Dir
+	var st unix.Stat_t
+	if err := unix.Lstat(filepath.Join(top, "usr/local/lib/pkg.py"), &st); err != nil || st.Uid != 1000 {
+		t.Fatalf("file owner not shifted back: uid %d %v", st.Uid, err)
+	}
+	if l, err := os.Readlink(filepath.Join(top, "usr/local/leak")); err != nil || l != secret {
+		t.Fatalf("symlink: %q %v", l, err)
+	}
+	if err := unix.Lstat(filepath.Join(top, "etc/drop"), &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFCHR || st.Rdev != 0 {
+		t.Fatalf("whiteout lost: mode %o %v", st.Mode, err)
+	}
+	buf := make([]byte, 4)
+	if n, err := unix.Lgetxattr(filepath.Join(top, "opq"), "trusted.overlay.opaque", buf); err != nil || string(buf[:n]) != "y" {
+		t.Fatalf("opaque dir lost: %v", err)
+	}
+	// Nothing of the host secret is in any blob of the store.
+	blobs, _ := filepath.Glob(filepath.Join(s.Dir(), "oci", "blobs", "sha256", "*"))
+	for _, b := range blobs {
+		data, _ := os.ReadFile(b)
+		if bytes.Contains(data, []byte("host secret")) {
+			t.Fatalf("host secret in blob %s", b)
+		}
 	}
 }
