@@ -89,3 +89,54 @@ func TestTypeScriptCells(t *testing.T) {
 		t.Errorf("unchecked types: %s", got)
 	}
 }
+
+func TestPythonChartData(t *testing.T) {
+	t.Parallel()
+	needModules(t, "matplotlib")
+	k := python(t)
+	res := ok(t, k, `import matplotlib.pyplot as plt
+plt.plot([1, 2, 3], [1, 4, 9], label="squares")
+plt.plot([1, 2, 3], [1, 2, 3])
+plt.title("growth")
+plt.xlabel("n")
+plt.ylabel("size (MB)")
+plt.show()
+fig, ax = plt.subplots()
+ax.bar(["a", "b", "c"], [3, 1, 2], label="counts")
+ax.set_title("bars")
+plt.show()`)
+	if len(res.Results) != 2 {
+		t.Fatalf("%d results, want 2 figures", len(res.Results))
+	}
+	var line struct {
+		Type, Title, XLabel, YLabel, YUnit, XScale string
+		Elements                                   []struct {
+			Label  string
+			Points [][2]float64
+		}
+	}
+	raw := res.Results[0]["e2b/chart"]
+	if err := json.Unmarshal([]byte(strings.NewReplacer(`"x_label"`, `"xlabel"`, `"y_label"`, `"ylabel"`, `"y_unit"`, `"yunit"`, `"x_scale"`, `"xscale"`).Replace(raw)), &line); err != nil {
+		t.Fatalf("line chart %q: %v", raw, err)
+	}
+	if line.Type != "line" || line.Title != "growth" || line.XLabel != "n" || line.YLabel != "size (MB)" || line.YUnit != "MB" ||
+		line.XScale != "linear" || len(line.Elements) != 2 || line.Elements[0].Label != "squares" ||
+		!strings.HasPrefix(line.Elements[1].Label, "Line ") || len(line.Elements[0].Points) != 3 || line.Elements[0].Points[2] != [2]float64{3, 9} {
+		t.Errorf("line chart %s", raw)
+	}
+	var bar struct {
+		Type, Title string
+		Elements    []struct {
+			Label, Group string
+			Value        float64
+		}
+	}
+	raw = res.Results[1]["e2b/chart"]
+	if err := json.Unmarshal([]byte(raw), &bar); err != nil {
+		t.Fatalf("bar chart %q: %v", raw, err)
+	}
+	b, _ := json.Marshal(bar.Elements)
+	if bar.Type != "bar" || bar.Title != "bars" || string(b) != `[{"Label":"a","Group":"counts","Value":3},{"Label":"b","Group":"counts","Value":1},{"Label":"c","Group":"counts","Value":2}]` {
+		t.Errorf("bar chart %s", raw)
+	}
+}

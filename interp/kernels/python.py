@@ -134,7 +134,120 @@ def safe_getattr(obj, name):
 def figure_bundle(fig):
     buf = io.BytesIO()
     fig.savefig(buf, format='png')
-    return {'image/png': base64.b64encode(buf.getvalue()).decode('ascii'), 'text/plain': repr(fig)}
+    data = {'image/png': base64.b64encode(buf.getvalue()).decode('ascii'), 'text/plain': repr(fig)}
+    try:
+        chart = figure_chart(fig)  # after savefig: tick labels exist once drawn
+        if chart is not None:
+            data['e2b/chart'] = json.dumps(chart, default=scalar)
+    except Exception as e:
+        warn_formatter('chart', e)
+    return data
+
+
+def figure_chart(fig):
+    """The data of a matplotlib figure in E2B's chart schema (result.chart):
+    line and bar charts with their title, axis labels, ticks and elements;
+    several axes make a superchart. None for a figure without data."""
+    axes = [ax for ax in fig.get_axes()]
+    if not axes or not any(ax.has_data() for ax in axes):
+        return None
+    if len(axes) == 1:
+        return axes_chart(axes[0])
+    title = fig._suptitle.get_text() if getattr(fig, '_suptitle', None) is not None else None
+    return {'type': 'superchart', 'title': title or None, 'elements': [axes_chart(ax) for ax in axes]}
+
+
+def axes_chart(ax):
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Rectangle
+    from matplotlib.text import Text
+    parts = [c for c in ax.get_children() if c in ax.lines or c in ax.patches or c in ax.collections]
+    chart = {'type': 'unknown', 'title': ax.get_title() or None, 'elements': []}
+    if parts and all(isinstance(c, Line2D) for c in parts):
+        chart['type'] = 'line'
+    elif ax.containers and parts and all(isinstance(c, Rectangle) for c in parts):
+        chart['type'] = 'bar'
+    else:
+        return chart
+    labels = {'x_label': ax.get_xlabel() or None, 'y_label': ax.get_ylabel() or None}
+    for axis in ('x', 'y'):
+        label = labels[axis + '_label']
+        unit = None
+        if label:
+            import re
+            m = re.search(r'\s\((.*?)\)|\[(.*?)\]', label)
+            if m:
+                unit = m.group(1) or m.group(2)
+        chart[axis + '_label'], chart[axis + '_unit'] = label, unit
+    if chart['type'] == 'line':
+        for axis, get in (('x', ax.xaxis), ('y', ax.yaxis)):
+            ticks = list(get.get_ticklocs())
+            tick_labels = [t.get_text() for t in get.get_ticklabels()]
+            dates = is_date_axis(get)
+            chart[axis + '_ticks'] = [iso_date(t) if dates else float(t) for t in ticks]
+            chart[axis + '_tick_labels'] = tick_labels
+            chart[axis + '_scale'] = axis_scale(get, ax, axis, ticks, tick_labels, dates)
+        for n, line in enumerate(ax.get_lines()):
+            label = line.get_label()
+            if label.startswith('_child'):
+                label = 'Line ' + label[6:]
+            points = [[point_value(x), point_value(y)] for x, y in zip(line.get_xdata(), line.get_ydata())]
+            chart['elements'].append({'label': label, 'points': points})
+        return chart
+    for container in ax.containers:
+        group = container.get_label()
+        if group.startswith('_container'):
+            group = 'Group ' + group[10:]
+        rects = list(container)
+        heights = [r.get_height() for r in rects]
+        if len(heights) > 1 and all(h == heights[0] for h in heights):
+            # horizontal bars (barh): categories on the y axis
+            chart['x_label'], chart['y_label'] = chart['y_label'], chart['x_label']
+            chart['x_unit'], chart['y_unit'] = chart['y_unit'], chart['x_unit']
+            names = [t.get_text() for t in ax.get_yticklabels()]
+            values = [r.get_width() for r in rects]
+        else:
+            names = [t.get_text() for t in ax.get_xticklabels()]
+            values = heights
+        for name, value in zip(names, values):
+            chart['elements'].append({'label': name, 'group': group, 'value': float(value)})
+    return chart
+
+
+def is_date_axis(axis):
+    try:
+        import matplotlib.dates as mdates
+        conv = axis.get_converter() if hasattr(axis, 'get_converter') else axis.converter
+        return isinstance(conv, (mdates.DateConverter, mdates.ConciseDateConverter)) or \
+            type(conv).__name__ == '_SwitchableDateConverter'
+    except Exception:
+        return False
+
+
+def iso_date(num):
+    import matplotlib.dates as mdates
+    return mdates.num2date(num).isoformat()
+
+
+def axis_scale(axis, ax, which, ticks, labels, dates):
+    if dates:
+        return 'datetime'
+    scale = ax.get_xscale() if which == 'x' else ax.get_yscale()
+    if scale != 'linear':
+        return scale
+    # categorical: ticks 0..n-1 whose labels are not those numbers
+    if ticks and all(t == i and str(i) != lab for i, (t, lab) in enumerate(zip(ticks, labels))):
+        return 'categorical'
+    return 'linear'
+
+
+def point_value(v):
+    import datetime
+    if isinstance(v, (datetime.date, datetime.datetime)):
+        return v.isoformat()
+    if type(v).__name__ == 'datetime64':
+        return str(v.astype('datetime64[s]'))
+    return scalar(v) if not isinstance(v, (int, float, str)) else v
 
 
 def encode_mime(mime, value):
