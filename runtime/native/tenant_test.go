@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"context"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -211,5 +213,29 @@ func TestOwnPipeBudget(t *testing.T) {
 	}
 	if _, gotB := hog(1); gotB != 1 {
 		t.Errorf("sandbox B could not grow a pipe to 1 MiB while A holds %d of them: pipe budget shared across sandboxes", gotA)
+	}
+}
+
+// TestLauncherKeepsDumpable: starting a sandbox (whose namespace is created
+// under another effective uid) leaves the launcher's dumpable flag and
+// parent-death signal as they were.
+func TestLauncherKeepsDumpable(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGUSR2), 0, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Prctl(unix.PR_SET_PDEATHSIG, 0, 0, 0, 0)
+	before, _ := unix.PrctlRetInt(unix.PR_GET_DUMPABLE, 0, 0, 0, 0)
+	res := run(t, nil, "true")
+	if res.Status != native.StatusOK {
+		t.Fatalf("%+v", res)
+	}
+	if after, _ := unix.PrctlRetInt(unix.PR_GET_DUMPABLE, 0, 0, 0, 0); after != before {
+		t.Errorf("dumpable %d after a sandbox start, was %d", after, before)
+	}
+	var sig int32
+	if err := unix.Prctl(unix.PR_GET_PDEATHSIG, uintptr(unsafe.Pointer(&sig)), 0, 0, 0); err != nil || sig != int32(unix.SIGUSR2) {
+		t.Errorf("parent-death signal %d after a sandbox start, want SIGUSR2 (%v)", sig, err)
 	}
 }

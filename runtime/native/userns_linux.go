@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strconv"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -122,7 +123,11 @@ func forkAs(m idMap, pl *plan) (int, syscall.Errno) {
 		return forkChild(pl)
 	}
 	runtime.LockOSThread()
+	// A change of effective uid resets the process's dumpable flag and
+	// this thread's parent-death signal: both are put back afterwards.
 	dumpable, _, _ := syscall.RawSyscall(syscall.SYS_PRCTL, unix.PR_GET_DUMPABLE, 0, 0)
+	var pdeath int32
+	syscall.RawSyscall(syscall.SYS_PRCTL, unix.PR_GET_PDEATHSIG, uintptr(unsafe.Pointer(&pdeath)), 0)
 	keep := ^uintptr(0) // -1: leave unchanged
 	if _, _, e := syscall.RawSyscall(syscall.SYS_SETRESUID, keep, uintptr(m.owner), keep); e != 0 {
 		runtime.UnlockOSThread()
@@ -136,6 +141,7 @@ func forkAs(m idMap, pl *plan) (int, syscall.Errno) {
 		panic(errors.New("native: restore effective uid 0: " + e.Error()))
 	}
 	syscall.RawSyscall(syscall.SYS_PRCTL, unix.PR_SET_DUMPABLE, dumpable, 0)
+	syscall.RawSyscall(syscall.SYS_PRCTL, unix.PR_SET_PDEATHSIG, uintptr(pdeath), 0)
 	runtime.UnlockOSThread()
 	return pid, errno
 }
