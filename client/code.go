@@ -82,6 +82,8 @@ type CodeResult struct {
 	Truncated  bool       `json:"truncated"`
 	Restarted  bool       `json:"restarted"`
 	DurationMS float64    `json:"duration_ms"`
+	// Status is "oom" when the out-of-memory killer ended the cell's kernel.
+	Status string `json:"status,omitempty"`
 }
 
 // CreateContext starts a persistent interpreter context.

@@ -494,3 +494,51 @@ func agentThreadsInWorkload(t *testing.T, pid int) int {
 	}
 	return n
 }
+
+// TestWorkloadOOMSandboxSurvives: a memory hog in an exec and in a code
+// cell is reported as "oom", and the sandbox (same agent process, checked on
+// the host) survives with its files (strict profile, 512 MiB).
+func TestWorkloadOOMSandboxSurvives(t *testing.T) {
+	needRoot(t)
+	state := stateDir(t)
+	key := newKey(t, state, "oom")
+	s := startServer(t, state)
+	c := client.New(s.URL, key)
+	ctx := ctxT(t)
+	sb, err := c.Create(ctx, client.CreateRequest{Profile: "strict", Timeout: 300})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := initPid(t, state, sb.ID)
+	before, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if _, err := c.WriteFile(ctx, sb.ID, "/workspace/keep", strings.NewReader("kept"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const hog = "x = b'x' * (2 << 30)"
+	res, err := c.Exec(ctx, sb.ID, client.ExecRequest{Argv: []string{"/usr/bin/python3", "-c", hog}, Timeout: 60})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != "oom" {
+		t.Errorf("exec of a memory hog: %+v, want status oom", res)
+	}
+	cell, err := c.RunCode(ctx, sb.ID, client.CodeRequest{Code: hog, Language: "python"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cell.Status != "oom" {
+		t.Errorf("code cell of a memory hog: %+v, want status oom", cell)
+	}
+	after, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil || startField(after) != startField(before) {
+		t.Fatalf("the agent died: %v", err)
+	}
+	b, err := c.ReadFile(ctx, sb.ID, "/workspace/keep")
+	if err != nil || string(b) != "kept" {
+		t.Fatalf("files after the OOM: %q %v", b, err)
+	}
+	res, err = c.Exec(ctx, sb.ID, client.ExecRequest{Argv: []string{"echo", "alive"}})
+	if err != nil || strings.TrimSpace(res.Stdout) != "alive" {
+		t.Fatalf("exec after the OOM: %+v %v", res, err)
+	}
+}

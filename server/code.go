@@ -79,6 +79,9 @@ type CodeResult struct {
 	Truncated  bool       `json:"truncated"`
 	Restarted  bool       `json:"restarted"`
 	DurationMS float64    `json:"duration_ms"`
+	// Status is "oom" when the sandbox's out-of-memory killer ended the
+	// cell's kernel (Error then says KernelDied); absent otherwise.
+	Status string `json:"status,omitempty"`
 }
 
 func codeErr(e *agent.CellError) *CodeError {
@@ -269,6 +272,7 @@ func (s *Server) runCode(w http.ResponseWriter, r *http.Request) error {
 	if err := s.m.AuditFirst(r.Context(), k.id, sb.ID, ActionCode, audit); err != nil {
 		return err
 	}
+	oom0 := sb.OOMKills()
 	cell, err := sb.Agent().RunCode(r.Context(), agent.CodeRequest{ID: res.ExecutionID, Code: req.Code,
 		ContextID: req.ContextID, Language: req.Language, Timeout: timeout, MaxOutput: maxOut, Env: env})
 	if err != nil {
@@ -310,6 +314,10 @@ func (s *Server) runCode(w http.ResponseWriter, r *http.Request) error {
 	}
 	res.ContextID, res.ExecutionCount, res.Restarted = end.ContextID, end.ExecutionCount, end.Restarted
 	res.Error = codeErr(end.Error)
+	if res.Error != nil && res.Error.Name == "KernelDied" && sb.OOMedSince(oom0) {
+		res.Status = "oom"
+		res.Error.Value += " (killed by the out-of-memory killer: the cell needed more than the sandbox's memory limit)"
+	}
 	res.Truncated = res.Truncated || end.Truncated
 	audit["context_id"], audit["execution_count"], audit["duration_ms"] = end.ContextID, end.ExecutionCount, res.DurationMS
 	audit["truncated"], audit["restarted"] = res.Truncated, res.Restarted

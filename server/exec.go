@@ -149,6 +149,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) error {
 	defer p.Close() // kills a foreground process still running (client gone)
 	ctx, cancel := context.WithTimeout(r.Context(), timeout)
 	defer cancel()
+	oom0 := sb.OOMKills()
 	var res ExecResult
 	if wantsSSE(r) {
 		res = s.streamProcess(ctx, w, p, start)
@@ -160,6 +161,9 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) error {
 		res.DurationMS = ms(time.Since(start))
 		if res.Status == "timeout" || res.Status == "error" {
 			res.ExitCode = -1
+		}
+		if res.Signal == "SIGKILL" && sb.OOMedSince(oom0) {
+			res.Status = "oom"
 		}
 		writeJSON(w, 200, res)
 	}
