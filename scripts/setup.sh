@@ -2,10 +2,12 @@
 # Installs what airlock and its tests need on a fresh Debian 12 machine (as root):
 # Debian's python3 with numpy/pandas/matplotlib (the sandbox's interpreter),
 # the peers `airlock bench` compares against, and the tools hostile tests use.
+# clang + wasi-libc build the wasm tier's C test module (runtime/wasm/testdata/cguest).
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 pkgs=(python3 python3-numpy python3-pandas python3-matplotlib python3-requests bubblewrap crun runc stress-ng strace
-      libcap2-bin util-linux curl iproute2 ca-certificates busybox-static)
+      libcap2-bin util-linux curl iproute2 ca-certificates busybox-static
+      clang lld wasi-libc libclang-rt-14-dev-wasm32)
 missing=()
 for p in "${pkgs[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p"); done
 if ((${#missing[@]})); then
