@@ -110,6 +110,8 @@ type Sandbox struct {
 	Enforced   []Layer           `json:"enforced,omitempty"`
 	// Runtime is the isolation tier the sandbox runs under.
 	Runtime string `json:"runtime,omitempty"`
+	// Paused is set while the sandbox is frozen (Pause).
+	Paused bool `json:"paused,omitempty"`
 }
 
 // ExecRequest describes a process to run.

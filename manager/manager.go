@@ -153,6 +153,9 @@ type Info struct {
 	Enforced   runtime.Enforced  `json:"enforced,omitempty"`
 	// Runtime is the isolation tier the sandbox runs under.
 	Runtime string `json:"runtime,omitempty"`
+	// Paused is set while the sandbox is frozen (Pause); its state stays
+	// running and its TTL keeps counting.
+	Paused bool `json:"paused,omitempty"`
 }
 
 // Metrics is a sandbox's resource use now.
@@ -195,9 +198,11 @@ type Sandbox struct {
 	reattached bool
 	ended      chan struct{}
 
-	mu  sync.Mutex
-	rec store.Sandbox
-	end sync.Once
+	mu     sync.Mutex
+	rec    store.Sandbox
+	paused bool // frozen by Pause (guarded by mu)
+	ending bool // finish has begun: no more Pause (guarded by mu)
+	end    sync.Once
 
 	net netState
 }
@@ -214,10 +219,7 @@ func (s *Sandbox) Ended() <-chan struct{} { return s.ended }
 func (s *Sandbox) info() Info {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	in := infoFromRecord(&s.rec)
-	in.Reattached = s.reattached
-	in.Enforced = s.enforced
-	return in
+	return infoLocked(s)
 }
 
 func infoFromRecord(r *store.Sandbox) Info {
@@ -588,6 +590,7 @@ func (m *Manager) finish(sb *Sandbox, state, reason string) bool {
 			sb.client.Close()
 		}
 		m.netEnd(sb)
+		sb.thawForEnd()
 		if err := sb.inst.destroy(); err != nil {
 			m.cfg.Logf("sandbox %s: destroy: %v", sb.ID, err)
 		}
@@ -777,6 +780,9 @@ func (m *Manager) Metrics(ctx context.Context, owner, id string) (Metrics, error
 	if st, err := sb.inst.stats(); err == nil {
 		out.CPUSeconds = st.CPUTime.Seconds()
 		out.MemoryBytes, out.PeakMemoryBytes, out.Pids, out.OOMKills = st.MemoryBytes, st.PeakMemoryBytes, st.Pids, st.OOMKills
+	}
+	if sb.Paused() {
+		return out, nil // the agent is frozen: host-side accounting only
 	}
 	used, total, err := diskUsage(ctx, sb.client)
 	if err == nil {

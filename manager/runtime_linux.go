@@ -413,6 +413,9 @@ func (m *Manager) reattach(ctx context.Context, rec *store.Sandbox) (*Sandbox, s
 		inst.destroy()
 		return nil, err.Error()
 	}
+	// A sandbox paused when the previous server stopped is thawed: a
+	// paused state is not carried across a restart.
+	_ = freeze(rec.ID, false)
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	conn, err := dialAgent(cctx, m.sockPath(rec.ID))

@@ -142,6 +142,8 @@ func (s *Server) routes() {
 	authed("GET /v1/sandboxes/{id}", s.getSandbox)
 	authed("DELETE /v1/sandboxes/{id}", s.killSandbox)
 	authed("POST /v1/sandboxes/{id}/timeout", s.setTimeout)
+	authed("POST /v1/sandboxes/{id}/pause", s.pauseSandbox)
+	authed("POST /v1/sandboxes/{id}/resume", s.resumeSandbox)
 	authed("GET /v1/sandboxes/{id}/metrics", s.metrics)
 	authed("POST /v1/sandboxes/{id}/exec", s.exec)
 	authed("GET /v1/sandboxes/{id}/processes", s.processes)
@@ -575,7 +577,11 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request) error {
 
 // sandbox returns the caller's running sandbox named in the path.
 func (s *Server) sandbox(r *http.Request) (*manager.Sandbox, error) {
-	return s.m.Lookup(caller(r).id, r.PathValue("id"))
+	sb, err := s.m.Lookup(caller(r).id, r.PathValue("id"))
+	if err == nil && sb.Paused() {
+		return nil, errPaused(sb.ID)
+	}
+	return sb, err
 }
 
 // browserGuard refuses what a web page could send to a server on the

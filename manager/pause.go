@@ -1,0 +1,80 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// ErrPaused is returned (wrapped) for a request a paused sandbox cannot
+// serve until it is resumed.
+var ErrPaused = errors.New("sandbox is paused")
+
+// Paused reports whether the sandbox is frozen by Pause.
+func (s *Sandbox) Paused() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.paused
+}
+
+// Pause freezes every process of a running sandbox (the agent, the
+// workload and, for gvisor, gVisor's sentry and gofer) with the cgroup
+// freezer. Memory stays resident; the TTL keeps counting. Pausing a
+// paused sandbox is a no-op.
+func (m *Manager) Pause(ctx context.Context, owner, id string) (Info, error) {
+	return m.setPaused(ctx, owner, id, true)
+}
+
+// Resume thaws a paused sandbox. Resuming a running one is a no-op.
+func (m *Manager) Resume(ctx context.Context, owner, id string) (Info, error) {
+	return m.setPaused(ctx, owner, id, false)
+}
+
+func (m *Manager) setPaused(ctx context.Context, owner, id string, on bool) (Info, error) {
+	sb, err := m.Lookup(owner, id)
+	if err != nil {
+		return Info{}, err
+	}
+	action := "sandbox.resume"
+	if on {
+		action = "sandbox.pause"
+	}
+	if err := m.AuditFirst(ctx, owner, id, action, nil); err != nil {
+		return Info{}, err
+	}
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	if sb.paused == on {
+		return infoLocked(sb), nil
+	}
+	if sb.ending {
+		return Info{}, fmt.Errorf("%w: ending", ErrNotRunning)
+	}
+	if err := freeze(id, on); err != nil {
+		return Info{}, err
+	}
+	sb.paused = on
+	return infoLocked(sb), nil
+}
+
+// thawForEnd thaws a paused sandbox that is being ended (frozen processes
+// do not die of SIGKILL until thawed) and keeps it from being paused
+// again.
+func (sb *Sandbox) thawForEnd() {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	sb.ending = true
+	if sb.paused {
+		if err := freeze(sb.ID, false); err != nil {
+			sb.m.cfg.Logf("sandbox %s: thaw before kill: %v", sb.ID, err)
+		}
+		sb.paused = false
+	}
+}
+
+// infoLocked is sb.info() for a caller holding sb.mu.
+func infoLocked(sb *Sandbox) Info {
+	in := infoFromRecord(&sb.rec)
+	in.Reattached, in.Enforced, in.Paused = sb.reattached, sb.enforced, sb.paused
+	return in
+}
