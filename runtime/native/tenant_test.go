@@ -51,12 +51,20 @@ func holdInotify(t *testing.T, profile policy.Profile, n int) (*native.Sandbox, 
 		t.Fatal(err)
 	}
 	p.Limits.OpenFiles = uint64(n + 64)
+	return startCounting(t, p, inotifyHold, n)
+}
+
+// startCounting starts a sandbox running Python script with argument n,
+// which prints one count and keeps running; it returns the sandbox and
+// the count.
+func startCounting(t *testing.T, p policy.Policy, script string, n int) (*native.Sandbox, int) {
+	t.Helper()
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	sb, err := native.Start(native.Config{Policy: p, Args: []string{"/usr/bin/python3", "-c", inotifyHold, strconv.Itoa(n)}, Stdout: w})
+	sb, err := native.Start(native.Config{Policy: p, Args: []string{"/usr/bin/python3", "-c", script, strconv.Itoa(n)}, Stdout: w})
 	w.Close()
 	if err != nil {
 		t.Fatal(err)
@@ -64,11 +72,11 @@ func holdInotify(t *testing.T, profile policy.Profile, n int) (*native.Sandbox, 
 	t.Cleanup(func() { sb.Destroy() })
 	line, err := bufio.NewReader(r).ReadString('\n')
 	if err != nil {
-		t.Fatalf("%s sandbox: no count: %v", profile, err)
+		t.Fatalf("%s sandbox: no count: %v", p.Profile, err)
 	}
 	got, err := strconv.Atoi(strings.TrimSpace(line))
 	if err != nil {
-		t.Fatalf("%s sandbox printed %q", profile, line)
+		t.Fatalf("%s sandbox printed %q", p.Profile, line)
 	}
 	return sb, got
 }
@@ -188,23 +196,7 @@ func TestOwnPipeBudget(t *testing.T) {
 	hog := func(n int) (*native.Sandbox, int) {
 		p := strict(t)
 		p.Limits.OpenFiles = uint64(2*n + 64)
-		r, w, err := os.Pipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer r.Close()
-		sb, err := native.Start(native.Config{Policy: p, Args: []string{"/usr/bin/python3", "-c", pipeHog, strconv.Itoa(n)}, Stdout: w})
-		w.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { sb.Destroy() })
-		line, err := bufio.NewReader(r).ReadString('\n')
-		if err != nil {
-			t.Fatalf("no count: %v", err)
-		}
-		got, _ := strconv.Atoi(strings.TrimSpace(line))
-		return sb, got
+		return startCounting(t, p, pipeHog, n)
 	}
 	max := soft/256 + 8
 	_, gotA := hog(max)

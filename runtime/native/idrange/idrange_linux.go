@@ -178,25 +178,32 @@ func (p Pool) liveHolder(base int) (holder, bool) {
 
 func overlaps(a, b int) bool { return a < b+Size && b < a+Size }
 
+// begin identifies holder pid, takes the pool's lock and lists the leases.
+func (p Pool) begin(pid int) (h holder, existing []int, unlock func(), err error) {
+	if h, err = holderOf(pid); err != nil {
+		return h, nil, nil, fmt.Errorf("id ranges: holder %d: %w", pid, err)
+	}
+	if unlock, err = p.lock(); err != nil {
+		return h, nil, nil, err
+	}
+	if existing, err = p.leases(); err != nil {
+		unlock()
+		return h, nil, nil, err
+	}
+	return h, existing, unlock, nil
+}
+
 // Acquire leases a free range for holder pid (the calling process, or the
 // sandbox init once it exists: see SetHolder). prefer, if non-zero, is the
 // base wanted (a workspace that belongs to it): Acquire leases exactly that
 // range or fails with ErrInUse. skip reports bases the caller knows to be
 // taken (its store's live sandboxes) and may be nil.
 func (p Pool) Acquire(pid, prefer int, skip func(base int) bool) (*Lease, error) {
-	h, err := holderOf(pid)
-	if err != nil {
-		return nil, fmt.Errorf("id ranges: holder %d: %w", pid, err)
-	}
-	unlock, err := p.lock()
+	h, existing, unlock, err := p.begin(pid)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	existing, err := p.leases()
-	if err != nil {
-		return nil, err
-	}
 	free := func(base int) bool {
 		if skip != nil && skip(base) {
 			return false
@@ -266,19 +273,11 @@ const reclaimPerAcquire = 4
 // init is pid (after a server restart). It fails with ErrInUse if another
 // live process holds an overlapping range.
 func (p Pool) Claim(base, pid int) (*Lease, error) {
-	h, err := holderOf(pid)
-	if err != nil {
-		return nil, fmt.Errorf("id ranges: holder %d: %w", pid, err)
-	}
-	unlock, err := p.lock()
+	h, existing, unlock, err := p.begin(pid)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	existing, err := p.leases()
-	if err != nil {
-		return nil, err
-	}
 	for _, e := range existing {
 		if overlaps(e, base) {
 			if other, live := p.liveHolder(e); live && other != h {

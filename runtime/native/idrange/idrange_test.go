@@ -7,6 +7,18 @@ import (
 	"testing"
 )
 
+// startSleeper starts a process that lives until the test kills it (or
+// ends).
+func startSleeper(t *testing.T) *exec.Cmd {
+	t.Helper()
+	c := exec.Command("sleep", "60")
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Process.Kill(); c.Wait() })
+	return c
+}
+
 // deadPid returns the pid of a process that has exited.
 func deadPid(t *testing.T) int {
 	c := exec.Command("true")
@@ -44,11 +56,7 @@ func TestLeases(t *testing.T) {
 	if _, err := p.Acquire(me, b.Base, nil); !errors.Is(err, ErrInUse) {
 		t.Fatalf("prefer a live lease: %v", err)
 	}
-	sleeper := exec.Command("sleep", "60")
-	if err := sleeper.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer sleeper.Process.Kill()
+	sleeper := startSleeper(t)
 	if _, err := p.Claim(b.Base, sleeper.Process.Pid); !errors.Is(err, ErrInUse) {
 		t.Fatalf("claim a range held by another live process: %v", err)
 	}
@@ -118,10 +126,7 @@ func BenchmarkAcquireReleaseKnown(b *testing.B) {
 // later allocations, and its range handed out again.
 func TestCrashLeftoverReclaimed(t *testing.T) {
 	p := Pool{Dir: t.TempDir() + "/ranges", First: DefaultFirst}
-	sleeper := exec.Command("sleep", "60")
-	if err := sleeper.Start(); err != nil {
-		t.Fatal(err)
-	}
+	sleeper := startSleeper(t)
 	l, err := p.Acquire(sleeper.Process.Pid, 0, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -154,10 +159,7 @@ func TestFree(t *testing.T) {
 	if err == nil {
 		t.Fatalf("lease for a dead holder: %v", dead)
 	}
-	sleeper := exec.Command("sleep", "60")
-	if err := sleeper.Start(); err != nil {
-		t.Fatal(err)
-	}
+	sleeper := startSleeper(t)
 	l, err := p.Acquire(sleeper.Process.Pid, 0, nil)
 	if err != nil {
 		t.Fatal(err)
