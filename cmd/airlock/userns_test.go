@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"os"
+	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
@@ -39,5 +40,37 @@ func TestUnprivilegedRangeSaysSo(t *testing.T) {
 	}
 	if d := detail(nil); !strings.Contains(d, "a range of its own") {
 		t.Errorf("root run: userns %q, want a range of its own", d)
+	}
+}
+
+// TestConcurrentRunsOwnRanges: two `airlock run`s at once map disjoint host
+// id ranges (read from the host-visible uid_map each prints).
+func TestConcurrentRunsOwnRanges(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("per-sandbox id ranges need root")
+	}
+	type res struct {
+		out string
+		err error
+	}
+	ch := make(chan res, 2)
+	for i := 0; i < 2; i++ {
+		go func() {
+			cmd := exec.Command(airlockBin(t), "run", "--", "sh", "-c", "cat /proc/self/uid_map; sleep 2")
+			out, err := cmd.Output()
+			ch <- res{string(out), err}
+		}()
+	}
+	var bases []string
+	for i := 0; i < 2; i++ {
+		r := <-ch
+		f := strings.Fields(r.out)
+		if r.err != nil || len(f) != 3 || f[0] != "0" || f[2] != "65536" {
+			t.Fatalf("run: %q %v", r.out, r.err)
+		}
+		bases = append(bases, f[1])
+	}
+	if bases[0] == bases[1] {
+		t.Fatalf("two concurrent runs share host ids from %s", bases[0])
 	}
 }
