@@ -475,6 +475,7 @@ func init() {
 		handlers[t] = h
 	}
 	handlers[FrameWatch] = (*hostConn).handleWatch
+	handlers[FrameDial] = (*hostConn).handleDial
 }
 
 // errStreamGone reports that the host reset the stream or the connection

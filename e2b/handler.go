@@ -343,9 +343,15 @@ func (h *Handler) serveSandbox(w http.ResponseWriter, r *http.Request, id string
 			return
 		}
 	default:
-		// Like E2B's proxy when nothing listens on the port.
-		writeAPIError(w, http.StatusBadGateway, fmt.Sprintf("port %d of sandbox %s is not served: airlock sandboxes have no network; only envd (%d) and the code interpreter (%d) are reachable", port, id, EnvdPort, InterpreterPort))
-		return
+		if port < 1 || port > 65535 {
+			writeAPIError(w, http.StatusBadRequest, fmt.Sprintf("bad %s %d", headerSandboxPort, port))
+			return
+		}
+		if !tokenOK(r.Header.Get(headerTrafficToken), h.trafficToken(id)) &&
+			!tokenOK(r.Header.Get(headerAccessToken), h.envdToken(id)) {
+			writeAPIError(w, http.StatusUnauthorized, "missing or wrong "+headerTrafficToken+" for sandbox "+id+": ports of airlock sandboxes are never public")
+			return
+		}
 	}
 	owner, ok := h.ownerOf(r.Context(), id)
 	var sb *manager.Sandbox
@@ -359,11 +365,14 @@ func (h *Handler) serveSandbox(w http.ResponseWriter, r *http.Request, id string
 			"message": "The sandbox " + id + " was not found or is not running", "sandboxId": id})
 		return
 	}
-	if port == InterpreterPort {
+	switch port {
+	case InterpreterPort:
 		h.serveInterpreter(w, r, h.box(sb))
-		return
+	case EnvdPort:
+		h.serveEnvd(w, r, h.box(sb))
+	default:
+		h.servePort(w, r, sb, port)
 	}
-	h.serveEnvd(w, r, h.box(sb))
 }
 
 // serveEnvd routes a request to envd's endpoints.

@@ -298,7 +298,10 @@ func TestSandboxPortAuth(t *testing.T) {
 	// The right token for a sandbox that does not run: E2B's 502.
 	e.do(t, "GET", "/health", port("49983", map[string]string{"X-Access-Token": e.h.envdToken(id)}), nil).apiErr(t, 502)
 	e.do(t, "POST", "/contexts", port("49999", map[string]string{"E2b-Traffic-Access-Token": e.h.trafficToken(id)}), nil).apiErr(t, 502)
-	e.do(t, "GET", "/", port("8080", nil), nil).apiErr(t, 502)
+	e.do(t, "GET", "/", port("8080", nil), nil).apiErr(t, 401)
+	e.do(t, "GET", "/", port("8080", map[string]string{"E2b-Traffic-Access-Token": e.h.trafficToken("sb-other")}), nil).apiErr(t, 401)
+	e.do(t, "GET", "/", port("8080", map[string]string{"E2b-Traffic-Access-Token": e.h.trafficToken(id)}), nil).apiErr(t, 502)
+	e.do(t, "GET", "/", port("70000", map[string]string{"E2b-Traffic-Access-Token": e.h.trafficToken(id)}), nil).apiErr(t, 400)
 	e.do(t, "GET", "/", port("x", nil), nil).apiErr(t, 400)
 }
 
@@ -639,4 +642,56 @@ func (h *Handler) mustOwner(t *testing.T, id string) string {
 		t.Fatalf("no owner for %s", id)
 	}
 	return o
+}
+
+// TestPortsThroughAgent reaches a web server inside a sandbox (Python's
+// http.server on its loopback) with E2b-Sandbox-Port, as getHost users do:
+// the request and the answer cross the agent, the sandbox has no network.
+func TestPortsThroughAgent(t *testing.T) {
+	e := newEnv(t, true)
+	var c sandboxCreated
+	e.api(t, "POST", "/v2/sandboxes", e.key, `{"templateID":"base"}`).json(t, &c)
+	defer e.api(t, "DELETE", "/sandboxes/"+c.SandboxID, e.key, "")
+	ctx := context.Background()
+	owner, _ := e.h.ownerOf(ctx, c.SandboxID)
+	sb, err := e.m.Lookup(owner, c.SandboxID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sb.Agent().WriteFile(ctx, "/workspace/site/hello.txt", strings.NewReader("hello from the sandbox"), 0); err != nil {
+		t.Fatal(err)
+	}
+	hdr := map[string]string{"E2b-Sandbox-Id": c.SandboxID, "E2b-Sandbox-Port": "8765", "E2b-Traffic-Access-Token": c.TrafficAccessToken}
+	if msg := e.do(t, "GET", "/hello.txt", hdr, nil).apiErr(t, 502); !strings.Contains(msg, "nothing listens on port 8765") {
+		t.Fatalf("closed port: %q", msg)
+	}
+	p, err := sb.Agent().Exec(ctx, agent.ExecRequest{Argv: []string{"python3", "-m", "http.server", "--bind", "127.0.0.1", "8765"},
+		Cwd: "/workspace/site", Background: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	var r reply
+	for i := 0; i < 200; i++ { // until the server listens
+		if r = e.do(t, "GET", "/hello.txt", hdr, nil); r.status != http.StatusBadGateway {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if r.status != 200 || string(r.body) != "hello from the sandbox" || r.header.Get("Server") == "" {
+		t.Fatalf("GET through the agent: %d %v %q", r.status, r.header, r.body)
+	}
+	// A request body travels in; a missing file is the server's own 404.
+	if r := e.do(t, "GET", "/missing", hdr, nil); r.status != 404 || !strings.Contains(string(r.body), "File not found") {
+		t.Fatalf("missing file: %d %q", r.status, r.body)
+	}
+	big := strings.Repeat("x", 3<<20)
+	if _, err := sb.Agent().WriteFile(ctx, "/workspace/site/big.txt", strings.NewReader(big), 0); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.do(t, "GET", "/big.txt", hdr, nil); r.status != 200 || len(r.body) != len(big) {
+		t.Fatalf("3 MiB through the agent: %d, %d bytes", r.status, len(r.body))
+	}
+	delete(hdr, "E2b-Traffic-Access-Token")
+	e.do(t, "GET", "/hello.txt", hdr, nil).apiErr(t, 401)
 }
