@@ -13,8 +13,8 @@ import (
 // Keys are the figure groups `airlock bench --only` selects, in the order
 // they run: cold (cold start, cold python, cold start in-process), pooled
 // (pooled start, live start without a pool), exec, cell (code cell),
-// throughput and density.
-var Keys = []string{"cold", "pooled", "exec", "cell", "throughput", "density"}
+// throughput, density and wasm (the wasm tier's cold start, against node).
+var Keys = []string{"cold", "pooled", "exec", "cell", "throughput", "density", "wasm"}
 
 // ParseOnly splits a comma-separated --only value into keys, checking each
 // against Keys. Empty means every key.
@@ -173,6 +173,9 @@ func Run(cfg Config) *Report {
 		case "density":
 			progress("density: up to %d sandboxes per peer", cfg.Density.Max)
 			rep.Figures = append(rep.Figures, Density(withAPI(AirlockNativeIdle()), cfg.Idle, cfg.Density))
+		case "wasm":
+			progress("wasm: %d rounds of a hello-world module", cfg.Runs)
+			rep.Figures = append(rep.Figures, WasmFigures(cfg.Airlock, cfg.Peers.ScratchDir, cfg.Runs, cfg.Peers.Timeout)...)
 		}
 	}
 	rep.LoadAfter = LoadAverage()
