@@ -1,10 +1,13 @@
 package manager
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 
 	"airlock/imagestore"
 	"airlock/policy"
@@ -55,5 +58,61 @@ func (m *Manager) imageRoot(id, dir string, img *imagestore.Image) (*native.Imag
 	if err := m.cfg.Images.Lease(id, img, dir); err != nil {
 		return nil, fmt.Errorf("manager: %w", err)
 	}
-	return &native.ImageRoot{Layers: img.LayerDirs(), Dir: filepath.Join(dir, "root")}, nil
+	root := filepath.Join(dir, "root")
+	if err := os.Mkdir(root, 0o700); err != nil {
+		return nil, fmt.Errorf("manager: %w", err)
+	}
+	// The base of later snapshots, by digest (a name may move).
+	if err := os.WriteFile(filepath.Join(root, "image"), []byte(img.Digest+"\n"), 0o600); err != nil {
+		return nil, fmt.Errorf("manager: %w", err)
+	}
+	return &native.ImageRoot{Layers: img.LayerDirs(), Dir: root}, nil
+}
+
+// removeSandboxDir removes a sandbox's state directory, unmounting the
+// upper filesystem of its image root first if it has one.
+func removeSandboxDir(dir string) error {
+	root := filepath.Join(dir, "root")
+	if _, err := os.Lstat(root); err == nil {
+		if err := native.RemoveImageRoot(root); err != nil {
+			return err
+		}
+	}
+	return os.RemoveAll(dir)
+}
+
+// ActionSandboxSnapshot is the audit action of Snapshot.
+const ActionSandboxSnapshot = "sandbox.snapshot"
+
+// Snapshot makes a new image, named name ("" names it
+// localhost/airlock/<id>:latest), of the image sandbox id of owner was
+// created from plus everything the sandbox has changed in its root so far.
+// Files the sandbox writes meanwhile may or may not be in it.
+func (m *Manager) Snapshot(ctx context.Context, owner, id, name string) (*imagestore.Image, error) {
+	sb, err := m.Lookup(owner, id)
+	if err != nil {
+		return nil, err
+	}
+	if m.cfg.Images == nil {
+		return nil, fmt.Errorf("%w: this server has no image store", ErrInvalid)
+	}
+	root := filepath.Join(m.dir, sb.ID, "root")
+	b, err := os.ReadFile(filepath.Join(root, "image"))
+	if err != nil {
+		return nil, fmt.Errorf("%w: sandbox %s was not created from an image", ErrInvalid, sb.ID)
+	}
+	base, err := m.cfg.Images.Get(strings.TrimSpace(string(b)))
+	if err != nil {
+		return nil, fmt.Errorf("%w: the image sandbox %s was created from is gone: %w", ErrInvalid, sb.ID, err)
+	}
+	if name == "" {
+		name = "localhost/airlock/" + sb.ID + ":latest"
+	}
+	sb.mu.Lock()
+	idBase := sb.rec.UIDBase
+	sb.mu.Unlock()
+	if err := m.AuditFirst(ctx, owner, sb.ID, ActionSandboxSnapshot, map[string]any{"name": name, "base": base.Digest}); err != nil {
+		return nil, err
+	}
+	return m.cfg.Images.Commit(ctx, base, (&native.ImageRoot{Dir: root}).UpperDir(), idBase, name)
 }

@@ -595,7 +595,7 @@ func (m *Manager) finish(sb *Sandbox, state, reason string) bool {
 			m.cfg.Logf("sandbox %s: destroy: %v", sb.ID, err)
 		}
 		m.freeIDs(sb.rec.UIDBase)
-		if err := os.RemoveAll(filepath.Join(m.dir, sb.ID)); err != nil {
+		if err := removeSandboxDir(filepath.Join(m.dir, sb.ID)); err != nil {
 			m.cfg.Logf("sandbox %s: remove state dir: %v", sb.ID, err)
 		}
 		now := time.Now().UTC()

@@ -230,7 +230,7 @@ func (m *Manager) start(ctx context.Context, req *CreateRequest, p policy.Policy
 	fail := func(err error) (*Sandbox, error) {
 		ids.Release() // the sandbox's processes are gone by now
 		m.egress.RemoveSandbox(id)
-		os.RemoveAll(dir)
+		removeSandboxDir(dir)
 		m.st.EndSandbox(context.Background(), id, store.StateKilled, "create failed: "+err.Error(), time.Time{})
 		return nil, err
 	}
@@ -388,7 +388,7 @@ func (m *Manager) recover(ctx context.Context) error {
 	}
 	for _, e := range ents {
 		if m.live[e.Name()] == nil {
-			if err := os.RemoveAll(filepath.Join(m.dir, e.Name())); err != nil {
+			if err := removeSandboxDir(filepath.Join(m.dir, e.Name())); err != nil {
 				return fmt.Errorf("remove stale state dir: %w", err)
 			}
 		}
@@ -456,7 +456,7 @@ func (m *Manager) killRemains(rec *store.Sandbox) {
 	if _, err := destroyCgroup(rec.ID); err != nil {
 		m.cfg.Logf("sandbox %s: remove cgroup: %v", rec.ID, err)
 	}
-	os.RemoveAll(filepath.Join(m.dir, rec.ID))
+	removeSandboxDir(filepath.Join(m.dir, rec.ID))
 }
 
 // diskUsage asks the agent for statfs of /workspace by running stat -f

@@ -29,6 +29,27 @@ func (s *Server) imageRoutes(authed func(string, handler)) {
 	authed("POST /v1/images", s.pullImage)
 	authed("GET /v1/images/{ref...}", s.getImage)
 	authed("DELETE /v1/images/{ref...}", s.removeImage)
+	authed("POST /v1/sandboxes/{id}/snapshot", s.snapshotSandbox)
+}
+
+// SnapshotRequest is the body of POST /v1/sandboxes/{id}/snapshot.
+type SnapshotRequest struct {
+	// Name names the new image; "" is localhost/airlock/<id>:latest.
+	Name string `json:"name,omitempty"`
+}
+
+// snapshotSandbox turns an image sandbox's changes into a new image.
+func (s *Server) snapshotSandbox(w http.ResponseWriter, r *http.Request) error {
+	var req SnapshotRequest
+	if err := decode(w, r, &req); err != nil {
+		return err
+	}
+	img, err := s.m.Snapshot(r.Context(), caller(r).id, r.PathValue("id"), req.Name)
+	if err != nil {
+		return imageError(err)
+	}
+	writeJSON(w, 201, img)
+	return nil
 }
 
 func (s *Server) images() (*imagestore.Store, error) {

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"airlock/client"
 	it "airlock/imagestore/imagetest"
@@ -133,14 +134,42 @@ func TestImageSandbox(t *testing.T) {
 	if after := sig(); after != before {
 		t.Fatalf("the sandbox's writes changed the image store:\n%s\n%s", before, after)
 	}
+	// Snapshot: a new image of the base plus the sandbox's changes (a
+	// new file, a removed one); a sandbox made from it sees both.
+	res, err = c.Exec(ctx, sb.ID, client.ExecRequest{Argv: []string{"/bin/sh", "-c", "rm /etc/image-marker && mkdir -p /opt/pkg && echo v1 > /opt/pkg/VERSION"}})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("exec: %+v %v", res, err)
+	}
+	code, v := post(t, s.URL+"/v1/sandboxes/"+sb.ID+"/snapshot", key, `{"name":"snap/test:1"}`)
+	if code != 201 || v["name"] != "index.docker.io/snap/test:1" {
+		t.Fatalf("snapshot: %d %v", code, v)
+	}
+	sb2, err := c.Create(ctx, client.CreateRequest{Image: "snap/test:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err = c.Exec(ctx, sb2.ID, client.ExecRequest{Argv: []string{"/bin/sh", "-c", "cat /usr/local/y /opt/pkg/VERSION; test ! -e /etc/image-marker && echo marker-gone; stat -c %u /opt/pkg/VERSION"}})
+	if err != nil || res.Stdout != "x\nv1\nmarker-gone\n0\n" {
+		t.Fatalf("sandbox from the snapshot: %+v %v", res, err)
+	}
+	if code, v := post(t, s.URL+"/v1/sandboxes/sb-0000000000000000/snapshot", key, `{}`); code != 404 {
+		t.Fatalf("snapshot of no sandbox: %d %v", code, v)
+	}
+	plain, err := c.Create(ctx, client.CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, v := post(t, s.URL+"/v1/sandboxes/"+plain.ID+"/snapshot", key, `{}`); code != 400 {
+		t.Fatalf("snapshot of a sandbox without an image: %d %v", code, v)
+	}
 	// Remove the image while the sandbox runs: its layers are leased.
 	req, _ = http.NewRequest("DELETE", s.URL+"/v1/images/"+ref, nil)
 	req.Header.Set("Authorization", "Bearer "+key)
 	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 200 {
 		t.Fatalf("delete image: %v %v", resp, err)
 	}
-	res, err = c.Exec(ctx, sb.ID, client.ExecRequest{Argv: []string{"/bin/sh", "-c", "cat /etc/image-marker /usr/local/y"}})
-	if err != nil || res.Stdout != "from the image\nx\n" {
+	res, err = c.Exec(ctx, sb.ID, client.ExecRequest{Argv: []string{"/bin/sh", "-c", "cat /usr/local/y; /bin/busybox echo layers-still-there"}})
+	if err != nil || res.Stdout != "x\nlayers-still-there\n" {
 		t.Fatalf("exec after removing the image: %+v %v", res, err)
 	}
 	// The sandbox's writes live on its own capped filesystem, a file in
@@ -154,4 +183,35 @@ func TestImageSandbox(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(state, "sandboxes", sb.ID)); !os.IsNotExist(err) {
 		t.Fatalf("sandbox root left after kill: %v", err)
 	}
+	for _, id := range []string{sb2.ID, plain.ID} {
+		if err := c.Kill(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The upper filesystems' loop devices free themselves.
+	eventually(t, 10*time.Second, "loop devices of the sandboxes detached", func() bool {
+		backing, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+		for _, b := range backing {
+			if f, _ := os.ReadFile(b); strings.HasPrefix(string(f), state) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// post sends an authenticated JSON POST and decodes the JSON answer.
+func post(t *testing.T, url, key, body string) (int, map[string]any) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", url, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var v map[string]any
+	json.NewDecoder(resp.Body).Decode(&v)
+	return resp.StatusCode, v
 }

@@ -14,3 +14,9 @@ type ImageRoot struct {
 	// RemoveImageRoot.
 	Dir string
 }
+
+// UpperDir is where the changes of a sandbox with root img are, on the
+// host, while the sandbox lives (until RemoveImageRoot): an overlayfs upper
+// directory whose files belong to the sandbox's host id range. Its content
+// is the sandbox's: read it without following symlinks.
+func (img *ImageRoot) UpperDir() string { return img.Dir + "/disk/upper" }

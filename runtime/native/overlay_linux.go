@@ -30,20 +30,28 @@ type overlayRoot struct {
 	dirs   []string // top-level directories of the root the sandbox may write
 }
 
-// detach removes the host's view of the root and of its upper filesystem
-// once the child has its own copy (its mount namespace, made private, keeps
-// the overlay alive, and the overlay its upper filesystem; the loop device
-// clears itself when the last of them goes).
+// detach removes the host's view of the root once the child has its own
+// copy (its mount namespace, made private, keeps the overlay alive). The
+// upper filesystem stays mounted on the host, at ImageRoot.Dir/disk, so
+// that the sandbox's changes can be read (snapshots) while it runs and
+// after a server restart; RemoveImageRoot unmounts it, and the loop device
+// clears itself once the sandbox's mounts are gone too.
 func (o *overlayRoot) detach() {
 	if o != nil {
 		_ = unix.Unmount(o.merged, unix.MNT_DETACH)
-		_ = unix.Unmount(o.disk, unix.MNT_DETACH)
 	}
 }
 
-// RemoveImageRoot removes an ImageRoot's directory after its sandbox ended
-// (and a leftover mount of it, after a crash).
+// abort undoes a root that failed to build.
+func (o *overlayRoot) abort() {
+	o.detach()
+	_ = unix.Unmount(o.disk, unix.MNT_DETACH)
+}
+
+// RemoveImageRoot unmounts an ImageRoot's upper filesystem from the host
+// and removes its directory, after its sandbox ended.
 func RemoveImageRoot(dir string) error {
+
 	_ = unix.Unmount(filepath.Join(dir, "merged"), unix.MNT_DETACH)
 	_ = unix.Unmount(filepath.Join(dir, "disk"), unix.MNT_DETACH)
 	if err := os.RemoveAll(dir); err != nil {
@@ -85,7 +93,7 @@ func imageTree(t *treeBuilder, img *ImageRoot, base int, lim *policy.Limits) (*t
 	ok := false
 	defer func() {
 		if !ok {
-			ov.detach()
+			ov.abort()
 		}
 	}()
 

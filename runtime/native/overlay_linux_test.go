@@ -83,11 +83,9 @@ test "$(wc -c < /opt/big)" -le 8388608 && echo capped
 	if err := syscall.Stat(filepath.Join(rootDir, "disk.img"), &sst); err != nil || sst.Size != 8<<20 || sst.Blocks*512 > 8<<20 {
 		t.Fatalf("disk image: size %d, %d bytes allocated, %v", sst.Size, sst.Blocks*512, err)
 	}
-	backing, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
-	for _, b := range backing {
-		if f, _ := os.ReadFile(b); strings.HasPrefix(string(f), rootDir) {
-			t.Fatalf("loop device still attached after the sandbox ended: %s -> %s", b, f)
-		}
+	// While the root exists its changes are readable on the host.
+	if b, err := os.ReadFile(filepath.Join((&native.ImageRoot{Dir: rootDir}).UpperDir(), "usr/local/new-file")); err != nil || string(b) != "written\n" {
+		t.Fatalf("upper dir on the host: %q %v", b, err)
 	}
 	if after := it.TreeSig(t, st.Dir()); after != before {
 		t.Fatalf("the image store changed:\nbefore:\n%s\nafter:\n%s", before, after)
@@ -95,12 +93,22 @@ test "$(wc -c < /opt/big)" -le 8388608 && echo capped
 	if b, _ := os.ReadFile(filepath.Join(layers[0], "etc/image-marker")); string(b) != "from the image\n" {
 		t.Fatalf("layer changed: %q", b)
 	}
-	// Nothing stays mounted on the host.
-	if m, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(m), rootDir) {
+	// The overlay is not mounted on the host; the upper filesystem is,
+	// until RemoveImageRoot, and then nothing is.
+	if m, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(m), rootDir+"/merged") {
 		t.Fatalf("image root still mounted on the host")
 	}
 	if err := native.RemoveImageRoot(rootDir); err != nil {
 		t.Fatal(err)
+	}
+	if m, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(m), rootDir) {
+		t.Fatalf("upper filesystem still mounted after RemoveImageRoot")
+	}
+	backing, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	for _, b := range backing {
+		if f, _ := os.ReadFile(b); strings.HasPrefix(string(f), rootDir) {
+			t.Fatalf("loop device still attached after RemoveImageRoot: %s -> %s", b, f)
+		}
 	}
 	if _, err := os.Stat(rootDir); !os.IsNotExist(err) {
 		t.Fatalf("image root dir left: %v", err)
