@@ -297,8 +297,13 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, defTimeout floa
 }
 
 func (h *Handler) created(id, template string) sandboxCreated {
-	return sandboxCreated{SandboxID: id, TemplateID: template, Alias: template, ClientID: "airlock",
+	c := sandboxCreated{SandboxID: id, TemplateID: template, Alias: template, ClientID: "airlock",
 		EnvdVersion: EnvdVersion, EnvdAccessToken: h.envdToken(id), TrafficAccessToken: h.trafficToken(id)}
+	if h.cfg.Domain != "" {
+		d := h.cfg.Domain
+		c.Domain = &d
+	}
+	return c
 }
 
 // sandboxDetail is E2B's SandboxDetail and ListedSandbox.

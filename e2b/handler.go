@@ -32,6 +32,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -97,6 +98,12 @@ type Config struct {
 	// more is refused with a 403. Empty means NetOpen: E2B's own meaning of
 	// allowInternetAccess: true.
 	MaxNetwork policy.NetworkMode
+	// Domain, if set, routes requests by host as E2B does: a request for
+	// PORT-SANDBOXID.Domain goes to that port of that sandbox, as if it
+	// carried E2b-Sandbox-Id and E2b-Sandbox-Port. Creates answer it as
+	// the sandbox's domain, so the SDKs' getHost(port) names such hosts.
+	// Empty means header routing only.
+	Domain string
 	// MaxFileBytes caps a file upload; 0 means DefaultMaxFileBytes.
 	MaxFileBytes int64
 	// Logf logs operational problems; log.Printf if nil.
@@ -132,6 +139,9 @@ func NewHandler(cfg Config) (*Handler, error) {
 	}
 	if _, err := ParseMaxNetwork(string(cfg.MaxNetwork)); err != nil {
 		return nil, fmt.Errorf("e2b: MaxNetwork: %w", err)
+	}
+	if d := cfg.Domain; d != "" && (strings.ContainsAny(d, "/:@ ") || strings.HasPrefix(d, ".") || strings.HasSuffix(d, ".")) {
+		return nil, fmt.Errorf("e2b: Domain %q is not a host name (want e.g. sandboxes.example.com)", d)
 	}
 	if cfg.Logf == nil {
 		cfg.Logf = log.Printf
@@ -213,6 +223,9 @@ func (h *Handler) Match(r *http.Request) bool {
 	if r.Header.Get(headerSandboxID) != "" || r.Header.Get(headerAPIKey) != "" {
 		return true
 	}
+	if _, _, ok := h.hostRoute(r.Host); ok {
+		return true
+	}
 	p := r.URL.Path
 	for _, prefix := range []string{"/sandboxes", "/v2/sandboxes"} {
 		if p == prefix || strings.HasPrefix(p, prefix+"/") {
@@ -224,6 +237,10 @@ func (h *Handler) Match(r *http.Request) bool {
 
 // ServeHTTP implements http.Handler.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if id, port, ok := h.hostRoute(r.Host); ok {
+		r.Header.Set(headerSandboxID, id)
+		r.Header.Set(headerSandboxPort, port)
+	}
 	if id := r.Header.Get(headerSandboxID); id != "" {
 		h.serveSandbox(w, r, id)
 		return
@@ -482,4 +499,27 @@ func rpcUser(r *http.Request) *Error {
 		return errorf(CodeUnauthenticated, "malformed Authorization header: want Basic with a user name")
 	}
 	return checkUser(u)
+}
+
+// hostRoute parses a host of the form PORT-SANDBOXID.Domain (with an
+// optional :port of the listener).
+func (h *Handler) hostRoute(host string) (id, port string, ok bool) {
+	if h.cfg.Domain == "" {
+		return "", "", false
+	}
+	if hp, _, err := net.SplitHostPort(host); err == nil {
+		host = hp
+	}
+	label, ok := strings.CutSuffix(strings.ToLower(host), "."+strings.ToLower(h.cfg.Domain))
+	if !ok {
+		return "", "", false
+	}
+	port, id, ok = strings.Cut(label, "-")
+	if !ok || strings.Contains(id, ".") || !strings.HasPrefix(id, "sb-") {
+		return "", "", false
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return "", "", false
+	}
+	return id, port, true
 }

@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"net/textproto"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -647,10 +648,16 @@ func (h *Handler) mustOwner(t *testing.T, id string) string {
 // TestPortsThroughAgent reaches a web server inside a sandbox (Python's
 // http.server on its loopback) with E2b-Sandbox-Port, as getHost users do:
 // the request and the answer cross the agent, the sandbox has no network.
+//
+// With a domain (airlock serve --e2b-domain), the same request by host,
+// PORT-SANDBOXID.DOMAIN, as the SDKs' getHost(port) names it.
 func TestPortsThroughAgent(t *testing.T) {
-	e := newEnv(t, true)
+	e := newEnvConfig(t, true, Config{Domain: "sandboxes.test"})
 	var c sandboxCreated
 	e.api(t, "POST", "/v2/sandboxes", e.key, `{"templateID":"base"}`).json(t, &c)
+	if c.Domain == nil || *c.Domain != "sandboxes.test" {
+		t.Fatalf("created: domain %v", c.Domain)
+	}
 	defer e.api(t, "DELETE", "/sandboxes/"+c.SandboxID, e.key, "")
 	ctx := context.Background()
 	owner, _ := e.h.ownerOf(ctx, c.SandboxID)
@@ -692,6 +699,51 @@ func TestPortsThroughAgent(t *testing.T) {
 	if r := e.do(t, "GET", "/big.txt", hdr, nil); r.status != 200 || len(r.body) != len(big) {
 		t.Fatalf("3 MiB through the agent: %d, %d bytes", r.status, len(r.body))
 	}
+	// By host: what getHost(8765) returns, then envd by host too.
+	jsDir, _ := filepath.Abs("../tests/js")
+	host := "8765-" + c.SandboxID + ".sandboxes.test"
+	if _, err := os.Stat(filepath.Join(jsDir, "node_modules", "e2b")); err == nil {
+		cmd := exec.Command("node", "--input-type=module", "-e", `import { Sandbox } from 'e2b'
+const s = await Sandbox.connect(process.env.SBX)
+console.log(s.getHost(8765))`)
+		cmd.Dir = jsDir
+		cmd.Env = append(os.Environ(), "E2B_API_URL="+e.url, "E2B_SANDBOX_URL="+e.url, "E2B_API_KEY="+e.key, "SBX="+c.SandboxID)
+		out, err := cmd.CombinedOutput()
+		if err != nil || strings.TrimSpace(string(out)) != host {
+			t.Fatalf("getHost(8765): %v %q, want %q", err, out, host)
+		}
+	}
+	byHost := func(host, path string, hdr map[string]string) reply {
+		req, _ := http.NewRequest("GET", e.url+path, nil)
+		req.Host = host
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return reply{status: resp.StatusCode, header: resp.Header, body: b}
+	}
+	token := map[string]string{"E2b-Traffic-Access-Token": c.TrafficAccessToken}
+	if r := byHost(host+":443", "/hello.txt", token); r.status != 200 || string(r.body) != "hello from the sandbox" {
+		t.Fatalf("GET by host: %d %q", r.status, r.body)
+	}
+	byHost(host, "/hello.txt", nil).apiErr(t, 401)
+	if r := byHost("49983-"+c.SandboxID+".sandboxes.test", "/health", map[string]string{"X-Access-Token": c.EnvdAccessToken}); r.status/100 != 2 {
+		t.Fatalf("envd by host: %d %q", r.status, r.body)
+	}
+	// Hosts of other domains, or not PORT-ID, are not routed.
+	for _, h := range []string{"8765-" + c.SandboxID + ".other.test", "x-" + c.SandboxID + ".sandboxes.test", "8765-" + c.SandboxID + ".a.sandboxes.test"} {
+		if _, _, ok := e.h.hostRoute(h); ok {
+			t.Errorf("host %q routed", h)
+		}
+	}
 	delete(hdr, "E2b-Traffic-Access-Token")
 	e.do(t, "GET", "/hello.txt", hdr, nil).apiErr(t, 401)
+	if _, err := NewHandler(Config{Manager: e.m, Store: e.st, Domain: "https://x.test"}); err == nil {
+		t.Error("NewHandler accepted a URL as Domain")
+	}
 }

@@ -66,6 +66,9 @@ type Config struct {
 	// E2BMaxNetwork is the most network access an E2B create may ask for
 	// (e2b.Config.MaxNetwork); empty means open.
 	E2BMaxNetwork policy.NetworkMode
+	// E2BDomain routes requests for PORT-SANDBOXID.E2BDomain to sandbox
+	// ports (e2b.Config.Domain); empty means header routing only.
+	E2BDomain string
 }
 
 // Server serves the API.
@@ -98,7 +101,7 @@ func New(cfg Config) (*Server, error) {
 	// E2B's protocol (package e2b) on the same listener: the E2B SDKs work
 	// against this server with E2B_API_URL and E2B_SANDBOX_URL.
 	if s.e2b, err = e2b.NewHandler(e2b.Config{Manager: cfg.Manager, Store: cfg.Store, NoAuth: cfg.NoAuth,
-		MaxFileBytes: cfg.MaxFileBytes, MaxNetwork: cfg.E2BMaxNetwork, Interpreter: e2b.AgentInterpreter{}}); err != nil {
+		MaxFileBytes: cfg.MaxFileBytes, MaxNetwork: cfg.E2BMaxNetwork, Domain: cfg.E2BDomain, Interpreter: e2b.AgentInterpreter{}}); err != nil {
 		return nil, err
 	}
 	s.routes()
