@@ -152,7 +152,7 @@ func (s *Service) addRunCode() {
 			"The code runs in /workspace; Python has numpy, pandas and matplotlib when the host has them. " + s.networkText() + " " +
 			fmt.Sprintf("A cell is stopped after timeout_seconds (default %g s, at most %g s); the interpreter's state survives. ", s.cfg.CallTimeout.Seconds(), s.cfg.MaxCallTimeout.Seconds()) +
 			"Files written here are visible to run_command, read_file and list_files.",
-		Annotations: &sdk.ToolAnnotations{DestructiveHint: ptr(true), OpenWorldHint: ptr(false)},
+		Annotations: &sdk.ToolAnnotations{DestructiveHint: ptr(true), OpenWorldHint: ptr(s.openWorld())},
 		InputSchema: schema[runCodeIn](func(p map[string]*jsonschema.Schema) {
 			p["language"].Enum = enum
 			p["language"].Default = json.RawMessage(`"python"`)

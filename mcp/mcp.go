@@ -34,6 +34,7 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"airlock/approval"
 	"airlock/egress"
 	"airlock/manager"
 	"airlock/policy"
@@ -102,6 +103,10 @@ type Config struct {
 	Interpreter Interpreter
 	// Logf logs operational events; log.Printf if nil.
 	Logf func(format string, args ...any)
+	// Approvals holds tool calls for a human (docs/approvals.md),
+	// asking through MCP elicitation when the client supports it; nil
+	// lets every call run at once.
+	Approvals *approval.Gate
 }
 
 // Service is the MCP server over one Manager. One Service serves any
@@ -168,6 +173,9 @@ func New(cfg Config) (*Service, error) {
 	s.srv = sdk.NewServer(&sdk.Implementation{Name: "airlock", Title: "airlock sandbox", Version: cfg.Version},
 		&sdk.ServerOptions{Instructions: s.instructions(), Capabilities: &sdk.ServerCapabilities{}})
 	s.addTools()
+	if cfg.Approvals != nil {
+		s.srv.AddReceivingMiddleware(s.approvalMiddleware)
+	}
 	return s, nil
 }
 

@@ -55,7 +55,7 @@ func (s *Service) addTools() {
 			"Processes the command leaves running in the background are killed when it returns. " +
 			fmt.Sprintf("Output beyond %s per stream is cut from the middle, with a note. ", sizeText(int64(s.cfg.MaxOutput))) +
 			"A non-zero exit code, a signal or a timeout makes the result an error carrying the output.",
-		Annotations: &sdk.ToolAnnotations{DestructiveHint: ptr(true), OpenWorldHint: ptr(false)},
+		Annotations: &sdk.ToolAnnotations{DestructiveHint: ptr(true), OpenWorldHint: ptr(s.openWorld())},
 		InputSchema: schema[runCommandIn](func(p map[string]*jsonschema.Schema) {
 			p["timeout_seconds"].Minimum, p["timeout_seconds"].Maximum = ptr(0.0), ptr(maxCall)
 			p["argv"].MinItems = ptr(1)
@@ -513,6 +513,9 @@ func (s *Service) readFile(ctx context.Context, req *sdk.CallToolRequest, in rea
 	}
 	if fi.Type == agent.TypeDir {
 		return toolError(userErr("%s is a directory; use list_files", p), note), nil, nil
+	}
+	if err := s.checkRead(ctx, req, sb.ID, p, fi.Size); err != nil {
+		return toolError(err, note), nil, nil
 	}
 	rc, err := c.ReadFile(ctx, p)
 	if err != nil {

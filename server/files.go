@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"airlock/agent"
+	"airlock/approval"
 	"airlock/store"
 )
 
@@ -142,6 +143,15 @@ func (s *Server) readFile(w http.ResponseWriter, r *http.Request) error {
 	}
 	if format == "tar" {
 		return s.readTar(w, r, sb, p)
+	}
+	if s.gate != nil {
+		fi, err := sb.Agent().Stat(r.Context(), p)
+		if err != nil {
+			return err
+		}
+		if err := s.approve(r, approval.Action{Kind: approval.KindReadFile, Sandbox: sb.ID, Path: p, Size: fi.Size}); err != nil {
+			return err
+		}
 	}
 	rc, err := sb.Agent().ReadFile(r.Context(), p)
 	if err != nil {

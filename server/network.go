@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"airlock/approval"
 	"airlock/manager"
 	"airlock/policy"
 )
@@ -52,6 +53,17 @@ func (s *Server) setNetwork(w http.ResponseWriter, r *http.Request) error {
 	var req NetworkRequest
 	if err := decode(w, r, &req); err != nil {
 		return err
+	}
+	if s.gate != nil {
+		cur, err := s.m.Network(r.Context(), caller(r).id, r.PathValue("id"))
+		if err != nil {
+			return err
+		}
+		from := policy.Network{Mode: policy.NetworkMode(cur.Mode), Allow: cur.Allow, Deny: cur.Deny}
+		to := req.policy()
+		if err := s.approve(r, approval.Action{Kind: approval.KindNetwork, Sandbox: r.PathValue("id"), From: &from, To: &to}); err != nil {
+			return err
+		}
 	}
 	info, err := s.m.SetNetwork(r.Context(), caller(r).id, r.PathValue("id"), req.policy())
 	if errors.Is(err, manager.ErrNetwork) {

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"airlock/api"
+	"airlock/approval"
 	"airlock/e2b"
 	"airlock/egress"
 	"airlock/imagestore"
@@ -66,6 +67,15 @@ type Config struct {
 	// E2BMaxNetwork is the most network access an E2B create may ask for
 	// (e2b.Config.MaxNetwork); empty means open.
 	E2BMaxNetwork policy.NetworkMode
+	// Approvals holds high-risk actions for a human (docs/approvals.md);
+	// nil lets every action run at once.
+	Approvals *approval.Gate
+	// Approvers are the API key IDs that may see and answer every
+	// approval (airlock serve --approver-key).
+	Approvers []string
+	// WebhookSecret verifies signed approval answers (the webhook
+	// receiver's callbacks); empty refuses them.
+	WebhookSecret []byte
 	// E2BDomain routes requests for PORT-SANDBOXID.E2BDomain to sandbox
 	// ports (e2b.Config.Domain); empty means header routing only.
 	E2BDomain string
@@ -78,6 +88,9 @@ type Server struct {
 	mux *http.ServeMux
 	mcp http.Handler
 	e2b *e2b.Handler
+
+	// gate holds actions for approval (Config.Approvals).
+	gate *approval.Gate
 
 	layersOnce atomic.Pointer[runtime.Enforced]
 
@@ -92,8 +105,8 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxFileBytes <= 0 {
 		cfg.MaxFileBytes = MaxFileBody
 	}
-	s := &Server{cfg: cfg, m: cfg.Manager, mux: http.NewServeMux()}
-	tools, err := mcp.New(mcp.Config{Manager: cfg.Manager, Version: cfg.Version, SessionTimeout: cfg.MCPIdle})
+	s := &Server{cfg: cfg, m: cfg.Manager, mux: http.NewServeMux(), gate: cfg.Approvals}
+	tools, err := mcp.New(mcp.Config{Manager: cfg.Manager, Version: cfg.Version, SessionTimeout: cfg.MCPIdle, Approvals: cfg.Approvals})
 	if err != nil {
 		return nil, err
 	}
@@ -165,6 +178,7 @@ func (s *Server) routes() {
 	s.networkRoutes(authed)
 	s.imageRoutes(authed)
 	s.codeRoutes(authed)
+	s.approvalRoutes(authed)
 	// MCP clients probe OAuth discovery before sending a token: tell
 	// them a bearer key is the way in (mcp.OAuthDiscovery).
 	for _, p := range []string{"/.well-known/oauth-protected-resource", "/.well-known/oauth-authorization-server",
@@ -304,6 +318,10 @@ func classify(err error) (int, string, string) {
 	if errors.As(err, &ae) {
 		return ae.status, ae.code, ae.msg
 	}
+	var apr *approval.Error
+	if errors.As(err, &apr) {
+		return 403, apr.Code, apr.Msg
+	}
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
 		return 413, "too_large", fmt.Sprintf("request body larger than %d bytes", mbe.Limit)
@@ -430,6 +448,9 @@ type CreateRequest struct {
 	// Image makes the sandbox's root from an image of the server's store
 	// (GET /v1/images): writable, on disk.
 	Image string `json:"image,omitempty"`
+	// Approval adds approval rules for this sandbox to the server's and
+	// the key's (docs/approvals.md); it can only require more.
+	Approval *approval.Policy `json:"approval,omitempty"`
 }
 
 // maxSeconds is the largest timeout a request may give, in seconds.
@@ -451,6 +472,9 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if err := s.approveCreate(r, &req); err != nil {
+		return err
+	}
 	k := caller(r)
 	cr := manager.CreateRequest{Owner: k.id, OwnerLimit: k.maxSandboxes, Profile: req.Profile,
 		Env: req.Env, Metadata: req.Metadata, Timeout: d}
@@ -467,6 +491,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	s.gate.SetSandboxPolicy(info.ID, req.Approval)
 	writeJSON(w, 201, info)
 	return nil
 }

@@ -11,19 +11,23 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"airlock/approval"
 	"airlock/e2b"
 	"airlock/store"
 )
 
 const keysUsage = `usage:
   airlock keys create --name NAME [--max-sandboxes N] [--max-memory SIZE] [--max-cpus N]
-                      [--max-pids N] [--max-disk SIZE] [--max-timeout DURATION] [--e2b] --state-dir DIR
+                      [--max-pids N] [--max-disk SIZE] [--max-timeout DURATION] [--approval-policy FILE] [--e2b]
+                      --state-dir DIR
   airlock keys list --state-dir DIR
   airlock keys revoke --state-dir DIR KEY_ID
 
 --max-sandboxes 0 (the default) gives a key no cap of its own: only the
 server's --max-sandboxes applies to it. A revoked key is refused (401) from
 its next request on, by a server that is already running too.
+--approval-policy adds the key's own approval rules to the server's
+(docs/approvals.md).
 `
 
 func init() { hidden["keys"] = cmdKeys }
@@ -47,6 +51,7 @@ func cmdKeys(args []string) int {
 	var cf ceilingFlags
 	cf.register(fs, "only the server's ceiling (create)")
 	maxTimeout := fs.Duration("max-timeout", 0, "largest sandbox TTL the key may ask for, e.g. 1h (0: only the server's --max-timeout) (create)")
+	approvalFile := fs.String("approval-policy", "", "JSON file of the key's own approval rules, added to the server's (docs/approvals.md) (create)")
 	e2bForm := fs.Bool("e2b", false, "print the key as e2b_ and hex, the form E2B SDKs accept with key validation on; the E2B endpoints accept either form (create)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -73,10 +78,29 @@ func cmdKeys(args []string) int {
 			fmt.Fprintln(os.Stderr, "airlock keys create: --name is required")
 			return exitUsage
 		}
+		var approvalPolicy []byte
+		if *approvalFile != "" {
+			if approvalPolicy, err = os.ReadFile(*approvalFile); err == nil {
+				_, err = approval.Parse(approvalPolicy)
+			}
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "airlock keys create: --approval-policy: %v\n", err)
+				return exitUsage
+			}
+		}
 		k, secret, err := st.CreateKeyLimits(ctx, *name, *maxSB, cf.keyLimits(*maxTimeout))
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "airlock keys create: %v\n", err)
 			return 1
+		}
+		if approvalPolicy != nil {
+			if err := approval.SaveKeyPolicy(*stateDir, k.ID, approvalPolicy); err != nil {
+				// Fail closed: a key without the policy it was meant to have
+				// must not be handed out.
+				st.RevokeKey(ctx, k.ID)
+				fmt.Fprintf(os.Stderr, "airlock keys create: %v (key %s revoked)\n", err, k.ID)
+				return 1
+			}
 		}
 		if *e2bForm {
 			if secret, err = e2b.E2BKey(secret); err != nil {

@@ -61,6 +61,8 @@ func cmdServe(args []string) int {
 	imf.register(fs)
 	var cf ceilingFlags
 	cf.register(fs, "the host's: its RAM, its CPUs, 32768 processes")
+	var af approvalFlags
+	af.register(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(os.Stdout)
@@ -77,6 +79,10 @@ func cmdServe(args []string) int {
 	}
 	egressCfg, err := ef.config()
 	if err != nil {
+		fmt.Fprintf(os.Stderr, "airlock serve: %v\n", err)
+		return exitUsage
+	}
+	if err := af.load(); err != nil {
 		fmt.Fprintf(os.Stderr, "airlock serve: %v\n", err)
 		return exitUsage
 	}
@@ -149,8 +155,14 @@ func cmdServe(args []string) int {
 		fmt.Fprintf(os.Stderr, "airlock serve: %v\n", err)
 		return 1
 	}
+	gate, err := af.gate(m, *stateDir, logger.Printf)
+	if err != nil {
+		m.Close()
+		fmt.Fprintf(os.Stderr, "airlock serve: %v\n", err)
+		return 1
+	}
 	srv, err := server.New(server.Config{Manager: m, Store: st, NoAuth: *noAuth, Version: version,
-		Images: images, ImageRegistries: registries,
+		Images: images, ImageRegistries: registries, Approvals: gate, Approvers: af.approvers, WebhookSecret: af.secret,
 		MaxFileBytes: int64(maxFile), MCPIdle: *mcpIdle, E2BMaxNetwork: e2bNet, E2BDomain: *e2bDomain, Layers: func() rt.Enforced { l, _ := doctor(); return l }})
 	if err != nil {
 		m.Close()
@@ -174,6 +186,7 @@ func cmdServe(args []string) int {
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	gate.Close() // pending approvals end denied, so their requests return
 	hs.Shutdown(sctx)
 	m.Close()
 	return code

@@ -1,0 +1,329 @@
+package approval
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log"
+	"slices"
+	"sync"
+	"time"
+)
+
+// DefaultTimeout is how long a pending approval waits for an answer
+// before it is denied.
+const DefaultTimeout = 5 * time.Minute
+
+// Error codes the caller sees.
+const (
+	// CodeDenied: a deny rule matched, or a human denied the action.
+	CodeDenied = "approval_denied"
+	// CodeTimeout: nobody answered in time; the action was denied.
+	CodeTimeout = "approval_timeout"
+)
+
+// Audit actions the Gate records.
+const (
+	AuditRequested = "approval.requested"
+	AuditDecided   = "approval.decided"
+)
+
+// Decisions.
+const (
+	Approve = "approve"
+	Deny    = "deny"
+	Timeout = "timeout"
+	// Cancelled: the caller went away before an answer.
+	Cancelled = "cancelled"
+)
+
+// Error is an action refused by the approval policy. Code is CodeDenied
+// or CodeTimeout.
+type Error struct {
+	Code       string
+	ApprovalID string
+	Msg        string
+}
+
+func (e *Error) Error() string { return e.Msg }
+
+// Elicitor asks a connected human directly (MCP elicitation). It returns
+// whether the human approved, with their reason, or an error if nobody
+// could be asked.
+type Elicitor func(ctx context.Context, message string) (approved bool, reason string, err error)
+
+// Config configures a Gate.
+type Config struct {
+	// Policy is the server's policy; nil requires nothing.
+	Policy *Policy
+	// KeyPolicy returns an API key's own policy (nil for none). An error
+	// refuses the action (fail closed).
+	KeyPolicy func(ctx context.Context, keyID string) (*Policy, error)
+	// Timeout bounds the wait for an answer; 0 means DefaultTimeout.
+	Timeout time.Duration
+	// Webhook, if set, is told about every pending approval.
+	Webhook *Webhook
+	// Audit records an event; an error when recording a request refuses
+	// the action (nothing runs unaudited). Required.
+	Audit func(ctx context.Context, keyID, sandboxID, action string, detail any) error
+	// Logf logs delivery problems; log.Printf if nil.
+	Logf func(format string, args ...any)
+}
+
+// Pending is an action waiting for a human.
+type Pending struct {
+	ID        string    `json:"id"`
+	Action    Action    `json:"action"`
+	Summary   string    `json:"summary"`
+	Reason    string    `json:"reason"`
+	CreatedAt time.Time `json:"created_at"`
+	ExpiresAt time.Time `json:"expires_at"`
+
+	done     chan struct{}
+	decision Decision
+}
+
+// Decision is the answer to a pending approval.
+type Decision struct {
+	// Decision is approve, deny, timeout or cancelled.
+	Decision string `json:"decision"`
+	// By is who answered: "key:ID", "webhook", "mcp-elicitation",
+	// "policy" or "timeout".
+	By     string    `json:"by"`
+	Reason string    `json:"reason,omitempty"`
+	At     time.Time `json:"at"`
+}
+
+// Gate decides whether actions may run.
+type Gate struct {
+	cfg Config
+
+	mu       sync.Mutex
+	pending  map[string]*Pending
+	sandbox  map[string]*Policy
+	closed   bool
+	inflight sync.WaitGroup
+}
+
+// ErrNotFound: no pending approval has that ID (answered, expired or
+// never existed).
+var ErrNotFound = errors.New("no such pending approval")
+
+// New returns a Gate.
+func New(cfg Config) (*Gate, error) {
+	if cfg.Audit == nil {
+		return nil, errors.New("approval: Audit is required")
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	if cfg.Logf == nil {
+		cfg.Logf = log.Printf
+	}
+	return &Gate{cfg: cfg, pending: map[string]*Pending{}, sandbox: map[string]*Policy{}}, nil
+}
+
+// Timeout is how long a pending approval waits.
+func (g *Gate) Timeout() time.Duration { return g.cfg.Timeout }
+
+// SetSandboxPolicy narrows a sandbox's approvals with p: its rules are
+// added to the server's and the key's, so it can only require more.
+func (g *Gate) SetSandboxPolicy(sandboxID string, p *Policy) {
+	if g == nil || p.Empty() {
+		return
+	}
+	g.mu.Lock()
+	g.sandbox[sandboxID] = p
+	g.mu.Unlock()
+}
+
+// Check lets a run, refuses it (a deny rule matched), or holds it until a
+// human answers: through Answer (HTTP, webhook callback) or el, if not
+// nil. It returns nil to go ahead, an *Error when refused, or the error
+// recording the request in the audit log. A nil Gate lets everything run.
+func (g *Gate) Check(ctx context.Context, a Action, el Elicitor) error {
+	if g == nil {
+		return nil
+	}
+	policies := []*Policy{g.cfg.Policy}
+	if g.cfg.KeyPolicy != nil {
+		kp, err := g.cfg.KeyPolicy(ctx, a.Owner)
+		if err != nil {
+			return &Error{Code: CodeDenied, Msg: fmt.Sprintf("approval policy of key %s unreadable, refusing: %v", a.Owner, err)}
+		}
+		policies = append(policies, kp)
+	}
+	if a.Sandbox != "" {
+		g.mu.Lock()
+		policies = append(policies, g.sandbox[a.Sandbox])
+		g.mu.Unlock()
+	}
+	v := judge(&a, policies...)
+	switch {
+	case v.deny != nil:
+		d := Decision{Decision: Deny, By: "policy", Reason: ruleText(v.deny), At: time.Now().UTC()}
+		g.cfg.Audit(ctx, a.Owner, a.Sandbox, AuditDecided, map[string]any{"action": a, "decision": d})
+		return &Error{Code: CodeDenied, Msg: fmt.Sprintf("approval_denied: %s is refused by the approval policy (%s)", a.Summary(), d.Reason)}
+	case v.require == nil:
+		return nil
+	}
+	return g.wait(ctx, a, ruleText(v.require), el)
+}
+
+func (g *Gate) wait(ctx context.Context, a Action, reason string, el Elicitor) error {
+	var idb [12]byte
+	if _, err := rand.Read(idb[:]); err != nil {
+		return fmt.Errorf("approval: random id: %w", err)
+	}
+	now := time.Now().UTC()
+	p := &Pending{ID: "apr_" + hex.EncodeToString(idb[:]), Action: a, Summary: a.Summary(), Reason: reason,
+		CreatedAt: now, ExpiresAt: now.Add(g.cfg.Timeout), done: make(chan struct{})}
+	// Fail closed: nobody is asked about an action the log does not show.
+	if err := g.cfg.Audit(ctx, a.Owner, a.Sandbox, AuditRequested, map[string]any{"approval_id": p.ID, "action": a,
+		"reason": reason, "expires_at": p.ExpiresAt}); err != nil {
+		return err
+	}
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		return g.finish(ctx, p, Decision{Decision: Deny, By: "server", Reason: "server shutting down"})
+	}
+	g.pending[p.ID] = p
+	g.mu.Unlock()
+
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	if g.cfg.Webhook != nil {
+		g.inflight.Add(1)
+		go func() {
+			defer g.inflight.Done()
+			if err := g.cfg.Webhook.Deliver(wctx, p); err != nil {
+				g.cfg.Logf("approval %s: webhook: %v", p.ID, err)
+			}
+		}()
+	}
+	if el != nil {
+		g.inflight.Add(1)
+		go func() {
+			defer g.inflight.Done()
+			ok, why, err := el(wctx, fmt.Sprintf("airlock asks for approval: %s. Reason: %s. Approve?", p.Summary, reason))
+			if err != nil {
+				if wctx.Err() == nil {
+					g.cfg.Logf("approval %s: elicitation: %v (waiting for an answer at /v1/approvals)", p.ID, err)
+				}
+				return
+			}
+			d := Decision{Decision: Deny, By: "mcp-elicitation", Reason: why}
+			if ok {
+				d.Decision = Approve
+			}
+			g.Answer(p.ID, d)
+		}()
+	}
+	t := time.NewTimer(time.Until(p.ExpiresAt))
+	defer t.Stop()
+	select {
+	case <-p.done:
+	case <-t.C:
+		g.Answer(p.ID, Decision{Decision: Timeout, By: "timeout", Reason: fmt.Sprintf("no answer within %s", g.cfg.Timeout)})
+	case <-ctx.Done():
+		g.Answer(p.ID, Decision{Decision: Cancelled, By: "caller", Reason: "the caller went away"})
+	}
+	<-p.done
+	return g.finish(ctx, p, p.decision)
+}
+
+// finish audits d and turns it into the caller's result.
+func (g *Gate) finish(ctx context.Context, p *Pending, d Decision) error {
+	if d.At.IsZero() {
+		d.At = time.Now().UTC()
+	}
+	g.cfg.Audit(ctx, p.Action.Owner, p.Action.Sandbox, AuditDecided, map[string]any{"approval_id": p.ID,
+		"action": p.Action, "decision": d})
+	why := ""
+	if d.Reason != "" {
+		why = ": " + d.Reason
+	}
+	switch d.Decision {
+	case Approve:
+		return nil
+	case Timeout:
+		return &Error{Code: CodeTimeout, ApprovalID: p.ID, Msg: fmt.Sprintf("approval_timeout: nobody approved %s within %s (approval %s); it did not run", p.Summary, g.cfg.Timeout, p.ID)}
+	case Cancelled:
+		return &Error{Code: CodeDenied, ApprovalID: p.ID, Msg: fmt.Sprintf("approval_denied: %s was not run: the request ended before an answer", p.Summary)}
+	}
+	return &Error{Code: CodeDenied, ApprovalID: p.ID, Msg: fmt.Sprintf("approval_denied: %s denied %s (approval %s)%s", d.By, p.Summary, p.ID, why)}
+}
+
+// Answer decides a pending approval; the first answer wins. d.Decision
+// must be approve or deny (timeout and cancelled are the Gate's own).
+func (g *Gate) Answer(id string, d Decision) error {
+	if g == nil {
+		return ErrNotFound
+	}
+	if !slices.Contains([]string{Approve, Deny, Timeout, Cancelled}, d.Decision) {
+		return fmt.Errorf("approval: decision must be %s or %s", Approve, Deny)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	p := g.pending[id]
+	if p == nil {
+		return ErrNotFound
+	}
+	delete(g.pending, id)
+	d.At = time.Now().UTC()
+	p.decision = d
+	close(p.done)
+	return nil
+}
+
+// Get returns a pending approval.
+func (g *Gate) Get(id string) (Pending, bool) {
+	if g == nil {
+		return Pending{}, false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	p := g.pending[id]
+	if p == nil {
+		return Pending{}, false
+	}
+	return *p, true
+}
+
+// List returns the pending approvals, oldest first, that keep says to.
+func (g *Gate) List(keep func(*Pending) bool) []Pending {
+	out := []Pending{}
+	if g == nil {
+		return out
+	}
+	g.mu.Lock()
+	for _, p := range g.pending {
+		if keep(p) {
+			out = append(out, *p)
+		}
+	}
+	g.mu.Unlock()
+	slices.SortFunc(out, func(a, b Pending) int { return a.CreatedAt.Compare(b.CreatedAt) })
+	return out
+}
+
+// Close denies every pending approval and refuses new ones.
+func (g *Gate) Close() {
+	if g == nil {
+		return
+	}
+	g.mu.Lock()
+	g.closed = true
+	ids := make([]string, 0, len(g.pending))
+	for id := range g.pending {
+		ids = append(ids, id)
+	}
+	g.mu.Unlock()
+	for _, id := range ids {
+		g.Answer(id, Decision{Decision: Deny, By: "server", Reason: "server shutting down"})
+	}
+	g.inflight.Wait()
+}

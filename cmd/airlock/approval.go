@@ -1,0 +1,84 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"airlock/approval"
+	"airlock/manager"
+)
+
+// approvalFlags are serve's human-in-the-loop flags (docs/approvals.md).
+type approvalFlags struct {
+	policyFile, webhookURL, secretFile string
+	timeout                            time.Duration
+	approvers                          stringList
+
+	policy  *approval.Policy
+	webhook *approval.Webhook
+	secret  []byte
+}
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (l *stringList) String() string     { return strings.Join(*l, ",") }
+func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
+
+func (f *approvalFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.policyFile, "approval-policy", "", "JSON file of actions that need a human's approval or are refused (docs/approvals.md); without it nothing is held")
+	fs.DurationVar(&f.timeout, "approval-timeout", approval.DefaultTimeout, "how long a held action waits for an answer before it is denied (approval_timeout)")
+	fs.StringVar(&f.webhookURL, "approval-webhook", "", "URL that receives each pending approval as a signed JSON POST (retried with backoff); needs --approval-webhook-secret-file")
+	fs.StringVar(&f.secretFile, "approval-webhook-secret-file", "", "file holding the webhook's HMAC-SHA256 secret (at least 16 bytes); answers signed with it are accepted at POST /v1/approvals/{id}")
+	fs.Var(&f.approvers, "approver-key", "API key ID that may list and answer every approval (repeatable); a key never answers its own")
+}
+
+// load reads the policy and the webhook secret.
+func (f *approvalFlags) load() error {
+	if f.timeout <= 0 {
+		return fmt.Errorf("--approval-timeout must be positive")
+	}
+	if f.policyFile != "" {
+		p, err := approval.Load(f.policyFile)
+		if err != nil {
+			return fmt.Errorf("--approval-policy: %w", err)
+		}
+		f.policy = p
+	}
+	if f.secretFile != "" {
+		b, err := os.ReadFile(f.secretFile)
+		if err != nil {
+			return fmt.Errorf("--approval-webhook-secret-file: %w", err)
+		}
+		f.secret = bytes.TrimSpace(b)
+		if len(f.secret) < approval.MinSecret {
+			return fmt.Errorf("--approval-webhook-secret-file: the secret must be at least %d bytes", approval.MinSecret)
+		}
+	}
+	if f.webhookURL != "" {
+		if f.secret == nil {
+			return fmt.Errorf("--approval-webhook needs --approval-webhook-secret-file")
+		}
+		w, err := approval.NewWebhook(f.webhookURL, f.secret)
+		if err != nil {
+			return err
+		}
+		f.webhook = w
+	}
+	return nil
+}
+
+// gate makes the server's approval gate: always, since API keys may carry
+// policies of their own; with no policy anywhere it lets everything run.
+func (f *approvalFlags) gate(m *manager.Manager, stateDir string, logf func(string, ...any)) (*approval.Gate, error) {
+	return approval.New(approval.Config{Policy: f.policy, KeyPolicy: approval.KeyPolicies(stateDir), Timeout: f.timeout,
+		Webhook: f.webhook, Logf: logf,
+		Audit: func(ctx context.Context, keyID, sandboxID, action string, detail any) error {
+			return m.AuditFirst(ctx, keyID, sandboxID, action, detail)
+		}})
+}
