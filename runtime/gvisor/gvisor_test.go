@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"airlock/internal/probe/probebuild"
 	"airlock/policy"
 	"airlock/runtime/gvisor"
 	"airlock/runtime/native"
@@ -364,5 +365,18 @@ func TestWorkspaceDir(t *testing.T) {
 	p := gvPolicy(t, func(p *policy.Policy) { p.Filesystem.Workspace = other })
 	if _, err := gvisor.Run(context.Background(), native.Config{Policy: p, Args: []string{"true"}}, native.RunOptions{}); err == nil || !strings.Contains(err.Error(), "chown -R 1000:1000") {
 		t.Fatalf("root-owned workspace: %v", err)
+	}
+}
+
+// TestInt80Refused: a 32-bit system call (int 0x80) made inside gVisor is
+// refused with ENOSYS by the sentry (native sandboxes kill the process).
+func TestInt80Refused(t *testing.T) {
+	needRunsc(t)
+	bin := probebuild.Build(t)
+	res := gvRun(t, func(p *policy.Policy) {
+		p.Filesystem.Mounts = append(p.Filesystem.Mounts, policy.Mount{Source: filepath.Dir(bin), Target: "/probe"})
+	}, "/probe/"+filepath.Base(bin), "int80")
+	if !strings.Contains(res.Stdout, "pid=-38") {
+		t.Fatalf("int 0x80 getpid inside gVisor: %+v, want ENOSYS (-38)", res)
 	}
 }

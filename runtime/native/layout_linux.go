@@ -2,6 +2,7 @@ package native
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -88,6 +89,22 @@ func (t *treeBuilder) layout() (*Layout, error) {
 			}
 			l.Mounts = append(l.Mounts, LayoutMount{Target: at, Type: goString(o.fstype), Source: goString(o.src), Options: opts})
 		}
+	}
+	// After pivot_root the child moves binds staged in the template into
+	// the tmpfs /workspace and /tmp (bindUnderTmpfs): in a Layout they go
+	// straight to their target, after the tmpfs they live in.
+	for _, o := range t.remount {
+		if o.flags&unix.MS_MOVE == 0 {
+			continue
+		}
+		from, to := goString(o.src), goString(o.path)
+		i := slices.IndexFunc(l.Mounts, func(m LayoutMount) bool { return m.Target == from })
+		if i < 0 {
+			return nil, fmt.Errorf("root layout: move of %s, which is not mounted", from)
+		}
+		m := l.Mounts[i]
+		m.Target = to
+		l.Mounts = append(slices.Delete(l.Mounts, i, i+1), m)
 	}
 	return l, nil
 }

@@ -60,7 +60,9 @@ func pidsCap(p policy.Policy) int64 {
 // skipped only when runsc is not installed (scripts/setup.sh installs it).
 // TestInodeFill is not among them: runsc drops tmpfs's nr_inodes, so under
 // gVisor an inode flood is stopped by the memory limit instead
-// (runtime/gvisor's TestInodeFloodHitsMemoryLimit).
+// (runtime/gvisor's TestInodeFloodHitsMemoryLimit); nor is TestInt80:
+// gVisor answers a 32-bit system call with ENOSYS instead of killing the
+// process (runtime/gvisor's TestInt80Refused).
 func TestGVisor(t *testing.T) {
 	if _, err := gvisor.Available(); err != nil {
 		t.Skipf("gvisor tier unavailable: %v", err)
@@ -77,6 +79,8 @@ func TestGVisor(t *testing.T) {
 		{"ForkBomb", TestForkBomb}, {"MemoryBomb", TestMemoryBomb}, {"DiskFill", TestDiskFill},
 		{"CPUQuota", TestCPUQuota}, {"OutputFlood", TestOutputFlood},
 		{"NoWritableCgroupfs", TestNoWritableCgroupfs}, {"SetuidBinaryGainsNothing", TestSetuidBinaryGainsNothing},
+		{"Mounts", TestMounts}, {"HiddenPaths", TestHiddenPaths}, {"Rlimits", TestRlimits}, {"WorkdirAndEnv", TestWorkdirAndEnv},
+		{"HomeUser", TestHomeUser}, {"MountsUnderTmpfs", TestMountsUnderTmpfs},
 	} {
 		t.Run(tc.name, tc.f)
 	}
