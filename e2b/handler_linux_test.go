@@ -1,6 +1,7 @@
 package e2b
 
 import (
+	"bufio"
 	"bytes"
 	"compress/gzip"
 	"context"
@@ -9,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"mime/multipart"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/textproto"
@@ -741,6 +743,56 @@ console.log(s.getHost(8765))`)
 			t.Errorf("host %q routed", h)
 		}
 	}
+	// An upgraded connection (as WebSockets use) is relayed both ways: a
+	// server in the sandbox answers 101 and then echoes lines.
+	echo := `import socket
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", 8766)); s.listen(1)
+c, _ = s.accept(); f = c.makefile("rwb")
+while f.readline() not in (b"\r\n", b""): pass
+f.write(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n"); f.flush()
+for line in f: f.write(b"echo " + line); f.flush()
+`
+	if _, err := sb.Agent().WriteFile(ctx, "/workspace/echo.py", strings.NewReader(echo), 0); err != nil {
+		t.Fatal(err)
+	}
+	ep, err := sb.Agent().Exec(ctx, agent.ExecRequest{Argv: []string{"python3", "echo.py"}, Background: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ep.Close()
+	var conn net.Conn
+	var br *bufio.Reader
+	for i := 0; i < 200; i++ { // until the echo server listens
+		if conn, err = net.Dial("tcp", strings.TrimPrefix(e.url, "http://")); err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(conn, "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: echo\r\nE2b-Sandbox-Id: %s\r\nE2b-Sandbox-Port: 8766\r\nE2b-Traffic-Access-Token: %s\r\n\r\n", c.SandboxID, c.TrafficAccessToken)
+		br = bufio.NewReader(conn)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode == http.StatusSwitchingProtocols {
+			break
+		}
+		resp.Body.Close()
+		conn.Close()
+		conn = nil
+		time.Sleep(50 * time.Millisecond)
+	}
+	if conn == nil {
+		t.Fatal("the upgrade never succeeded")
+	}
+	defer conn.Close()
+	for _, msg := range []string{"one", "two"} {
+		fmt.Fprintf(conn, "%s\n", msg)
+		line, err := br.ReadString('\n')
+		if err != nil || line != "echo "+msg+"\n" {
+			t.Fatalf("upgraded connection: %q, %v", line, err)
+		}
+	}
+
 	delete(hdr, "E2b-Traffic-Access-Token")
 	e.do(t, "GET", "/hello.txt", hdr, nil).apiErr(t, 401)
 	if _, err := NewHandler(Config{Manager: e.m, Store: e.st, Domain: "https://x.test"}); err == nil {
