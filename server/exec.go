@@ -156,7 +156,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) error {
 	oom0 := sb.OOMKills()
 	var res ExecResult
 	if wantsSSE(r) {
-		res = s.streamProcess(ctx, w, p, start)
+		res = s.streamProcess(ctx, w, p, start, func() bool { return sb.OOMedSince(oom0) })
 	} else {
 		out, errOut, trunc, st, err := p.Collect(ctx, maxOut)
 		res = ExecResult{Pid: p.Pid, Stdout: string(out), Stderr: string(errOut), Truncated: trunc,
@@ -243,8 +243,9 @@ func outputEvent(b []byte) OutputEvent {
 }
 
 // streamProcess relays a process's events as SSE until it exits or ctx
-// ends; it returns the outcome.
-func (s *Server) streamProcess(ctx context.Context, w http.ResponseWriter, p *agent.Process, start time.Time) ExecResult {
+// ends; it returns the outcome. oomed, if set, says whether the
+// out-of-memory killer acted since the process started.
+func (s *Server) streamProcess(ctx context.Context, w http.ResponseWriter, p *agent.Process, start time.Time, oomed func() bool) ExecResult {
 	sse := newSSE(w)
 	res := ExecResult{Pid: p.Pid}
 	if err := sse.send("start", map[string]int{"pid": p.Pid}); err != nil {
@@ -269,6 +270,9 @@ func (s *Server) streamProcess(ctx context.Context, w http.ResponseWriter, p *ag
 			case agent.EventExit:
 				res.ExitCode, res.Signal = ev.ExitCode, ev.Signal
 				res.Status = status(agent.ExitStatus{Code: ev.ExitCode, Signal: ev.Signal}, nil, ctx)
+				if res.Signal == "SIGKILL" && oomed != nil && oomed() {
+					res.Status = "oom"
+				}
 				res.DurationMS = ms(time.Since(start))
 				sse.send("exit", map[string]any{"exit_code": ev.ExitCode, "signal": ev.Signal,
 					"status": res.Status, "duration_ms": res.DurationMS})
@@ -393,6 +397,6 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) error {
 		return procErr(pid, err)
 	}
 	defer p.Close()
-	s.streamProcess(r.Context(), w, p, time.Now())
+	s.streamProcess(r.Context(), w, p, time.Now(), nil)
 	return nil
 }
