@@ -108,6 +108,9 @@ func (m *Manager) launch(cfg native.Config) (*ownInst, []net.Listener, error) {
 		}
 		return &ownInst{id: gsb.ID, p: gsb.Pid, sb: gsb, wait: func() { gsb.Wait() }}, nil, nil
 	}
+	if cfg.Policy.Runtime == policy.RuntimeWasm {
+		cfg.Policy.Runtime = policy.RuntimeNative // it hosts the modules: see Sandbox.ExecArgv
+	}
 	nsb, err := native.Start(cfg)
 	if err != nil {
 		return nil, nil, err

@@ -19,9 +19,6 @@ func checkRuntime(name string) error {
 			return fmt.Errorf("%w: %w", ErrPolicy, err)
 		}
 	}
-	if r == policy.RuntimeWasm {
-		return fmt.Errorf("%w: runtime wasm is available to `airlock run --runtime wasm` only, not to API sandboxes", ErrPolicy)
-	}
 	return nil
 }
 
@@ -34,9 +31,10 @@ func checkRuntimePolicy(p *policy.Policy) error {
 }
 
 // Runtimes lists the runtimes sandboxes can run under on this server:
-// native, and gvisor where runsc is installed.
+// native, wasm (WASI modules run in a native sandbox), and gvisor where
+// runsc is installed.
 func (m *Manager) Runtimes() []string {
-	out := []string{string(policy.RuntimeNative)}
+	out := []string{string(policy.RuntimeNative), string(policy.RuntimeWasm)}
 	if _, err := gvisor.Available(); err == nil {
 		out = append(out, string(policy.RuntimeGVisor))
 	}

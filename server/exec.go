@@ -119,6 +119,9 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if areq.Argv, err = sb.ExecArgv(areq.Argv, areq.Shell != ""); err != nil {
+		return err
+	}
 	k := caller(r)
 	if err := s.approve(r, approval.Action{Kind: approval.KindExec, Sandbox: sb.ID, Argv: argvOf(&req)}); err != nil {
 		return err
