@@ -20,3 +20,11 @@ type ImageRoot struct {
 // directory whose files belong to the sandbox's host id range. Its content
 // is the sandbox's: read it without following symlinks.
 func (img *ImageRoot) UpperDir() string { return img.Dir + "/disk/upper" }
+
+// VolumeMount puts a volume in a sandbox, read-write: Dir is the host
+// directory where the volume's filesystem is mounted (its files owned by
+// ids 0-65535, as the sandbox sees them), Target the path inside.
+type VolumeMount struct {
+	Dir    string
+	Target string
+}

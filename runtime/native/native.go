@@ -61,6 +61,9 @@ type Config struct {
 	// per-sandbox upper directory on disk (writable anywhere) instead of
 	// the read-only host-derived root; root only.
 	Image *ImageRoot
+	// Volumes are mounted read-write through ID-mapped mounts, so that
+	// every sandbox sees a volume's files with the same owners; root only.
+	Volumes []VolumeMount
 }
 
 // AgentUID is the uid and gid inside the sandbox that the in-sandbox agent

@@ -26,45 +26,15 @@ var mkfsPaths = []string{"/usr/sbin/mkfs.ext4", "/sbin/mkfs.ext4"}
 // sandbox reaches it only through the kernel's ext4 and overlayfs, never
 // the image file, so it cannot craft the filesystem it runs on.
 func quotaDisk(dir string, size, inodes int64, base int) (string, error) {
-	size = max(size, minQuotaDisk)
-	inodes = max(inodes, 64)
-	mkfs := ""
-	for _, p := range mkfsPaths {
-		if _, err := os.Stat(p); err == nil {
-			mkfs = p
-			break
-		}
-	}
-	if mkfs == "" {
-		return "", errors.New("the disk quota of an image root needs mkfs.ext4 (Debian: e2fsprogs)")
-	}
 	img := filepath.Join(dir, "disk.img")
 	disk := filepath.Join(dir, "disk")
 	_ = unix.Unmount(disk, unix.MNT_DETACH) // leftovers of a crashed launcher
 	_ = os.Remove(img)
-	if err := os.MkdirAll(disk, 0o700); err != nil {
+	if err := MakeDisk(img, size, inodes, base, false); err != nil {
 		return "", err
 	}
-	f, err := os.OpenFile(img, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
+	if err := MountDisk(img, disk); err != nil {
 		return "", err
-	}
-	defer f.Close()
-	if err := f.Truncate(size); err != nil {
-		return "", fmt.Errorf("disk image %s: %w", img, err)
-	}
-	out, err := exec.Command(mkfs, "-q", "-F", "-m", "0", "-N", strconv.FormatInt(inodes, 10), "-O", "^has_journal",
-		"-E", fmt.Sprintf("lazy_itable_init=1,nodiscard,root_owner=%d:%d", base, base), img).CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("mkfs.ext4 %s: %v: %s", img, err, out)
-	}
-	dev, err := attachLoop(int(f.Fd()))
-	if err != nil {
-		return "", err
-	}
-	defer unix.Close(dev.fd)
-	if err := unix.Mount(dev.path, disk, "ext4", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOATIME, "noinit_itable"); err != nil {
-		return "", fmt.Errorf("mount %s (%s) at %s: %w", dev.path, img, disk, err)
 	}
 	for _, d := range []string{"upper", "work"} {
 		if err := os.Mkdir(filepath.Join(disk, d), 0o755); err != nil {
@@ -77,6 +47,86 @@ func quotaDisk(dir string, size, inodes int64, base int) (string, error) {
 		return "", err
 	}
 	return disk, nil
+}
+
+// MakeDisk creates img (which must not exist): a sparse file of size
+// bytes holding an empty ext4 filesystem with inodes inodes, its root
+// directory owned by owner (mode 0777 if shared, else 0755). Without a
+// journal: what it holds is scratch or, for volumes, synced by the kernel
+// on unmount.
+func MakeDisk(img string, size, inodes int64, owner int, shared bool) error {
+	size = max(size, minQuotaDisk)
+	inodes = max(inodes, 64)
+	mkfs := ""
+	for _, p := range mkfsPaths {
+		if _, err := os.Stat(p); err == nil {
+			mkfs = p
+			break
+		}
+	}
+	if mkfs == "" {
+		return errors.New("capped disks (image roots, volumes) need mkfs.ext4 (Debian: e2fsprogs)")
+	}
+	f, err := os.OpenFile(img, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := f.Truncate(size); err != nil {
+		return fmt.Errorf("disk image %s: %w", img, err)
+	}
+	out, err := exec.Command(mkfs, "-q", "-F", "-m", "0", "-N", strconv.FormatInt(inodes, 10), "-O", "^has_journal",
+		"-E", fmt.Sprintf("lazy_itable_init=1,nodiscard,root_owner=%d:%d", owner, owner), img).CombinedOutput()
+	if err != nil {
+		os.Remove(img)
+		return fmt.Errorf("mkfs.ext4 %s: %v: %s", img, err, out)
+	}
+	if shared {
+		// The root of a shared disk is writable by every sandbox user,
+		// sticky like /tmp.
+		return MountDiskThen(img, func(dir string) error { return os.Chmod(dir, 0o1777) })
+	}
+	return nil
+}
+
+// MountDisk mounts the ext4 image img at dir (nosuid, nodev, noatime) on a
+// loop device that detaches itself once unmounted everywhere.
+func MountDisk(img, dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(img, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	dev, err := attachLoop(int(f.Fd()))
+	if err != nil {
+		return err
+	}
+	defer unix.Close(dev.fd)
+	if err := unix.Mount(dev.path, dir, "ext4", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOATIME, "noinit_itable"); err != nil {
+		return fmt.Errorf("mount %s (%s) at %s: %w", dev.path, img, dir, err)
+	}
+	return nil
+}
+
+// MountDiskThen mounts img on a private temporary directory, runs fn on
+// it, and unmounts it.
+func MountDiskThen(img string, fn func(dir string) error) error {
+	dir, err := os.MkdirTemp(filepath.Dir(img), ".mnt-")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(dir)
+	if err := MountDisk(img, dir); err != nil {
+		return err
+	}
+	err = fn(dir)
+	if uerr := unix.Unmount(dir, 0); err == nil && uerr != nil {
+		err = fmt.Errorf("unmount %s: %w", dir, uerr)
+	}
+	return err
 }
 
 type loopDev struct {

@@ -206,6 +206,11 @@ func Start(cfg Config) (*Sandbox, error) {
 			return nil, err
 		}
 	}
+	detachVolumes, err := attachVolumes(&p, cfg.Volumes, ids.hostUID-p.User.UID, id)
+	if err != nil {
+		return nil, &SetupError{Step: "volumes", Err: err}
+	}
+	defer detachVolumes()
 	if err := checkWritableMounts(p.Filesystem.Mounts, ids); err != nil {
 		return nil, err
 	}
