@@ -558,4 +558,15 @@ func TestWorkloadOOMSandboxSurvives(t *testing.T) {
 	if err != nil || strings.TrimSpace(res.Stdout) != "alive" {
 		t.Fatalf("exec after the OOM: %+v %v", res, err)
 	}
+	// After a server restart the reattached sandbox reports oom too.
+	s.crash()
+	s2 := startServer(t, state)
+	c = client.New(s2.URL, key)
+	res, err = c.Exec(ctx, sb.ID, client.ExecRequest{Argv: []string{"/usr/bin/python3", "-c", hog}, Timeout: 60})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != "oom" {
+		t.Errorf("exec of a memory hog in a reattached sandbox: %+v, want status oom", res)
+	}
 }

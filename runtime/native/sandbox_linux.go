@@ -687,14 +687,7 @@ func (s *Sandbox) Stats() (cgroups.Stats, error) {
 	if s.group == nil {
 		return cgroups.Stats{}, errors.New("no cgroup: accounting unavailable")
 	}
-	st, err := s.group.Stats()
-	if err == nil && s.workload != nil {
-		// cgroup v1 counts OOM kills in the group where they happen only.
-		if wst, werr := s.workload.Stats(); werr == nil {
-			st.OOMKills += wst.OOMKills
-		}
-	}
-	return st, err
+	return s.group.Stats() // with the workload child's OOM kills
 }
 
 // Enforced lists the isolation layers applied to this sandbox.

@@ -280,6 +280,7 @@ func (g *Group) Stats() (Stats, error) {
 		if err != nil {
 			return wrap(err)
 		}
+		st.OOMKills += g.workloadOOMKills()
 	}
 	if g.pidsDir != "" {
 		if st.Pids, err = readInt(g.pidsDir + "/pids.current"); err != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -60,6 +61,26 @@ func (g *Group) Split(workload Limits, reservePids, reserveMemory int64) (*Group
 		return nil, fmt.Errorf("cgroups: split airlock/%s: %w", g.name, err)
 	}
 	return c, nil
+}
+
+// workloadOOMKills is the OOM-kill count of the group's workload child (v1
+// counts OOM kills only in the group where they happen), 0 if there is none.
+func (g *Group) workloadOOMKills() int64 {
+	if g.version != 1 || strings.HasSuffix(g.name, "/"+WorkloadName) {
+		return 0
+	}
+	d := g.memDir + "/" + WorkloadName
+	var n int64
+	var err error
+	if g.oomFromFailcnt {
+		n, err = readInt(d + "/memory.failcnt")
+	} else {
+		n, _, err = readKey(d+"/memory.oom_control", "oom_kill")
+	}
+	if err != nil {
+		return 0 // no workload child
+	}
+	return n
 }
 
 // AddThreads moves single threads (host tids) into the group's memory and
