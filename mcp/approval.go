@@ -43,6 +43,9 @@ func (s *Service) approvalMiddleware(next sdk.MethodHandler) sdk.MethodHandler {
 			}
 		}
 		base := approval.Action{Via: "mcp", Owner: callerOf(req).Owner, Sandbox: in.SandboxID}
+		if base.Sandbox == "" && req.Params.Name != "create_sandbox" && req.Params.Name != "list_sandboxes" {
+			base.Sandbox = s.defaultSandbox(req.Session)
+		}
 		actions := []approval.Action{base}
 		actions[0].Kind, actions[0].Tool = approval.KindTool, req.Params.Name
 		switch req.Params.Name {
@@ -126,3 +129,17 @@ func elicitor(ss *sdk.ServerSession) approval.Elicitor {
 // narrow the server's policy), so clients gating open-world tools gate
 // them.
 func (s *Service) openWorld() bool { return s.cfg.Network.Mode != policy.NetNone }
+
+// defaultSandbox is the ID of a session's default sandbox, "" if it has
+// none yet.
+func (s *Service) defaultSandbox(ss *sdk.ServerSession) string {
+	s.mu.Lock()
+	se := s.sessions[ss]
+	s.mu.Unlock()
+	if se == nil {
+		return ""
+	}
+	se.mu.Lock()
+	defer se.mu.Unlock()
+	return se.defaultID
+}
