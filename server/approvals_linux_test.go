@@ -344,3 +344,67 @@ func TestE2EApprovalWebhook(t *testing.T) {
 		t.Fatalf("audit decisions %+v", ds)
 	}
 }
+
+// TestE2EApprovalKeyAndSandboxPolicies: a key's own policy (keys create
+// --approval-policy) and a sandbox's (approval on create) add rules to a
+// server that has none; another key and another sandbox are not held;
+// a create above a key's limit threshold is held too.
+func TestE2EApprovalKeyAndSandboxPolicies(t *testing.T) {
+	needRoot(t)
+	state := stateDir(t)
+	keyPol := writePolicy(t, `{"deny":[{"action":"exec","argv":"^pip install","reason":"no installs"}],
+		"require":[{"action":"create","above":{"memory_bytes":600000000}}]}`)
+	strict := newKey(t, state, "strict", "--approval-policy", keyPol)
+	plain := newKey(t, state, "plain")
+	s := startServer(t, state, "--approval-timeout", "1s")
+	ctx := ctxT(t)
+	cs, cp := client.New(s.URL, strict), client.New(s.URL, plain)
+	var ae *client.Error
+
+	sb, err := cs.Create(ctx, client.CreateRequest{Timeout: 600})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = cs.Exec(ctx, sb.ID, client.ExecRequest{Argv: []string{"pip", "install", "requests"}})
+	if !errors.As(err, &ae) || ae.Code != approval.CodeDenied || !strings.Contains(ae.Message, "no installs") {
+		t.Fatalf("key policy deny: %v", err)
+	}
+	// Above the key's threshold: held, and with nobody to answer, refused.
+	_, err = cs.Create(ctx, client.CreateRequest{Timeout: 600, Limits: &client.Limits{MemoryBytes: 1 << 30}})
+	if !errors.As(err, &ae) || ae.Code != approval.CodeTimeout {
+		t.Fatalf("create above the key's threshold: %v, want %s", err, approval.CodeTimeout)
+	}
+
+	// The other key is not held by the first key's policy; its sandbox's
+	// own policy holds what it names, in that sandbox only.
+	other, err := cp.Create(ctx, client.CreateRequest{Timeout: 600})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := cp.Exec(ctx, other.ID, client.ExecRequest{Shell: "pip install nothing-here 2>/dev/null; true"}); err != nil || r.ExitCode != 0 {
+		t.Fatalf("other key: %+v %v", r, err)
+	}
+	body := `{"timeout":600,"approval":{"deny":[{"action":"exec","argv_glob":"*rm *","reason":"sandbox says no rm"}]}}`
+	st, code, b := raw(t, "POST", s.URL+"/v1/sandboxes", plain, strings.NewReader(body))
+	if st != 201 {
+		t.Fatalf("create with approval: %d %s %s", st, code, b)
+	}
+	var narrowed client.Sandbox
+	if err := json.Unmarshal(b, &narrowed); err != nil {
+		t.Fatal(err)
+	}
+	_, err = cp.Exec(ctx, narrowed.ID, client.ExecRequest{Argv: []string{"rm", "-f", "x"}})
+	if !errors.As(err, &ae) || ae.Code != approval.CodeDenied || !strings.Contains(ae.Message, "sandbox says no rm") {
+		t.Fatalf("sandbox policy: %v", err)
+	}
+	if _, err := cp.Exec(ctx, other.ID, client.ExecRequest{Argv: []string{"rm", "-f", "x"}}); err != nil {
+		t.Fatalf("another sandbox of the key: %v", err)
+	}
+	bad := `{"approval":{"require":[{"action":"exec","argv":"("}]}}`
+	if st, code, _ := raw(t, "POST", s.URL+"/v1/sandboxes", plain, strings.NewReader(bad)); st != 400 {
+		t.Fatalf("bad pattern: %d %s", st, code)
+	}
+	if ds := decided(t, state, narrowed.ID); len(ds) != 1 || ds[0].By != "policy" {
+		t.Fatalf("audit %+v", ds)
+	}
+}
