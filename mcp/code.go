@@ -2,7 +2,9 @@ package mcp
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -173,6 +175,11 @@ func (s *Service) runCode(ctx context.Context, req *sdk.CallToolRequest, in runC
 	if err != nil {
 		return toolError(err, ""), nil, nil
 	}
+	sum := sha256.Sum256([]byte(in.Code))
+	intent := map[string]any{"via": "mcp", "language": in.Language, "code_bytes": len(in.Code), "code_sha256": hex.EncodeToString(sum[:])}
+	if err := s.auditFirst(ctx, sb, "code.run", intent); err != nil {
+		return toolError(err, note), nil, nil
+	}
 	start := time.Now()
 	cell, err := s.cfg.Interpreter.Run(ctx, sb, in.Language, in.Code, timeout)
 	var notStarted *startError
@@ -182,6 +189,9 @@ func (s *Service) runCode(ctx context.Context, req *sdk.CallToolRequest, in runC
 		if sb2, note2, err2 := s.sandbox(ctx, req, ""); err2 == nil && sb2 != sb {
 			note = strings.TrimSpace(note + "\n" + note2)
 			sb = sb2
+			if err := s.auditFirst(ctx, sb, "code.run", intent); err != nil {
+				return toolError(err, note), nil, nil
+			}
 			cell, err = s.cfg.Interpreter.Run(ctx, sb, in.Language, in.Code, timeout)
 		}
 	}
@@ -192,7 +202,7 @@ func (s *Service) runCode(ctx context.Context, req *sdk.CallToolRequest, in runC
 	} else if cell.Error != nil {
 		detail["exception"] = cell.Error.Name
 	}
-	s.m.Audit(ctx, sb.Owner(), sb.ID, "code.run", detail)
+	s.m.Audit(ctx, sb.Owner(), sb.ID, "code.run.result", detail)
 	if err != nil {
 		return toolError(err, note), nil, nil
 	}

@@ -59,7 +59,13 @@ func newEnvNet(t testing.TB, ec manager.EgressConfig, tweak func(*mcp.Config)) *
 func newEnvFull(t testing.TB, maxSandboxes int, ec manager.EgressConfig, tweak func(*mcp.Config)) *env {
 	t.Helper()
 	needRoot(t)
-	e := &env{dir: shortDir(t)}
+	return newEnvAt(t, shortDir(t), maxSandboxes, ec, tweak)
+}
+
+// newEnvAt is newEnvFull with the state in dir.
+func newEnvAt(t testing.TB, dir string, maxSandboxes int, ec manager.EgressConfig, tweak func(*mcp.Config)) *env {
+	t.Helper()
+	e := &env{dir: dir}
 	var err error
 	if e.st, err = store.Open(e.dir); err != nil {
 		t.Fatal(err)

@@ -124,7 +124,7 @@ func TestRunCommand(t *testing.T) {
 	}
 	// Commands are audited like those of the API.
 	mustOK(t, cs, "run_command", map[string]any{"command": "sleep 0.2"})
-	events, err := e.st.AuditLog(context.Background(), store.AuditFilter{Action: store.ActionExec, Limit: 1})
+	events, err := e.st.AuditLog(context.Background(), store.AuditFilter{Action: store.ActionExec + ".result", Limit: 1})
 	if err != nil || len(events) != 1 {
 		t.Fatalf("audit: %v %v", events, err)
 	}

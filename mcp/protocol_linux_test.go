@@ -134,7 +134,7 @@ func TestCancelledRequestGetsNoResponse(t *testing.T) {
 	// The cancelled call's handler audits the command just before it
 	// returns: wait for that record, then check nothing answers id 2.
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
-		evs, err := e.st.AuditLog(context.Background(), store.AuditFilter{Action: store.ActionExec})
+		evs, err := e.st.AuditLog(context.Background(), store.AuditFilter{Action: store.ActionExec + ".result"})
 		if err != nil {
 			t.Fatal(err)
 		}

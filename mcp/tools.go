@@ -171,6 +171,16 @@ func toolError(err error, note string) *sdk.CallToolResult {
 	return withNote(result(true, describe(err)), note)
 }
 
+// auditFirst records an action about to happen in sb; an error means the
+// record could not be written (a full state directory...) and the action
+// must not happen: airlock fails closed rather than act unaudited.
+func (s *Service) auditFirst(ctx context.Context, sb *manager.Sandbox, action string, detail any) error {
+	if err := s.m.AuditFirst(ctx, sb.Owner(), sb.ID, action, detail); err != nil {
+		return userErr("refused: %v", err)
+	}
+	return nil
+}
+
 // describe phrases an error for the model.
 func describe(err error) string {
 	var ue *userError
@@ -266,6 +276,10 @@ func (s *Service) runCommand(ctx context.Context, req *sdk.CallToolRequest, in r
 		areq.Shell = in.Command
 		argv = []string{"/bin/sh", "-c", in.Command}
 	}
+	intent := map[string]any{"via": "mcp", "argv": argv}
+	if err := s.auditFirst(ctx, sb, store.ActionExec, intent); err != nil {
+		return toolError(err, note), nil, nil
+	}
 	res := s.exec(ctx, sb, areq, timeout)
 	if in.SandboxID == "" && res.status == "error" && errors.Is(res.cause, agent.ErrClosed) {
 		// The session's sandbox died before the command started (its
@@ -273,6 +287,9 @@ func (s *Service) runCommand(ctx context.Context, req *sdk.CallToolRequest, in r
 		// limits): nothing ran, so run it in a fresh one.
 		if sb2, note2, err := s.sandbox(ctx, req, ""); err == nil && sb2 != sb {
 			sb, note = sb2, strings.TrimSpace(note+"\n"+note2)
+			if err := s.auditFirst(ctx, sb, store.ActionExec, intent); err != nil {
+				return toolError(err, note), nil, nil
+			}
 			res = s.exec(ctx, sb, areq, timeout)
 		}
 	}
@@ -284,7 +301,7 @@ func (s *Service) runCommand(ctx context.Context, req *sdk.CallToolRequest, in r
 			res = s.exec(ctx, sb, areq, timeout)
 		}
 	}
-	s.m.Audit(ctx, sb.Owner(), sb.ID, store.ActionExec, map[string]any{"via": "mcp", "argv": argv,
+	s.m.Audit(ctx, sb.Owner(), sb.ID, store.ActionExec+".result", map[string]any{"via": "mcp", "argv": argv,
 		"exit_code": res.code, "signal": res.signal, "status": res.status, "duration_ms": res.dur.Milliseconds()})
 	return withNote(res.toolResult(), note), nil, nil
 }
@@ -476,12 +493,15 @@ func (s *Service) writeFile(ctx context.Context, req *sdk.CallToolRequest, in wr
 	if err != nil {
 		return toolError(err, ""), nil, nil
 	}
+	if err := s.auditFirst(ctx, sb, store.ActionFileWrite, map[string]any{"via": "mcp", "path": p}); err != nil {
+		return toolError(err, note), nil, nil
+	}
 	n, err := sb.Agent().WriteFile(ctx, p, bytes.NewReader(data), 0)
 	detail := map[string]any{"via": "mcp", "path": p, "bytes": n}
 	if err != nil {
 		detail["error"] = err.Error()
 	}
-	s.m.Audit(ctx, sb.Owner(), sb.ID, store.ActionFileWrite, detail)
+	s.m.Audit(ctx, sb.Owner(), sb.ID, store.ActionFileWrite+".result", detail)
 	if err != nil {
 		return toolError(err, note), nil, nil
 	}
