@@ -160,3 +160,22 @@ func TestTracemeRunCLISIGTERM(t *testing.T) {
 		})
 	}
 }
+
+// TestTracemeDeniedOutsideLight: strict and standard deny ptrace, so a
+// program cannot make the launcher its tracer at all and ends normally.
+func TestTracemeDeniedOutsideLight(t *testing.T) {
+	for _, profile := range []policy.Profile{policy.Strict, policy.Standard} {
+		t.Run(string(profile), func(t *testing.T) {
+			p, err := policy.Preset(profile)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.Limits.WallTime = 30 * time.Second
+			src := tracemePrelude + strings.ReplaceAll(tracemeScripts["init-signal"], "MARKER", "1")
+			res := runGuarded(t, native.Config{Policy: p, Args: []string{"/usr/bin/python3", "-c", src}})
+			if res.Status != native.StatusNonzeroExit || !strings.Contains(res.Stderr, "PTRACE_TRACEME failed: errno 1") {
+				t.Errorf("status %s stderr %q: want PTRACE_TRACEME denied with EPERM", res.Status, res.Stderr)
+			}
+		})
+	}
+}
