@@ -94,6 +94,14 @@ type CreateRequest struct {
 	// Image makes the root from an image of the server's store
 	// (writable, on disk); "" means the host-derived root.
 	Image string `json:"image,omitempty"`
+	// Volumes mounts named volumes read-write: [{"name", "path"}].
+	Volumes []VolumeRef `json:"volumes,omitempty"`
+}
+
+// VolumeRef puts a named volume in a sandbox at Path.
+type VolumeRef struct {
+	Name string `json:"name"`
+	Path string `json:"path"`
 }
 
 // Sandbox describes a sandbox.

@@ -103,7 +103,7 @@ func (m *Manager) Snapshot(ctx context.Context, owner, id, name string) (*images
 	}
 	base, err := m.cfg.Images.Get(strings.TrimSpace(string(b)))
 	if err != nil {
-		return nil, fmt.Errorf("%w: the image sandbox %s was created from is gone: %w", ErrInvalid, sb.ID, err)
+		return nil, fmt.Errorf("%w: the image sandbox %s was created from is gone: %v", ErrInvalid, sb.ID, err)
 	}
 	if name == "" {
 		name = "localhost/airlock/" + sb.ID + ":latest"

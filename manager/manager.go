@@ -33,6 +33,7 @@ import (
 	"airlock/runtime"
 	"airlock/runtime/native/cgroups"
 	"airlock/store"
+	"airlock/volume"
 )
 
 // Errors returned (wrapped) by the Manager. The server maps them to HTTP
@@ -66,6 +67,9 @@ type Config struct {
 	// Images is the image store CreateRequest.Image names images of; nil
 	// refuses image sandboxes.
 	Images *imagestore.Store
+	// Volumes is the volume store CreateRequest.Volumes names volumes of;
+	// nil refuses volumes.
+	Volumes *volume.Store
 	// AgentBinary is the airlock binary, bound into each sandbox and run
 	// as its agent. Required.
 	AgentBinary string
@@ -127,6 +131,9 @@ type CreateRequest struct {
 	// Image names an image of Config.Images to make the sandbox's root
 	// from (writable, on disk); "" means the host-derived root.
 	Image string
+
+	// Volumes are named volumes mounted read-write in the sandbox.
+	Volumes []VolumeRef
 
 	image *imagestore.Image // resolved by Create
 }
@@ -542,6 +549,9 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (Info, error) {
 	if req.image, err = m.resolveImage(&req, &p); err != nil {
 		return Info{}, err
 	}
+	if err := m.checkVolumes(&req); err != nil {
+		return Info{}, err
+	}
 	if err := m.reserveOrEvict(req.Owner, req.OwnerLimit); err != nil {
 		return Info{}, err
 	}
@@ -567,7 +577,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (Info, error) {
 	m.count(func(c *Counters) { c.Created++ })
 	m.Audit(ctx, req.Owner, sb.ID, store.ActionSandboxCreate, map[string]any{
 		"profile": p.Profile, "metadata": req.Metadata, "timeout_s": ttl.Seconds(), "limits": req.Limits,
-		"network": p.Network, "secrets": secretRefs(req.Secrets), "image": req.Image})
+		"network": p.Network, "secrets": secretRefs(req.Secrets), "image": req.Image, "volumes": req.Volumes})
 	return sb.info(), nil
 }
 

@@ -17,10 +17,12 @@ func (s *Sandbox) Paused() bool {
 	return s.paused
 }
 
-// Pause freezes every process of a running sandbox (the agent, the
-// workload and, for gvisor, gVisor's sentry and gofer) with the cgroup
-// freezer. Memory stays resident; the TTL keeps counting. Pausing a
-// paused sandbox is a no-op.
+// Pause stops every process of a running sandbox: a native one is frozen
+// with the cgroup freezer (memory stays resident); a gvisor one is
+// checkpointed to disk with runsc checkpoint (processes, memory, open
+// files and its tmpfs /workspace and /tmp; the memory is freed) and
+// restored by Resume. The TTL keeps counting. Pausing a paused sandbox is
+// a no-op.
 func (m *Manager) Pause(ctx context.Context, owner, id string) (Info, error) {
 	return m.setPaused(ctx, owner, id, true)
 }
@@ -50,7 +52,7 @@ func (m *Manager) setPaused(ctx context.Context, owner, id string, on bool) (Inf
 	if sb.ending {
 		return Info{}, fmt.Errorf("%w: ending", ErrNotRunning)
 	}
-	if err := freeze(id, on); err != nil {
+	if err := m.setFrozen(sb, on); err != nil {
 		return Info{}, err
 	}
 	sb.paused = on

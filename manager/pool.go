@@ -126,7 +126,7 @@ func poolKey(profile string) string {
 
 // poolable reports whether req can be served by a pooled sandbox.
 func poolable(req *CreateRequest) bool {
-	return req.Limits == (Limits{}) && len(req.Env) == 0 && len(req.Secrets) == 0 && req.Image == "" &&
+	return req.Limits == (Limits{}) && len(req.Env) == 0 && len(req.Secrets) == 0 && req.Image == "" && len(req.Volumes) == 0 &&
 		(req.Network.Mode == "" || req.Network.Mode == policy.NetNone) &&
 		(req.Runtime == "" || req.Runtime == string(policy.RuntimeNative)) // the pool holds native sandboxes
 

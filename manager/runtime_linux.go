@@ -106,7 +106,8 @@ func (m *Manager) launch(cfg native.Config) (*ownInst, []net.Listener, error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		return &ownInst{id: gsb.ID, p: gsb.Pid, sb: gsb, wait: func() { gsb.Wait() }}, nil, nil
+		h := newGVisorHandle(gsb)
+		return &ownInst{id: gsb.ID, p: gsb.Pid, sb: h, wait: func() { <-h.Done() }}, nil, nil
 	}
 	if cfg.Policy.Runtime == policy.RuntimeWasm {
 		cfg.Policy.Runtime = policy.RuntimeNative // it hosts the modules: see Sandbox.ExecArgv
@@ -278,9 +279,13 @@ func (m *Manager) start(ctx context.Context, req *CreateRequest, p policy.Policy
 	if err != nil {
 		return fail(err)
 	}
+	vols, err := m.useVolumes(id, dir, req.Volumes)
+	if err != nil {
+		return fail(err)
+	}
 	inst, listeners, err := m.launch(native.Config{ID: id, Policy: p, Args: args, Stdin: stdin, Stdout: logf, Stderr: logf, Agent: true,
 		AgentBinary: m.cfg.AgentBinary, AllowDegraded: m.cfg.AllowDegraded, SurviveParent: !connected, Listen: ns.listen,
-		HostIDBase: ids.base(), Image: root})
+		HostIDBase: ids.base(), Image: root, Volumes: vols})
 	if err != nil {
 		if hostEnd != nil {
 			hostEnd.Close()
@@ -296,6 +301,9 @@ func (m *Manager) start(ctx context.Context, req *CreateRequest, p policy.Policy
 	if connected {
 		conn, err = net.FileConn(hostEnd)
 		hostEnd.Close()
+		if h, ok := inst.sb.(*gvisorHandle); ok && err == nil {
+			conn = h.wrap(conn) // survives checkpoint and restore
+		}
 	} else {
 		conn, err = dialAgent(ctx, sock)
 	}

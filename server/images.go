@@ -30,6 +30,7 @@ func (s *Server) imageRoutes(authed func(string, handler)) {
 	authed("GET /v1/images/{ref...}", s.getImage)
 	authed("DELETE /v1/images/{ref...}", s.removeImage)
 	authed("POST /v1/sandboxes/{id}/snapshot", s.snapshotSandbox)
+	s.volumeRoutes(authed)
 }
 
 // SnapshotRequest is the body of POST /v1/sandboxes/{id}/snapshot.

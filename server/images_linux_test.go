@@ -215,3 +215,66 @@ func post(t *testing.T, url, key, body string) (int, map[string]any) {
 	json.NewDecoder(resp.Body).Decode(&v)
 	return resp.StatusCode, v
 }
+
+// TestVolumes: a named volume written by one sandbox is read by another
+// (another host id range) after a server restart, with the same owners;
+// it is capped at its size; it cannot be deleted while a sandbox uses it.
+func TestVolumes(t *testing.T) {
+	needRoot(t)
+	state := stateDir(t)
+	s := startServer(t, state)
+	key := newKey(t, state, "volumes")
+	c := client.New(s.URL, key)
+	ctx := ctxT(t)
+	if code, v := post(t, s.URL+"/v1/volumes", key, `{"name":"data","size_bytes":8388608}`); code != 201 || v["name"] != "data" {
+		t.Fatalf("create volume: %d %v", code, v)
+	}
+	if code, v := post(t, s.URL+"/v1/volumes", key, `{"name":"data","size_bytes":8388608}`); code != 409 {
+		t.Fatalf("create twice: %d %v", code, v)
+	}
+	if code, v := post(t, s.URL+"/v1/volumes", key, `{"name":"../x","size_bytes":8388608}`); code != 400 {
+		t.Fatalf("bad name: %d %v", code, v)
+	}
+	if _, err := c.Create(ctx, client.CreateRequest{Volumes: []client.VolumeRef{{Name: "data", Path: "/proc/x"}}}); err == nil {
+		t.Fatal("volume under /proc accepted")
+	}
+	a, err := c.Create(ctx, client.CreateRequest{Volumes: []client.VolumeRef{{Name: "data", Path: "/data"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Exec(ctx, a.ID, client.ExecRequest{Argv: []string{"/bin/sh", "-c", "echo kept > /data/f && id -u"}})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("write: %+v %v", res, err)
+	}
+	req, _ := http.NewRequest("DELETE", s.URL+"/v1/volumes/data", nil)
+	req.Header.Set("Authorization", "Bearer "+key)
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 409 {
+		t.Fatalf("delete a volume in use: %v %v", resp, err)
+	}
+	if err := c.Kill(ctx, a.ID); err != nil {
+		t.Fatal(err)
+	}
+	s.stop(t)
+	s = startServer(t, state)
+	c = client.New(s.URL, key)
+	b, err := c.Create(ctx, client.CreateRequest{Volumes: []client.VolumeRef{{Name: "data", Path: "/workspace/data"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err = c.Exec(ctx, b.ID, client.ExecRequest{Argv: []string{"/bin/sh", "-c",
+		"cat /workspace/data/f; stat -c %u /workspace/data/f; echo more >> /workspace/data/f && echo appended; dd if=/dev/zero of=/workspace/data/big bs=1M count=20 2>&1 | grep -o 'No space left on device'"}})
+	if err != nil || res.Stdout != "kept\n1000\nappended\nNo space left on device\n" {
+		t.Fatalf("sandbox b after a restart: %+v %v", res, err)
+	}
+	if err := c.Kill(ctx, b.ID); err != nil {
+		t.Fatal(err)
+	}
+	req, _ = http.NewRequest("DELETE", s.URL+"/v1/volumes/data", nil)
+	req.Header.Set("Authorization", "Bearer "+key)
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("delete: %v %v", resp, err)
+	}
+	if _, err := os.Stat(filepath.Join(state, "volumes", "data")); !os.IsNotExist(err) {
+		t.Fatalf("volume data left: %v", err)
+	}
+}

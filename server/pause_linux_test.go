@@ -33,11 +33,12 @@ func cpuUsage(t *testing.T, id string) string {
 	return ""
 }
 
-// TestE2EPauseResume: pause freezes every process of the sandbox (checked
-// from the host: freezer state, no CPU used by a spinning process), requests
-// that need the agent answer 409 paused, resume brings back the same
-// processes and files; a paused sandbox can still be killed. Once per
-// runtime: gVisor's sentry and gofer are in the same cgroup.
+// TestE2EPauseResume: pause stops every process of the sandbox (checked
+// from the host: no CPU used by a spinning process; native: the freezer
+// state; gvisor: checkpointed to disk, no task left and the memory freed),
+// requests that need the agent answer 409 paused, resume brings back the
+// same processes, files and Python variables; a paused sandbox can still
+// be killed. Once per runtime.
 func TestE2EPauseResume(t *testing.T) {
 	forEachRuntime(t, func(t *testing.T, runtime string) {
 		state := stateDir(t)
@@ -56,11 +57,23 @@ func TestE2EPauseResume(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if res := runCell(t, c, sb.ID, client.CodeRequest{Code: "x = 41\nbig = bytearray(64 << 20)"}); res.Error != nil {
+			t.Fatalf("cell: %+v", res.Error)
+		}
 		p, err := c.Pause(ctx, sb.ID)
 		if err != nil || !p.Paused || p.State != "running" {
 			t.Fatalf("pause: %+v %v", p, err)
 		}
-		if st := freezerState(t, sb.ID); st != "FROZEN" && st != "1" {
+		if runtime == "gvisor" {
+			// Checkpointed to disk: nothing of it runs, its memory is freed.
+			mt, err := c.Metrics(ctx, sb.ID)
+			if err != nil || mt.Pids != 0 || mt.MemoryBytes > 16<<20 {
+				t.Fatalf("metrics of a checkpointed sandbox: %+v %v", mt, err)
+			}
+			if ents, err := os.ReadDir(filepath.Join(state, "sandboxes", sb.ID, "checkpoint")); err != nil || len(ents) == 0 {
+				t.Fatalf("no checkpoint image: %v", err)
+			}
+		} else if st := freezerState(t, sb.ID); st != "FROZEN" && st != "1" {
 			t.Fatalf("freezer state %q after pause", st)
 		}
 		before := cpuUsage(t, sb.ID)
@@ -91,6 +104,9 @@ func TestE2EPauseResume(t *testing.T) {
 		}
 		if err != nil || !found {
 			t.Fatalf("spinner %d not running after resume: %+v %v", spin, procs, err)
+		}
+		if res := runCell(t, c, sb.ID, client.CodeRequest{Code: "x + 1, len(big)"}); res.Text != "(42, 67108864)" {
+			t.Fatalf("python state after resume: %+v", res)
 		}
 		// A paused sandbox is killed like any other.
 		if _, err := c.Pause(ctx, sb.ID); err != nil {

@@ -448,6 +448,8 @@ type CreateRequest struct {
 	// Image makes the sandbox's root from an image of the server's store
 	// (GET /v1/images): writable, on disk.
 	Image string `json:"image,omitempty"`
+	// Volumes mounts named volumes (POST /v1/volumes) read-write.
+	Volumes []manager.VolumeRef `json:"volumes,omitempty"`
 	// Approval adds approval rules for this sandbox to the server's and
 	// the key's (docs/approvals.md); it can only require more.
 	Approval *approval.Policy `json:"approval,omitempty"`
@@ -487,6 +489,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	cr.Secrets = req.Secrets
 	cr.Runtime = req.Runtime
 	cr.Image = req.Image
+	cr.Volumes = req.Volumes
 	info, err := s.m.Create(r.Context(), cr)
 	if err != nil {
 		return err

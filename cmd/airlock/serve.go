@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 	"airlock/runtime/native/cgroups"
 	"airlock/server"
 	"airlock/store"
+	"airlock/volume"
 )
 
 func init() { hidden["serve"] = cmdServe }
@@ -142,7 +144,12 @@ func cmdServe(args []string) int {
 		fmt.Fprintf(os.Stderr, "airlock serve: %v\n", err)
 		return 1
 	}
-	m, err := manager.Open(manager.Config{StateDir: *stateDir, Store: st, Images: images, AgentBinary: self, MaxSandboxes: *maxSB,
+	volumes, err := volume.Open(filepath.Join(*stateDir, "volumes"))
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "airlock serve: %v\n", err)
+		return 1
+	}
+	m, err := manager.Open(manager.Config{StateDir: *stateDir, Store: st, Images: images, Volumes: volumes, AgentBinary: self, MaxSandboxes: *maxSB,
 		AllowDegraded: *allowDegraded, DefaultTimeout: *defTimeout, MaxTimeout: *maxTimeout, ReapInterval: *reap,
 		AgentGrace: *grace, KeepOnShutdown: *keep, Logf: logger.Printf, Egress: egressCfg, Ceilings: cf.ceilings(),
 		DefaultRuntime: rtm})

@@ -380,3 +380,65 @@ func TestInt80Refused(t *testing.T) {
 		t.Fatalf("int 0x80 getpid inside gVisor: %+v, want ENOSYS (-38)", res)
 	}
 }
+
+// TestCheckpointRestore: a checkpointed sandbox stops (its processes are
+// gone from the host, its memory freed) and comes back from the image with
+// its memory intact, talking over the new stdio it was restored with.
+func TestCheckpointRestore(t *testing.T) {
+	needRunsc(t)
+	counter := "import sys\nn = 0\nbig = bytearray(32 << 20)\nfor line in sys.stdin:\n    n += 1\n    print(n, line.strip(), len(big), flush=True)\n"
+	pair := func() (host *os.File, sandbox *os.File) {
+		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return os.NewFile(uintptr(fds[0]), "host"), os.NewFile(uintptr(fds[1]), "sandbox")
+	}
+	say := func(f *os.File, line string) string {
+		t.Helper()
+		if _, err := f.Write([]byte(line + "\n")); err != nil {
+			t.Fatal(err)
+		}
+		f.SetReadDeadline(time.Now().Add(30 * time.Second))
+		r := bufio.NewReader(f)
+		got, err := r.ReadString('\n')
+		if err != nil {
+			t.Fatalf("reading the answer to %q: %v", line, err)
+		}
+		return strings.TrimSpace(got)
+	}
+	host, inside := pair()
+	defer host.Close()
+	sb, err := gvisor.Start(native.Config{Policy: gvPolicy(t, nil), Args: []string{"python3", "-c", counter}, Stdin: inside, Stdout: inside})
+	inside.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := say(host, "before"); got != "1 before 33554432" {
+		t.Fatalf("before checkpoint: %q", got)
+	}
+	image := t.TempDir()
+	if err := sb.Checkpoint(image); err != nil {
+		sb.Destroy()
+		t.Fatal(err)
+	}
+	if st, err := sb.Stats(); err != nil || st.Pids != 0 {
+		sb.Destroy()
+		t.Fatalf("after checkpoint the sandbox's cgroup holds %d tasks (%v)", st.Pids, err)
+	}
+	host2, inside2 := pair()
+	defer host2.Close()
+	sb2, err := sb.Restore(image, inside2, inside2, nil)
+	inside2.Close()
+	if err != nil {
+		sb.Destroy()
+		t.Fatal(err)
+	}
+	defer sb2.Destroy()
+	if got := say(host2, "after"); got != "2 after 33554432" {
+		t.Fatalf("after restore: %q", got)
+	}
+	if st, err := sb2.Stats(); err != nil || st.Pids == 0 {
+		t.Fatalf("the restored sandbox is not in its cgroup: %+v %v", st, err)
+	}
+}

@@ -44,11 +44,12 @@ type Sandbox struct {
 	// Started is when runsc was started.
 	Started time.Time
 
-	runsc    Runsc
-	dir      string // private state directory: bundle/
-	cmd      *exec.Cmd
-	group    *cgroups.Group
-	enforced rt.Enforced
+	runsc         Runsc
+	surviveParent bool
+	dir           string // private state directory: bundle/
+	cmd           *exec.Cmd
+	group         *cgroups.Group
+	enforced      rt.Enforced
 
 	waitOnce sync.Once
 	state    *os.ProcessState
@@ -178,27 +179,70 @@ func Start(cfg native.Config) (*Sandbox, error) {
 		return fail("bundle", err)
 	}
 
-	s.cmd = exec.Command(rs.Path, append(s.globalFlags(), "run", "--bundle", bundle, id)...)
+	s.surviveParent = cfg.SurviveParent
+	if err := s.launch([]string{"run", "--bundle", bundle, id}, cfg.Stdin, cfg.Stdout, cfg.Stderr); err != nil {
+		return fail("start runsc", err)
+	}
+	return s, nil
+}
+
+// launch starts `runsc CMD...` for the sandbox with the given stdio (nil
+// means /dev/null).
+func (s *Sandbox) launch(args []string, stdin, stdout, stderr *os.File) error {
+	s.cmd = exec.Command(s.runsc.Path, append(s.globalFlags(), args...)...)
 	// A nil *os.File must stay a nil interface: exec.Cmd then uses /dev/null.
-	if cfg.Stdin != nil {
-		s.cmd.Stdin = cfg.Stdin
+	if stdin != nil {
+		s.cmd.Stdin = stdin
 	}
-	if cfg.Stdout != nil {
-		s.cmd.Stdout = cfg.Stdout
+	if stdout != nil {
+		s.cmd.Stdout = stdout
 	}
-	if cfg.Stderr != nil {
-		s.cmd.Stderr = cfg.Stderr
+	if stderr != nil {
+		s.cmd.Stderr = stderr
 	}
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if !cfg.SurviveParent {
+	if !s.surviveParent {
 		s.cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 	}
 	if err := s.cmd.Start(); err != nil {
-		return fail("start runsc", err)
+		return err
 	}
 	s.Pid = s.cmd.Process.Pid
 	s.Started = time.Now()
-	return s, nil
+	return nil
+}
+
+// Checkpoint saves the sandbox's whole state (memory, processes, open
+// files, its tmpfs /workspace and /tmp) to directory image with `runsc
+// checkpoint`, which stops it: the memory is freed, runsc exits and Wait
+// returns. The bundle and the cgroup stay for Restore; Destroy removes
+// them.
+func (s *Sandbox) Checkpoint(image string) error {
+	if err := os.MkdirAll(image, 0o700); err != nil {
+		return fmt.Errorf("gvisor: checkpoint: %w", err)
+	}
+	out, err := exec.Command(s.runsc.Path, append(s.globalFlags(), "checkpoint", "--image-path", image, s.ID)...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("gvisor: runsc checkpoint: %v: %s", err, strings.TrimSpace(string(out)))
+	}
+	s.Wait()
+	// The stopped container's state goes, so that restore can reuse the id.
+	_ = exec.Command(s.runsc.Path, append(s.globalFlags(), "delete", "--force", s.ID)...).Run()
+	return nil
+}
+
+// Restore starts a checkpointed sandbox again from image with `runsc
+// restore`, with new stdio: programs inside read and write the new
+// descriptors where they had the old ones. It returns the running sandbox;
+// s is spent (do not Destroy it: the returned one owns the bundle and the
+// cgroup).
+func (s *Sandbox) Restore(image string, stdin, stdout, stderr *os.File) (*Sandbox, error) {
+	n := &Sandbox{ID: s.ID, runsc: s.runsc, dir: s.dir, group: s.group, enforced: s.enforced,
+		surviveParent: s.surviveParent, waitDone: make(chan struct{})}
+	if err := n.launch([]string{"restore", "--image-path", image, "--bundle", filepath.Join(s.dir, "bundle"), s.ID}, stdin, stdout, stderr); err != nil {
+		return nil, fmt.Errorf("gvisor: start runsc restore: %w", err)
+	}
+	return n, nil
 }
 
 // PidsOverhead is added to the policy's pids limit in the sandbox's host

@@ -1,0 +1,139 @@
+package manager
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	rt "airlock/runtime"
+	"airlock/runtime/gvisor"
+	"airlock/runtime/native/cgroups"
+)
+
+// gvisorHandle is a gvisor sandbox as the manager holds it: it outlives
+// checkpoint and restore, across which the runsc process (the current
+// *gvisor.Sandbox) changes. Done is closed only when the sandbox really
+// ends, not when a checkpoint stops it.
+type gvisorHandle struct {
+	mu        sync.Mutex
+	cur       *gvisor.Sandbox
+	suspended bool
+	conn      *swapConn // the agent's connection, set by wrap
+	ended     chan struct{}
+	endOnce   sync.Once
+}
+
+func newGVisorHandle(sb *gvisor.Sandbox) *gvisorHandle {
+	h := &gvisorHandle{cur: sb, ended: make(chan struct{})}
+	h.follow(sb)
+	return h
+}
+
+// follow ends the handle when sb exits while it is the current sandbox and
+// no checkpoint is under way.
+func (h *gvisorHandle) follow(sb *gvisor.Sandbox) {
+	go func() {
+		sb.Wait()
+		h.mu.Lock()
+		end := h.cur == sb && !h.suspended
+		h.mu.Unlock()
+		if end {
+			h.end()
+		}
+	}()
+}
+
+func (h *gvisorHandle) end() { h.endOnce.Do(func() { close(h.ended) }) }
+
+func (h *gvisorHandle) current() *gvisor.Sandbox {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.cur
+}
+
+// wrap makes c the agent's connection, replaceable on restore.
+func (h *gvisorHandle) wrap(c net.Conn) net.Conn {
+	h.conn = newSwapConn(c)
+	return h.conn
+}
+
+// Done, Stats, Enforced and Destroy make the handle a startedSandbox.
+func (h *gvisorHandle) Done() <-chan struct{}          { return h.ended }
+func (h *gvisorHandle) Stats() (cgroups.Stats, error) { return h.current().Stats() }
+func (h *gvisorHandle) Enforced() rt.Enforced          { return h.current().Enforced() }
+func (h *gvisorHandle) Destroy() error {
+	err := h.current().Destroy()
+	h.end()
+	return err
+}
+
+// suspend checkpoints the sandbox to image: everything stops and its
+// memory is freed. The agent's connection is held meanwhile.
+func (h *gvisorHandle) suspend(image string) error {
+	if h.conn == nil {
+		return errors.New("manager: gvisor sandbox has no replaceable agent connection")
+	}
+	h.mu.Lock()
+	h.suspended = true
+	cur := h.cur
+	h.mu.Unlock()
+	h.conn.hold()
+	if err := cur.Checkpoint(image); err != nil {
+		h.conn.release()
+		h.mu.Lock()
+		h.suspended = false
+		h.mu.Unlock()
+		select {
+		case <-cur.Done(): // runsc stopped anyway: the sandbox is gone
+			h.end()
+		default:
+		}
+		return err
+	}
+	return nil
+}
+
+// resume restores the sandbox from image with a new socketpair for its
+// agent and a new log pipe, and continues the agent's connection on it.
+func (h *gvisorHandle) resume(image string, log *os.File) error {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("manager: socketpair: %w", err)
+	}
+	hostEnd, agentEnd := os.NewFile(uintptr(fds[0]), "host"), os.NewFile(uintptr(fds[1]), "agent")
+	defer agentEnd.Close()
+	defer hostEnd.Close()
+	n, err := h.current().Restore(image, agentEnd, log, log)
+	if err != nil {
+		return err
+	}
+	c, err := net.FileConn(hostEnd)
+	if err != nil {
+		n.Destroy()
+		return fmt.Errorf("manager: agent connection: %w", err)
+	}
+	h.mu.Lock()
+	h.cur, h.suspended = n, false
+	h.mu.Unlock()
+	h.follow(n)
+	h.conn.swap(c)
+	return nil
+}
+
+// gvisorOf returns the handle of a gvisor sandbox started by this process.
+func gvisorOf(sb *Sandbox) (*gvisorHandle, bool) {
+	o, ok := sb.inst.(*ownInst)
+	if !ok {
+		return nil, false
+	}
+	h, ok := o.sb.(*gvisorHandle)
+	return h, ok
+}
+
+// checkpointDir is where a suspended gvisor sandbox's image lives.
+func (m *Manager) checkpointDir(id string) string { return filepath.Join(m.dir, id, "checkpoint") }

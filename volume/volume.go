@@ -1,0 +1,228 @@
+// Package volume keeps named, size-capped volumes that sandboxes mount
+// read-write and that outlive sandboxes and server restarts: each is an
+// ext4 image file (sparse) under the state directory, mounted on the host
+// while the server uses it; sandboxes get ID-mapped mounts of it
+// (native.Config.Volumes), so every sandbox sees the same owners.
+package volume
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"airlock/runtime/native"
+)
+
+// Errors returned (wrapped) by the store.
+var (
+	ErrNotFound = errors.New("volume not found")
+	ErrExists   = errors.New("volume exists")
+	ErrInUse    = errors.New("volume in use")
+	ErrInvalid  = errors.New("invalid volume")
+)
+
+// Size bounds of a volume.
+const (
+	MinSize = 4 << 20
+	MaxSize = 1 << 40
+)
+
+var validName = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
+
+// Volume describes one volume.
+type Volume struct {
+	Name      string    `json:"name"`
+	SizeBytes int64     `json:"size_bytes"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// Store holds the volumes of one directory (STATE_DIR/volumes).
+type Store struct {
+	dir string
+	mu  sync.Mutex
+}
+
+// Open opens (creating) the store in dir.
+func Open(dir string) (*Store, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("volumes: %w", err)
+	}
+	return &Store{dir: dir}, nil
+}
+
+func (s *Store) lock() (func(), error) {
+	s.mu.Lock()
+	f, err := os.OpenFile(filepath.Join(s.dir, "lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err == nil {
+		err = unix.Flock(int(f.Fd()), unix.LOCK_EX)
+	}
+	if err != nil {
+		if f != nil {
+			f.Close()
+		}
+		s.mu.Unlock()
+		return nil, fmt.Errorf("volumes lock: %w", err)
+	}
+	return func() { f.Close(); s.mu.Unlock() }, nil
+}
+
+func (s *Store) path(name string, elem ...string) string {
+	return filepath.Join(append([]string{s.dir, name}, elem...)...)
+}
+
+// Create makes an empty volume of size bytes.
+func (s *Store) Create(name string, size int64) (*Volume, error) {
+	if !validName.MatchString(name) {
+		return nil, fmt.Errorf("%w: name %q (want lower-case letters, digits, . _ -, at most 63)", ErrInvalid, name)
+	}
+	if size < MinSize || size > MaxSize {
+		return nil, fmt.Errorf("%w: size %d outside %d-%d bytes", ErrInvalid, size, int64(MinSize), int64(MaxSize))
+	}
+	unlock, err := s.lock()
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	if err := os.Mkdir(s.path(name), 0o700); err != nil {
+		if os.IsExist(err) {
+			return nil, fmt.Errorf("%w: %s", ErrExists, name)
+		}
+		return nil, fmt.Errorf("volumes: %w", err)
+	}
+	v := &Volume{Name: name, SizeBytes: size, CreatedAt: time.Now().UTC()}
+	inodes := min(max(size/(16<<10), 1024), 1<<22)
+	err = native.MakeDisk(s.path(name, "disk.img"), size, inodes, 0, true)
+	if err == nil {
+		var b []byte
+		b, _ = json.Marshal(v)
+		err = os.WriteFile(s.path(name, "volume.json"), b, 0o600)
+	}
+	if err != nil {
+		os.RemoveAll(s.path(name))
+		return nil, fmt.Errorf("volume %s: %w", name, err)
+	}
+	return v, nil
+}
+
+// Get returns volume name.
+func (s *Store) Get(name string) (*Volume, error) {
+	if !validName.MatchString(name) {
+		return nil, fmt.Errorf("%w: %q", ErrNotFound, name)
+	}
+	b, err := os.ReadFile(s.path(name, "volume.json"))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %q", ErrNotFound, name)
+	}
+	var v Volume
+	if err := json.Unmarshal(b, &v); err != nil {
+		return nil, fmt.Errorf("volume %s: %w", name, err)
+	}
+	return &v, nil
+}
+
+// List returns every volume by name.
+func (s *Store) List() ([]Volume, error) {
+	ents, err := os.ReadDir(s.dir)
+	if err != nil {
+		return nil, fmt.Errorf("volumes: %w", err)
+	}
+	out := []Volume{}
+	for _, e := range ents {
+		if v, err := s.Get(e.Name()); err == nil {
+			out = append(out, *v)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// mounted reports whether dir is a mount point.
+func mounted(dir string) bool {
+	var a, b unix.Stat_t
+	return unix.Stat(dir, &a) == nil && unix.Stat(filepath.Dir(dir), &b) == nil && a.Dev != b.Dev
+}
+
+// Use mounts volume name on the host (once) and records that holder (a
+// sandbox id) uses it for as long as the path alive exists. It returns the
+// directory to give native.Config.Volumes.
+func (s *Store) Use(name, holder, alive string) (string, error) {
+	if _, err := s.Get(name); err != nil {
+		return "", err
+	}
+	if strings.ContainsAny(holder, "/\x00") || strings.ContainsAny(alive, "\n\x00") {
+		return "", fmt.Errorf("%w: holder %q", ErrInvalid, holder)
+	}
+	unlock, err := s.lock()
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
+	mnt := s.path(name, "mnt")
+	if !mounted(mnt) {
+		if err := native.MountDisk(s.path(name, "disk.img"), mnt); err != nil {
+			return "", fmt.Errorf("volume %s: %w", name, err)
+		}
+	}
+	if err := os.MkdirAll(s.path(name, "users"), 0o700); err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(s.path(name, "users", holder), []byte(alive), 0o600); err != nil {
+		return "", fmt.Errorf("volume %s: %w", name, err)
+	}
+	return mnt, nil
+}
+
+// users returns the holders of volume name whose alive path exists,
+// forgetting the others.
+func (s *Store) users(name string) []string {
+	var out []string
+	ents, _ := os.ReadDir(s.path(name, "users"))
+	for _, e := range ents {
+		p := s.path(name, "users", e.Name())
+		alive, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		if _, err := os.Stat(string(alive)); err != nil {
+			os.Remove(p)
+			continue
+		}
+		out = append(out, e.Name())
+	}
+	return out
+}
+
+// Delete removes volume name and its data; a volume that live sandboxes
+// use is refused (ErrInUse).
+func (s *Store) Delete(name string) (*Volume, error) {
+	v, err := s.Get(name)
+	if err != nil {
+		return nil, err
+	}
+	unlock, err := s.lock()
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	if u := s.users(name); len(u) > 0 {
+		return nil, fmt.Errorf("%w: volume %s is mounted by sandbox %s", ErrInUse, name, strings.Join(u, ", "))
+	}
+	if mounted(s.path(name, "mnt")) {
+		if err := unix.Unmount(s.path(name, "mnt"), 0); err != nil {
+			return nil, fmt.Errorf("volume %s: unmount: %w", name, err)
+		}
+	}
+	if err := os.RemoveAll(s.path(name)); err != nil {
+		return nil, fmt.Errorf("volume %s: %w", name, err)
+	}
+	return v, nil
+}
