@@ -171,14 +171,18 @@ func (s *apiServer) startLive([]string) (*Idle, error) {
 }
 
 // sandboxPid finds the init process of sandbox id: a child of the server
-// whose memory cgroup is named after the sandbox.
+// whose memory cgroup is the sandbox's or a child group of it.
 func (s *apiServer) sandboxPid(id string) int {
 	kids, ok := children(s.cmd.Process.Pid)
 	if !ok {
 		kids = processTree()[s.cmd.Process.Pid]
 	}
 	for _, pid := range kids {
-		if filepath.Base(memCgroup(pid)) == id {
+		// The agent's threads live in the sandbox's group and its spawner
+		// thread in the workload's child group (sandbox/workload), so the
+		// main thread may be in either.
+		cg := memCgroup(pid)
+		if filepath.Base(cg) == id || filepath.Base(filepath.Dir(cg)) == id {
 			return pid
 		}
 	}

@@ -148,6 +148,10 @@ func cmdMCP(args []string) int {
 		fmt.Fprintf(os.Stderr, "airlock mcp: %v\n", err)
 		return exitUsage
 	}
+	if err := requireStaticBuild(); err != nil {
+		fmt.Fprintf(os.Stderr, "airlock mcp: %v\n", err)
+		return exitSetup
+	}
 	network, err := f.net.network()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "airlock mcp: %v\n", oneLine(err))

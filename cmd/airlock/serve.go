@@ -79,6 +79,10 @@ func cmdServe(args []string) int {
 		fmt.Fprintln(os.Stderr, "airlock serve: --state-dir is required")
 		return exitUsage
 	}
+	if err := requireStaticBuild(); err != nil {
+		fmt.Fprintf(os.Stderr, "airlock serve: %v\n", err)
+		return exitSetup
+	}
 	egressCfg, err := ef.config()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "airlock serve: %v\n", err)
