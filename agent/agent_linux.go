@@ -476,6 +476,7 @@ func init() {
 	}
 	handlers[FrameWatch] = (*hostConn).handleWatch
 	handlers[FrameDial] = (*hostConn).handleDial
+	handlers[FramePtyResize] = (*hostConn).handlePtyResize
 }
 
 // errStreamGone reports that the host reset the stream or the connection

@@ -676,7 +676,7 @@ func (p *Process) Close() error {
 // window is sent in the background as the process consumes it.
 func (c *Client) Exec(ctx context.Context, req ExecRequest) (*Process, error) {
 	m := execMsg{Argv: req.Argv, Shell: req.Shell, Cwd: req.Cwd, Env: req.Env, Tag: req.Tag,
-		Background: req.Background, StdinStream: len(req.Stdin) > 0, StdinOpen: req.StdinOpen}
+		Background: req.Background, StdinStream: len(req.Stdin) > 0, StdinOpen: req.StdinOpen || req.Pty != nil, Pty: req.Pty}
 	s, err := c.open(FrameExec, m)
 	if err != nil {
 		return nil, fmt.Errorf("agent exec: %w", err)

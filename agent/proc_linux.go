@@ -608,6 +608,26 @@ func (a *hostConn) handleExec(s *astream, payload []byte) (any, error) {
 		Files: []uintptr{uintptr(fds[0]), uintptr(fds[3]), uintptr(fds[5])},
 		Sys:   &syscall.SysProcAttr{Setpgid: true, Credential: workloadCred},
 	}
+	var pty *ptyExec
+	if req.Pty != nil {
+		// A terminal (pty_linux.go) replaces the stdin and stdout pipes;
+		// the stderr pipe stays, unused, and reads EOF at once.
+		if pty, err = newPtyExec(*req.Pty); err != nil {
+			for _, fd := range fds {
+				syscall.Close(fd)
+			}
+			return nil, err
+		}
+		defer pty.close()
+		for _, i := range []int{0, 1, 2, 3} {
+			syscall.Close(fds[i])
+		}
+		fds[0], fds[1], fds[2], fds[3] = -1, pty.stdinW, pty.stdoutR, -1
+		child := pty.childFd()
+		attr.Files = []uintptr{child, child, child}
+		attr.Sys = pty.sysProcAttr()
+		req.StdinOpen = true
+	}
 	p := &proc{a: a.agent, argv: argv, tag: req.Tag, cwd: cwd, background: req.Background,
 		ring: outRing{max: RingSize}, pipeFd: [2]int{fds[2], fds[4]}}
 	p.cond.L = &p.mu
@@ -630,6 +650,10 @@ func (a *hostConn) handleExec(s *astream, payload []byte) (any, error) {
 		a.mu.Lock()
 		a.procs[pid] = p
 		a.mu.Unlock()
+		if pty != nil {
+			a.rememberPty(pid, pty.master)
+			pty.master = nil
+		}
 	}
 	a.forkMu.RUnlock()
 	syscall.Close(fds[0])

@@ -316,6 +316,7 @@ type execMsg struct {
 	Background  bool     `json:"background,omitempty"`
 	StdinStream bool     `json:"stdin_stream,omitempty"` // Data frames and EOF follow
 	StdinOpen   bool     `json:"stdin_open,omitempty"`   // keep stdin open after EOF
+	Pty         *PtySize `json:"pty,omitempty"`
 }
 
 type pidMsg struct {

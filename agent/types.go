@@ -110,6 +110,12 @@ type ExecRequest struct {
 	StdinOpen bool
 	// Tag is a free label shown in process listings.
 	Tag string
+	// Pty, if set, runs the process on a pseudo-terminal of that size: its
+	// stdin, stdout and stderr are the terminal, its output arrives as
+	// stdout, its input is written as stdin (which stays open), and it
+	// leads a session of its own with the terminal as controlling
+	// terminal (job control, ^C from the input). Resize with ResizePty.
+	Pty *PtySize
 	// Background lets the process outlive the stream that started it:
 	// closing the Process only detaches. A foreground process is killed
 	// (its whole process group) when its Process is closed before it exits.

@@ -438,9 +438,7 @@ func (h *Handler) serveRPC(w http.ResponseWriter, r *http.Request, b *boxState, 
 			return h.processCloseStdin(ctx, b, req)
 		})
 	case "process.Process/Update":
-		serveUnary(w, r, func(ctx context.Context, c *rpcCall, req []byte) (any, error) {
-			return nil, errorf(CodeUnimplemented, "airlock has no pseudo-terminals: process.Process/Update (PTY resize) is not supported")
-		})
+		serveUnary(w, r, func(ctx context.Context, c *rpcCall, req []byte) (any, error) { return h.processUpdate(ctx, b, req) })
 	case "process.Process/StreamInput":
 		// A client stream: the Connect protocol sends it enveloped, and
 		// neither fetch-based client can send one; reject it in the

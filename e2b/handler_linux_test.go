@@ -448,11 +448,33 @@ func TestEnvdAgainstASandbox(t *testing.T) {
 		t.Fatalf("two parts to one path: %q", msg)
 	}
 
-	// Processes: PTYs are refused, a missing pid is not found, and
+	// Processes: a command on a terminal sees one and its output comes as
+	// pty data; bad sizes are refused; a missing pid is not found, and
 	// Connect-Timeout-Ms kills the command like envd does.
-	if _, err := e.stream(t, id, "process.Process/Start", `{"process":{"cmd":"/bin/true"},"pty":{"size":{"cols":80,"rows":24}}}`, nil); err == nil || err.Code != CodeUnimplemented {
-		t.Fatalf("pty start: %+v", err)
+	msgs, err := e.stream(t, id, "process.Process/Start", `{"process":{"cmd":"/bin/sh","args":["-c","tty; stty size"]},"pty":{"size":{"cols":91,"rows":17}}}`, nil)
+	if err != nil {
+		t.Fatalf("pty start: %q %+v", msgs, err)
 	}
+	var ptyOut []byte
+	for _, m := range msgs {
+		var ev struct {
+			Event struct {
+				Data *struct{ Pty []byte } `json:"data"`
+			} `json:"event"`
+		}
+		if json.Unmarshal([]byte(m), &ev) == nil && ev.Event.Data != nil {
+			ptyOut = append(ptyOut, ev.Event.Data.Pty...)
+		}
+	}
+	if !strings.Contains(string(ptyOut), "/dev/pts/") || !strings.Contains(string(ptyOut), "17 91") {
+		t.Fatalf("pty output %q", ptyOut)
+	}
+	for _, size := range []string{`{"cols":0,"rows":24}`, `{"cols":80,"rows":5000}`} {
+		if _, err := e.stream(t, id, "process.Process/Start", `{"process":{"cmd":"/bin/true"},"pty":{"size":`+size+`}}`, nil); err == nil || err.Code != CodeInvalidArgument {
+			t.Fatalf("pty size %s: %+v", size, err)
+		}
+	}
+	e.rpc(t, id, "process.Process/Update", `{"process":{"pid":99999},"pty":{"size":{"cols":80,"rows":24}}}`, nil).rpcErr(t, CodeNotFound)
 	if _, err := e.stream(t, id, "process.Process/Connect", `{"process":{"pid":99999}}`, nil); err == nil || err.Code != CodeNotFound {
 		t.Fatalf("connect to a missing pid: %+v", err)
 	}
@@ -460,7 +482,7 @@ func TestEnvdAgainstASandbox(t *testing.T) {
 	e.rpc(t, id, "process.Process/SendSignal", `{"process":{"pid":1},"signal":"SIGNAL_SIGKILL"}`, nil).rpcErr(t, CodeNotFound)
 	e.rpc(t, id, "process.Process/SendInput", `{"process":{"pid":1,"tag":"x"},"input":{"stdin":"aGk="}}`, nil).rpcErr(t, CodeInvalidArgument)
 	t0 := time.Now()
-	msgs, err := e.stream(t, id, "process.Process/Start", `{"process":{"cmd":"/bin/sleep","args":["30"]},"stdin":false}`,
+	msgs, err = e.stream(t, id, "process.Process/Start", `{"process":{"cmd":"/bin/sleep","args":["30"]},"stdin":false}`,
 		map[string]string{"Connect-Timeout-Ms": "300"})
 	if err == nil || err.Code != CodeDeadlineExceeded || len(msgs) == 0 || !strings.Contains(msgs[0], `"start"`) {
 		t.Fatalf("timed-out command: %q %+v", msgs, err)

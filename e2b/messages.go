@@ -169,6 +169,12 @@ type ptySize struct {
 	Rows pbUint32 `json:"rows,omitempty"`
 }
 
+// updateRequest is process.UpdateRequest: a terminal's new size.
+type updateRequest struct {
+	Process *processSelector `json:"process,omitempty"`
+	Pty     *ptyConfig       `json:"pty,omitempty"`
+}
+
 // ptyConfig is process.PTY.
 type ptyConfig struct {
 	Size *ptySize `json:"size,omitempty"`

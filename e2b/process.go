@@ -46,6 +46,7 @@ type eproc struct {
 	tag  *string
 	cfg  processConfig
 	proc *agent.Process
+	pty  bool // runs on a terminal: its output is pty data
 
 	mu    sync.Mutex
 	subs  map[*subscriber]struct{}
@@ -103,6 +104,10 @@ func (p *eproc) pump() {
 	for ev := range p.proc.Events() {
 		switch ev.Type {
 		case agent.EventStdout:
+			if p.pty {
+				p.broadcast(&processEvent{Data: &dataEvent{Pty: ev.Data}})
+				continue
+			}
 			p.broadcast(&processEvent{Data: &dataEvent{Stdout: ev.Data}})
 		case agent.EventStderr:
 			p.broadcast(&processEvent{Data: &dataEvent{Stderr: ev.Data}})
@@ -273,8 +278,9 @@ func (h *Handler) processStart(ctx context.Context, c *rpcCall, b *boxState, bod
 	if req.Process == nil || req.Process.Cmd == "" {
 		return errorf(CodeInvalidArgument, "process.cmd is required")
 	}
-	if req.Pty != nil {
-		return errorf(CodeUnimplemented, "airlock has no pseudo-terminals: PTY processes are not supported")
+	pty, perr := ptyOf(req.Pty)
+	if perr != nil {
+		return perr
 	}
 	env, err := envList(req.Process.Envs)
 	if err != nil {
@@ -306,7 +312,7 @@ func (h *Handler) processStart(ctx context.Context, c *rpcCall, b *boxState, bod
 		return auditError(err)
 	}
 	proc, err := b.sb.Agent().Exec(ctx, agent.ExecRequest{Argv: argv, Cwd: cwd, Env: env, StdinOpen: stdinOpen,
-		Tag: tag, Background: true})
+		Tag: tag, Background: true, Pty: pty})
 	if err != nil {
 		h.m.Audit(ctx, b.sb.Owner(), b.sb.ID, actionExecResult, map[string]any{"argv": argv, "error": err.Error(), "via": "e2b"})
 		return startError(err)
@@ -314,6 +320,7 @@ func (h *Handler) processStart(ctx context.Context, c *rpcCall, b *boxState, bod
 	h.m.Audit(ctx, b.sb.Owner(), b.sb.ID, actionExecResult, map[string]any{"argv": argv, "pid": proc.Pid, "via": "e2b"})
 	cfg := *req.Process
 	p := newEproc(b, proc, cfg, req.Tag)
+	p.pty = pty != nil
 	s := p.subscribe()
 	b.addProc(p)
 	go p.pump()
@@ -470,14 +477,15 @@ func (h *Handler) processSendInput(ctx context.Context, b *boxState, body []byte
 	if req.Input == nil || (req.Input.Stdin == nil) == (req.Input.Pty == nil) {
 		return nil, errorf(CodeInvalidArgument, "input: exactly one of stdin and pty is required")
 	}
-	if req.Input.Pty != nil {
-		return nil, errorf(CodeUnimplemented, "airlock has no pseudo-terminals: PTY input is not supported")
+	in := req.Input.Stdin
+	if in == nil {
+		in = req.Input.Pty // a terminal's input is its stdin
 	}
 	_, pid, err := h.resolvePid(ctx, b, req.Process)
 	if err != nil {
 		return nil, err
 	}
-	if err := b.sb.Agent().WriteStdin(ctx, pid, *req.Input.Stdin, false); err != nil {
+	if err := b.sb.Agent().WriteStdin(ctx, pid, *in, false); err != nil {
 		return nil, agentRPCError(err)
 	}
 	return &empty{}, nil

@@ -233,6 +233,32 @@ async function main() {
     for (const [n, t] of want) assert(seen(n, t), `no ${t} of ${n} among ${JSON.stringify(events)}`)
   })
 
+  await step('pty: a terminal with colours, resize, Ctrl-C and kill', async () => {
+    let out = ''
+    const dec = new TextDecoder()
+    const enc = new TextEncoder()
+    const until = async (re, what) => {
+      for (let i = 0; i < 200 && !re.test(out); i++) await sleep(25)
+      assert(re.test(out), `${what}: no ${re} in ${JSON.stringify(out)}`)
+    }
+    const t = await sbx.pty.create({ cols: 80, rows: 24, onData: (d) => { out += dec.decode(d) } })
+    await sbx.pty.sendInput(t.pid, enc.encode('ls --color=always -d /usr; tty\n'))
+    await until(/\x1b\[[0-9;]*m\/usr\x1b\[0m/, 'ls --color')
+    await until(/\/dev\/pts\/\d+/, 'tty')
+    await sbx.pty.resize(t.pid, { cols: 100, rows: 30 })
+    await sbx.pty.sendInput(t.pid, enc.encode('stty size\n'))
+    await until(/30 100/, 'stty size after resize')
+    await sbx.pty.sendInput(t.pid, enc.encode('sleep 100; echo slept\n'))
+    await until(/sleep 100; echo slept\r\n/, 'echo of the command')
+    await sbx.pty.sendInput(t.pid, enc.encode('\x03'))
+    await sbx.pty.sendInput(t.pid, enc.encode('echo "status $?"\n'))
+    await until(/status 130/, 'Ctrl-C ends the foreground job')
+    assert(!/slept/.test(out.replace('echo slept', '')), 'the interrupted job went on')
+    eq(await sbx.pty.kill(t.pid), true, 'kill')
+    const err = await rejects(t.wait(), CommandExitError, 'wait() after kill')
+    assert(/signal: killed/.test(err.message), `message ${err.message}`)
+  })
+
   await step('Sandbox.connect from a second client', async () => {
     const again = await BaseSandbox.connect(sbx.sandboxId)
     const r = await again.commands.run('cat /home/user/multi/one.txt 2>/dev/null || cat multi/one.txt')
