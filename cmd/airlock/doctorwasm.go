@@ -27,5 +27,5 @@ func doctorWasm(p policy.Policy) rt.Layer {
 	if err != nil {
 		return rt.Layer{Name: "wasm", State: rt.StateMissing, Detail: "--runtime wasm cannot run a module: " + oneLine(err)}
 	}
-	return rt.Layer{Name: "wasm", State: rt.StateOK, Detail: fmt.Sprintf("wazero %s, WASI preview 1: ran a hello-world module in %.2f ms (compiling it included); no kernel boundary: a module gets only its args, env, stdio, clocks, random and preopened directories (no sockets, no processes); disk writes are not capped", wasm.WazeroVersion, res.WallMS)}
+	return rt.Layer{Name: "wasm", State: rt.StateOK, Detail: fmt.Sprintf("wazero %s, WASI preview 1: ran a hello-world module in %.2f ms (compiling it included); no kernel boundary: a module gets only its args, env, stdio, clocks, random and preopened directories (no sockets, no processes)", wasm.WazeroVersion, res.WallMS)}
 }

@@ -24,6 +24,7 @@ type rootFS struct {
 	experimentalsys.UnimplementedFS
 	root     *os.Root
 	readOnly bool
+	q        *quota // nil: no quota (read-only)
 }
 
 func newRootFS(dir string, readOnly bool) (*rootFS, error) {
@@ -99,11 +100,30 @@ func (r *rootFS) OpenFile(p string, flag experimentalsys.Oflag, perm fs.FileMode
 	if flag&experimentalsys.O_DIRECTORY != 0 && oflag&(unix.O_WRONLY|unix.O_RDWR) != 0 {
 		return nil, experimentalsys.EISDIR
 	}
+	created := false
+	if oflag&unix.O_CREAT != 0 && r.q != nil {
+		if _, err := r.root.Lstat(name(p)); errors.Is(err, fs.ErrNotExist) {
+			if !r.q.inode(1) {
+				return nil, experimentalsys.EIO
+			}
+			created = true
+		}
+	}
+	var freed int64
+	if oflag&unix.O_TRUNC != 0 && r.q != nil {
+		if fi, err := r.root.Stat(name(p)); err == nil && fi.Mode().IsRegular() {
+			freed = fi.Size()
+		}
+	}
 	f, err := r.root.OpenFile(name(p), oflag, perm&fs.ModePerm)
 	if err != nil {
+		if created {
+			r.q.inode(-1)
+		}
 		return nil, errno(err)
 	}
-	return &rootFile{f: f, readOnly: r.readOnly, append: oflag&unix.O_APPEND != 0}, 0
+	r.q.release(freed)
+	return &rootFile{f: f, readOnly: r.readOnly, append: oflag&unix.O_APPEND != 0, q: r.q}, 0
 }
 
 func stat(fi fs.FileInfo, err error) (sys.Stat_t, experimentalsys.Errno) {
@@ -128,9 +148,15 @@ func (r *rootFS) Mkdir(p string, perm fs.FileMode) experimentalsys.Errno {
 	if r.readOnly {
 		return experimentalsys.EROFS
 	}
+	if !r.q.inode(1) {
+		return experimentalsys.EIO
+	}
 	e := errno(r.root.Mkdir(name(p), perm&fs.ModePerm))
 	if e == experimentalsys.ENOTDIR {
 		e = experimentalsys.ENOENT
+	}
+	if e != 0 {
+		r.q.inode(-1)
 	}
 	return e
 }
@@ -163,7 +189,11 @@ func (r *rootFS) Rmdir(p string) experimentalsys.Errno {
 	if !fi.IsDir() {
 		return experimentalsys.ENOTDIR
 	}
-	return errno(r.root.Remove(name(p)))
+	e := errno(r.root.Remove(name(p)))
+	if e == 0 {
+		r.q.inode(-1)
+	}
+	return e
 }
 
 // Unlink implements sys.FS.
@@ -178,7 +208,12 @@ func (r *rootFS) Unlink(p string) experimentalsys.Errno {
 	if fi.IsDir() {
 		return experimentalsys.EISDIR
 	}
-	return errno(r.root.Remove(name(p)))
+	e := errno(r.root.Remove(name(p)))
+	if e == 0 && lastLink(fi) {
+		r.q.release(fi.Size())
+		r.q.inode(-1)
+	}
+	return e
 }
 
 // Link implements sys.FS: both names are resolved beneath this directory.
@@ -228,6 +263,7 @@ type rootFile struct {
 	readOnly bool
 	append   bool
 	st       *sys.Stat_t
+	q        *quota
 }
 
 func (f *rootFile) cachedStat() (sys.Stat_t, experimentalsys.Errno) {
@@ -323,12 +359,18 @@ func (f *rootFile) Readdir(n int) ([]experimentalsys.Dirent, experimentalsys.Err
 
 // Write implements sys.File.
 func (f *rootFile) Write(b []byte) (int, experimentalsys.Errno) {
+	if e := f.checkWrite(b, -1); e != 0 {
+		return 0, e
+	}
 	n, err := f.f.Write(b)
 	return n, errno(err)
 }
 
 // Pwrite implements sys.File.
 func (f *rootFile) Pwrite(b []byte, off int64) (int, experimentalsys.Errno) {
+	if e := f.checkWrite(b, off); e != 0 {
+		return 0, e
+	}
 	n, err := f.f.WriteAt(b, off)
 	return n, errno(err)
 }
@@ -337,6 +379,19 @@ func (f *rootFile) Pwrite(b []byte, off int64) (int, experimentalsys.Errno) {
 func (f *rootFile) Truncate(size int64) experimentalsys.Errno {
 	if f.readOnly {
 		return experimentalsys.EROFS
+	}
+	if f.q != nil {
+		n, _, e := growth(f.f, size, 0)
+		if e != 0 {
+			return e
+		}
+		if n == 0 { // shrinking: credit what goes
+			if fi, err := f.f.Stat(); err == nil {
+				f.q.release(fi.Size() - size)
+			}
+		} else if !f.q.grow(n, size) {
+			return experimentalsys.EIO
+		}
 	}
 	return errno(f.f.Truncate(size))
 }

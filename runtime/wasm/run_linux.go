@@ -425,6 +425,10 @@ func preopens(p *policy.Policy) ([]preopen, func(), error) {
 		if err != nil {
 			return fmt.Errorf("wasm: %s: %w", guest, err)
 		}
+		if writable {
+			l := p.Limits
+			fs.q = &quota{maxBytes: l.DiskBytes, maxIno: l.Inodes, maxFile: l.FileSizeBytes}
+		}
 		out[len(out)-1].fs = fs
 		return nil
 	}
@@ -478,6 +482,6 @@ func enforced(p *policy.Policy, pre []preopen, limit uint64) runtime.Enforced {
 		{Name: "wall_time", State: runtime.StateOK, Detail: l.WallTime.String() + " deadline; guest loops and sleeps are stopped"},
 		{Name: "output", State: runtime.StateOK, Detail: fmt.Sprintf("%d bytes of stdout+stderr", l.OutputBytes)},
 		cpu,
-		{Name: "disk", State: runtime.StateMissing, Detail: "not enforced: writes to writable directories are not size-capped (disk, inodes and file_size limits do not apply)"},
+		{Name: "disk", State: runtime.StateOK, Detail: fmt.Sprintf("each writable directory: at most %d bytes and %d files or directories added by the run, files at most %d bytes (what a host directory held before is not counted; past the limit a write fails with EIO)", l.DiskBytes, l.Inodes, l.FileSizeBytes)},
 	}
 }

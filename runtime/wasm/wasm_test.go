@@ -376,3 +376,31 @@ func TestHelloModule(t *testing.T) {
 		t.Fatalf("got %+v, %v", res, err)
 	}
 }
+
+// TestDiskLimits: a module cannot fill the host's disk through a writable
+// directory: bytes, files and file size are capped per directory, checked
+// from the host.
+func TestDiskLimits(t *testing.T) {
+	ws := t.TempDir()
+	lim := func(p *policy.Policy) {
+		p.Filesystem.Workspace = ws
+		p.Limits.DiskBytes, p.Limits.Inodes, p.Limits.FileSizeBytes = 8<<20, 100, 4<<20
+	}
+	res := run(t, lim, "", "fill", "/workspace/big")
+	fi, err := os.Stat(filepath.Join(ws, "big"))
+	if err != nil || fi.Size() > 4<<20 || !strings.Contains(res.Stdout, "error:") {
+		t.Fatalf("file size: %q, host file %v", res.Stdout, fi.Size())
+	}
+	res = run(t, func(p *policy.Policy) { lim(p); p.Limits.FileSizeBytes = 64 << 20 }, "", "fill", "/tmp/big")
+	if !strings.Contains(res.Stdout, "wrote 8 MiB") || !strings.Contains(res.Stdout, "error:") {
+		t.Fatalf("disk: %q", res.Stdout)
+	}
+	if err := os.Mkdir(filepath.Join(ws, "many"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	res = run(t, lim, "", "files", "/workspace/many")
+	ents, _ := os.ReadDir(filepath.Join(ws, "many"))
+	if len(ents) > 100 || !strings.Contains(res.Stdout, "error:") {
+		t.Fatalf("inodes: %q, %d files on the host", res.Stdout, len(ents))
+	}
+}

@@ -60,6 +60,34 @@ func main() {
 			os.Stdout.Write(b[:n])
 		}
 		report(err)
+	case "fill": // write 1 MiB chunks to a file until a write fails
+		f, err := os.Create(arg(2))
+		if err != nil {
+			report(err)
+			return
+		}
+		chunk := make([]byte, 1<<20)
+		n := 0
+		for ; n < 64; n++ {
+			if _, err = f.Write(chunk); err != nil {
+				break
+			}
+		}
+		f.Close()
+		fmt.Println("wrote", n, "MiB")
+		report(err)
+	case "files": // create empty files in a directory until that fails
+		var err error
+		n := 0
+		for ; n < 1000; n++ {
+			var f *os.File
+			if f, err = os.Create(fmt.Sprintf("%s/f%d", arg(2), n)); err != nil {
+				break
+			}
+			f.Close()
+		}
+		fmt.Println("created", n)
+		report(err)
 	case "loop":
 		for i := 0; ; i++ {
 			if i < 0 {
