@@ -248,7 +248,7 @@ func TestNetworkLoopbackAndPolicyChange(t *testing.T) {
 	get := "curl -sS -w ' code=%{http_code}\\n' " + e.url("http", "web.test", "/")
 
 	res := e.sh(t, sb.ID, get)
-	want(t, "loopback refused", res, "denied: web.test resolves to 127.0.0.1, a loopback address; add 127.0.0.1 to network.allow to permit it", "code=403")
+	want(t, "loopback refused", res, "airlock: web.test resolves to 127.0.0.1, a loopback address; add 127.0.0.1 to network.allow to permit it", "code=403")
 	if e.httpHits.Load() != 0 {
 		t.Fatal("the HTTP server was reached although its address is loopback")
 	}
@@ -280,7 +280,7 @@ func TestNetworkLoopbackAndPolicyChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	res = e.sh(t, sb.ID, get)
-	want(t, "none", res, `denied: network mode is "none"`, "code=403")
+	want(t, "none", res, `airlock: network mode is "none"`, "code=403")
 
 	// Invalid policies are refused whole, one line per entry; the policy
 	// in force does not change.
