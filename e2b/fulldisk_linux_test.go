@@ -9,16 +9,16 @@ import (
 )
 
 // TestFullDiskFailsClosed: with the state directory's file system full,
-// E2B process starts, uploads and removes are refused, naming the full
+// E2B process starts, code cells, uploads and removes are refused, naming the full
 // directory, and do not happen.
 func TestFullDiskFailsClosed(t *testing.T) {
 	var state string
-	e := newEnvSetup(t, true, envSetup{prepare: func(t *testing.T, dir string) {
+	e := newEnvSetup(t, true, envSetup{Config: Config{Interpreter: AgentInterpreter{}}, prepare: func(t *testing.T, dir string) {
 		testserver.MountTmpfs(t, dir, "24m")
 		state = dir
 	}})
 	var created sandboxCreated
-	r := e.api(t, "POST", "/v2/sandboxes", e.key, `{"templateID":"base"}`)
+	r := e.api(t, "POST", "/v2/sandboxes", e.key, `{"templateID":"code-interpreter-v1"}`)
 	if r.status != 201 {
 		t.Fatalf("create: %d %q", r.status, r.body)
 	}
@@ -42,6 +42,11 @@ func TestFullDiskFailsClosed(t *testing.T) {
 	if msg := e.do(t, "POST", "/files?path=/home/user/up.txt", up, []byte("x")).apiErr(t, 507); !strings.Contains(msg, full) {
 		t.Fatalf("upload on a full disk: %q", msg)
 	}
+	interp := map[string]string{"E2b-Sandbox-Id": id, "E2b-Sandbox-Port": "49999",
+		"E2b-Traffic-Access-Token": created.TrafficAccessToken, "Content-Type": "application/json"}
+	if r := e.do(t, "POST", "/execute", interp, []byte(`{"code":"open('/home/user/ran-code', 'w')"}`)); r.status != 507 || !strings.Contains(string(r.body), full) {
+		t.Fatalf("code cell on a full disk: %d %s", r.status, r.body)
+	}
 	r = e.rpc(t, id, "filesystem.Filesystem/Remove", `{"path":"/home/user/keep.txt"}`, nil)
 	r.rpcErr(t, CodeUnavailable)
 	if !strings.Contains(string(r.body), full) {
@@ -51,7 +56,7 @@ func TestFullDiskFailsClosed(t *testing.T) {
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
-	for path, want := range map[string]Code{"/home/user/ran": CodeNotFound, "/home/user/up.txt": CodeNotFound} {
+	for path, want := range map[string]Code{"/home/user/ran": CodeNotFound, "/home/user/up.txt": CodeNotFound, "/home/user/ran-code": CodeNotFound} {
 		e.rpc(t, id, "filesystem.Filesystem/Stat", `{"path":"`+path+`"}`, nil).rpcErr(t, want)
 	}
 	if r := e.rpc(t, id, "filesystem.Filesystem/Stat", `{"path":"/home/user/keep.txt"}`, nil); r.status != 200 {

@@ -2,6 +2,8 @@ package e2b
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +14,7 @@ import (
 	"time"
 
 	"airlock/manager"
+	"airlock/store"
 )
 
 // The code interpreter's port (49999): POST /execute runs a cell and
@@ -371,8 +374,27 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request, b *boxState) {
 		defer mu.Unlock()
 		start()
 	}
+	// Fail closed, as the API's /code: no cell runs unless its audit
+	// record is written; the outcome follows as "code.result".
+	sum := sha256.Sum256([]byte(req.Code))
+	audit := map[string]any{"via": "e2b", "code_sha256": hex.EncodeToString(sum[:]), "code_bytes": len(req.Code),
+		"language": req.Language, "context_id": req.ContextID}
+	if err := h.m.AuditFirst(r.Context(), b.sb.Owner(), b.sb.ID, "code", audit); err != nil {
+		status := http.StatusServiceUnavailable
+		if errors.Is(err, store.ErrNoSpace) {
+			status = http.StatusInsufficientStorage
+		}
+		writePlain(w, status, err.Error())
+		return
+	}
 	end, err := h.cfg.Interpreter.Execute(r.Context(), b.sb, CellRequest{ContextID: req.ContextID,
 		Language: req.Language, Code: req.Code, Env: req.EnvVars, Started: started}, emit)
+	if err != nil {
+		audit["error"] = err.Error()
+	} else {
+		audit["execution_count"] = end.ExecutionCount
+	}
+	h.m.Audit(r.Context(), b.sb.Owner(), b.sb.ID, "code.result", audit)
 	if err != nil && interpStatus(err) == http.StatusBadGateway {
 		if why := h.sandboxEnded(r.Context(), b.sb); why != "" {
 			err = fmt.Errorf("%s while the cell ran", why)
