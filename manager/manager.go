@@ -274,6 +274,8 @@ type Manager struct {
 
 	pool *pool // warm pool (pool.go); nil without one
 
+	execGate ExecGate // asked before an exec is audited (SetExecGate)
+
 	backlogMu sync.Mutex
 	backlog   []backlogWrite // failed store writes, retried by the reaper
 }
@@ -361,6 +363,9 @@ func (m *Manager) Audit(ctx context.Context, keyID, sandboxID, action string, de
 // written it returns an error wrapping ErrAudit (and store.ErrNoSpace on a
 // full disk): the caller must then not act.
 func (m *Manager) AuditFirst(ctx context.Context, keyID, sandboxID, action string, detail any) error {
+	if err := m.gateExec(ctx, keyID, sandboxID, action, detail); err != nil {
+		return err
+	}
 	if err := m.st.Audit(context.WithoutCancel(ctx), auditEvent(keyID, sandboxID, action, detail)); err != nil {
 		return fmt.Errorf("%w: %w", ErrAudit, err)
 	}

@@ -75,10 +75,18 @@ func (f *approvalFlags) load() error {
 
 // gate makes the server's approval gate: always, since API keys may carry
 // policies of their own; with no policy anywhere it lets everything run.
+// Every exec the manager audits first (API, E2B) is put to it.
 func (f *approvalFlags) gate(m *manager.Manager, stateDir string, logf func(string, ...any)) (*approval.Gate, error) {
-	return approval.New(approval.Config{Policy: f.policy, KeyPolicy: approval.KeyPolicies(stateDir), Timeout: f.timeout,
+	g, err := approval.New(approval.Config{Policy: f.policy, KeyPolicy: approval.KeyPolicies(stateDir), Timeout: f.timeout,
 		Webhook: f.webhook, Logf: logf,
 		Audit: func(ctx context.Context, keyID, sandboxID, action string, detail any) error {
 			return m.AuditFirst(ctx, keyID, sandboxID, action, detail)
 		}})
+	if err != nil {
+		return nil, err
+	}
+	m.SetExecGate(func(ctx context.Context, keyID, sandboxID string, argv []string, via string) error {
+		return g.Check(ctx, approval.Action{Kind: approval.KindExec, Via: via, Owner: keyID, Sandbox: sandboxID, Argv: argv}, nil)
+	})
+	return g, nil
 }
