@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	goruntime "runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -45,7 +46,11 @@ func TestMain(m *testing.M) {
 // buildGo builds the Go program in testdata/NAME for wasip1.
 func buildGo(name string) (string, error) {
 	out := filepath.Join(buildDir, name+".wasm")
-	cmd := exec.Command("go", "build", "-o", out, "./testdata/"+name)
+	goTool := filepath.Join(goruntime.GOROOT(), "bin", "go")
+	if _, err := os.Stat(goTool); err != nil {
+		goTool = "go"
+	}
+	cmd := exec.Command(goTool, "build", "-o", out, "./testdata/"+name)
 	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("building testdata/%s for wasip1: %v\n%s", name, err, b)
