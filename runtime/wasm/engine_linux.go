@@ -31,8 +31,12 @@ type Engine struct {
 }
 
 // DefaultCacheDir is where `airlock run --runtime wasm` keeps compiled
-// modules: $XDG_CACHE_HOME/airlock/wasm (~/.cache/airlock/wasm).
+// modules: $AIRLOCK_WASM_CACHE if set, else $XDG_CACHE_HOME/airlock/wasm
+// (~/.cache/airlock/wasm).
 func DefaultCacheDir() (string, error) {
+	if d := os.Getenv("AIRLOCK_WASM_CACHE"); d != "" {
+		return d, nil
+	}
 	d, err := os.UserCacheDir()
 	if err != nil {
 		return "", fmt.Errorf("wasm compilation cache: %w", err)
@@ -81,7 +85,7 @@ func checkCacheDir(dir string) error {
 	case !fi.IsDir():
 		return fmt.Errorf("wasm compilation cache %s: not a directory", dir)
 	case !ok || int(st.Uid) != os.Geteuid():
-		return fmt.Errorf("wasm compilation cache %s: not owned by uid %d (it holds executable code; remove it or pick another directory)", dir, os.Geteuid())
+		return fmt.Errorf("wasm compilation cache %s: not owned by uid %d (it holds executable code; remove it, or set AIRLOCK_WASM_CACHE to another directory)", dir, os.Geteuid())
 	case fi.Mode().Perm()&0o022 != 0:
 		return fmt.Errorf("wasm compilation cache %s: writable by others (mode %v; it holds executable code: chmod 700 it)", dir, fi.Mode().Perm())
 	}

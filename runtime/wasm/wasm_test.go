@@ -409,3 +409,15 @@ func TestDiskLimits(t *testing.T) {
 		t.Fatalf("inodes: %q, %d files on the host", res.Stdout, len(ents))
 	}
 }
+
+func TestDefaultCacheDir(t *testing.T) {
+	t.Setenv("AIRLOCK_WASM_CACHE", "/srv/wasm-cache")
+	if d, err := DefaultCacheDir(); err != nil || d != "/srv/wasm-cache" {
+		t.Fatalf("with AIRLOCK_WASM_CACHE: %q %v", d, err)
+	}
+	t.Setenv("AIRLOCK_WASM_CACHE", "")
+	t.Setenv("XDG_CACHE_HOME", "/home/u/.cache")
+	if d, err := DefaultCacheDir(); err != nil || d != "/home/u/.cache/airlock/wasm" {
+		t.Fatalf("default: %q %v", d, err)
+	}
+}
