@@ -63,9 +63,9 @@ func (h *gvisorHandle) wrap(c net.Conn) net.Conn {
 }
 
 // Done, Stats, Enforced and Destroy make the handle a startedSandbox.
-func (h *gvisorHandle) Done() <-chan struct{}          { return h.ended }
+func (h *gvisorHandle) Done() <-chan struct{}         { return h.ended }
 func (h *gvisorHandle) Stats() (cgroups.Stats, error) { return h.current().Stats() }
-func (h *gvisorHandle) Enforced() rt.Enforced          { return h.current().Enforced() }
+func (h *gvisorHandle) Enforced() rt.Enforced         { return h.current().Enforced() }
 func (h *gvisorHandle) Destroy() error {
 	err := h.current().Destroy()
 	h.end()

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 
 	"airlock/policy"
 	rt "airlock/runtime"
@@ -228,7 +229,28 @@ func (s *Sandbox) Checkpoint(image string) error {
 	s.Wait()
 	// The stopped container's state goes, so that restore can reuse the id.
 	_ = exec.Command(s.runsc.Path, append(s.globalFlags(), "delete", "--force", s.ID)...).Run()
-	return nil
+	// The image went through the page cache, charged to the sandbox's
+	// cgroup: write it out and drop it, so that the memory is really free.
+	return dropCache(image)
+}
+
+// dropCache writes the files under dir to disk and drops them from the
+// page cache.
+func dropCache(dir string) error {
+	return filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := unix.Fdatasync(int(f.Fd())); err != nil {
+			return fmt.Errorf("gvisor: sync checkpoint image: %w", err)
+		}
+		return unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
+	})
 }
 
 // Restore starts a checkpointed sandbox again from image with `runsc
