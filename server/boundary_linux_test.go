@@ -70,6 +70,19 @@ th = threading.Thread(target=t); th.start(); th.join(); time.sleep(30); print("r
 	if err != nil || strings.TrimSpace(res.Stdout) != "alive" {
 		t.Fatalf("sandbox did not survive: %+v %v", res, err)
 	}
+	// The workload still traces its own processes (a debugger's way).
+	res, err = c.Exec(ctx, sb.ID, client.ExecRequest{Argv: []string{"/usr/bin/python3", "-c", tracemePy + `
+pid = os.fork()
+if pid == 0:
+    traceme(); os.kill(os.getpid(), signal.SIGSTOP); os._exit(7)
+_, st = os.waitpid(pid, 0)
+assert os.WIFSTOPPED(st), st
+libc.ptrace(7, pid, 0, 0)  # PTRACE_CONT
+_, st = os.waitpid(pid, 0)
+print("traced-ok", os.WEXITSTATUS(st))`}, Timeout: 30})
+	if err != nil || strings.TrimSpace(res.Stdout) != "traced-ok 7" {
+		t.Fatalf("the light profile must let the workload trace its own child: %+v %v", res, err)
+	}
 }
 
 // pidsInCgroup lists the host pids in the sandbox's cgroups (every
