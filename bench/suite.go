@@ -13,8 +13,9 @@ import (
 // Keys are the figure groups `airlock bench --only` selects, in the order
 // they run: cold (cold start, cold python, cold start in-process), pooled
 // (pooled start, live start without a pool), exec, cell (code cell),
-// throughput, density and wasm (the wasm tier's cold start, against node).
-var Keys = []string{"cold", "pooled", "exec", "cell", "throughput", "density", "wasm"}
+// throughput, density, wasm (the wasm tier's cold start, against node)
+// and gvisor (the gvisor tier's cold start, against runsc's own run).
+var Keys = []string{"cold", "pooled", "exec", "cell", "throughput", "density", "wasm", "gvisor"}
 
 // ParseOnly splits a comma-separated --only value into keys, checking each
 // against Keys. Empty means every key.
@@ -176,6 +177,9 @@ func Run(cfg Config) *Report {
 		case "wasm":
 			progress("wasm: %d rounds of a hello-world module", cfg.Runs)
 			rep.Figures = append(rep.Figures, WasmFigures(cfg.Airlock, cfg.Peers.ScratchDir, cfg.Runs, cfg.Peers.Timeout)...)
+		case "gvisor":
+			progress("gvisor cold start: %d rounds of /bin/true", cfg.Runs)
+			rep.Figures = append(rep.Figures, GVisorFigure(cfg.Airlock, others, cfg.Runs, cfg.Peers.Timeout))
 		}
 	}
 	rep.LoadAfter = LoadAverage()
