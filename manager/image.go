@@ -2,6 +2,7 @@ package manager
 
 import (
 	"context"
+	"debug/elf"
 	"errors"
 	"fmt"
 	"os"
@@ -26,6 +27,9 @@ func (m *Manager) resolveImage(req *CreateRequest, p *policy.Policy) (*imagestor
 	}
 	if p.Runtime != "" && p.Runtime != policy.RuntimeNative {
 		return nil, fmt.Errorf("%w: image roots work with the native runtime only", ErrPolicy)
+	}
+	if err := checkStaticAgent(m.cfg.AgentBinary); err != nil {
+		return nil, err
 	}
 	img, err := m.cfg.Images.Get(req.Image)
 	if errors.Is(err, imagestore.ErrNotFound) {
@@ -115,4 +119,20 @@ func (m *Manager) Snapshot(ctx context.Context, owner, id, name string) (*images
 		return nil, err
 	}
 	return m.cfg.Images.Commit(ctx, base, (&native.ImageRoot{Dir: root}).UpperDir(), idBase, name)
+}
+
+// checkStaticAgent refuses image sandboxes when the agent binary needs a
+// dynamic loader: an image has its own /lib (or none), not the host's.
+func checkStaticAgent(bin string) error {
+	f, err := elf.Open(bin)
+	if err != nil {
+		return fmt.Errorf("agent binary %s: %w", bin, err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return fmt.Errorf("%w: image sandboxes need a statically linked airlock (CGO_ENABLED=0 go build); %s needs a dynamic loader the image may not have", ErrInvalid, bin)
+		}
+	}
+	return nil
 }
