@@ -7,6 +7,7 @@ package approval
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -34,9 +35,12 @@ const (
 	KindCreate = "create"
 	// KindTool is a call of an MCP tool.
 	KindTool = "mcp_tool"
+	// KindCode is a code cell run in a sandbox's interpreter (API /code,
+	// MCP run_code, E2B /execute).
+	KindCode = "code"
 )
 
-var kinds = []string{KindExec, KindNetwork, KindReadFile, KindCreate, KindTool}
+var kinds = []string{KindExec, KindNetwork, KindReadFile, KindCreate, KindTool, KindCode}
 
 // Limits are a sandbox's resources, as asked for at creation. In a rule,
 // a non-zero field is a threshold: asking for more needs approval.
@@ -66,6 +70,8 @@ type Rule struct {
 	Above *Limits `json:"above,omitempty"`
 	// Tool (mcp_tool) is the tool's name; "*" is any tool.
 	Tool string `json:"tool,omitempty"`
+	// Language (code) limits the rule to cells of this language.
+	Language string `json:"language,omitempty"`
 	// Reason is shown to the human and the caller.
 	Reason string `json:"reason,omitempty"`
 
@@ -151,6 +157,9 @@ func (r *Rule) compile() error {
 	if r.Tool != "" && r.Action != KindTool {
 		return fmt.Errorf("tool applies to action %s only", KindTool)
 	}
+	if r.Language != "" && r.Action != KindCode {
+		return fmt.Errorf("language applies to action %s only", KindCode)
+	}
 	if r.Action == KindTool && r.Tool == "" {
 		return errors.New(`action mcp_tool needs tool (a tool name, or "*")`)
 	}
@@ -207,6 +216,8 @@ type Action struct {
 	Limits *Limits `json:"limits,omitempty"`
 	// Tool is the MCP tool called (mcp_tool).
 	Tool string `json:"tool,omitempty"`
+	// Language is the code cell's language (code).
+	Language string `json:"language,omitempty"`
 }
 
 // Summary is a one-line description of a for a human.
@@ -227,6 +238,8 @@ func (a *Action) Summary() string {
 		return fmt.Sprintf("create a sandbox with limits %s", b)
 	case KindTool:
 		return fmt.Sprintf("call the MCP tool %s%s", a.Tool, on)
+	case KindCode:
+		return fmt.Sprintf("run a %s code cell%s", cmp.Or(a.Language, "python"), on)
 	}
 	return a.Kind + on
 }
@@ -261,6 +274,8 @@ func (r *Rule) Matches(a *Action) bool {
 		return r.Above == nil || above(a.Limits, r.Above)
 	case KindTool:
 		return r.Tool == "*" || r.Tool == a.Tool
+	case KindCode:
+		return r.Language == "" || r.Language == cmp.Or(a.Language, "python")
 	}
 	return false
 }
@@ -393,4 +408,21 @@ func KeyPolicies(stateDir string) func(context.Context, string) (*Policy, error)
 		}
 		return Parse(b)
 	}
+}
+
+// FromAudit describes an action about to be audited by the manager (a
+// command or a code cell; manager.ExecGate) for the rules.
+func FromAudit(keyID, sandboxID, action string, detail map[string]any) Action {
+	via, _ := detail["via"].(string)
+	if via == "" {
+		via = "api"
+	}
+	a := Action{Kind: KindExec, Via: via, Owner: keyID, Sandbox: sandboxID}
+	if action == KindCode {
+		a.Kind = KindCode
+		a.Language, _ = detail["language"].(string)
+		return a
+	}
+	a.Argv, _ = detail["argv"].([]string)
+	return a
 }

@@ -16,7 +16,7 @@ import (
 func TestApprovalHoldsE2BProcesses(t *testing.T) {
 	e := newEnvSetup(t, true, envSetup{Config: Config{Interpreter: AgentInterpreter{}}})
 	pol, err := approval.Parse([]byte(`{"deny":[{"action":"exec","argv":"touch .*denied","reason":"no"}],
-		"require":[{"action":"exec","argv":"touch .*held"}]}`))
+		"require":[{"action":"exec","argv":"touch .*held"}, {"action":"code"}]}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -24,8 +24,8 @@ func TestApprovalHoldsE2BProcesses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.m.SetExecGate(func(ctx context.Context, keyID, sandboxID string, argv []string, via string) error {
-		return g.Check(ctx, approval.Action{Kind: approval.KindExec, Via: via, Owner: keyID, Sandbox: sandboxID, Argv: argv}, nil)
+	e.m.SetExecGate(func(ctx context.Context, keyID, sandboxID, action string, detail map[string]any) error {
+		return g.Check(ctx, approval.FromAudit(keyID, sandboxID, action, detail), nil)
 	})
 	var created sandboxCreated
 	r := e.api(t, "POST", "/v2/sandboxes", e.key, `{"templateID":"base"}`)
@@ -44,4 +44,12 @@ func TestApprovalHoldsE2BProcesses(t *testing.T) {
 	if _, rerr := e.stream(t, id, "process.Process/Start", `{"process":{"cmd":"/bin/touch","args":["/home/user/ok"]}}`, nil); rerr != nil {
 		t.Fatalf("a command no rule names: %+v", rerr)
 	}
+	// A code cell (/execute) is held by the code rule: nobody answers,
+	// it is refused and did not run.
+	interp := map[string]string{"E2b-Sandbox-Id": id, "E2b-Sandbox-Port": "49999",
+		"E2b-Traffic-Access-Token": created.TrafficAccessToken, "Content-Type": "application/json"}
+	if r := e.do(t, "POST", "/execute", interp, []byte(`{"code":"open('/home/user/ran-code', 'w')"}`)); r.status == 200 || !strings.Contains(string(r.body), approval.CodeTimeout) {
+		t.Fatalf("code cell: %d %s, want refused with %s", r.status, r.body, approval.CodeTimeout)
+	}
+	e.rpc(t, id, "filesystem.Filesystem/Stat", `{"path":"/home/user/ran-code"}`, nil).rpcErr(t, CodeNotFound)
 }

@@ -6,26 +6,28 @@ import (
 	"airlock/store"
 )
 
-// ExecGate decides whether a command may start in a sandbox: nil lets it
-// run, an error refuses it and is returned to the caller as is. via names
-// the surface ("api", "e2b").
-type ExecGate func(ctx context.Context, keyID, sandboxID string, argv []string, via string) error
+// ActionCodeCell is the audit action of a code cell (API /code, E2B
+// /execute).
+const ActionCodeCell = "code"
 
-// SetExecGate installs g, which AuditFirst asks before it records an exec:
-// every surface that audits a command before starting it (the API, E2B)
-// is then held to the same approval policy. Call it before serving.
+// ExecGate decides whether code may start running in a sandbox: a
+// command (action store.ActionExec, detail "argv") or a code cell (action
+// ActionCodeCell, detail "language"). detail is what is about to be
+// audited; its "via" names the surface ("e2b"; absent for the API). nil
+// lets it run; an error refuses it and is returned to the caller as is.
+type ExecGate func(ctx context.Context, keyID, sandboxID, action string, detail map[string]any) error
+
+// SetExecGate installs g, which AuditFirst asks before it records a
+// command or a code cell: every surface that audits them before starting
+// them (the API, E2B) is held to the same approval policy. Call it before
+// serving.
 func (m *Manager) SetExecGate(g ExecGate) { m.execGate = g }
 
-// gateExec asks the exec gate about an exec about to be audited.
+// gateExec asks the exec gate about an action about to be audited.
 func (m *Manager) gateExec(ctx context.Context, keyID, sandboxID, action string, detail any) error {
-	if m.execGate == nil || action != store.ActionExec {
+	if m.execGate == nil || (action != store.ActionExec && action != ActionCodeCell) {
 		return nil
 	}
 	d, _ := detail.(map[string]any)
-	argv, _ := d["argv"].([]string)
-	via, _ := d["via"].(string)
-	if via == "" {
-		via = "api"
-	}
-	return m.execGate(ctx, keyID, sandboxID, argv, via)
+	return m.execGate(ctx, keyID, sandboxID, action, d)
 }

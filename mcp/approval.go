@@ -24,6 +24,7 @@ type toolArgs struct {
 	TimeoutSeconds float64  `json:"timeout_seconds"`
 	Network        string   `json:"network"`
 	Allow          []string `json:"allow"`
+	Language       string   `json:"language"`
 }
 
 // approvalMiddleware holds tool calls for approval (Config.Approvals):
@@ -55,6 +56,10 @@ func (s *Service) approvalMiddleware(next sdk.MethodHandler) sdk.MethodHandler {
 			if in.Command != "" {
 				a.Argv = []string{"/bin/sh", "-c", in.Command}
 			}
+			actions = append(actions, a)
+		case "run_code":
+			a := base
+			a.Kind, a.Language = approval.KindCode, in.Language
 			actions = append(actions, a)
 		case "create_sandbox":
 			a := base

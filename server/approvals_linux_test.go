@@ -384,7 +384,8 @@ func TestE2EApprovalKeyAndSandboxPolicies(t *testing.T) {
 	if r, err := cp.Exec(ctx, other.ID, client.ExecRequest{Shell: "pip install nothing-here 2>/dev/null; true"}); err != nil || r.ExitCode != 0 {
 		t.Fatalf("other key: %+v %v", r, err)
 	}
-	body := `{"timeout":600,"approval":{"deny":[{"action":"exec","argv_glob":"*rm *","reason":"sandbox says no rm"}]}}`
+	body := `{"timeout":600,"approval":{"deny":[{"action":"exec","argv_glob":"*rm *","reason":"sandbox says no rm"},
+		{"action":"code","language":"bash","reason":"no bash cells"}]}}`
 	st, code, b := raw(t, "POST", s.URL+"/v1/sandboxes", plain, strings.NewReader(body))
 	if st != 201 {
 		t.Fatalf("create with approval: %d %s %s", st, code, b)
@@ -400,11 +401,18 @@ func TestE2EApprovalKeyAndSandboxPolicies(t *testing.T) {
 	if _, err := cp.Exec(ctx, other.ID, client.ExecRequest{Argv: []string{"rm", "-f", "x"}}); err != nil {
 		t.Fatalf("another sandbox of the key: %v", err)
 	}
+	st, code, b = raw(t, "POST", s.URL+"/v1/sandboxes/"+narrowed.ID+"/code", plain, strings.NewReader(`{"language":"bash","code":"touch /workspace/cell"}`))
+	if st != 403 || code != approval.CodeDenied || !strings.Contains(string(b), "no bash cells") {
+		t.Fatalf("bash cell in the narrowed sandbox: %d %s %s", st, code, b)
+	}
+	if r, err := cp.Exec(ctx, narrowed.ID, client.ExecRequest{Argv: []string{"ls", "/workspace"}}); err != nil || strings.Contains(r.Stdout, "cell") {
+		t.Fatalf("the refused cell ran: %+v %v", r, err)
+	}
 	bad := `{"approval":{"require":[{"action":"exec","argv":"("}]}}`
 	if st, code, _ := raw(t, "POST", s.URL+"/v1/sandboxes", plain, strings.NewReader(bad)); st != 400 {
 		t.Fatalf("bad pattern: %d %s", st, code)
 	}
-	if ds := decided(t, state, narrowed.ID); len(ds) != 1 || ds[0].By != "policy" {
+	if ds := decided(t, state, narrowed.ID); len(ds) != 2 || ds[0].By != "policy" || ds[1].By != "policy" {
 		t.Fatalf("audit %+v", ds)
 	}
 }

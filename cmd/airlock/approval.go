@@ -85,8 +85,8 @@ func (f *approvalFlags) gate(m *manager.Manager, stateDir string, logf func(stri
 	if err != nil {
 		return nil, err
 	}
-	m.SetExecGate(func(ctx context.Context, keyID, sandboxID string, argv []string, via string) error {
-		return g.Check(ctx, approval.Action{Kind: approval.KindExec, Via: via, Owner: keyID, Sandbox: sandboxID, Argv: argv}, nil)
+	m.SetExecGate(func(ctx context.Context, keyID, sandboxID, action string, detail map[string]any) error {
+		return g.Check(ctx, approval.FromAudit(keyID, sandboxID, action, detail), nil)
 	})
 	return g, nil
 }
