@@ -1,6 +1,7 @@
 package mcp
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -16,6 +17,7 @@ import (
 // at; the tool's own handler still validates them.
 type toolArgs struct {
 	SandboxID      string   `json:"sandbox_id"`
+	Profile        string   `json:"profile"`
 	Command        string   `json:"command"`
 	Argv           []string `json:"argv"`
 	MemoryMB       int64    `json:"memory_mb"`
@@ -65,6 +67,13 @@ func (s *Service) approvalMiddleware(next sdk.MethodHandler) sdk.MethodHandler {
 			a := base
 			a.Kind, a.Sandbox = approval.KindCreate, ""
 			a.Limits = &approval.Limits{MemoryBytes: in.MemoryMB << 20, CPUs: in.CPUs, Pids: in.Pids, TimeoutSeconds: in.TimeoutSeconds}
+			if pre, err := policy.Preset(policy.Profile(cmp.Or(in.Profile, s.cfg.Profile))); err == nil {
+				// The profile's limits count where the call gives none.
+				a.Limits.MemoryBytes = cmp.Or(a.Limits.MemoryBytes, s.cfg.Limits.MemoryBytes, pre.Limits.MemoryBytes)
+				a.Limits.CPUs = cmp.Or(a.Limits.CPUs, s.cfg.Limits.CPUs, pre.Limits.CPUs)
+				a.Limits.Pids = cmp.Or(a.Limits.Pids, s.cfg.Limits.Pids, pre.Limits.Pids)
+				a.Limits.DiskBytes = cmp.Or(s.cfg.Limits.DiskBytes, pre.Limits.DiskBytes)
+			}
 			actions = append(actions, a)
 			if in.Network != string(policy.NetNone) && s.cfg.Network.Mode != policy.NetNone {
 				to := s.cfg.Network
