@@ -24,10 +24,11 @@ func imagePolicy(p *policy.Policy) {
 
 // overlayRoot is an image root mounted on the host for one sandbox start.
 type overlayRoot struct {
-	merged string
-	disk   string   // the upper filesystem's mount point
-	quota  string   // its size, for the enforced layer
-	dirs   []string // top-level directories of the root the sandbox may write
+	merged    string
+	disk      string   // the upper filesystem's mount point
+	quota     string   // its size, for the enforced layer
+	workspace bool     // /workspace is on it, not a tmpfs
+	dirs      []string // top-level directories of the root the sandbox may write
 }
 
 // detach removes the host's view of the root once the child has its own
@@ -73,7 +74,8 @@ var imageRootDirs = []string{"home", "mnt", "opt", "root", "run", "srv", "usr", 
 // every lower layer is an ID-mapped mount onto the sandbox's host range
 // (base), so files the image owns as uid N appear owned by uid N inside.
 // The root is writable (nosuid, nodev); writes land in img.Dir/upper.
-func imageTree(t *treeBuilder, img *ImageRoot, base int, lim *policy.Limits) (*treeBuilder, *overlayRoot, error) {
+func imageTree(t *treeBuilder, img *ImageRoot, base int, p *policy.Policy) (*treeBuilder, *overlayRoot, error) {
+	lim := &p.Limits
 	if os.Geteuid() != 0 || base == 0 {
 		return nil, nil, errors.New("image roots need airlock to run as root (the overlay and its ID-mapped layers are mounted from the host)")
 	}
@@ -194,12 +196,32 @@ func imageTree(t *treeBuilder, img *ImageRoot, base int, lim *policy.Limits) (*t
 		}
 	}
 
+	// /workspace is a directory of the root, on the capped disk, instead
+	// of a tmpfs charged to the memory limit (unless a host directory is
+	// bound there).
+	diskWorkspace := p.Filesystem.Workspace == ""
+	if diskWorkspace {
+		if err := os.Lchown(filepath.Join(merged, "workspace"), base+p.User.UID, base+p.User.GID); err != nil {
+			return nil, nil, fmt.Errorf("image root: /workspace: %w", err)
+		}
+		ov.workspace = true
+	}
+
 	// The same mounts, on the overlay instead of the template.
 	n := *t
 	n.root = merged
-	n.ops = append([]op{{src: cstr(merged), path: cstr(merged), flags: unix.MS_BIND | unix.MS_REC}}, t.ops[1:]...)
-	for i := 1; i < len(n.ops); i++ {
-		n.ops[i].path = cstr(merged + t.opPaths[i-1])
+	n.ops = []op{{src: cstr(merged), path: cstr(merged), flags: unix.MS_BIND | unix.MS_REC}}
+	n.steps = []string{t.steps[0]}
+	n.opPaths = nil
+	for i, o := range t.ops[1:] {
+		at := t.opPaths[i]
+		if diskWorkspace && at == "/workspace" && goString(o.fstype) == "tmpfs" {
+			continue
+		}
+		o.path = cstr(merged + at)
+		n.ops = append(n.ops, o)
+		n.steps = append(n.steps, t.steps[i+1])
+		n.opPaths = append(n.opPaths, at)
 	}
 	n.remount = append([]op{}, t.remount...)
 	n.rsteps = append([]string{}, t.rsteps...)
@@ -216,7 +238,7 @@ func imageTree(t *treeBuilder, img *ImageRoot, base int, lim *policy.Limits) (*t
 // layer describes the image root in a sandbox's enforced layers.
 func (o *overlayRoot) layer(n int) rt.Layer {
 	return rt.Layer{Name: "rootfs", State: rt.StateOK,
-		Detail: fmt.Sprintf("image: overlayfs of %d read-only ID-mapped layers and a per-sandbox upper directory on disk (ext4 on a loop device, capped at %s; nosuid, nodev); writable under %s", n, o.quota, strings.Join(o.dirs, " "))}
+		Detail: fmt.Sprintf("image: overlayfs of %d read-only ID-mapped layers and a per-sandbox upper directory on disk (ext4 on a loop device, capped at %s%s; nosuid, nodev); writable under %s", n, o.quota, map[bool]string{true: ", /workspace on it"}[o.workspace], strings.Join(o.dirs, " "))}
 }
 
 // landlockRules lets the sandbox write under every top-level directory of

@@ -41,10 +41,7 @@ func busyboxImage(t *testing.T) (*imagestore.Store, *imagestore.Image) {
 func TestImageRoot(t *testing.T) {
 	st, img := busyboxImage(t)
 	before := it.TreeSig(t, st.Dir())
-	var layers []string
-	for _, l := range img.Layers {
-		layers = append(layers, l.Dir)
-	}
+	layers := img.LayerDirs()
 	rootDir := filepath.Join(t.TempDir(), "sb-root")
 	p := strict(t)
 	p.User.UID, p.User.GID, p.User.Name = 0, 0, "root"
@@ -112,5 +109,32 @@ test "$(wc -c < /opt/big)" -le 8388608 && echo capped
 	}
 	if _, err := os.Stat(rootDir); !os.IsNotExist(err) {
 		t.Fatalf("image root dir left: %v", err)
+	}
+}
+
+// TestImageWorkspaceOnDisk: in an image sandbox /workspace is on the
+// capped disk, not a tmpfs charged to memory: 80 MB of files fit under a
+// 48 MiB memory limit without an OOM (issue 13: uploads plus an allocation
+// killed a sandbox and lost every file).
+func TestImageWorkspaceOnDisk(t *testing.T) {
+	st, img := busyboxImage(t)
+	_ = st
+	p := strict(t)
+	p.User.UID, p.User.GID, p.User.Name = 0, 0, "root"
+	p.Env = []string{"PATH=/bin"}
+	p.Limits.MemoryBytes, p.Limits.DiskBytes = 48<<20, 128<<20
+	rootDir := filepath.Join(t.TempDir(), "sb-root")
+	defer native.RemoveImageRoot(rootDir)
+	res, err := native.Run(context.Background(), native.Config{Policy: p, Args: []string{"/bin/sh", "-c",
+		"dd if=/dev/zero of=/workspace/big bs=1M count=80 2>/dev/null && wc -c < /workspace/big"},
+		Image: &native.ImageRoot{Layers: img.LayerDirs(), Dir: rootDir}}, native.RunOptions{Capture: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != native.StatusOK || res.Stdout != "83886080\n" {
+		t.Fatalf("80 MB in /workspace under a 48 MiB memory limit: %+v", res)
+	}
+	if l, _ := res.Enforced.Get("rootfs"); !strings.Contains(l.Detail, "/workspace on it") {
+		t.Fatalf("rootfs layer: %+v", l)
 	}
 }

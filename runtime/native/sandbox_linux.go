@@ -227,7 +227,7 @@ func Start(cfg Config) (*Sandbox, error) {
 	}
 	var ov *overlayRoot // an image root: mounted on the host until the child has its copy
 	if cfg.Image != nil {
-		if tree, ov, err = imageTree(tree, cfg.Image, ids.hostUID-p.User.UID, &p.Limits); err != nil {
+		if tree, ov, err = imageTree(tree, cfg.Image, ids.hostUID-p.User.UID, &p); err != nil {
 			return nil, &SetupError{Step: "image root", Err: err}
 		}
 		defer ov.detach()
