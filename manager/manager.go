@@ -650,8 +650,8 @@ func (m *Manager) finish(sb *Sandbox, state, reason string) bool {
 	return first
 }
 
-// Lookup returns a running sandbox owned by owner.
-func (m *Manager) Lookup(owner, id string) (*Sandbox, error) {
+// lookupAny returns a running sandbox owned by owner, paused or not.
+func (m *Manager) lookupAny(owner, id string) (*Sandbox, error) {
 	m.mu.Lock()
 	sb := m.live[id]
 	m.mu.Unlock()
@@ -745,7 +745,7 @@ func (m *Manager) List(ctx context.Context, owner string, opts ListOptions) ([]I
 
 // Kill kills a running sandbox owned by owner.
 func (m *Manager) Kill(ctx context.Context, owner, id string) error {
-	sb, err := m.Lookup(owner, id)
+	sb, err := m.lookupAny(owner, id)
 	if err != nil {
 		return err
 	}
@@ -766,7 +766,7 @@ func (m *Manager) SetTimeout(ctx context.Context, owner, id string, d time.Durat
 	} else if err := checkKeyTimeout(kl, d); err != nil {
 		return Info{}, err
 	}
-	sb, err := m.Lookup(owner, id)
+	sb, err := m.lookupAny(owner, id)
 	if err != nil {
 		return Info{}, err
 	}
@@ -787,7 +787,7 @@ func (m *Manager) SetTimeout(ctx context.Context, owner, id string, d time.Durat
 // Metrics reads a running sandbox's resource use: cgroup accounting from
 // the host, disk use from the agent (statfs of /workspace, inside).
 func (m *Manager) Metrics(ctx context.Context, owner, id string) (Metrics, error) {
-	sb, err := m.Lookup(owner, id)
+	sb, err := m.lookupAny(owner, id)
 	if err != nil {
 		return Metrics{}, err
 	}

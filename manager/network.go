@@ -403,7 +403,7 @@ func (m *Manager) SetNetwork(ctx context.Context, owner, id string, n policy.Net
 	if err != nil {
 		return NetworkInfo{}, err
 	}
-	sb, err := m.Lookup(owner, id)
+	sb, err := m.lookupAny(owner, id)
 	if err != nil {
 		return NetworkInfo{}, err
 	}

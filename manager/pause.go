@@ -10,6 +10,17 @@ import (
 // serve until it is resumed.
 var ErrPaused = errors.New("sandbox is paused")
 
+// Lookup returns a running sandbox owned by owner. A paused one is refused
+// (ErrNotRunning and ErrPaused): its agent cannot answer until resumed.
+// Kill, SetTimeout, Metrics, SetNetwork and Resume take paused sandboxes.
+func (m *Manager) Lookup(owner, id string) (*Sandbox, error) {
+	sb, err := m.lookupAny(owner, id)
+	if err == nil && sb.Paused() {
+		return nil, fmt.Errorf("%w: %w: resume it first", ErrNotRunning, ErrPaused)
+	}
+	return sb, err
+}
+
 // Paused reports whether the sandbox is frozen by Pause.
 func (s *Sandbox) Paused() bool {
 	s.mu.Lock()
@@ -33,7 +44,7 @@ func (m *Manager) Resume(ctx context.Context, owner, id string) (Info, error) {
 }
 
 func (m *Manager) setPaused(ctx context.Context, owner, id string, on bool) (Info, error) {
-	sb, err := m.Lookup(owner, id)
+	sb, err := m.lookupAny(owner, id)
 	if err != nil {
 		return Info{}, err
 	}

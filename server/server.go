@@ -609,8 +609,8 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request) error {
 // sandbox returns the caller's running sandbox named in the path.
 func (s *Server) sandbox(r *http.Request) (*manager.Sandbox, error) {
 	sb, err := s.m.Lookup(caller(r).id, r.PathValue("id"))
-	if err == nil && sb.Paused() {
-		return nil, errPaused(sb.ID)
+	if errors.Is(err, manager.ErrPaused) {
+		return nil, errPaused(r.PathValue("id"))
 	}
 	return sb, err
 }
