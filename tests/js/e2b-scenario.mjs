@@ -225,10 +225,17 @@ async function main() {
     const events = []
     const seen = (name, type) => events.some((e) => e.name === name && e.type === type)
     const handle = await sbx.files.watchDir('/home/user/watched', (e) => events.push(e), { recursive: true })
+    const until = async (want) => {
+      for (let i = 0; i < 100 && !want.every(([n, t]) => seen(n, t)); i++) await sleep(50)
+      for (const [n, t] of want) assert(seen(n, t), `no ${t} of ${n} among ${JSON.stringify(events)}`)
+    }
     await sbx.files.write('/home/user/watched/new.txt', 'x')
-    await sbx.commands.run('printf more >> watched/new.txt; mkdir -p watched/sub/deeper; echo y > watched/sub/deeper/f.txt; echo z >> watched/sub/deeper/f.txt; rm watched/new.txt')
-    const want = [['new.txt', 'create'], ['new.txt', 'write'], ['sub/deeper', 'create'], ['sub/deeper/f.txt', 'write'], ['new.txt', 'remove']]
-    for (let i = 0; i < 100 && !want.every(([n, t]) => seen(n, t)); i++) await sleep(50)
+    await sbx.commands.run('printf more >> watched/new.txt; mkdir -p watched/sub/deeper')
+    // Once the new directory is reported, it is watched too.
+    await until([['new.txt', 'create'], ['new.txt', 'write'], ['sub/deeper', 'create']])
+    await sbx.commands.run('echo y > watched/sub/deeper/f.txt; echo z >> watched/sub/deeper/f.txt; rm watched/new.txt')
+    const want = [['sub/deeper/f.txt', 'create'], ['sub/deeper/f.txt', 'write'], ['new.txt', 'remove']]
+    await until(want)
     await handle.stop()
     for (const [n, t] of want) assert(seen(n, t), `no ${t} of ${n} among ${JSON.stringify(events)}`)
   })
@@ -248,12 +255,13 @@ async function main() {
     await sbx.pty.resize(t.pid, { cols: 100, rows: 30 })
     await sbx.pty.sendInput(t.pid, enc.encode('stty size\n'))
     await until(/30 100/, 'stty size after resize')
-    await sbx.pty.sendInput(t.pid, enc.encode('sleep 100; echo slept\n'))
-    await until(/sleep 100; echo slept\r\n/, 'echo of the command')
+    // The job prints once it runs (the echoed command line shows $((6*7))).
+    await sbx.pty.sendInput(t.pid, enc.encode("sh -c 'echo running-$((6*7)); exec sleep 100'; echo slept\n"))
+    await until(/running-42/, 'the foreground job runs')
     await sbx.pty.sendInput(t.pid, enc.encode('\x03'))
     await sbx.pty.sendInput(t.pid, enc.encode('echo "status $?"\n'))
     await until(/status 130/, 'Ctrl-C ends the foreground job')
-    assert(!/slept/.test(out.replace('echo slept', '')), 'the interrupted job went on')
+    assert(!/(^|\n)slept\r?\n/.test(out), 'the interrupted job went on')
     eq(await sbx.pty.kill(t.pid), true, 'kill')
     const err = await rejects(t.wait(), CommandExitError, 'wait() after kill')
     assert(/signal: killed/.test(err.message), `message ${err.message}`)
