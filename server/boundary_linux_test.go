@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -31,12 +32,8 @@ signal.signal(signal.SIGUSR1, lambda *a: None)
 // agent kills it, and the sandbox goes on serving (light profile, which
 // allows ptrace).
 func TestExecTracemeNeverFakesExit(t *testing.T) {
-	needRoot(t)
-	state := stateDir(t)
-	key := newKey(t, state, "traceme")
-	s := startServer(t, state)
-	c := client.New(s.URL, key)
-	ctx := ctxT(t)
+	b := boundaryServer(t, "traceme")
+	c, ctx := b.c, b.ctx
 	sb, err := c.Create(ctx, client.CreateRequest{Profile: "light", Timeout: 300})
 	if err != nil {
 		t.Fatal(err)
@@ -61,17 +58,14 @@ th = threading.Thread(target=t); th.start(); th.join(); time.sleep(30); print("r
 		}
 		// Nothing of it is left, checked from the host.
 		for _, pid := range pidsInCgroup(t, sb.ID) {
-			if b, _ := readCmdline(pid); strings.Contains(b, "traceme") {
-				t.Errorf("%s: process %d (%q) survived", name, pid, b)
+			if cl, _ := readCmdline(pid); strings.Contains(cl, "traceme") {
+				t.Errorf("%s: process %d (%q) survived", name, pid, cl)
 			}
 		}
 	}
-	res, err := c.Exec(ctx, sb.ID, client.ExecRequest{Argv: []string{"echo", "alive"}})
-	if err != nil || strings.TrimSpace(res.Stdout) != "alive" {
-		t.Fatalf("sandbox did not survive: %+v %v", res, err)
-	}
+	execAlive(t, c, ctx, sb.ID, "sandbox did not survive")
 	// The workload still traces its own processes (a debugger's way).
-	res, err = c.Exec(ctx, sb.ID, client.ExecRequest{Argv: []string{"/usr/bin/python3", "-c", tracemePy + `
+	res, err := c.Exec(ctx, sb.ID, client.ExecRequest{Argv: []string{"/usr/bin/python3", "-c", tracemePy + `
 pid = os.fork()
 if pid == 0:
     traceme(); os.kill(os.getpid(), signal.SIGSTOP); os._exit(7)
@@ -154,12 +148,8 @@ for s in ("SEGV", "ABRT", "BUS", "SYS", "TRAP", "ILL", "FPE", "STKFLT", "TERM", 
 // still serving), runs under a uid of its own with only kill, setuid and
 // setgid, and the files it writes belong to the workload's user.
 func TestAgentOutOfReach(t *testing.T) {
-	needRoot(t)
-	state := stateDir(t)
-	key := newKey(t, state, "reach")
-	s := startServer(t, state)
-	c := client.New(s.URL, key)
-	ctx := ctxT(t)
+	b := boundaryServer(t, "reach")
+	c, ctx := b.c, b.ctx
 	for _, profile := range []string{"strict", "standard", "light"} {
 		t.Run(profile, func(t *testing.T) {
 			sb, err := c.Create(ctx, client.CreateRequest{Profile: profile, Timeout: 300})
@@ -167,7 +157,7 @@ func TestAgentOutOfReach(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer c.Kill(ctx, sb.ID)
-			pid := initPid(t, state, sb.ID)
+			pid := initPid(t, b.state, sb.ID)
 			before, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 			if err != nil {
 				t.Fatal(err)
@@ -275,12 +265,8 @@ func sandboxProcs(t testing.TB, id, marker string) int {
 // once; and POST .../kill-processes ends every workload process, background
 // and escaped ones included, while the sandbox and its files live on.
 func TestForegroundExecTreeEnds(t *testing.T) {
-	needRoot(t)
-	state := stateDir(t)
-	key := newKey(t, state, "tree")
-	s := startServer(t, state)
-	c := client.New(s.URL, key)
-	ctx := ctxT(t)
+	b := boundaryServer(t, "tree")
+	c, ctx := b.c, b.ctx
 	sb, err := c.Create(ctx, client.CreateRequest{Profile: "strict", Timeout: 300})
 	if err != nil {
 		t.Fatal(err)
@@ -289,10 +275,7 @@ func TestForegroundExecTreeEnds(t *testing.T) {
 	res, err := c.Exec(ctx, sb.ID, client.ExecRequest{Shell: "b() { b | b & }; b", Timeout: 10})
 	t.Logf("bomb: %+v %v", res, err)
 	// The very next exec runs (no retries: the bomb's slots must be free).
-	res, err = c.Exec(ctx, sb.ID, client.ExecRequest{Argv: []string{"echo", "alive"}})
-	if err != nil || strings.TrimSpace(res.Stdout) != "alive" {
-		t.Fatalf("exec after the fork bomb: %+v %v", res, err)
-	}
+	execAlive(t, c, ctx, sb.ID, "exec after the fork bomb")
 	// A forgotten background job of a foreground command ends with it.
 	res, err = c.Exec(ctx, sb.ID, client.ExecRequest{Shell: "sleep 1001 & echo started"})
 	if err != nil || !strings.Contains(res.Stdout, "started") {
@@ -311,7 +294,7 @@ func TestForegroundExecTreeEnds(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, 10*time.Second, "background processes run", func() bool { return sandboxProcs(t, sb.ID, "sleep 100") >= 3 })
-	agentPid := initPid(t, state, sb.ID)
+	agentPid := initPid(t, b.state, sb.ID)
 	n, err := c.KillProcesses(ctx, sb.ID)
 	if err != nil {
 		t.Fatal(err)
@@ -323,14 +306,11 @@ func TestForegroundExecTreeEnds(t *testing.T) {
 	if !alive(agentPid) {
 		t.Fatal("kill-processes killed the agent")
 	}
-	b, err := c.ReadFile(ctx, sb.ID, "/workspace/keep")
-	if err != nil || string(b) != "kept" {
-		t.Fatalf("files after kill-processes: %q %v", b, err)
+	kept, err := c.ReadFile(ctx, sb.ID, "/workspace/keep")
+	if err != nil || string(kept) != "kept" {
+		t.Fatalf("files after kill-processes: %q %v", kept, err)
 	}
-	res, err = c.Exec(ctx, sb.ID, client.ExecRequest{Argv: []string{"echo", "alive"}})
-	if err != nil || strings.TrimSpace(res.Stdout) != "alive" {
-		t.Fatalf("exec after kill-processes: %+v %v", res, err)
-	}
+	execAlive(t, c, ctx, sb.ID, "exec after kill-processes")
 }
 
 // fillPidsPy forks sleepers until fork fails, then holds every slot.
@@ -354,12 +334,8 @@ time.sleep(1000)
 // context creation answer 429 limit_reached (not 500/502), the agent lives
 // on, and kill-processes gives the slots back.
 func TestPidsExhaustedIs429(t *testing.T) {
-	needRoot(t)
-	state := stateDir(t)
-	key := newKey(t, state, "pids")
-	s := startServer(t, state)
-	c := client.New(s.URL, key)
-	ctx := ctxT(t)
+	b := boundaryServer(t, "pids")
+	c, ctx := b.c, b.ctx
 	sb, err := c.Create(ctx, client.CreateRequest{Profile: "strict", Limits: &client.Limits{Pids: 64}, Timeout: 300})
 	if err != nil {
 		t.Fatal(err)
@@ -393,10 +369,7 @@ func TestPidsExhaustedIs429(t *testing.T) {
 	if _, err := c.KillProcesses(ctx, sb.ID); err != nil {
 		t.Fatal(err)
 	}
-	res, err := c.Exec(ctx, sb.ID, client.ExecRequest{Argv: []string{"echo", "alive"}})
-	if err != nil || strings.TrimSpace(res.Stdout) != "alive" {
-		t.Fatalf("exec after kill-processes: %+v %v", res, err)
-	}
+	execAlive(t, c, ctx, sb.ID, "exec after kill-processes")
 }
 
 // TestContextsFillPidsAgentLives reproduces issue 15's crash: JavaScript
@@ -407,18 +380,14 @@ func TestPidsExhaustedIs429(t *testing.T) {
 // process, checked on the host) serves on. The agent's threads are outside
 // the workload's cgroup.
 func TestContextsFillPidsAgentLives(t *testing.T) {
-	needRoot(t)
-	state := stateDir(t)
-	key := newKey(t, state, "ctxpids")
-	s := startServer(t, state)
-	c := client.New(s.URL, key)
-	ctx := ctxT(t)
+	b := boundaryServer(t, "ctxpids")
+	c, ctx := b.c, b.ctx
 	for round := 0; round < 2; round++ {
 		sb, err := c.Create(ctx, client.CreateRequest{Profile: "strict", Timeout: 300})
 		if err != nil {
 			t.Fatal(err)
 		}
-		pid := initPid(t, state, sb.ID)
+		pid := initPid(t, b.state, sb.ID)
 		before, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 		if n := agentThreadsInWorkload(t, pid); n != 1 {
 			t.Errorf("%d agent threads in the workload's cgroup, want only the spawner", n)
@@ -512,17 +481,13 @@ func agentThreadsInWorkload(t *testing.T, pid int) int {
 // cell is reported as "oom", and the sandbox (same agent process, checked on
 // the host) survives with its files (strict profile, 512 MiB).
 func TestWorkloadOOMSandboxSurvives(t *testing.T) {
-	needRoot(t)
-	state := stateDir(t)
-	key := newKey(t, state, "oom")
-	s := startServer(t, state)
-	c := client.New(s.URL, key)
-	ctx := ctxT(t)
+	b := boundaryServer(t, "oom")
+	c, ctx := b.c, b.ctx
 	sb, err := c.Create(ctx, client.CreateRequest{Profile: "strict", Timeout: 300})
 	if err != nil {
 		t.Fatal(err)
 	}
-	pid := initPid(t, state, sb.ID)
+	pid := initPid(t, b.state, sb.ID)
 	before, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if _, err := c.WriteFile(ctx, sb.ID, "/workspace/keep", strings.NewReader("kept"), 0o644); err != nil {
 		t.Fatal(err)
@@ -563,23 +528,47 @@ func TestWorkloadOOMSandboxSurvives(t *testing.T) {
 	if err != nil || startField(after) != startField(before) {
 		t.Fatalf("the agent died: %v", err)
 	}
-	b, err := c.ReadFile(ctx, sb.ID, "/workspace/keep")
-	if err != nil || string(b) != "kept" {
-		t.Fatalf("files after the OOM: %q %v", b, err)
+	kept, err := c.ReadFile(ctx, sb.ID, "/workspace/keep")
+	if err != nil || string(kept) != "kept" {
+		t.Fatalf("files after the OOM: %q %v", kept, err)
 	}
-	res, err = c.Exec(ctx, sb.ID, client.ExecRequest{Argv: []string{"echo", "alive"}})
-	if err != nil || strings.TrimSpace(res.Stdout) != "alive" {
-		t.Fatalf("exec after the OOM: %+v %v", res, err)
-	}
+	execAlive(t, c, ctx, sb.ID, "exec after the OOM")
 	// After a server restart the reattached sandbox reports oom too.
-	s.crash()
-	s2 := startServer(t, state)
-	c = client.New(s2.URL, key)
+	b.s.crash()
+	s2 := startServer(t, b.state)
+	c = client.New(s2.URL, b.key)
 	res, err = c.Exec(ctx, sb.ID, client.ExecRequest{Argv: []string{"/usr/bin/python3", "-c", hog}, Timeout: 60})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if res.Status != "oom" {
 		t.Errorf("exec of a memory hog in a reattached sandbox: %+v, want status oom", res)
+	}
+}
+
+// bserver is a server for one boundary test, with a key and a client.
+type bserver struct {
+	state, key string
+	s          *srv
+	c          *client.Client
+	ctx        context.Context
+}
+
+func boundaryServer(t *testing.T, name string) *bserver {
+	needRoot(t)
+	b := &bserver{state: stateDir(t)}
+	b.key = newKey(t, b.state, name)
+	b.s = startServer(t, b.state)
+	b.c = client.New(b.s.URL, b.key)
+	b.ctx = ctxT(t)
+	return b
+}
+
+// execAlive fails the test unless the sandbox runs a command at once.
+func execAlive(t *testing.T, c *client.Client, ctx context.Context, id, what string) {
+	t.Helper()
+	res, err := c.Exec(ctx, id, client.ExecRequest{Argv: []string{"echo", "alive"}})
+	if err != nil || strings.TrimSpace(res.Stdout) != "alive" {
+		t.Fatalf("%s: exec: %+v %v", what, res, err)
 	}
 }
