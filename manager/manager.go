@@ -276,6 +276,8 @@ type Manager struct {
 
 	execGate ExecGate // asked before an exec is audited (SetExecGate)
 
+	anomalies anomalyState // WatchAnomalies (anomaly.go)
+
 	backlogMu sync.Mutex
 	backlog   []backlogWrite // failed store writes, retried by the reaper
 }

@@ -157,6 +157,9 @@ func (m *Manager) closeEgress() {
 // finished connection's goroutine waits, so a slow store slows the proxy
 // rather than losing records.
 func (m *Manager) logConnection(r egress.Record) {
+	if !r.Allowed {
+		m.anomalies.countEgressDenied(r.SandboxID)
+	}
 	if dropped, ok := m.netLogAllow(r.SandboxID); !ok {
 		return
 	} else if dropped > 0 {

@@ -118,6 +118,8 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.routes()
+	// Anomaly signals for /metrics and the audit log.
+	cfg.Manager.WatchAnomalies(0)
 	return s, nil
 }
 
@@ -423,6 +425,10 @@ func (s *Server) prometheus(w http.ResponseWriter, r *http.Request) error {
 	p("airlock_sandboxes_reattached_total", "counter", "Sandboxes reattached after a server restart.", c.Reattached)
 	p("airlock_sandbox_create_errors_total", "counter", "Failed sandbox creations.", c.CreateErrors)
 	p("airlock_execs_total", "counter", "Processes started through the API.", s.execs.Load())
+	an := s.m.Anomalies()
+	p("airlock_sandbox_oom_kills_total", "counter", "Processes the out-of-memory killer killed in sandboxes (audited as anomaly.oom_kill).", an.OOMKills)
+	p("airlock_sandbox_pids_limit_hits_total", "counter", "Forks refused at a sandbox's pids limit, a fork storm's sign (audited as anomaly.pids_limit).", an.PidsLimitHits)
+	p("airlock_egress_denied_total", "counter", "Connections the egress proxy refused (audited as anomaly.egress_denied).", an.EgressDenied)
 	p("airlock_http_requests_total", "counter", "HTTP requests received.", s.requests.Load())
 	fmt.Fprintf(w, "# HELP airlock_http_errors_total HTTP error responses.\n# TYPE airlock_http_errors_total counter\n")
 	fmt.Fprintf(w, "airlock_http_errors_total{class=\"4xx\"} %d\nairlock_http_errors_total{class=\"5xx\"} %d\n", s.errors4xx.Load(), s.errors5xx.Load())

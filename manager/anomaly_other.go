@@ -1,0 +1,5 @@
+//go:build !linux
+
+package manager
+
+func pidsLimitHits(id string) int64 { return 0 }
