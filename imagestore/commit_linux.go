@@ -12,11 +12,6 @@ import (
 	"sort"
 	"time"
 
-	gcrname "github.com/google/go-containerregistry/pkg/name"
-	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/layout"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"golang.org/x/sys/unix"
 )
 
@@ -29,20 +24,8 @@ import (
 // layer, and the layer is then unpacked by the same checks as any pulled
 // layer.
 func (s *Store) Commit(ctx context.Context, base *Image, upper string, idBase int, name string) (*Image, error) {
-	if name != "" {
-		r, err := gcrname.ParseReference(name)
-		if err != nil {
-			return nil, fmt.Errorf("%w %q: %w", ErrBadReference, name, err)
-		}
-		name = r.Name()
-	}
-	bh, err := v1.NewHash(base.Digest)
-	if err != nil {
-		return nil, fmt.Errorf("commit: base image %q: %w", base.Digest, err)
-	}
-	baseImg, err := layout.Path(filepath.Join(s.dir, "oci")).Image(bh)
-	if err != nil {
-		return nil, fmt.Errorf("commit: base image %s: %w (removed meanwhile?)", base.Digest, err)
+	if _, err := normName(name); err != nil {
+		return nil, err
 	}
 	tmp, err := os.CreateTemp(filepath.Join(s.dir, "tmp"), "commit-")
 	if err != nil {
@@ -68,25 +51,11 @@ func (s *Store) Commit(ctx context.Context, base *Image, upper string, idBase in
 	if err := tmp.Close(); err != nil {
 		return nil, fmt.Errorf("commit: %w", err)
 	}
-	layer, err := tarball.LayerFromFile(tmp.Name())
+	img, err := s.AppendTar(ctx, base, tmp.Name(), name, "airlock snapshot")
 	if err != nil {
 		return nil, fmt.Errorf("commit: %w", err)
 	}
-	img, err := mutate.Append(baseImg, mutate.Addendum{Layer: layer, History: v1.History{
-		Created: v1.Time{Time: time.Now().UTC()}, CreatedBy: "airlock snapshot", Comment: "files a sandbox changed"}})
-	if err != nil {
-		return nil, fmt.Errorf("commit: %w", err)
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		return nil, fmt.Errorf("commit: %w", err)
-	}
-	cf = cf.DeepCopy()
-	cf.Created = v1.Time{Time: time.Now().UTC()}
-	if img, err = mutate.ConfigFile(img, cf); err != nil {
-		return nil, fmt.Errorf("commit: %w", err)
-	}
-	return s.add(ctx, img, name, nil)
+	return img, nil
 }
 
 // upperWalker writes an overlayfs upper directory as a layer tar.

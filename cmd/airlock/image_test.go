@@ -93,3 +93,29 @@ func TestRunImage(t *testing.T) {
 		t.Fatalf("missing image: %d %q", code, errOut)
 	}
 }
+
+// TestTemplateBuildCLI: airlock template build, then a rebuild from the
+// cache, then a run of the result.
+func TestTemplateBuildCLI(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	ref := it.Push(t, it.Registry(t), "cli/tmpl:1", it.Busybox(t))
+	state, ctxDir := t.TempDir(), t.TempDir()
+	os.WriteFile(filepath.Join(ctxDir, "Dockerfile"), []byte("FROM "+ref+"\nRUN echo built > /etc/built\nENV MODE=prod\n"), 0o644)
+	build := func() (string, string, int) {
+		return runCLI(t, nil, "template", "build", "--state-dir", state, "-t", "mine:1", ctxDir)
+	}
+	out, errOut, code := build()
+	if code != 0 || !strings.HasPrefix(out, "index.docker.io/library/mine:1 sha256:") || !strings.Contains(errOut, "built in 3 steps, 0 cached") {
+		t.Fatalf("build: %d %q %q", code, out, errOut)
+	}
+	out2, errOut, code := build()
+	if code != 0 || out2 != out || !strings.Contains(errOut, "built in 3 steps, 2 cached") {
+		t.Fatalf("rebuild: %d %q %q", code, out2, errOut)
+	}
+	out, errOut, code = runCLI(t, nil, "run", "--state-dir", state, "--image", "mine:1", "--", "/bin/sh", "-c", "cat /etc/built; echo $MODE")
+	if code != 0 || out != "built\nprod\n" {
+		t.Fatalf("run the template: %d %q %q", code, out, errOut)
+	}
+}

@@ -27,6 +27,7 @@ usage:
   airlock shell --url URL --key KEY      interactive code session against a server
   airlock keys create|list|revoke        manage the server's API keys
   airlock image pull|import|ls|inspect|rm  manage OCI images (docs/images.md)
+  airlock template build -f DF -t NAME    build an image from a Dockerfile (docs/images.md)
   airlock audit --state-dir DIR          print the server's audit log (filters: --sandbox, --key, --action, --since)
   airlock mcp [flags]                    serve sandboxes as MCP tools over stdio
   airlock doctor [--json]                report which isolation layers this host enforces

@@ -1,0 +1,101 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"airlock/policy"
+	"airlock/template"
+)
+
+const templateUsage = `usage:
+  airlock template build -f Dockerfile -t NAME [--build-arg K=V]... [--no-cache] [--state-dir DIR] [CONTEXT]
+
+Builds an image from a Dockerfile into DIR/images (the store 'airlock image'
+and 'airlock run --image' use): FROM an image (pulled if missing), RUN in an
+airlock sandbox made from the image so far (strict profile, no network),
+COPY/ADD of files from CONTEXT (default: the Dockerfile's directory), ENV,
+WORKDIR, USER, ARG, CMD, ENTRYPOINT. Every step is cached; the build log goes
+to stderr and the image's name and digest to stdout. Needs root.
+`
+
+func init() { hidden["template"] = cmdTemplate }
+
+func cmdTemplate(args []string) int {
+	if len(args) == 0 || args[0] != "build" {
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
+			fmt.Print(templateUsage)
+			return 0
+		}
+		fmt.Fprint(os.Stderr, templateUsage)
+		return exitUsage
+	}
+	fs := flag.NewFlagSet("template build", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	file := fs.String("f", "", "the Dockerfile (default CONTEXT/Dockerfile)")
+	name := fs.String("t", "", "name of the image to build (required)")
+	stateDir := fs.String("state-dir", defaultStateDir(), "state directory; images are in DIR/images")
+	noCache := fs.Bool("no-cache", false, "run every step again")
+	var buildArgs listFlag
+	fs.Var(&buildArgs, "build-arg", "KEY=VALUE for an ARG (repeatable)")
+	if err := fs.Parse(args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Print(templateUsage)
+			return 0
+		}
+		fmt.Fprintf(os.Stderr, "airlock template build: %v\n%s", err, templateUsage)
+		return exitUsage
+	}
+	if *name == "" || fs.NArg() > 1 {
+		fmt.Fprintf(os.Stderr, "airlock template build: -t NAME and at most one CONTEXT\n%s", templateUsage)
+		return exitUsage
+	}
+	ctxDir := fs.Arg(0)
+	if ctxDir == "" {
+		ctxDir = "."
+		if *file != "" {
+			ctxDir = filepath.Dir(*file)
+		}
+	}
+	if *file == "" {
+		*file = filepath.Join(ctxDir, "Dockerfile")
+	}
+	bargs := map[string]string{}
+	for _, kv := range buildArgs {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			fmt.Fprintf(os.Stderr, "airlock template build: --build-arg %q: want KEY=VALUE\n", kv)
+			return exitUsage
+		}
+		bargs[k] = v
+	}
+	st, err := openImages(*stateDir)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "airlock template build: %v\n", err)
+		return 1
+	}
+	p, err := policy.Preset(policy.Strict)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "airlock template build: %v\n", err)
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	res, err := template.Build(ctx, template.Options{Dockerfile: *file, Context: ctxDir, Name: *name, Store: st,
+		StateDir: *stateDir, Policy: p, Args: bargs, NoCache: *noCache, Log: os.Stderr})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "airlock template build: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(os.Stderr, "built in %d steps, %d cached\n", res.Steps, res.Cached)
+	fmt.Printf("%s %s\n", res.Image.Name, res.Image.Digest)
+	return 0
+}
