@@ -38,15 +38,22 @@ func normName(name string) (string, error) {
 	return r.Name(), nil
 }
 
+// derive normalizes the name of an image to be derived from base and
+// opens base.
+func (s *Store) derive(name string, base *Image) (string, v1.Image, error) {
+	name, err := normName(name)
+	if err != nil {
+		return "", nil, err
+	}
+	b, err := s.v1Image(base)
+	return name, b, err
+}
+
 // AppendTar makes a new image named name ("" for digest only) of base
 // plus the layer in the uncompressed tar file tarFile. The layer is
 // unpacked with the same checks as a pulled one.
 func (s *Store) AppendTar(ctx context.Context, base *Image, tarFile, name, createdBy string) (*Image, error) {
-	name, err := normName(name)
-	if err != nil {
-		return nil, err
-	}
-	b, err := s.v1Image(base)
+	name, b, err := s.derive(name, base)
 	if err != nil {
 		return nil, err
 	}
@@ -75,11 +82,7 @@ func (s *Store) AppendTar(ctx context.Context, base *Image, tarFile, name, creat
 // its config changed by edit (env, working directory, user...), no new
 // layer.
 func (s *Store) Configure(ctx context.Context, base *Image, name, createdBy string, edit func(*v1.Config)) (*Image, error) {
-	name, err := normName(name)
-	if err != nil {
-		return nil, err
-	}
-	b, err := s.v1Image(base)
+	name, b, err := s.derive(name, base)
 	if err != nil {
 		return nil, err
 	}
@@ -101,11 +104,7 @@ func (s *Store) Configure(ctx context.Context, base *Image, name, createdBy stri
 
 // Tag names img name too.
 func (s *Store) Tag(ctx context.Context, img *Image, name string) (*Image, error) {
-	name, err := normName(name)
-	if err != nil {
-		return nil, err
-	}
-	b, err := s.v1Image(img)
+	name, b, err := s.derive(name, img)
 	if err != nil {
 		return nil, err
 	}
