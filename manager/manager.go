@@ -480,7 +480,7 @@ func buildPolicy(req *CreateRequest) (policy.Policy, error) {
 	if err := applyNetwork(&p, req); err != nil {
 		return p, err
 	}
-	if err := checkRuntimePolicy(&p); err != nil {
+	if err := checkRuntimePolicy(&p, req); err != nil {
 		return p, err
 	}
 	if len(req.Env) > 128 {

@@ -23,9 +23,15 @@ func checkRuntime(name string) error {
 }
 
 // checkRuntimePolicy refuses what a runtime cannot enforce yet.
-func checkRuntimePolicy(p *policy.Policy) error {
-	if p.Runtime == policy.RuntimeGVisor && p.Network.Mode != policy.NetNone {
+func checkRuntimePolicy(p *policy.Policy, req *CreateRequest) error {
+	if p.Runtime != policy.RuntimeGVisor {
+		return nil
+	}
+	if p.Network.Mode != policy.NetNone {
 		return fmt.Errorf("%w: network mode %q is not available with runtime gvisor yet (only none)", ErrPolicy, p.Network.Mode)
+	}
+	if req.Image != "" || len(req.Volumes) > 0 {
+		return fmt.Errorf("%w: images and volumes are not available with runtime gvisor yet", ErrPolicy)
 	}
 	return nil
 }

@@ -78,6 +78,10 @@ func e2eLifecycle(t *testing.T, runtime string) {
 		if client.StatusOf(err) != 422 || !strings.Contains(err.Error(), "not available with runtime gvisor") {
 			t.Fatalf("gvisor create with a network: %v", err)
 		}
+		_, err = c.Create(ctx, client.CreateRequest{Image: "alpine"})
+		if client.StatusOf(err) != 422 || !strings.Contains(err.Error(), "images and volumes are not available with runtime gvisor") {
+			t.Fatalf("gvisor create with an image: %v", err)
+		}
 	}
 	script := "#!/bin/sh\necho \"hello $1\"\necho oops >&2\necho written > out.txt\nexit 3\n"
 	if n, err := c.WriteFile(ctx, sb.ID, "run.sh", strings.NewReader(script), 0o755); err != nil || n != int64(len(script)) {

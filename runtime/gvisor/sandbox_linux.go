@@ -79,6 +79,9 @@ func Start(cfg native.Config) (*Sandbox, error) {
 			return nil, errors.New("argument or environment contains a NUL byte")
 		}
 	}
+	if cfg.Image != nil || len(cfg.Volumes) > 0 {
+		return nil, &native.SetupError{Step: "root filesystem", Err: errors.New("image roots and volumes are not supported by the gvisor runtime yet")}
+	}
 	if len(cfg.Listen) > 0 || p.Network.Mode != policy.NetNone {
 		return nil, &native.SetupError{Step: "network", Err: fmt.Errorf("network mode %q is not supported by the gvisor runtime yet (only none)", p.Network.Mode)}
 	}
