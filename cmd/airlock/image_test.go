@@ -70,6 +70,9 @@ func TestRunImage(t *testing.T) {
 	}
 	ref := it.Push(t, it.Registry(t), "cli/busybox:1", it.Busybox(t))
 	state := t.TempDir()
+	// The root of a run whose launcher died (no such pid) is swept.
+	stale := filepath.Join(state, "roots", "run-999999999-0123456789abcdef")
+	os.MkdirAll(filepath.Join(stale, "disk"), 0o700)
 	script := "cat /etc/image-marker; echo hi > /usr/local/x && cat /usr/local/x; id -u; echo $IMAGE"
 	out, errOut, code := runCLI(t, nil, "run", "--state-dir", state, "--image", ref, "-e", "IMAGE=explicit", "--", "/bin/sh", "-c", script)
 	if code != 0 || out != "from the image\nhi\n0\nexplicit\n" || !strings.Contains(errOut, "pulling ") {
@@ -85,6 +88,9 @@ func TestRunImage(t *testing.T) {
 	}
 	if after := sig(); after != before {
 		t.Fatalf("the image store changed:\n%s\n%s", before, after)
+	}
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Fatalf("stale root of a dead run kept: %v", err)
 	}
 	if ents, _ := os.ReadDir(filepath.Join(state, "roots")); len(ents) != 0 {
 		t.Fatalf("per-sandbox roots left: %v", ents)
