@@ -3,9 +3,7 @@ package server
 import (
 	"errors"
 	"net/http"
-	"slices"
 
-	"github.com/google/go-containerregistry/pkg/name"
 	"golang.org/x/sys/unix"
 
 	"airlock/imagestore"
@@ -31,6 +29,7 @@ func (s *Server) imageRoutes(authed func(string, handler)) {
 	authed("DELETE /v1/images/{ref...}", s.removeImage)
 	authed("POST /v1/sandboxes/{id}/snapshot", s.snapshotSandbox)
 	s.volumeRoutes(authed)
+	authed("POST /v1/templates", s.buildTemplate)
 }
 
 // SnapshotRequest is the body of POST /v1/sandboxes/{id}/snapshot.
@@ -103,13 +102,8 @@ func (s *Server) pullImage(w http.ResponseWriter, r *http.Request) error {
 	if err := decode(w, r, &req); err != nil {
 		return err
 	}
-	ref, err := name.ParseReference(req.Ref)
-	if err != nil {
-		return errf(400, "bad_request", "image reference %q: %v", req.Ref, err)
-	}
-	reg := ref.Context().RegistryStr()
-	if !slices.Contains(s.cfg.ImageRegistries, "*") && !slices.Contains(s.cfg.ImageRegistries, reg) {
-		return errf(403, "forbidden", "registry %s is not allowed for pulls through the API; the server allows %q (airlock serve --image-registry HOST)", reg, s.cfg.ImageRegistries)
+	if err := s.allowPull(req.Ref); err != nil {
+		return err
 	}
 	img, err := st.Pull(r.Context(), req.Ref, imagestore.PullOptions{Platform: req.Platform})
 	if err != nil {

@@ -278,3 +278,45 @@ func TestVolumes(t *testing.T) {
 		t.Fatalf("volume data left: %v", err)
 	}
 }
+
+// TestTemplatesAPI: POST /v1/templates builds a Dockerfile with a context
+// sent in the request (FROM pulled from an allowed registry only), caches
+// its steps, and sandboxes are created from the result.
+func TestTemplatesAPI(t *testing.T) {
+	needRoot(t)
+	reg, other := it.Registry(t), it.Registry(t)
+	ref := it.Push(t, reg, "api/tmpl:1", it.Busybox(t))
+	elsewhere := it.Push(t, other, "api/tmpl:1", it.Busybox(t))
+	state := stateDir(t)
+	s := startServer(t, state, "--image-registry", reg)
+	key := newKey(t, state, "templates")
+	body := func(from string) string {
+		b, _ := json.Marshal(map[string]any{"name": "mine:1", "dockerfile": "FROM " + from + "\nCOPY app.txt /app/\nRUN cat /app/app.txt > /app/copy.txt\n",
+			"files": map[string]string{"app.txt": "aGVsbG8K"}})
+		return string(b)
+	}
+	if code, v := post(t, s.URL+"/v1/templates", key, body(elsewhere)); code != 403 {
+		t.Fatalf("FROM a registry not allowed: %d %v", code, v)
+	}
+	code, v := post(t, s.URL+"/v1/templates", key, body(ref))
+	if code != 201 || v["cached"] != 0.0 || v["steps"] != 3.0 {
+		t.Fatalf("build: %d %v", code, v)
+	}
+	code, v = post(t, s.URL+"/v1/templates", key, body(ref))
+	if code != 201 || v["cached"] != 2.0 {
+		t.Fatalf("rebuild: %d %v", code, v)
+	}
+	c := client.New(s.URL, key)
+	ctx := ctxT(t)
+	sb, err := c.Create(ctx, client.CreateRequest{Image: "mine:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Exec(ctx, sb.ID, client.ExecRequest{Argv: []string{"/bin/sh", "-c", "cat /app/copy.txt"}})
+	if err != nil || res.Stdout != "hello\n" {
+		t.Fatalf("sandbox from the template: %+v %v", res, err)
+	}
+	if code, v := post(t, s.URL+"/v1/templates", key, `{"name":"x:1","dockerfile":"FROM `+ref+`","files":{"../evil":"eA=="}}`); code != 400 {
+		t.Fatalf("context path escaping: %d %v", code, v)
+	}
+}

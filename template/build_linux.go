@@ -53,6 +53,9 @@ type Options struct {
 	NoCache bool
 	// Log receives the build log (steps, RUN output).
 	Log io.Writer
+	// AllowPull, if set, vets a FROM image that is not in the store before
+	// it is pulled (the server's registry allowlist).
+	AllowPull func(ref string) error
 }
 
 // Result is a finished build.
@@ -157,6 +160,11 @@ func Build(ctx context.Context, o Options) (*Result, error) {
 				return nil, fmt.Errorf("line %d: %w", n.StartLine, err)
 			}
 			if cur, err = o.Store.Get(ref); errors.Is(err, imagestore.ErrNotFound) {
+				if o.AllowPull != nil {
+					if err := o.AllowPull(ref); err != nil {
+						return nil, fmt.Errorf("line %d: FROM %s: %w", n.StartLine, ref, err)
+					}
+				}
 				cur, err = o.Store.Pull(ctx, ref, imagestore.PullOptions{})
 			}
 			if err != nil {
