@@ -65,6 +65,11 @@ type Config struct {
 	Timeout time.Duration
 	// Webhook, if set, is told about every pending approval.
 	Webhook *Webhook
+	// NoElicitation ignores Check's elicitor: MCP clients are not asked,
+	// approvals wait for an approver key or the webhook. An elicitation is
+	// answered by the MCP client of the very key whose action is held, so
+	// it is only as good as that client's honesty in asking its user.
+	NoElicitation bool
 	// Audit records an event; an error when recording a request refuses
 	// the action (nothing runs unaudited). Required.
 	Audit func(ctx context.Context, keyID, sandboxID, action string, detail any) error
@@ -204,7 +209,7 @@ func (g *Gate) wait(ctx context.Context, a Action, reason string, el Elicitor) e
 			}
 		}()
 	}
-	if el != nil {
+	if el != nil && !g.cfg.NoElicitation {
 		g.inflight.Add(1)
 		go func() {
 			defer g.inflight.Done()

@@ -156,3 +156,20 @@ func TestSignVerify(t *testing.T) {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// TestGateNoElicitation: with NoElicitation the elicitor is never asked
+// and an unanswered approval times out.
+func TestGateNoElicitation(t *testing.T) {
+	p, _ := Parse([]byte(`{"require":[{"action":"exec"}]}`))
+	g, _ := New(Config{Policy: p, Timeout: 50 * time.Millisecond, NoElicitation: true,
+		Audit: func(context.Context, string, string, string, any) error { return nil }})
+	asked := false
+	err := g.Check(context.Background(), Action{Kind: KindExec}, func(context.Context, string) (bool, string, error) {
+		asked = true
+		return true, "", nil
+	})
+	var ae *Error
+	if !errors.As(err, &ae) || ae.Code != CodeTimeout || asked {
+		t.Fatalf("Check = %v (asked %v), want %s without asking", err, asked, CodeTimeout)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -277,8 +278,13 @@ func TestE2EApprovalWebhook(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := make(chan approval.Delivery, 4)
+	var attempts atomic.Int32
 	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
+		if attempts.Add(1) == 1 {
+			w.WriteHeader(503) // the first delivery fails: the server must retry
+			return
+		}
 		if err := approval.Verify(secret, r.Header.Get(approval.TimestampHeader), r.Header.Get(approval.SignatureHeader), body, time.Now()); err != nil {
 			t.Errorf("webhook delivery: %v", err)
 			w.WriteHeader(400)
@@ -302,11 +308,14 @@ func TestE2EApprovalWebhook(t *testing.T) {
 	var d approval.Delivery
 	select {
 	case d = <-got:
-	case <-e.ctx.Done():
-		t.Fatal("no webhook delivery")
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no webhook delivery in 30 s (%d attempts)", attempts.Load())
 	}
 	if d.Approval.Action.Kind != approval.KindNetwork || d.AnswerPath != "/v1/approvals/"+d.Approval.ID {
 		t.Fatalf("delivery %+v", d)
+	}
+	if n := attempts.Load(); n != 2 {
+		t.Fatalf("%d delivery attempts, want a retry after the 503", n)
 	}
 	signed := func(key []byte, body string) (int, string) {
 		req, _ := http.NewRequest("POST", e.s.URL+d.AnswerPath, strings.NewReader(body))

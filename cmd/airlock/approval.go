@@ -18,6 +18,7 @@ type approvalFlags struct {
 	policyFile, webhookURL, secretFile string
 	timeout                            time.Duration
 	approvers                          stringList
+	noElicit                           bool
 
 	policy  *approval.Policy
 	webhook *approval.Webhook
@@ -35,6 +36,7 @@ func (f *approvalFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.timeout, "approval-timeout", approval.DefaultTimeout, "how long a held action waits for an answer before it is denied (approval_timeout)")
 	fs.StringVar(&f.webhookURL, "approval-webhook", "", "URL that receives each pending approval as a signed JSON POST (retried with backoff); needs --approval-webhook-secret-file")
 	fs.StringVar(&f.secretFile, "approval-webhook-secret-file", "", "file holding the webhook's HMAC-SHA256 secret (at least 16 bytes); answers signed with it are accepted at POST /v1/approvals/{id}")
+	fs.BoolVar(&f.noElicit, "approval-no-elicitation", false, "do not ask MCP clients through elicitation: held tool calls wait for an approver key or the webhook (an elicitation is answered by the client of the key whose call is held)")
 	fs.Var(&f.approvers, "approver-key", "API key ID that may list and answer every approval (repeatable); a key never answers its own")
 }
 
@@ -78,7 +80,7 @@ func (f *approvalFlags) load() error {
 // Every exec the manager audits first (API, E2B) is put to it.
 func (f *approvalFlags) gate(m *manager.Manager, stateDir string, logf func(string, ...any)) (*approval.Gate, error) {
 	g, err := approval.New(approval.Config{Policy: f.policy, KeyPolicy: approval.KeyPolicies(stateDir), Timeout: f.timeout,
-		Webhook: f.webhook, Logf: logf,
+		Webhook: f.webhook, Logf: logf, NoElicitation: f.noElicit,
 		Audit: func(ctx context.Context, keyID, sandboxID, action string, detail any) error {
 			return m.AuditFirst(ctx, keyID, sandboxID, action, detail)
 		}})
