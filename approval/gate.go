@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log"
@@ -63,6 +64,9 @@ type Config struct {
 	KeyPolicy func(ctx context.Context, keyID string) (*Policy, error)
 	// Timeout bounds the wait for an answer; 0 means DefaultTimeout.
 	Timeout time.Duration
+	// SandboxPolicyDir, if set, keeps sandboxes' own policies on disk
+	// (DIR/SANDBOX_ID.json) so that they survive a server restart.
+	SandboxPolicyDir string
 	// Webhook, if set, is told about every pending approval.
 	Webhook *Webhook
 	// NoElicitation ignores Check's elicitor: MCP clients are not asked,
@@ -134,14 +138,45 @@ func New(cfg Config) (*Gate, error) {
 func (g *Gate) Timeout() time.Duration { return g.cfg.Timeout }
 
 // SetSandboxPolicy narrows a sandbox's approvals with p: its rules are
-// added to the server's and the key's, so it can only require more.
-func (g *Gate) SetSandboxPolicy(sandboxID string, p *Policy) {
+// added to the server's and the key's, so it can only require more. With
+// Config.SandboxPolicyDir it is written to disk first; an error means it
+// is not in force.
+func (g *Gate) SetSandboxPolicy(sandboxID string, p *Policy) error {
 	if g == nil || p.Empty() {
-		return
+		return nil
+	}
+	if g.cfg.SandboxPolicyDir != "" {
+		b, err := json.Marshal(p)
+		if err != nil {
+			return fmt.Errorf("approval policy of %s: %w", sandboxID, err)
+		}
+		if err := writeFileAtomic(g.cfg.SandboxPolicyDir, sandboxID, b); err != nil {
+			return err
+		}
 	}
 	g.mu.Lock()
 	g.sandbox[sandboxID] = p
 	g.mu.Unlock()
+	return nil
+}
+
+// sandboxPolicy returns a sandbox's own policy, from memory or, after a
+// restart, from Config.SandboxPolicyDir.
+func (g *Gate) sandboxPolicy(sandboxID string) (*Policy, error) {
+	g.mu.Lock()
+	p, ok := g.sandbox[sandboxID]
+	g.mu.Unlock()
+	if ok || g.cfg.SandboxPolicyDir == "" {
+		return p, nil
+	}
+	p, err := readPolicyFile(g.cfg.SandboxPolicyDir, sandboxID)
+	if err != nil {
+		return nil, err
+	}
+	g.mu.Lock()
+	g.sandbox[sandboxID] = p // nil too: no file, no policy
+	g.mu.Unlock()
+	return p, nil
 }
 
 // Check lets a run, refuses it (a deny rule matched), or holds it until a
@@ -161,9 +196,11 @@ func (g *Gate) Check(ctx context.Context, a Action, el Elicitor) error {
 		policies = append(policies, kp)
 	}
 	if a.Sandbox != "" {
-		g.mu.Lock()
-		policies = append(policies, g.sandbox[a.Sandbox])
-		g.mu.Unlock()
+		sp, err := g.sandboxPolicy(a.Sandbox)
+		if err != nil {
+			return &Error{Code: CodeDenied, Msg: fmt.Sprintf("approval policy of sandbox %s unreadable, refusing: %v", a.Sandbox, err)}
+		}
+		policies = append(policies, sp)
 	}
 	v := judge(&a, policies...)
 	switch {

@@ -372,23 +372,47 @@ func ruleText(r *Rule) string {
 // approval policies as KEY_ID.json.
 const KeyPolicyDir = "approval-keys"
 
+// SandboxPolicyDir is the directory, in the state directory, holding
+// sandboxes' own approval policies as SANDBOX_ID.json.
+const SandboxPolicyDir = "approval-sandboxes"
+
 // SaveKeyPolicy checks data and stores it as keyID's policy in stateDir.
 func SaveKeyPolicy(stateDir, keyID string, data []byte) error {
 	if _, err := Parse(data); err != nil {
 		return err
 	}
-	dir := filepath.Join(stateDir, KeyPolicyDir)
+	return writeFileAtomic(filepath.Join(stateDir, KeyPolicyDir), keyID, data)
+}
+
+// writeFileAtomic writes dir/name.json through a temporary file.
+func writeFileAtomic(dir, name string, data []byte) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("approval policy of %s: %w", keyID, err)
+		return fmt.Errorf("approval policy of %s: %w", name, err)
 	}
-	tmp := filepath.Join(dir, keyID+".json.tmp")
+	tmp := filepath.Join(dir, name+".json.tmp")
 	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		return fmt.Errorf("approval policy of %s: %w", keyID, err)
+		return fmt.Errorf("approval policy of %s: %w", name, err)
 	}
-	if err := os.Rename(tmp, filepath.Join(dir, keyID+".json")); err != nil {
-		return fmt.Errorf("approval policy of %s: %w", keyID, err)
+	if err := os.Rename(tmp, filepath.Join(dir, name+".json")); err != nil {
+		return fmt.Errorf("approval policy of %s: %w", name, err)
 	}
 	return nil
+}
+
+// readPolicyFile reads dir/name.json: nil without one, an error if it
+// cannot be read or parsed.
+func readPolicyFile(dir, name string) (*Policy, error) {
+	if name == "" || strings.ContainsAny(name, `/\.`) {
+		return nil, nil
+	}
+	b, err := os.ReadFile(filepath.Join(dir, name+".json"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return Parse(b)
 }
 
 // KeyPolicies returns a Config.KeyPolicy reading the policies
@@ -396,17 +420,7 @@ func SaveKeyPolicy(stateDir, keyID string, data []byte) error {
 // unreadable or invalid one is an error (the action is refused).
 func KeyPolicies(stateDir string) func(context.Context, string) (*Policy, error) {
 	return func(_ context.Context, keyID string) (*Policy, error) {
-		if keyID == "" || strings.ContainsAny(keyID, `/\.`) {
-			return nil, nil
-		}
-		b, err := os.ReadFile(filepath.Join(stateDir, KeyPolicyDir, keyID+".json"))
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		return Parse(b)
+		return readPolicyFile(filepath.Join(stateDir, KeyPolicyDir), keyID)
 	}
 }
 

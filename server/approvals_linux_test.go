@@ -425,3 +425,34 @@ func TestE2EApprovalKeyAndSandboxPolicies(t *testing.T) {
 		t.Fatalf("audit %+v", ds)
 	}
 }
+
+// TestE2EApprovalSandboxPolicySurvivesRestart: a sandbox's own approval
+// rules still hold after the server crashed and reattached the sandbox.
+func TestE2EApprovalSandboxPolicySurvivesRestart(t *testing.T) {
+	needRoot(t)
+	state := stateDir(t)
+	key := newKey(t, state, "agent")
+	s := startServer(t, state)
+	body := `{"timeout":600,"approval":{"deny":[{"action":"exec","argv":"^rm ","reason":"no rm here"}]}}`
+	st, code, b := raw(t, "POST", s.URL+"/v1/sandboxes", key, strings.NewReader(body))
+	if st != 201 {
+		t.Fatalf("create: %d %s %s", st, code, b)
+	}
+	var sb client.Sandbox
+	if err := json.Unmarshal(b, &sb); err != nil {
+		t.Fatal(err)
+	}
+	s.crash()
+	s = startServer(t, state)
+	c := client.New(s.URL, key)
+	ctx := ctxT(t)
+	eventually(t, 30*time.Second, "the sandbox reattached", func() bool {
+		info, err := c.Get(ctx, sb.ID)
+		return err == nil && info.State == "running"
+	})
+	_, err := c.Exec(ctx, sb.ID, client.ExecRequest{Argv: []string{"rm", "-f", "x"}})
+	var ae *client.Error
+	if !errors.As(err, &ae) || ae.Code != approval.CodeDenied || !strings.Contains(ae.Message, "no rm here") {
+		t.Fatalf("after the restart: %v, want the sandbox's deny rule", err)
+	}
+}

@@ -500,7 +500,11 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	s.gate.SetSandboxPolicy(info.ID, req.Approval)
+	if err := s.gate.SetSandboxPolicy(info.ID, req.Approval); err != nil {
+		// Fail closed: no sandbox runs without the rules it was asked with.
+		s.m.Kill(context.WithoutCancel(r.Context()), k.id, info.ID)
+		return fmt.Errorf("sandbox %s killed: %w", info.ID, err)
+	}
 	writeJSON(w, 201, info)
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -81,6 +82,7 @@ func (f *approvalFlags) load() error {
 func (f *approvalFlags) gate(m *manager.Manager, stateDir string, logf func(string, ...any)) (*approval.Gate, error) {
 	g, err := approval.New(approval.Config{Policy: f.policy, KeyPolicy: approval.KeyPolicies(stateDir), Timeout: f.timeout,
 		Webhook: f.webhook, Logf: logf, NoElicitation: f.noElicit,
+		SandboxPolicyDir: filepath.Join(stateDir, approval.SandboxPolicyDir),
 		Audit: func(ctx context.Context, keyID, sandboxID, action string, detail any) error {
 			return m.AuditFirst(ctx, keyID, sandboxID, action, detail)
 		}})
