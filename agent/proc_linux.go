@@ -703,7 +703,7 @@ func startError(what string, err error) error {
 		limited = limited || strings.Contains(err.Error(), m)
 	}
 	if limited {
-		return &Error{Code: CodeLimit, Message: fmt.Sprintf("cannot start %s: the sandbox's process limit (pids) is reached; end processes (POST .../kill-processes) or create the sandbox with a higher limits.pids", what)}
+		return &Error{Code: CodeLimit, Message: fmt.Sprintf("cannot start %s: the sandbox's process limit (pids) is reached (%v); end processes (POST .../kill-processes) or create the sandbox with a higher limits.pids", what, syscall.EAGAIN)}
 	}
 	return fmt.Errorf("starting %s: %w", what, err)
 }
