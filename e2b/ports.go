@@ -1,17 +1,10 @@
 package e2b
 
 import (
-	"context"
-	"errors"
-	"fmt"
-	"net"
 	"net/http"
-	"net/http/httputil"
-	"net/url"
-	"strconv"
 
-	"airlock/agent"
 	"airlock/manager"
+	"airlock/portproxy"
 )
 
 // Ports of a sandbox other than envd's and the code interpreter's, for
@@ -25,32 +18,12 @@ import (
 
 // servePort relays a request to port of sb.
 func (h *Handler) servePort(w http.ResponseWriter, r *http.Request, sb *manager.Sandbox, port int) {
-	rp := &httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.SetURL(&url.URL{Scheme: "http", Host: "127.0.0.1:" + strconv.Itoa(port)})
-			pr.Out.Host = pr.In.Host
-			// What the proxy consumed stays here.
-			for _, k := range []string{headerSandboxID, headerSandboxPort, headerAccessToken, headerTrafficToken, headerAPIKey} {
-				pr.Out.Header.Del(k)
-			}
-		},
-		Transport: &http.Transport{
-			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-				return sb.Agent().Dial(ctx, port)
-			},
-			DisableKeepAlives: true,
-			Proxy:             nil,
-		},
-		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			var ae *agent.Error
-			msg := fmt.Sprintf("port %d of sandbox %s: %v", port, sb.ID, err)
-			if errors.As(err, &ae) && ae.Code == agent.CodeNotFound {
-				msg = fmt.Sprintf("nothing listens on port %d of sandbox %s", port, sb.ID)
-			}
+	portproxy.Serve(w, r, portproxy.Request{Agent: sb.Agent(), Port: port,
+		// What the proxy consumed stays here.
+		Drop: []string{headerSandboxID, headerSandboxPort, headerAccessToken, headerTrafficToken, headerAPIKey},
+		Fail: func(w http.ResponseWriter, err error) {
 			// As E2B's proxy: a 502 when the port does not answer.
-			writeJSON(w, http.StatusBadGateway, map[string]any{"code": http.StatusBadGateway, "message": msg,
-				"sandboxId": sb.ID, "port": port})
-		},
-	}
-	rp.ServeHTTP(w, r)
+			writeJSON(w, http.StatusBadGateway, map[string]any{"code": http.StatusBadGateway,
+				"message": portproxy.Describe(port, err) + " (sandbox " + sb.ID + ")", "sandboxId": sb.ID, "port": port})
+		}})
 }

@@ -170,6 +170,7 @@ func (s *Server) routes() {
 	authed("POST /v1/sandboxes/{id}/kill-processes", s.killProcesses)
 	authed("GET /v1/sandboxes/{id}/processes/{pid}/events", s.events)
 	authed("GET /v1/sandboxes/{id}/processes/{pid}/logs", s.logs)
+	authed("/v1/sandboxes/{id}/ports/{port}/{path...}", s.port)
 	authed("GET /v1/sandboxes/{id}/files", s.readFile)
 	authed("PUT /v1/sandboxes/{id}/files", s.writeFile)
 	authed("DELETE /v1/sandboxes/{id}/files", s.removeFile)
