@@ -53,6 +53,10 @@ type Options struct {
 	NoCache bool
 	// Log receives the build log (steps, RUN output).
 	Log io.Writer
+	// Prepare, if set, readies each RUN step's sandbox (the CLI gives it
+	// network through the egress proxy, as for airlock run --net); the
+	// returned func runs after the step.
+	Prepare func(p *policy.Policy, cfg *native.Config, opts *native.RunOptions) (func(), error)
 	// AllowPull, if set, vets a FROM image that is not in the store before
 	// it is pulled (the server's registry allowlist).
 	AllowPull func(ref string) error
@@ -323,8 +327,17 @@ func run(ctx context.Context, o *Options, cur *imagestore.Image, n *parser.Node,
 		return nil, err
 	}
 	defer o.Store.Release(id)
-	r, err := native.Run(ctx, native.Config{ID: id, Policy: p, Args: argv, HostIDBase: lease.Base,
-		Image: &native.ImageRoot{Layers: cur.LayerDirs(), Dir: dir}}, native.RunOptions{Stdout: o.Log, Stderr: o.Log})
+	cfg := native.Config{ID: id, Policy: p, Args: argv, HostIDBase: lease.Base,
+		Image: &native.ImageRoot{Layers: cur.LayerDirs(), Dir: dir}}
+	ropts := native.RunOptions{Stdout: o.Log, Stderr: o.Log}
+	if o.Prepare != nil {
+		done, err := o.Prepare(&cfg.Policy, &cfg, &ropts)
+		if err != nil {
+			return nil, err
+		}
+		defer done()
+	}
+	r, err := native.Run(ctx, cfg, ropts)
 	if err != nil {
 		return nil, err
 	}

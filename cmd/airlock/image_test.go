@@ -3,6 +3,9 @@ package main
 import (
 	"archive/tar"
 	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -123,5 +126,30 @@ func TestTemplateBuildCLI(t *testing.T) {
 	out, errOut, code = runCLI(t, nil, "run", "--state-dir", state, "--image", "mine:1", "--", "/bin/sh", "-c", "cat /etc/built; echo $MODE")
 	if code != 0 || out != "built\nprod\n" {
 		t.Fatalf("run the template: %d %q %q", code, out, errOut)
+	}
+}
+
+// TestTemplateBuildNet: a RUN step reaches a host only through the egress
+// proxy and only when --net allows it.
+func TestTemplateBuildNet(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	pkg := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "package-v1\n") }))
+	defer pkg.Close()
+	ref := it.Push(t, it.Registry(t), "cli/tmplnet:1", it.Busybox(t))
+	state, ctxDir := t.TempDir(), t.TempDir()
+	os.WriteFile(filepath.Join(ctxDir, "Dockerfile"), []byte("FROM "+ref+"\nRUN wget -q -O /opt/pkg "+pkg.URL+"/pkg\n"), 0o644)
+	host := strings.TrimPrefix(pkg.URL, "http://")
+	if _, errOut, code := runCLI(t, nil, "template", "build", "--state-dir", state, "-t", "net:1", ctxDir); code == 0 {
+		t.Fatalf("RUN reached the network without --net: %q", errOut)
+	}
+	out, errOut, code := runCLI(t, nil, "template", "build", "--state-dir", state, "-t", "net:1", "--net", "allow:"+host, ctxDir)
+	if code != 0 {
+		t.Fatalf("build with --net allow:%s: %d %q %q", host, code, out, errOut)
+	}
+	out, errOut, code = runCLI(t, nil, "run", "--state-dir", state, "--image", "net:1", "--", "/bin/sh", "-c", "cat /opt/pkg")
+	if code != 0 || out != "package-v1\n" {
+		t.Fatalf("run: %d %q %q", code, out, errOut)
 	}
 }

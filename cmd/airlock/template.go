@@ -13,15 +13,17 @@ import (
 	"syscall"
 
 	"airlock/policy"
+	"airlock/runtime/native"
 	"airlock/template"
 )
 
 const templateUsage = `usage:
-  airlock template build -f Dockerfile -t NAME [--build-arg K=V]... [--no-cache] [--state-dir DIR] [CONTEXT]
+  airlock template build -f Dockerfile -t NAME [--build-arg K=V]... [--net allow:HOST,...] [--no-cache] [--state-dir DIR] [CONTEXT]
 
 Builds an image from a Dockerfile into DIR/images (the store 'airlock image'
 and 'airlock run --image' use): FROM an image (pulled if missing), RUN in an
-airlock sandbox made from the image so far (strict profile, no network),
+airlock sandbox made from the image so far (strict profile; network only as
+--net gives it, through the egress proxy as for airlock run),
 COPY/ADD of files from CONTEXT (default: the Dockerfile's directory), ENV,
 WORKDIR, USER, ARG, CMD, ENTRYPOINT. Every step is cached; the build log goes
 to stderr and the image's name and digest to stdout. Needs root.
@@ -46,6 +48,8 @@ func cmdTemplate(args []string) int {
 	noCache := fs.Bool("no-cache", false, "run every step again")
 	var buildArgs listFlag
 	fs.Var(&buildArgs, "build-arg", "KEY=VALUE for an ARG (repeatable)")
+	var nf netFlags // RUN steps' network, as for airlock run (default none)
+	nf.register(fs)
 	if err := fs.Parse(args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Print(templateUsage)
@@ -90,7 +94,14 @@ func cmdTemplate(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	res, err := template.Build(ctx, template.Options{Dockerfile: *file, Context: ctxDir, Name: *name, Store: st,
-		StateDir: *stateDir, Policy: p, Args: bargs, NoCache: *noCache, Log: os.Stderr})
+		StateDir: *stateDir, Policy: p, Args: bargs, NoCache: *noCache, Log: os.Stderr,
+		Prepare: func(p *policy.Policy, cfg *native.Config, opts *native.RunOptions) (func(), error) {
+			rn, err := nf.setupRunNet(p, cfg, opts)
+			if err != nil {
+				return nil, err
+			}
+			return rn.close, nil
+		}})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "airlock template build: %v\n", err)
 		return 1
