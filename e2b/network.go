@@ -146,7 +146,7 @@ func (h *Handler) networkAllowed(n policy.Network) error {
 		return nil
 	}
 	what := map[policy.NetworkMode]string{policy.NetAllowlist: "egress to an allowlist (network.allowOut)",
-		policy.NetOpen: "internet access (allowInternetAccess: true, the default of e2b SDKs before 2.46 and of the Python SDK)"}[n.Mode]
+		policy.NetOpen: "internet access (allowInternetAccess: true, which older e2b SDKs such as 2.45 send by default)"}[n.Mode]
 	return apiErrorf(http.StatusForbidden, "this server lets E2B sandboxes have at most network %q (airlock serve --e2b-max-network), but the request asks for %s; create the sandbox with allowInternetAccess: false%s",
 		max, what, map[bool]string{true: " or an allowOut list", false: ""}[max == policy.NetAllowlist])
 }

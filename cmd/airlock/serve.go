@@ -55,7 +55,7 @@ func cmdServe(args []string) int {
 	poolSize := fs.Int("pool", 0, "ready sandboxes kept warm for creates that ask for no custom limits, env, secrets or network (counted in --max-sandboxes)")
 	poolPython := fs.Bool("pool-python", false, "pooled sandboxes' default Python context has run 'import numpy as np' and 'import pandas as pd' (contexts created later start empty)")
 	e2bDomain := fs.String("e2b-domain", "", "route requests for PORT-SANDBOXID.DOMAIN to that port of that sandbox, and give DOMAIN to E2B SDKs as the sandboxes' domain (getHost); the DNS name *.DOMAIN must reach this server")
-	e2bMaxNet := fs.String("e2b-max-network", "open", "the most network an E2B create may ask for: none, allowlist or open (E2B SDKs before 2.46 ask for open by default; more is refused with a 403)")
+	e2bMaxNet := fs.String("e2b-max-network", "open", "the most network an E2B create may ask for: none, allowlist or open (older E2B SDKs, such as e2b 2.45, ask for open by default; more is refused with a 403)")
 	defRuntime := fs.String("default-runtime", "native", "runtime of sandboxes created without one (API, E2B and MCP creates): native or gvisor (docs/gvisor.md)")
 	var ef egressFlags
 	ef.register(fs)
