@@ -61,9 +61,11 @@ type landlockPathBeneath struct {
 // the parent. The child performs only raw system calls over it.
 type plan struct {
 	cloneFlags uintptr
-	syncFd     int // child reads one byte: uid maps and cgroup are ready
-	syncWrFd   int // the parent's end, closed in the child so EOF means the parent died
-	errFd      int // child writes a childError on failure (close-on-exec)
+	syncFd     int     // child reads one byte: uid maps and cgroup are ready
+	syncWrFd   int     // the parent's end, closed in the child so EOF means the parent died
+	cgTasks    []int   // cgroup v1 tasks files the child first writes "0" to, moving itself in (else the parent adds it)
+	cgSelf     [1]byte // "0": the writing thread
+	errFd      int     // child writes a childError on failure (close-on-exec)
 	stdio      [3]int
 
 	ops      []op
@@ -133,6 +135,7 @@ const (
 	stageListen
 	stageOOMScore
 	stageAmbientRaise
+	stageCgroupJoin
 	stageOp      uint32 = 1000
 	stageRemount uint32 = 2000
 )
@@ -173,9 +176,19 @@ func forkChild(p *plan) (pid int, err syscall.Errno) {
 	// ---- child: no allocation, no stack growth, raw system calls only ----
 	runtimeAfterForkInChild()
 
-	// Wait until the parent has written our uid/gid maps and put us in our
-	// cgroup. EOF means the parent is gone.
 	syscall.RawSyscall(syscall.SYS_CLOSE, uintptr(p.syncWrFd), 0, 0)
+	// Join the sandbox's cgroups (v1) while still one thread, before
+	// anything else and in parallel with the parent's uid maps. Moving
+	// oneself skips the global threadgroup lock a move by pid takes.
+	for i := 0; i < len(p.cgTasks); i++ {
+		if _, _, e1 = syscall.RawSyscall(syscall.SYS_WRITE, uintptr(p.cgTasks[i]), uintptr(unsafe.Pointer(&p.cgSelf[0])), 1); e1 != 0 {
+			stage = stageCgroupJoin
+			goto fail
+		}
+		syscall.RawSyscall(syscall.SYS_CLOSE, uintptr(p.cgTasks[i]), 0, 0)
+	}
+	// Wait until the parent has written our uid/gid maps (and, on cgroup
+	// v2, put us in our cgroup). EOF means the parent is gone.
 	r1, _, e1 = syscall.RawSyscall(syscall.SYS_READ, uintptr(p.syncFd), uintptr(unsafe.Pointer(&b[0])), 1)
 	if e1 != 0 || r1 != 1 {
 		stage = stageSync

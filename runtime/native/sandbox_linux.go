@@ -372,6 +372,21 @@ func Start(cfg Config) (*Sandbox, error) {
 		pl.stdio[i] = fd
 		fds = append(fds, fd)
 	}
+	// On cgroup v1 the child moves itself into its groups (OpenTasks).
+	for _, g := range []*cgroups.Group{group, workload} {
+		if g == nil || g.Version() != 1 {
+			continue
+		}
+		tasks, err := g.OpenTasks()
+		if err != nil {
+			closeAll()
+			destroyGroup(group)
+			return nil, &SetupError{Step: "join cgroup", Err: err}
+		}
+		fds = append(fds, tasks...)
+		pl.cgTasks = append(pl.cgTasks, tasks...)
+	}
+	pl.cgSelf[0] = '0'
 	var syncP, errP [2]int
 	if err := unix.Pipe2(syncP[:], unix.O_CLOEXEC); err != nil {
 		closeAll()
@@ -460,9 +475,16 @@ func Start(cfg Config) (*Sandbox, error) {
 			}
 		}
 		unix.Close(syncP[1])
-		unix.Close(errP[0])
 		s.Kill()
 		s.Wait()
+		// A child that failed first (joining its cgroup, say) names the
+		// cause; the parent's own error is only its consequence.
+		var buf [8]byte
+		if n, _ := readFull(errP[0], buf[:]); n == len(buf) {
+			step = stageName(binary.NativeEndian.Uint32(buf[0:]), tree)
+			err = syscall.Errno(binary.NativeEndian.Uint32(buf[4:]))
+		}
+		unix.Close(errP[0])
 		s.closePidfd()
 		destroyGroup(group)
 		return nil, &SetupError{Step: step, Err: err}
@@ -470,7 +492,7 @@ func Start(cfg Config) (*Sandbox, error) {
 	if err := ids.write(pid); err != nil {
 		return fail("uid map", err)
 	}
-	if group != nil {
+	if group != nil && len(pl.cgTasks) == 0 {
 		if err := group.Add(pid); err != nil {
 			return fail("join cgroup", err)
 		}
@@ -478,8 +500,10 @@ func Start(cfg Config) (*Sandbox, error) {
 	if workload != nil {
 		// The whole agent starts in the workload's group; once it names its
 		// spawning thread, ReserveAgent moves every other thread out.
-		if err := workload.Add(pid); err != nil {
-			return fail("join the workload cgroup", err)
+		if len(pl.cgTasks) == 0 {
+			if err := workload.Add(pid); err != nil {
+				return fail("join the workload cgroup", err)
+			}
 		}
 		s.workload = workload
 	}
@@ -554,7 +578,8 @@ func stageName(st uint32, t *treeBuilder) string {
 		stageSetgid: "setgid", stageSetuid: "setuid", stageCapset: "capset", stageAmbient: "clear ambient capabilities",
 		stagePdeath: "parent-death signal", stageNoNewPrivs: "no_new_privs", stageLandlock: "landlock",
 		stageDup: "stdio", stageCloseRange: "close descriptors", stageChdir: "chdir to workdir",
-		stageSeccomp: "seccomp", stageExec: "execve", stageLoopback: "bring up loopback", stageListen: "open listeners", stageOOMScore: "oom_score_adj", stageAmbientRaise: "raise the agent's ambient capabilities"}
+		stageSeccomp: "seccomp", stageExec: "execve", stageLoopback: "bring up loopback", stageListen: "open listeners", stageOOMScore: "oom_score_adj", stageAmbientRaise: "raise the agent's ambient capabilities",
+		stageCgroupJoin: "join cgroup"}
 	if n, ok := names[st]; ok {
 		return n
 	}
