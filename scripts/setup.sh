@@ -3,11 +3,12 @@
 # Debian's python3 with numpy/pandas/matplotlib (the sandbox's interpreter),
 # the peers `airlock bench` compares against, and the tools hostile tests use.
 # clang + wasi-libc build the wasm tier's C test module (runtime/wasm/testdata/cguest).
+# chromium runs the dashboard's browser test (server/dashboard_browser_linux_test.go).
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 pkgs=(python3 python3-numpy python3-pandas python3-matplotlib python3-requests bubblewrap crun runc stress-ng strace
       libcap2-bin util-linux curl iproute2 ca-certificates busybox-static
-      clang lld wasi-libc libclang-rt-14-dev-wasm32)
+      clang lld wasi-libc libclang-rt-14-dev-wasm32 chromium)
 missing=()
 for p in "${pkgs[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p"); done
 if ((${#missing[@]})); then
@@ -16,6 +17,11 @@ if ((${#missing[@]})); then
 fi
 if [ -f tests/js/package.json ]; then
   (cd tests/js && npm ci --no-audit --no-fund --loglevel=error)
+fi
+# The dashboard's pinned build tools (esbuild, xterm.js): dashboard/dist is
+# committed, and go test ./dashboard checks it is what these build.
+if [ -f dashboard/web/package.json ]; then
+  (cd dashboard/web && npm ci --no-audit --no-fund --loglevel=error)
 fi
 if [ -f tests/mcp-js/package.json ]; then
   (cd tests/mcp-js && npm ci --no-audit --no-fund --loglevel=error)

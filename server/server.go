@@ -21,6 +21,7 @@ import (
 
 	"airlock/api"
 	"airlock/approval"
+	"airlock/dashboard"
 	"airlock/e2b"
 	"airlock/egress"
 	"airlock/imagestore"
@@ -88,6 +89,8 @@ type Server struct {
 	mux *http.ServeMux
 	mcp http.Handler
 	e2b *e2b.Handler
+	// dash serves the web UI and its sessions (server/dashboard.go).
+	dash *dashboard.Handler
 
 	// gate holds actions for approval (Config.Approvals).
 	gate *approval.Gate
@@ -118,6 +121,9 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.routes()
+	if err := s.dashboardRoutes(); err != nil {
+		return nil, err
+	}
 	// Anomaly signals for /metrics and the audit log.
 	cfg.Manager.WatchAnomalies(0)
 	return s, nil
@@ -263,6 +269,12 @@ func (s *Server) authenticate(r *http.Request) (keyInfo, error) {
 		return keyInfo{}, nil
 	}
 	h := r.Header.Get("Authorization")
+	if key, ok, err := s.sessionKey(r); ok {
+		if err != nil {
+			return keyInfo{}, err
+		}
+		h = "Bearer " + key
+	}
 	const prefix = "Bearer "
 	if len(h) < len(prefix) || subtle.ConstantTimeCompare([]byte(strings.ToLower(h[:len(prefix)])), []byte("bearer ")) != 1 {
 		return keyInfo{}, errors.New("missing bearer token (Authorization: Bearer al_...)")
@@ -628,11 +640,12 @@ func (s *Server) sandbox(r *http.Request) (*manager.Sandbox, error) {
 
 // browserGuard refuses what a web page could send to a server on the
 // developer's machine: any cross-origin request (API clients and SDKs send
-// no Origin header), and, without authentication, any Host but a loopback
-// one (DNS rebinding: evil.example resolving to 127.0.0.1). It returns the
+// no Origin header; the dashboard's own pages send this server's origin
+// and dashboard.CSRFHeader: dashboard.SameOrigin), and, without
+// authentication, any Host but a loopback one (DNS rebinding: evil.example resolving to 127.0.0.1). It returns the
 // reason, or "" to let the request through.
 func browserGuard(r *http.Request, noAuth bool) string {
-	if o := r.Header.Get("Origin"); o != "" {
+	if o := r.Header.Get("Origin"); o != "" && !dashboard.SameOrigin(r) {
 		return "cross-origin requests are refused (Origin: " + o + "); call the API from a program, not a web page"
 	}
 	if !noAuth {

@@ -1,0 +1,37 @@
+package server
+
+import (
+	"context"
+	"net/http"
+
+	"airlock/dashboard"
+)
+
+// dashboardRoutes serves the web UI (package dashboard) at / on the API's
+// listener. Its session cookie authenticates API calls only together with
+// the session's CSRF token (sessionKey).
+func (s *Server) dashboardRoutes() error {
+	d, err := dashboard.New(dashboard.Config{NoAuth: s.cfg.NoAuth, Authenticate: func(ctx context.Context, key string) (string, error) {
+		k, err := s.cfg.Store.Authenticate(ctx, key)
+		if err != nil {
+			return "", err
+		}
+		return k.ID, nil
+	}})
+	if err != nil {
+		return err
+	}
+	s.dash = d
+	d.Register(s.mux)
+	return nil
+}
+
+// sessionKey returns the API key of the dashboard session r carries, if
+// any (ok false without a session cookie); an error for a cookie without
+// its CSRF token or an expired session.
+func (s *Server) sessionKey(r *http.Request) (key string, ok bool, err error) {
+	if s.dash == nil || r.Header.Get("Authorization") != "" {
+		return "", false, nil
+	}
+	return s.dash.Key(r)
+}

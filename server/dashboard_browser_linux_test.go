@@ -1,0 +1,217 @@
+package server_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/input"
+	"github.com/chromedp/chromedp"
+)
+
+// chromiumPath is Debian's chromium (scripts/setup.sh installs it).
+const chromiumPath = "/usr/bin/chromium"
+
+// browser is a headless Chromium on a fresh profile that records console
+// errors, uncaught exceptions and CSP violations.
+type browser struct {
+	ctx    context.Context
+	mu     sync.Mutex
+	errors []string
+}
+
+func newBrowser(t *testing.T) *browser {
+	t.Helper()
+	if _, err := os.Stat(chromiumPath); err != nil {
+		t.Skipf("no %s (apt-get install chromium; scripts/setup.sh does): %v", chromiumPath, err)
+	}
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(chromiumPath), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
+		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 900),
+	}
+	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancelB := chromedp.NewContext(actx)
+	ctx, cancelC := context.WithTimeout(ctx, 90*time.Second)
+	t.Cleanup(func() { cancelC(); cancelB(); cancelA() })
+	b := &browser{ctx: ctx}
+	if err := chromedp.Do(ctx); err != nil {
+		t.Fatalf("start chromium: %v", err)
+	}
+	msgs := chromedp.Console(ctx)
+	go func() {
+		for m, err := range msgs {
+			if err != nil {
+				return
+			}
+			// Failed fetches (a metrics poll racing a kill) are the page's
+			// business; exceptions, console.error and CSP violations are not.
+			if (m.Type == chromedp.ConsoleError || m.IsException()) && m.Source != "network" {
+				b.mu.Lock()
+				b.errors = append(b.errors, m.String()+" ("+m.Source+" "+m.URL+")")
+				b.mu.Unlock()
+			}
+		}
+	}()
+	return b
+}
+
+func (b *browser) run(t *testing.T, what string, actions ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	if err := chromedp.Do(b.ctx, actions...); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// waitText waits until the element sel's text contains sub.
+func (b *browser) waitText(t *testing.T, sel, sub string) {
+	t.Helper()
+	qs, _ := json.Marshal(sel)
+	qsub, _ := json.Marshal(sub)
+	b.waitJS(t, fmt.Sprintf(`(() => { const e = document.querySelector(%s); return !!e && e.textContent.replace(/\u00a0/g, " ").includes(%s); })()`, qs, qsub),
+		fmt.Sprintf(`(document.querySelector(%s)||{}).textContent||""`, qs), fmt.Sprintf("%q in %s", sub, sel))
+}
+
+// waitJS waits until expr is true; show is evaluated for the failure
+// message.
+func (b *browser) waitJS(t *testing.T, expr, show, what string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+	defer cancel()
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](expr, chromedp.WithPollingInterval(100*time.Millisecond))); err != nil {
+		got, _ := chromedp.Run(b.ctx, chromedp.Evaluate[string](show))
+		t.Fatalf("waiting for %s: %v (the page holds %q)", what, err, got)
+	}
+}
+
+// termRows is the terminal's screen, one string per row.
+const termRows = `[...document.querySelectorAll("#terminal .xterm-rows > div")].map(r => r.textContent.replace(/\u00a0/g, " ").trimEnd())`
+
+// shot saves a screenshot into $AIRLOCK_DASHBOARD_SHOTS (docs/dashboard
+// when regenerating the docs) and checks the page is not blank.
+func (b *browser) shot(t *testing.T, name string) {
+	t.Helper()
+	text, err := chromedp.Run(b.ctx, chromedp.Evaluate[string](`document.getElementById("main").innerText`))
+	if err != nil {
+		t.Fatalf("page %s: %v", name, err)
+	}
+	png, err := chromedp.Run(b.ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("screenshot %s: %v", name, err)
+	}
+	if len(strings.TrimSpace(text)) < 20 {
+		t.Errorf("page %s is (nearly) blank: %q", name, text)
+	}
+	if dir := os.Getenv("AIRLOCK_DASHBOARD_SHOTS"); dir != "" {
+		if err := os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// typeLine types a line into the terminal and presses Enter. The text goes
+// in as one input event (Input.insertText, as a paste or an IME does):
+// key events for letters reach xterm.js twice from DevTools (keydown with
+// text, then char).
+func (b *browser) typeLine(line string) chromedp.Action[chromedp.Void] {
+	return chromedp.Steps(chromedp.Focus(chromedp.CSS(".xterm-helper-textarea")),
+		chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+			_, err := cdp.Call(ctx, tg, input.InsertText, input.InsertTextParams{Text: line})
+			return err
+		}),
+		chromedp.SendKeys(chromedp.CSS(".xterm-helper-textarea"), "\r"))
+}
+
+func (b *browser) noErrors(t *testing.T) {
+	t.Helper()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, e := range b.errors {
+		t.Errorf("browser: %s", e)
+	}
+}
+
+// TestDashboardInBrowser drives the dashboard in headless Chromium against
+// a real server: log in with a key, create a sandbox with the button (an
+// allowlist of example.com), see it listed, run `echo hi` in the terminal,
+// upload a file and see it listed, see a denied host in the network log,
+// look at the server page, kill the sandbox and see it go. No page may be
+// blank or log a console error (a CSP violation included).
+func TestDashboardInBrowser(t *testing.T) {
+	e := newE2E(t, "dash")
+	b := newBrowser(t)
+	base := e.s.URL
+
+	b.run(t, "open", chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.ID("key")))
+	b.shot(t, "login")
+	b.run(t, "log in", chromedp.SendKeys(chromedp.ID("key"), e.key), chromedp.Click(chromedp.CSS(`#login button[type=submit]`)))
+	b.waitText(t, "#who", "key ")
+
+	b.run(t, "create", chromedp.WaitVisible(chromedp.ID("create")), chromedp.SendKeys(chromedp.ID("allow"), "example.com"),
+		chromedp.Click(chromedp.ID("create")))
+	b.waitText(t, "#main .toolbar", "created sb-")
+	status, err := chromedp.Run(b.ctx, chromedp.Text(chromedp.CSS("#main .toolbar span.muted")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(status), "created "))
+	if !strings.HasPrefix(id, "sb-") {
+		t.Fatalf("create said %q", status)
+	}
+	sb, err := e.c.Get(e.ctx, id)
+	if err != nil || sb.State != "running" {
+		t.Fatalf("the server does not know sandbox %s as running: %+v, %v", id, sb, err)
+	}
+	b.waitText(t, "#sandboxes", id)
+	b.waitText(t, "#sandboxes", "%") // a CPU sample arrived
+	b.shot(t, "sandboxes")
+
+	b.run(t, "open sandbox", chromedp.Click(chromedp.CSS(`#sandboxes a[href="#/sb/`+id+`"]`)), chromedp.WaitReady(chromedp.CSS(".xterm-helper-textarea")))
+	b.run(t, "type in the terminal", b.typeLine("echo hi"))
+	// The command's echo, then its output on a row of its own.
+	b.waitJS(t, `(() => { const r = `+termRows+`; const i = r.findIndex(l => l.endsWith("$ echo hi")); return i >= 0 && r[i+1] === "hi"; })()`,
+		termRows+`.join("\n")`, "hi under echo hi in the terminal")
+	b.run(t, "reach a denied host", b.typeLine("curl -s -m 5 http://denied.test/"))
+	b.waitText(t, "#netlog", "denied.test")
+	b.waitText(t, "#netlog", "denied")
+
+	up := filepath.Join(t.TempDir(), "dash-upload.txt")
+	if err := os.WriteFile(up, []byte("uploaded from the browser\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b.run(t, "upload", chromedp.SetUploadFiles(chromedp.ID("upload"), []string{up}))
+	b.waitText(t, "#files", "dash-upload.txt")
+	// The file is in the sandbox (checked through the API, not the page).
+	got, err := e.c.ReadFile(e.ctx, id, "/workspace/dash-upload.txt")
+	if err != nil || string(got) != "uploaded from the browser\n" {
+		t.Fatalf("uploaded file in the sandbox: %q, %v", got, err)
+	}
+	b.waitText(t, "#audit", "sandbox.create")
+	b.waitText(t, "#policy", "example.com")
+	b.shot(t, "sandbox")
+
+	b.run(t, "server page", chromedp.Navigate(base+"/#/server"))
+	b.waitText(t, "#capacity", "Ceiling: memory")
+	b.waitText(t, "#server-audit", id)
+	b.shot(t, "server")
+
+	b.run(t, "back to the list", chromedp.Navigate(base+"/#/"))
+	b.waitText(t, "#sandboxes", id)
+	b.run(t, "kill", chromedp.Click(chromedp.CSS(`#sandboxes tr[data-id="`+id+`"] button.kill`)))
+	eventually(t, 30*time.Second, "the sandbox to leave the running list", func() bool {
+		n, err := chromedp.Run(b.ctx, chromedp.Evaluate[int](`document.querySelectorAll('#sandboxes tr[data-id="`+id+`"]').length`))
+		return err == nil && n == 0
+	})
+	if sb, err := e.c.Get(e.ctx, id); err != nil || sb.State == "running" {
+		t.Fatalf("after kill the server says %+v, %v", sb, err)
+	}
+	b.noErrors(t)
+}

@@ -1,0 +1,114 @@
+package server_test
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// dashReq sends a request to the server as a browser would: the session
+// cookie, and optionally the CSRF header, an Origin and Sec-Fetch-Site.
+func dashReq(t *testing.T, method, url, cookie, csrf, origin, body string) (int, string, *http.Response) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cookie != "" {
+		req.Header.Set("Cookie", "airlock_session="+cookie)
+	}
+	if csrf != "" {
+		req.Header.Set("X-Airlock-CSRF", csrf)
+	}
+	if origin != "" {
+		req.Header.Set("Origin", origin)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), resp
+}
+
+// TestDashboardSessionNeedsCSRF: the dashboard's session cookie
+// authenticates an API call only with the session's CSRF token from a
+// same-origin page; a cross-origin page, a missing or wrong token, or a
+// logged-out session are refused, and the cookie is HttpOnly and
+// SameSite=Strict. The page itself carries a strict CSP.
+func TestDashboardSessionNeedsCSRF(t *testing.T) {
+	e := newE2E(t, "dash-csrf")
+	base := e.s.URL
+	self := base // Origin of the dashboard's own pages
+
+	code, body, resp := dashReq(t, "GET", base+"/", "", "", "", "")
+	if code != 200 || !strings.Contains(body, "/ui/app.js") {
+		t.Fatalf("GET /: %d %s", code, body)
+	}
+	if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "script-src 'self';") || strings.Contains(csp, "unsafe-eval") {
+		t.Fatalf("CSP %q", csp)
+	}
+
+	// Login needs the header and a same-origin Origin (no login CSRF).
+	login := `{"key":"` + e.key + `"}`
+	if code, body, _ := dashReq(t, "POST", base+"/ui/session", "", "", self, login); code != 403 {
+		t.Fatalf("login without the CSRF header: %d %s", code, body)
+	}
+	if code, body, _ := dashReq(t, "POST", base+"/ui/session", "", "x", "http://evil.example", login); code != 403 {
+		t.Fatalf("cross-origin login: %d %s", code, body)
+	}
+	if code, body, _ := dashReq(t, "POST", base+"/ui/session", "", "x", self, `{"key":"al_wrong"}`); code != 401 {
+		t.Fatalf("login with a wrong key: %d %s", code, body)
+	}
+	code, body, resp = dashReq(t, "POST", base+"/ui/session", "", "x", self, login)
+	if code != 200 {
+		t.Fatalf("login: %d %s", code, body)
+	}
+	var sess struct{ CSRF string }
+	json.Unmarshal([]byte(body), &sess)
+	var cookie string
+	for _, c := range resp.Cookies() {
+		if c.Name == "airlock_session" {
+			cookie = c.Value
+			if !c.HttpOnly || c.SameSite != http.SameSiteStrictMode || c.Secure {
+				t.Errorf("cookie flags: HttpOnly %v SameSite %v Secure %v (plain HTTP)", c.HttpOnly, c.SameSite, c.Secure)
+			}
+		}
+	}
+	if cookie == "" || sess.CSRF == "" || strings.Contains(body, e.key) || strings.Contains(cookie, e.key) {
+		t.Fatalf("session: cookie %q body %s", cookie, body)
+	}
+
+	list := base + "/v1/sandboxes"
+	for _, c := range []struct{ csrf, origin string }{{"", ""}, {"wrong", ""}, {"", self}} {
+		if code, body, _ := dashReq(t, "GET", list, cookie, c.csrf, c.origin, ""); code != 401 && code != 403 {
+			t.Errorf("cookie with csrf %q origin %q: %d %s", c.csrf, c.origin, code, body)
+		}
+	}
+	if code, body, _ := dashReq(t, "POST", list, cookie, sess.CSRF, "http://evil.example", "{}"); code != 403 {
+		t.Errorf("cross-origin create with the right token: %d %s", code, body)
+	}
+	if code, body, _ := dashReq(t, "GET", list, cookie, sess.CSRF, "", ""); code != 200 {
+		t.Errorf("cookie with its token: %d %s", code, body)
+	}
+	if code, body, _ := dashReq(t, "POST", list, cookie, sess.CSRF, self, `{"timeout":600}`); code != 201 && code != 200 {
+		t.Errorf("same-origin create with the token: %d %s", code, body)
+	}
+	// A bearer key from a page is still refused (the API's Origin check).
+	req, _ := http.NewRequest("GET", list, nil)
+	req.Header.Set("Authorization", "Bearer "+e.key)
+	req.Header.Set("Origin", "http://evil.example")
+	if r, err := http.DefaultClient.Do(req); err != nil || r.StatusCode != 403 {
+		t.Errorf("bearer from a cross-origin page: %v %v", r.StatusCode, err)
+	}
+
+	if code, body, _ := dashReq(t, "DELETE", base+"/ui/session", cookie, sess.CSRF, self, ""); code != 200 {
+		t.Fatalf("logout: %d %s", code, body)
+	}
+	if code, body, _ := dashReq(t, "GET", list, cookie, sess.CSRF, "", ""); code != 401 {
+		t.Errorf("after logout: %d %s", code, body)
+	}
+}
