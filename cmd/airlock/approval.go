@@ -90,6 +90,11 @@ func (f *approvalFlags) gate(m *manager.Manager, stateDir string, logf func(stri
 		return nil, err
 	}
 	m.SetExecGate(func(ctx context.Context, keyID, sandboxID, action string, detail map[string]any) error {
+		if via, _ := detail["via"].(string); via == "mcp" {
+			// Held already by the MCP middleware, which can ask the
+			// client's user (mcp.approvalMiddleware).
+			return nil
+		}
 		return g.Check(ctx, approval.FromAudit(keyID, sandboxID, action, detail), nil)
 	})
 	return g, nil
