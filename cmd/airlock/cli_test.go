@@ -131,7 +131,7 @@ func TestExitCodes(t *testing.T) {
 
 func TestDoctor(t *testing.T) {
 	out, errOut, code := runCLI(t, nil, "doctor")
-	for _, l := range []string{"cgroup", "userns", "pidns", "netns", "seccomp", "landlock", "runsc"} {
+	for _, l := range []string{"cgroup", "cgroup-join", "userns", "pidns", "netns", "seccomp", "landlock", "runsc"} {
 		if !strings.Contains(out, l) {
 			t.Errorf("doctor output lacks %s: %q", l, out)
 		}

@@ -70,6 +70,14 @@ func doctor() (rt.Enforced, bool) {
 		cg.State, cg.Detail, ok = rt.StateMissing, info.Reason, false
 	}
 	out = append(out, cg)
+	// Start-up speed, not isolation: a slow join never fails the doctor.
+	join := rt.Layer{Name: "cgroup-join", State: rt.StateOK}
+	if detail, slow := cgroups.AttachAdvice(); slow {
+		join.State, join.Detail = rt.StateDegraded, detail
+	} else {
+		join.Detail = detail
+	}
+	out = append(out, join)
 
 	p, _ := policy.Preset(policy.Strict)
 	res, err := native.Run(context.Background(), native.Config{Policy: p, Args: []string{"/bin/true"}, AllowDegraded: true}, native.RunOptions{})

@@ -79,6 +79,8 @@ func Detect() Info {
 type mounts struct {
 	// v2 is the first cgroup2 mount point, "" if none.
 	v2 string
+	// v2Opts are that mount's super options ("rw,nsdelegate,...").
+	v2Opts string
 	// v1 maps each v1 controller (and name=... hierarchy) to its mount
 	// point.
 	v1 map[string]string
@@ -112,6 +114,9 @@ func readMounts(path string) (mounts, error) {
 		case "cgroup2":
 			if m.v2 == "" {
 				m.v2 = mp
+				if sep+3 < len(fields) {
+					m.v2Opts = fields[sep+3]
+				}
 			}
 		case "cgroup":
 			if sep+3 >= len(fields) {
