@@ -231,7 +231,8 @@ func hostStatusOf(t *testing.T, pid int) map[string]string {
 	return m
 }
 
-// workloadHostUID is the host uid of a workload process of the sandbox.
+// workloadHostUID is the host uid of a workload process of the sandbox,
+// which it checks (on the host) holds no capabilities and no_new_privs.
 func workloadHostUID(t *testing.T, c *client.Client, id string) string {
 	t.Helper()
 	pid, err := c.Start(ctxT(t), id, client.ExecRequest{Argv: []string{"sleep", "30"}, Background: true})
@@ -241,7 +242,16 @@ func workloadHostUID(t *testing.T, c *client.Client, id string) string {
 	defer c.Signal(ctxT(t), id, pid, "KILL")
 	for _, hp := range pidsInCgroup(t, id) {
 		if cl, _ := readCmdline(hp); strings.HasPrefix(cl, "sleep 30") {
-			return strings.Fields(hostStatusOf(t, hp)["Uid"])[0]
+			st := hostStatusOf(t, hp)
+			for _, k := range []string{"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"} {
+				if st[k] != "0000000000000000" {
+					t.Errorf("workload process %s = %s, want no capabilities", k, st[k])
+				}
+			}
+			if st["NoNewPrivs"] != "1" {
+				t.Errorf("workload process NoNewPrivs = %s", st["NoNewPrivs"])
+			}
+			return strings.Fields(st["Uid"])[0]
 		}
 	}
 	t.Fatal("workload process not found on the host")
