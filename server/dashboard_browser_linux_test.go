@@ -14,6 +14,8 @@ import (
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/chromedp"
+
+	"airlock/client"
 )
 
 // chromiumPath is Debian's chromium (scripts/setup.sh installs it).
@@ -171,7 +173,9 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Fatalf("the server does not know sandbox %s as running: %+v, %v", id, sb, err)
 	}
 	b.waitText(t, "#sandboxes", id)
-	b.waitText(t, "#sandboxes", "%") // a CPU sample arrived
+	// CPU and memory sparklines drawn from a few metrics polls.
+	b.waitJS(t, `[...document.querySelectorAll("#sandboxes polyline")].filter(p => p.getAttribute("points").split(" ").length >= 3).length >= 2`,
+		`document.getElementById("sandboxes").innerHTML`, "CPU and memory sparklines of three samples")
 	b.shot(t, "sandboxes")
 
 	b.run(t, "open sandbox", chromedp.Click(chromedp.CSS(`#sandboxes a[href="#/sb/`+id+`"]`)), chromedp.WaitReady(chromedp.CSS(".xterm-helper-textarea")))
@@ -194,6 +198,13 @@ func TestDashboardInBrowser(t *testing.T) {
 	if err != nil || string(got) != "uploaded from the browser\n" {
 		t.Fatalf("uploaded file in the sandbox: %q, %v", got, err)
 	}
+	// A background process's output, through the processes table.
+	if _, err := e.c.Start(e.ctx, id, client.ExecRequest{Shell: "echo from-the-background", Tag: "bg"}); err != nil {
+		t.Fatal(err)
+	}
+	b.waitText(t, "#processes", "echo from-the-background")
+	b.run(t, "show output", chromedp.Click(chromedp.CSS(`#processes tr[data-tag="bg"] button`)))
+	b.waitText(t, "#proc-output", "from-the-background")
 	b.waitText(t, "#audit", "sandbox.create")
 	b.waitText(t, "#policy", "example.com")
 	b.shot(t, "sandbox")

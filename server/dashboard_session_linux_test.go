@@ -112,3 +112,24 @@ func TestDashboardSessionNeedsCSRF(t *testing.T) {
 		t.Errorf("after logout: %d %s", code, body)
 	}
 }
+
+// TestDashboardNoAuth: on a loopback --no-auth server the dashboard opens
+// without logging in, its same-origin calls work, and a cross-origin page
+// is still refused.
+func TestDashboardNoAuth(t *testing.T) {
+	needRoot(t)
+	s := startServer(t, stateDir(t), "--no-auth")
+	code, body, _ := dashReq(t, "GET", s.URL+"/ui/session", "", "", "", "")
+	if code != 200 || !strings.Contains(body, `"no_auth":true`) || !strings.Contains(body, `"authenticated":true`) {
+		t.Fatalf("session on --no-auth: %d %s", code, body)
+	}
+	if code, body, _ := dashReq(t, "POST", s.URL+"/v1/sandboxes", "", "no-auth", s.URL, `{"timeout":600}`); code != 201 && code != 200 {
+		t.Fatalf("same-origin create: %d %s", code, body)
+	}
+	if code, body, _ := dashReq(t, "POST", s.URL+"/v1/sandboxes", "", "no-auth", "http://evil.example", `{}`); code != 403 {
+		t.Fatalf("cross-origin create: %d %s", code, body)
+	}
+	if code, body, _ := dashReq(t, "POST", s.URL+"/ui/session", "", "x", s.URL, `{"key":"al_x"}`); code != 400 {
+		t.Fatalf("login on --no-auth: %d %s", code, body)
+	}
+}

@@ -155,10 +155,13 @@ async function sandboxesPage() {
         el("td", {}, s.expires_at && s.state === "running" ? fmtDur(Math.max(0, Math.round((new Date(s.expires_at) - Date.now()) / 1000))) : ""),
         el("td", {}, h ? sparkline(h.cpu) : "", " ", h ? (h.cpu[h.cpu.length - 1] * 100).toFixed(0) + "%" : ""),
         el("td", {}, h ? sparkline(h.mem) : "", " ", last),
-        el("td", {}, s.state === "running" ? el("button", { class: "kill", onclick: async () => {
-          try { await api("DELETE", "/v1/sandboxes/" + encodeURIComponent(s.id)); refresh(); } catch (e) { status.textContent = e.message; }
-        } }, "Kill") : ""));
+        el("td", {}, s.state === "running" ? [
+          el("button", { class: s.paused ? "resume" : "pause", onclick: () => act("POST", s.id, s.paused ? "/resume" : "/pause") }, s.paused ? "Resume" : "Pause"), " ",
+          el("button", { class: "kill", onclick: () => act("DELETE", s.id, "") }, "Kill")] : ""));
     }));
+  };
+  const act = async (method, id, suffix) => {
+    try { await api(method, "/v1/sandboxes/" + encodeURIComponent(id) + suffix); refresh(); } catch (e) { status.textContent = e.message; }
   };
   const refresh = async () => {
     try {
@@ -227,7 +230,7 @@ async function sandboxPage(id) {
   const loadProcs = async () => {
     try {
       const ps = (await api("GET", base + "/processes")).processes || [];
-      procs.replaceChildren(...ps.map((p) => el("tr", {}, el("td", {}, p.pid), el("td", {}, (p.argv || []).join(" ")), el("td", {}, p.tag || ""),
+      procs.replaceChildren(...ps.map((p) => el("tr", { "data-tag": p.tag || "" }, el("td", {}, p.pid), el("td", {}, (p.argv || []).join(" ")), el("td", {}, p.tag || ""),
         el("td", {}, p.running ? "yes" : "no"), el("td", {}, p.exit_code ?? ""),
         el("td", {}, el("button", { onclick: async () => {
           try { const l = await api("GET", base + "/processes/" + p.pid + "/logs"); logs.textContent = l.stdout + (l.stderr ? "\n[stderr]\n" + l.stderr : ""); } catch (e) { logs.textContent = e.message; }
