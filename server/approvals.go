@@ -65,6 +65,9 @@ type AnswerRequest struct {
 	Decision string `json:"decision"`
 	// Reason is recorded in the audit log and shown to the caller.
 	Reason string `json:"reason,omitempty"`
+	// ID repeats the approval's id; required in signed answers, so that a
+	// signed answer cannot be replayed for another approval.
+	ID string `json:"id,omitempty"`
 }
 
 func (s *Server) answerApproval(w http.ResponseWriter, r *http.Request) error {
@@ -102,6 +105,12 @@ func (s *Server) answerApproval(w http.ResponseWriter, r *http.Request) error {
 	}
 	if req.Decision != approval.Approve && req.Decision != approval.Deny {
 		return errf(400, "bad_request", "decision must be approve or deny")
+	}
+	if by == "webhook" && req.ID != id {
+		return errf(401, "unauthorized", "approval answer refused: a signed answer must name its approval (\"id\": %q)", id)
+	}
+	if req.ID != "" && req.ID != id {
+		return errf(400, "bad_request", "id %q does not match the path's %q", req.ID, id)
 	}
 	p, ok := s.gate.Get(id)
 	if ok && !s.cfg.NoAuth && by == "key:"+p.Action.Owner {

@@ -348,10 +348,15 @@ func TestE2EApprovalWebhook(t *testing.T) {
 		checkDocumented(t, "POST", req.URL.String(), resp.StatusCode)
 		return resp.StatusCode, string(b)
 	}
-	if st, b := signed([]byte("not-the-secret-0123456789"), `{"decision":"approve"}`); st != 401 || !strings.Contains(b, "bad signature") {
+	if st, b := signed([]byte("not-the-secret-0123456789"), `{"decision":"approve","id":"`+d.Approval.ID+`"}`); st != 401 || !strings.Contains(b, "bad signature") {
 		t.Fatalf("badly signed answer: %d %s, want 401", st, b)
 	}
-	if st, b := signed(secret, `{"decision":"approve","reason":"ticket 42"}`); st != 200 {
+	// A correctly signed answer that does not name this approval (one
+	// captured for another, replayed) is refused too.
+	if st, b := signed(secret, `{"decision":"approve","id":"apr_000000000000000000000000"}`); st != 401 {
+		t.Fatalf("signed answer for another approval: %d %s, want 401", st, b)
+	}
+	if st, b := signed(secret, `{"decision":"approve","reason":"ticket 42","id":"`+d.Approval.ID+`"}`); st != 200 {
 		t.Fatalf("signed answer: %d %s", st, b)
 	}
 	if err := <-done; err != nil {
