@@ -233,12 +233,20 @@ func (g *Gate) wait(ctx context.Context, a Action, reason string, el Elicitor) e
 		return g.finish(ctx, p, Decision{Decision: Deny, By: "server", Reason: "server shutting down"})
 	}
 	g.pending[p.ID] = p
+	ask := el != nil && !g.cfg.NoElicitation
+	// Counted under the lock that checked closed, so Close's Wait sees
+	// every helper goroutine.
+	if g.cfg.Webhook != nil {
+		g.inflight.Add(1)
+	}
+	if ask {
+		g.inflight.Add(1)
+	}
 	g.mu.Unlock()
 
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
 	if g.cfg.Webhook != nil {
-		g.inflight.Add(1)
 		go func() {
 			defer g.inflight.Done()
 			if err := g.cfg.Webhook.Deliver(wctx, p); err != nil {
@@ -246,8 +254,7 @@ func (g *Gate) wait(ctx context.Context, a Action, reason string, el Elicitor) e
 			}
 		}()
 	}
-	if el != nil && !g.cfg.NoElicitation {
-		g.inflight.Add(1)
+	if ask {
 		go func() {
 			defer g.inflight.Done()
 			ok, why, err := el(wctx, fmt.Sprintf("airlock asks for approval: %s. Reason: %s. Approve?", p.Summary, reason))
