@@ -19,6 +19,8 @@ import (
 	"slices"
 	"strings"
 
+	"go.yaml.in/yaml/v3"
+
 	"airlock/policy"
 )
 
@@ -85,9 +87,21 @@ type Policy struct {
 	Deny    []Rule `json:"deny,omitempty"`
 }
 
-// Parse reads a policy from JSON, refusing unknown fields, unknown action
-// kinds, bad patterns and rules without a condition their kind needs.
+// Parse reads a policy from JSON or YAML (anything that does not start
+// with "{"), refusing unknown fields, unknown action kinds, bad patterns
+// and rules without a condition their kind needs.
 func Parse(data []byte) (*Policy, error) {
+	if t := bytes.TrimSpace(data); len(t) > 0 && t[0] != '{' {
+		var v any
+		if err := yaml.Unmarshal(data, &v); err != nil {
+			return nil, fmt.Errorf("approval policy: YAML: %w", err)
+		}
+		j, err := json.Marshal(v)
+		if err != nil {
+			return nil, fmt.Errorf("approval policy: YAML: %w", err)
+		}
+		data = j
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	var p Policy
@@ -103,7 +117,7 @@ func Parse(data []byte) (*Policy, error) {
 	return &p, nil
 }
 
-// Load reads a policy file (JSON).
+// Load reads a policy file (JSON or YAML).
 func Load(path string) (*Policy, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -378,10 +392,15 @@ const SandboxPolicyDir = "approval-sandboxes"
 
 // SaveKeyPolicy checks data and stores it as keyID's policy in stateDir.
 func SaveKeyPolicy(stateDir, keyID string, data []byte) error {
-	if _, err := Parse(data); err != nil {
+	p, err := Parse(data)
+	if err != nil {
 		return err
 	}
-	return writeFileAtomic(filepath.Join(stateDir, KeyPolicyDir), keyID, data)
+	j, err := json.Marshal(p)
+	if err != nil {
+		return fmt.Errorf("approval policy of %s: %w", keyID, err)
+	}
+	return writeFileAtomic(filepath.Join(stateDir, KeyPolicyDir), keyID, j)
 }
 
 // writeFileAtomic writes dir/name.json through a temporary file.

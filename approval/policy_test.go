@@ -173,3 +173,34 @@ func TestGateNoElicitation(t *testing.T) {
 		t.Fatalf("Check = %v (asked %v), want %s without asking", err, asked, CodeTimeout)
 	}
 }
+
+// TestParseYAML: a YAML policy means the same as its JSON, and is as
+// strict about unknown fields.
+func TestParseYAML(t *testing.T) {
+	y := `
+require:
+  - action: exec
+    argv: "rm -rf"
+    reason: deletes files
+  - action: create
+    above: {memory_bytes: 1073741824, cpus: 1.5}
+deny:
+  - action: mcp_tool
+    tool: "*"
+`
+	p, err := Parse([]byte(y))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Require) != 2 || p.Require[0].Reason != "deletes files" || p.Require[1].Above.CPUs != 1.5 || p.Deny[0].Tool != "*" {
+		t.Fatalf("parsed %+v", p)
+	}
+	if v := judge(&Action{Kind: KindExec, Argv: []string{"rm", "-rf", "x"}}, p); v.require == nil {
+		t.Fatal("the YAML rule does not match")
+	}
+	for _, bad := range []string{"require:\n  - action: exec\n    argvv: x\n", "require: [\n", "- 1\n"} {
+		if _, err := Parse([]byte(bad)); err == nil {
+			t.Errorf("Parse(%q) accepted", bad)
+		}
+	}
+}

@@ -33,7 +33,7 @@ func (l *stringList) String() string     { return strings.Join(*l, ",") }
 func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
 
 func (f *approvalFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.policyFile, "approval-policy", "", "JSON file of actions that need a human's approval or are refused (docs/approvals.md); without it nothing is held")
+	fs.StringVar(&f.policyFile, "approval-policy", "", "JSON or YAML file of actions that need a human's approval or are refused (docs/approvals.md); without it nothing is held")
 	fs.DurationVar(&f.timeout, "approval-timeout", approval.DefaultTimeout, "how long a held action waits for an answer before it is denied (approval_timeout)")
 	fs.StringVar(&f.webhookURL, "approval-webhook", "", "URL that receives each pending approval as a signed JSON POST (retried with backoff); needs --approval-webhook-secret-file")
 	fs.StringVar(&f.secretFile, "approval-webhook-secret-file", "", "file holding the webhook's HMAC-SHA256 secret (at least 16 bytes); answers signed with it are accepted at POST /v1/approvals/{id}")

@@ -51,7 +51,7 @@ func cmdKeys(args []string) int {
 	var cf ceilingFlags
 	cf.register(fs, "only the server's ceiling (create)")
 	maxTimeout := fs.Duration("max-timeout", 0, "largest sandbox TTL the key may ask for, e.g. 1h (0: only the server's --max-timeout) (create)")
-	approvalFile := fs.String("approval-policy", "", "JSON file of the key's own approval rules, added to the server's (docs/approvals.md) (create)")
+	approvalFile := fs.String("approval-policy", "", "JSON or YAML file of the key's own approval rules, added to the server's (docs/approvals.md) (create)")
 	e2bForm := fs.Bool("e2b", false, "print the key as e2b_ and hex, the form E2B SDKs accept with key validation on; the E2B endpoints accept either form (create)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
