@@ -520,8 +520,10 @@ func TestZombieReaping(t *testing.T) {
 	apid := ta.cmd.Process.Pid
 	// Double fork: the grandchildren are orphaned and reparented to the
 	// agent. They leave the exec's process group (setsid), or they would
-	// be killed with it when the exec ends.
-	out, _, st := run(t, ta.c, agent.ExecRequest{Shell: "for i in 1 2 3; do (setsid sleep 0.3 & echo $!) ; done"})
+	// be killed with it when the exec ends; each reports its pid through a
+	// FIFO only once it is in its own session, so the exec cannot end (and
+	// kill its group) while one is still between fork and setsid.
+	out, _, st := run(t, ta.c, agent.ExecRequest{Shell: `d=$(mktemp -d); for i in 1 2 3; do mkfifo $d/f$i; (setsid sh -c "echo \$\$ > $d/f$i; exec sleep 0.3" &); cat $d/f$i; done; rm -rf $d`})
 	if st.Code != 0 {
 		t.Fatal(st)
 	}
