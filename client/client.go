@@ -223,6 +223,11 @@ func (c *Client) do(req *http.Request) (*http.Response, error) {
 	if resp.StatusCode/100 == 2 {
 		return resp, nil
 	}
+	return nil, errorOf(resp)
+}
+
+// errorOf reads an API error response into an *Error.
+func errorOf(resp *http.Response) *Error {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	var env struct {
@@ -237,7 +242,7 @@ func (c *Client) do(req *http.Request) (*http.Response, error) {
 	} else {
 		e.Code, e.Message = "http_error", strings.TrimSpace(string(b))
 	}
-	return nil, e
+	return e
 }
 
 // call sends in as JSON (if not nil) and decodes the response into out

@@ -176,6 +176,7 @@ func (s *Server) routes() {
 	authed("POST /v1/sandboxes/{id}/kill-processes", s.killProcesses)
 	authed("GET /v1/sandboxes/{id}/processes/{pid}/events", s.events)
 	authed("GET /v1/sandboxes/{id}/processes/{pid}/logs", s.logs)
+	authed("GET /v1/sandboxes/{id}/pty", s.pty)
 	authed("/v1/sandboxes/{id}/ports/{port}/{path...}", s.port)
 	authed("GET /v1/sandboxes/{id}/files", s.readFile)
 	authed("PUT /v1/sandboxes/{id}/files", s.writeFile)
