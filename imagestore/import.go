@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"sync"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -184,7 +185,9 @@ func archiveKind(file string) (string, error) {
 	return "", fmt.Errorf("import %s: neither a docker save archive (manifest.json) nor an OCI layout (oci-layout)", file)
 }
 
-var ociBlobName = regexp.MustCompile(`^blobs/sha256/[0-9a-f]{64}$`)
+// Compiled on first use: counted repetitions cost every process that links
+// this package (the CLI's `airlock run` too) at init.
+var ociBlobName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^blobs/sha256/[0-9a-f]{64}$`) })
 
 // unpackOCIArchive copies the few files an OCI layout consists of from the
 // tar into dir, under names it makes itself: nothing in the archive chooses
@@ -217,7 +220,7 @@ func unpackOCIArchive(file, dir string, maxBytes int64) error {
 		switch {
 		case n == "index.json" || n == "oci-layout":
 			dst = filepath.Join(dir, n)
-		case ociBlobName.MatchString(n):
+		case ociBlobName().MatchString(n):
 			dst = filepath.Join(dir, "blobs", "sha256", filepath.Base(n))
 			limit = maxBytes
 		default:

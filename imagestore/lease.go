@@ -6,9 +6,11 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 )
 
-var leaseName = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,128}$`)
+// Compiled on first use (see ociBlobName).
+var leaseName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9_.-]{1,128}$`) })
 
 // Lease records that holder (a sandbox id) mounts img's layers, so that
 // removing the image keeps the unpacked layers until Release, or until the
@@ -16,7 +18,7 @@ var leaseName = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,128}$`)
 // a lease outlives no sandbox, even one whose launcher crashed. The caller
 // takes the lease before mounting.
 func (s *Store) Lease(holder string, img *Image, alive string) error {
-	if !leaseName.MatchString(holder) {
+	if !leaseName().MatchString(holder) {
 		return fmt.Errorf("image lease: bad holder name %q", holder)
 	}
 	unlock, err := s.lock()
@@ -45,7 +47,7 @@ func (s *Store) Lease(holder string, img *Image, alive string) error {
 
 // Release drops holder's lease (a missing lease is not an error).
 func (s *Store) Release(holder string) error {
-	if !leaseName.MatchString(holder) {
+	if !leaseName().MatchString(holder) {
 		return fmt.Errorf("image lease: bad holder name %q", holder)
 	}
 	if err := os.Remove(filepath.Join(s.dir, "leases", holder)); err != nil && !os.IsNotExist(err) {

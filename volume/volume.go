@@ -36,7 +36,9 @@ const (
 	MaxSize = 1 << 40
 )
 
-var validName = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
+// Compiled on first use: a counted repetition costs every process that
+// links this package (the CLI's `airlock run` too) at init.
+var validName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`) })
 
 // Volume describes one volume.
 type Volume struct {
@@ -81,7 +83,7 @@ func (s *Store) path(name string, elem ...string) string {
 
 // Create makes an empty volume of size bytes.
 func (s *Store) Create(name string, size int64) (*Volume, error) {
-	if !validName.MatchString(name) {
+	if !validName().MatchString(name) {
 		return nil, fmt.Errorf("%w: name %q (want lower-case letters, digits, . _ -, at most 63)", ErrInvalid, name)
 	}
 	if size < MinSize || size > MaxSize {
@@ -115,7 +117,7 @@ func (s *Store) Create(name string, size int64) (*Volume, error) {
 
 // Get returns volume name.
 func (s *Store) Get(name string) (*Volume, error) {
-	if !validName.MatchString(name) {
+	if !validName().MatchString(name) {
 		return nil, fmt.Errorf("%w: %q", ErrNotFound, name)
 	}
 	b, err := os.ReadFile(s.path(name, "volume.json"))
