@@ -23,6 +23,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/moby/buildkit/frontend/dockerfile/parser"
@@ -375,7 +376,10 @@ func contextTar(o *Options, words []string, h io.Writer, line int, cur *imagesto
 		return "", err
 	}
 	defer tmp.Close()
-	tw := tar.NewWriter(io.MultiWriter(tmp, h))
+	// The layer keeps the files' modification times, but the cache key
+	// does not: a context written afresh for every build (the API's) must
+	// still hit the cache. h gets names, modes, link targets and contents.
+	tw := tar.NewWriter(tmp)
 	root, err := os.OpenRoot(o.Context)
 	if err != nil {
 		os.Remove(tmp.Name())
@@ -389,6 +393,7 @@ func contextTar(o *Options, words []string, h io.Writer, line int, cur *imagesto
 		}
 		hdr.Name, hdr.Uid, hdr.Gid, hdr.Uname, hdr.Gname = strings.TrimPrefix(name, "/"), 0, 0, "", ""
 		hdr.ModTime = fi.ModTime().Truncate(1e9)
+		hdr.AccessTime, hdr.ChangeTime = time.Time{}, time.Time{}
 		if fi.Mode()&fs.ModeSymlink != 0 {
 			if hdr.Linkname, err = root.Readlink(rel); err != nil {
 				return err
@@ -397,13 +402,14 @@ func contextTar(o *Options, words []string, h io.Writer, line int, cur *imagesto
 		if err := tw.WriteHeader(hdr); err != nil {
 			return err
 		}
+		fmt.Fprintf(h, "%q %c %o %d %q\n", hdr.Name, hdr.Typeflag, hdr.Mode, hdr.Size, hdr.Linkname)
 		if fi.Mode().IsRegular() {
 			f, err := root.Open(rel)
 			if err != nil {
 				return err
 			}
 			defer f.Close()
-			_, err = io.Copy(tw, f)
+			_, err = io.Copy(io.MultiWriter(tw, h), f)
 			return err
 		}
 		return nil

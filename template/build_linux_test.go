@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"airlock/imagestore"
 	it "airlock/imagestore/imagetest"
@@ -73,6 +74,12 @@ WORKDIR /opt/app
 		t.Fatalf("sandbox from the template: %+v\nwant %q", r, want)
 	}
 	log.Reset()
+	// A context written afresh (as the API writes it for every build) has
+	// new modification times but the same files: the cache still hits.
+	later := time.Now().Add(time.Hour)
+	if err := os.Chtimes(filepath.Join(ctxDir, "hello.txt"), later, later); err != nil {
+		t.Fatal(err)
+	}
 	res2, err := template.Build(context.Background(), opts)
 	if err != nil {
 		t.Fatalf("rebuild: %v\n%s", err, log.String())
