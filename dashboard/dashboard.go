@@ -19,6 +19,7 @@ import (
 	"io/fs"
 	"net/http"
 	"path"
+	"strings"
 	"sync"
 	"time"
 )
@@ -140,12 +141,21 @@ func token() string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
+// isWebSocket reports whether r is a WebSocket handshake, whose headers a
+// page cannot choose (Upgrade is a forbidden header for fetch) and which a
+// browser always sends with its page's Origin.
+func isWebSocket(r *http.Request) bool {
+	return r.Method == http.MethodGet && strings.EqualFold(r.Header.Get("Upgrade"), "websocket") && r.Header.Get("Origin") != ""
+}
+
 // SameOrigin reports whether r comes from a page of this server: a
 // dashboard request carries CSRFHeader (which no cross-origin page can set
-// without a CORS preflight this server never grants), its Origin, if any,
-// is this server's own, and the browser did not mark it cross-site.
+// without a CORS preflight this server never grants), or is a browser's
+// WebSocket handshake (which cannot carry the header but always carries
+// Origin); its Origin, if any, is this server's own, and the browser did
+// not mark it as coming from another origin.
 func SameOrigin(r *http.Request) bool {
-	if r.Header.Get(CSRFHeader) == "" {
+	if r.Header.Get(CSRFHeader) == "" && !isWebSocket(r) {
 		return false
 	}
 	if s := r.Header.Get("Sec-Fetch-Site"); s != "" && s != "same-origin" {
@@ -168,7 +178,10 @@ var ErrCSRF = errors.New("dashboard session without its " + CSRFHeader + " token
 
 // Key returns the API key of the session r's cookie names, if r carries
 // one; ok is false without a cookie. A cookie is only honoured together
-// with the session's CSRF token in CSRFHeader from a same-origin page.
+// with the session's CSRF token in CSRFHeader from a same-origin page, or
+// on a WebSocket handshake whose Origin is this server's own (the terminal:
+// browsers cannot add headers to a handshake, and the Origin check is the
+// defence against cross-site WebSocket hijacking, RFC 6455 section 10.2).
 func (h *Handler) Key(r *http.Request) (key string, ok bool, err error) {
 	c, err := r.Cookie(CookieName)
 	if err != nil || c.Value == "" {
@@ -178,7 +191,13 @@ func (h *Handler) Key(r *http.Request) (key string, ok bool, err error) {
 	if s == nil {
 		return "", true, errors.New("dashboard session expired or logged out")
 	}
-	if !SameOrigin(r) || subtle.ConstantTimeCompare([]byte(r.Header.Get(CSRFHeader)), []byte(s.csrf)) != 1 {
+	if !SameOrigin(r) {
+		return "", true, ErrCSRF
+	}
+	if isWebSocket(r) && r.Header.Get(CSRFHeader) == "" {
+		return s.key, true, nil
+	}
+	if subtle.ConstantTimeCompare([]byte(r.Header.Get(CSRFHeader)), []byte(s.csrf)) != 1 {
 		return "", true, ErrCSRF
 	}
 	return s.key, true, nil

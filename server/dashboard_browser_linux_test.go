@@ -120,16 +120,23 @@ func (b *browser) shot(t *testing.T, name string) {
 }
 
 // typeLine types a line into the terminal and presses Enter. The text goes
-// in as one input event (Input.insertText, as a paste or an IME does):
-// key events for letters reach xterm.js twice from DevTools (keydown with
-// text, then char).
+// in as one input event (Input.insertText, as a paste or an IME does) and
+// Enter as a raw key down and up: SendKeys's key events (keydown with
+// text, then char) reach xterm.js twice.
 func (b *browser) typeLine(line string) chromedp.Action[chromedp.Void] {
 	return chromedp.Steps(chromedp.Focus(chromedp.CSS(".xterm-helper-textarea")),
 		chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
-			_, err := cdp.Call(ctx, tg, input.InsertText, input.InsertTextParams{Text: line})
-			return err
-		}),
-		chromedp.SendKeys(chromedp.CSS(".xterm-helper-textarea"), "\r"))
+			if _, err := cdp.Call(ctx, tg, input.InsertText, input.InsertTextParams{Text: line}); err != nil {
+				return err
+			}
+			for _, typ := range []input.DispatchKeyEventType{input.DispatchKeyEventTypeRawKeyDown, input.DispatchKeyEventTypeKeyUp} {
+				if _, err := cdp.Call(ctx, tg, input.DispatchKeyEvent, input.DispatchKeyEventParams{Type: typ,
+					Key: "Enter", Code: "Enter", WindowsVirtualKeyCode: 13, NativeVirtualKeyCode: 13}); err != nil {
+					return err
+				}
+			}
+			return nil
+		}))
 }
 
 func (b *browser) noErrors(t *testing.T) {
@@ -179,6 +186,9 @@ func TestDashboardInBrowser(t *testing.T) {
 	b.shot(t, "sandboxes")
 
 	b.run(t, "open sandbox", chromedp.Click(chromedp.CSS(`#sandboxes a[href="#/sb/`+id+`"]`)), chromedp.WaitReady(chromedp.CSS(".xterm-helper-textarea")))
+	// The terminal is a shell on the sandbox's PTY (GET .../pty).
+	b.waitJS(t, `document.getElementById("terminal").dataset.mode === "pty"`, `document.getElementById("terminal").dataset.mode || "(none)"`, "the PTY terminal")
+	b.waitJS(t, termRows+`.some(l => l.endsWith("$"))`, termRows+`.join("\n")`, "the shell's prompt")
 	b.run(t, "type in the terminal", b.typeLine("echo hi"))
 	// The command's echo, then its output on a row of its own.
 	b.waitJS(t, `(() => { const r = `+termRows+`; const i = r.findIndex(l => l.endsWith("$ echo hi")); return i >= 0 && r[i+1] === "hi"; })()`,

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/coder/websocket"
 )
 
 // dashReq sends a request to the server as a browser would: the session
@@ -104,6 +106,33 @@ func TestDashboardSessionNeedsCSRF(t *testing.T) {
 	if r, err := http.DefaultClient.Do(req); err != nil || r.StatusCode != 403 {
 		t.Errorf("bearer from a cross-origin page: %v %v", r.StatusCode, err)
 	}
+
+	// The terminal's WebSocket: a browser cannot add the CSRF header to the
+	// handshake, so the cookie counts there with this server's Origin only.
+	sbs, err := e.c.List(e.ctx, nil)
+	if err != nil || len(sbs) == 0 {
+		t.Fatalf("list: %v %v", sbs, err)
+	}
+	pty := "ws" + strings.TrimPrefix(base, "http") + "/v1/sandboxes/" + sbs[0].ID + "/pty"
+	for _, origin := range []string{"http://evil.example", ""} {
+		h := http.Header{"Cookie": {"airlock_session=" + cookie}}
+		if origin != "" {
+			h.Set("Origin", origin)
+		}
+		c, resp, err := websocket.Dial(e.ctx, pty, &websocket.DialOptions{HTTPHeader: h})
+		if err == nil {
+			c.CloseNow()
+			t.Fatalf("terminal WebSocket with the cookie from origin %q opened", origin)
+		}
+		if resp == nil || (resp.StatusCode != 403 && resp.StatusCode != 401) {
+			t.Fatalf("terminal WebSocket from origin %q: %v %v", origin, resp, err)
+		}
+	}
+	c, _, err := websocket.Dial(e.ctx, pty, &websocket.DialOptions{HTTPHeader: http.Header{"Cookie": {"airlock_session=" + cookie}, "Origin": {self}}})
+	if err != nil {
+		t.Fatalf("terminal WebSocket from the dashboard's origin: %v", err)
+	}
+	c.CloseNow()
 
 	if code, body, _ := dashReq(t, "DELETE", base+"/ui/session", cookie, sess.CSRF, self, ""); code != 200 {
 		t.Fatalf("logout: %d %s", code, body)

@@ -7,6 +7,7 @@ import { Terminal } from "@xterm/xterm";
 let csrf = "";
 let timers = [];
 let term = null;
+let sock = null;
 
 function el(tag, attrs, ...kids) {
   const e = document.createElement(tag);
@@ -41,6 +42,7 @@ function clear() {
   timers.forEach(clearInterval);
   timers = [];
   if (term) { term.dispose(); term = null; }
+  if (sock) { sock.close(); sock = null; }
   const m = document.getElementById("main");
   m.replaceChildren();
   return m;
@@ -188,40 +190,38 @@ async function sandboxPage(id) {
     info.state === "running" ? el("button", { id: "kill", onclick: async () => { await api("DELETE", base); location.hash = "#/"; } }, "Kill") : "");
   const sec = (title, id, ...kids) => el("section", { id }, el("h2", {}, title), ...kids);
 
-  // Terminal: line mode over POST exec (the API has no PTY stream yet).
+  // Terminal: a shell on a pseudo-terminal over the PTY WebSocket
+  // (GET .../pty); line mode over POST exec where that cannot open.
   const termBox = el("div", { id: "terminal" });
-  m.append(sec("Terminal (line mode: each line runs in /bin/sh -c)", "term", termBox));
-  term = new Terminal({ rows: 14, convertEol: true, fontSize: 13 });
+  const termTitle = el("h2", {}, "Terminal");
+  m.append(el("section", { id: "term" }, termTitle, termBox));
+  term = new Terminal({ rows: 14, fontSize: 13 });
   term.open(termBox);
-  let line = "", cwd = "/workspace", busy = false;
-  const prompt = () => term.write("\x1b[32m" + cwd + "\x1b[0m$ ");
-  term.writeln("airlock " + id + " (line mode over exec)");
-  prompt();
-  term.onData(async (d) => {
-    if (busy) return;
-    for (const ch of d) {
-      if (ch === "\r") {
-        term.write("\r\n");
-        const cmd = line; line = "";
-        if (cmd.trim()) {
-          busy = true;
-          try {
-            const r = await api("POST", base + "/exec", { shell: cmd + "\necho \"\x1e$PWD\"", cwd, timeout: 60 });
-            let out = r.stdout;
-            const mark = out.lastIndexOf("\x1e");
-            if (mark >= 0) { cwd = out.slice(mark + 1).trim() || cwd; out = out.slice(0, mark); }
-            term.write(out); if (r.stderr) term.write("\x1b[31m" + r.stderr + "\x1b[0m");
-            if (r.exit_code) term.writeln("\x1b[33m[exit " + r.exit_code + "]\x1b[0m");
-          } catch (e) { term.writeln("\x1b[31m" + e.message + "\x1b[0m"); }
-          busy = false;
-        }
-        prompt();
-      } else if (ch === "\x7f") {
-        if (line) { line = line.slice(0, -1); term.write("\b \b"); }
-      } else if (ch >= " ") { line += ch; term.write(ch); }
-    }
-  });
-  term.focus();
+  const t = term;
+  sock = new WebSocket((location.protocol === "https:" ? "wss://" : "ws://") + location.host + base + "/pty?cols=" + t.cols + "&rows=" + t.rows);
+  sock.binaryType = "arraybuffer";
+  const ws = sock;
+  let opened = false;
+  ws.onopen = () => {
+    opened = true;
+    termBox.dataset.mode = "pty";
+    termTitle.textContent = "Terminal (PTY)";
+    const enc = new TextEncoder();
+    t.onData((d) => { if (ws.readyState === WebSocket.OPEN) ws.send(enc.encode(d)); });
+    t.onResize(({ cols, rows }) => { if (ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify({ type: "resize", cols, rows })); });
+  };
+  ws.onmessage = (ev) => {
+    if (typeof ev.data !== "string") { t.write(new Uint8Array(ev.data)); return; }
+    const msg = JSON.parse(ev.data);
+    if (msg.type === "exit") t.write("\r\n\x1b[33m[exited " + (msg.signal || msg.exit_code) + "]\x1b[0m\r\n");
+    else if (msg.type === "error") t.write("\r\n\x1b[31m[" + msg.message + "]\x1b[0m\r\n");
+  };
+  ws.onclose = () => {
+    if (term !== t) return; // the page was left
+    if (opened) t.write("\r\n\x1b[33m[terminal closed; reload for a new one]\x1b[0m\r\n");
+    else lineMode(t, base, id, termBox, termTitle);
+  };
+  t.focus();
 
   // Processes and their output.
   const procs = el("tbody", { id: "processes" });
@@ -298,6 +298,42 @@ async function sandboxPage(id) {
   };
   loadFiles();
   every(2000, () => { loadProcs(); loadNet(); loadAudit(); });
+}
+
+// lineMode runs each typed line as POST exec (/bin/sh -c LINE), carrying
+// the working directory between lines.
+function lineMode(t, base, id, termBox, termTitle) {
+  termBox.dataset.mode = "line";
+  termTitle.textContent = "Terminal (line mode: each line runs in /bin/sh -c)";
+  t.options.convertEol = true;
+  let line = "", cwd = "/workspace", busy = false;
+  const prompt = () => t.write("\x1b[32m" + cwd + "\x1b[0m$ ");
+  t.writeln("airlock " + id + " (line mode over exec)");
+  prompt();
+  t.onData(async (d) => {
+    if (busy) return;
+    for (const ch of d) {
+      if (ch === "\r") {
+        t.write("\r\n");
+        const cmd = line; line = "";
+        if (cmd.trim()) {
+          busy = true;
+          try {
+            const r = await api("POST", base + "/exec", { shell: cmd + "\necho \"\x1e$PWD\"", cwd, timeout: 60 });
+            let out = r.stdout;
+            const mark = out.lastIndexOf("\x1e");
+            if (mark >= 0) { cwd = out.slice(mark + 1).trim() || cwd; out = out.slice(0, mark); }
+            t.write(out); if (r.stderr) t.write("\x1b[31m" + r.stderr + "\x1b[0m");
+            if (r.exit_code) t.writeln("\x1b[33m[exit " + r.exit_code + "]\x1b[0m");
+          } catch (e) { t.writeln("\x1b[31m" + e.message + "\x1b[0m"); }
+          busy = false;
+        }
+        prompt();
+      } else if (ch === "\x7f") {
+        if (line) { line = line.slice(0, -1); t.write("\b \b"); }
+      } else if (ch >= " ") { line += ch; t.write(ch); }
+    }
+  });
 }
 
 function auditTable(tbody) {
