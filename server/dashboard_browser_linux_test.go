@@ -222,6 +222,8 @@ func TestDashboardInBrowser(t *testing.T) {
 	b.run(t, "server page", chromedp.Navigate(base+"/#/server"))
 	b.waitText(t, "#capacity", "Ceiling: memory")
 	b.waitText(t, "#server-audit", id)
+	b.waitJS(t, `[...document.querySelectorAll("#totals polyline")].some(p => p.getAttribute("points").split(" ").length >= 3)`,
+		`document.getElementById("totals").textContent`, "totals over three polls")
 	b.shot(t, "server")
 
 	b.run(t, "back to the list", chromedp.Navigate(base+"/#/"))

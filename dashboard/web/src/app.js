@@ -42,7 +42,7 @@ function clear() {
   timers.forEach(clearInterval);
   timers = [];
   if (term) { term.dispose(); term = null; }
-  if (sock) { sock.close(); sock = null; }
+  if (sock) { sock.close(1000, "left the page"); sock = null; }
   const m = document.getElementById("main");
   m.replaceChildren();
   return m;
@@ -360,6 +360,30 @@ async function serverPage() {
     cap.replaceChildren(...rows.map(([k, v]) => el("tr", {}, el("th", {}, k), el("td", {}, v ?? ""))));
     layers.replaceChildren(...(i.enforced || []).map((l) => el("tr", {}, el("th", {}, l.name), el("td", {}, l.state), el("td", {}, l.detail || ""))));
   } catch (e) { showError(cap, e); }
+  // Totals over time: the server's Prometheus counters, polled while the
+  // page is open (values summed over their labels).
+  const totals = el("tbody", { id: "totals" });
+  m.append(el("section", {}, el("h2", {}, "Totals (since this page opened, every 2 s)"), el("table", {}, totals)));
+  const series = new Map();
+  every(2000, async () => {
+    try {
+      const text = await (await api("GET", "/metrics", undefined, true)).text();
+      const now = new Map();
+      for (const l of text.split("\n")) {
+        const mm = /^(airlock_[a-z_]+)(\{[^}]*\})? ([0-9.eE+-]+)$/.exec(l);
+        if (mm) now.set(mm[1], (now.get(mm[1]) || 0) + Number(mm[3]));
+      }
+      for (const [k, v] of now) {
+        const arr = series.get(k) || [];
+        arr.push(v); if (arr.length > 60) arr.shift();
+        series.set(k, arr);
+      }
+      totals.replaceChildren(...[...series.keys()].sort().map((k) => {
+        const arr = series.get(k);
+        return el("tr", {}, el("th", {}, k), el("td", {}, arr[arr.length - 1]), el("td", {}, sparkline(arr)));
+      }));
+    } catch (e) { totals.replaceChildren(el("tr", {}, el("td", { class: "error" }, e.message))); }
+  });
   const q = el("input", { id: "audit-q", type: "search", placeholder: "action (e.g. exec, sandbox.create) or sandbox id" });
   const tbody = el("tbody", { id: "server-audit" });
   const go = async () => {
