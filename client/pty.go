@@ -22,6 +22,8 @@ type TerminalRequest struct {
 	Cwd string
 	// Cols and Rows are the initial size; 0 means 80x24.
 	Cols, Rows int
+	// Term is the command's TERM; "" means xterm-256color.
+	Term string
 }
 
 // TerminalExit is how a terminal's command ended.
@@ -67,6 +69,9 @@ func (c *Client) Terminal(ctx context.Context, id string, req TerminalRequest) (
 	}
 	if req.Cwd != "" {
 		q.Set("cwd", req.Cwd)
+	}
+	if req.Term != "" {
+		q.Set("term", req.Term)
 	}
 	if req.Cols != 0 {
 		q.Set("cols", strconv.Itoa(req.Cols))

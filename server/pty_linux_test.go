@@ -1,71 +1,27 @@
 package server_test
 
 import (
-	"bytes"
-	"errors"
 	"io"
 	"net/http"
-	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/coder/websocket"
 
 	"airlock/client"
+	"airlock/internal/testserver"
 )
 
-// termReader collects a Terminal's output in the background.
-type termReader struct {
-	mu   sync.Mutex
-	buf  bytes.Buffer
-	done chan struct{}
-	err  error
-}
-
-func readTerminal(t *client.Terminal) *termReader {
-	r := &termReader{done: make(chan struct{})}
+// readTerminal copies a Terminal's output into out until it ends, then
+// sends how it ended.
+func readTerminal(t *client.Terminal, out *testserver.Output) <-chan error {
+	done := make(chan error, 1)
 	go func() {
-		defer close(r.done)
-		b := make([]byte, 4096)
-		for {
-			n, err := t.Read(b)
-			r.mu.Lock()
-			r.buf.Write(b[:n])
-			if err != nil {
-				r.err = err
-			}
-			r.mu.Unlock()
-			if err != nil {
-				return
-			}
-		}
+		_, err := io.Copy(out, t)
+		done <- err
 	}()
-	return r
-}
-
-func (r *termReader) String() string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.buf.String()
-}
-
-// expect waits for want to appear in the output after offset from and
-// returns the offset just past it.
-func (r *termReader) expect(t *testing.T, from int, want string) int {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		out := r.String()
-		if i := strings.Index(out[min(from, len(out)):], want); i >= 0 {
-			return min(from, len(out)) + i + len(want)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("terminal output never showed %q; got:\n%q", want, out)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return done
 }
 
 // TestPtyWebSocket drives GET /v1/sandboxes/{id}/pty with a real
@@ -81,7 +37,8 @@ func TestPtyWebSocket(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer term.Close()
-	out := readTerminal(term)
+	var out testserver.Output
+	ended := readTerminal(term, &out)
 	type_ := func(s string) {
 		t.Helper()
 		if _, err := term.Write([]byte(s)); err != nil {
@@ -90,39 +47,39 @@ func TestPtyWebSocket(t *testing.T) {
 	}
 	// $((...)) makes the output differ from the echoed input.
 	type_("echo hi-$((40+2)); tty; echo $TERM\n")
-	at := out.expect(t, 0, "hi-42")
-	at = out.expect(t, at, "/dev/pts/")
-	at = out.expect(t, at, "xterm-256color")
+	at := out.WaitFor(t, 0, "hi-42")
+	at = out.WaitFor(t, at, "/dev/pts/")
+	at = out.WaitFor(t, at, "xterm-256color")
 	type_("stty size\n")
-	at = out.expect(t, at, "30 90")
+	at = out.WaitFor(t, at, "30 90")
 	if err := term.Resize(120, 40); err != nil {
 		t.Fatal(err)
 	}
 	type_("stty size\n")
-	at = out.expect(t, at, "40 120")
-	type_("ls --color=always -d /\n")
-	at = out.expect(t, at, "\x1b[")
+	at = out.WaitFor(t, at, "40 120")
+	type_("ls --color=auto -d /\n") // colours only on a terminal
+	at = out.WaitFor(t, at, "34m/")
 	// Ctrl-C interrupts the foreground sleep, and the shell comes back.
 	type_("echo sleeping-$((1+1)); sleep 100; echo not-interrupted\n")
-	at = out.expect(t, at, "sleeping-2")
+	at = out.WaitFor(t, at, "sleeping-2")
 	eventually(t, 30*time.Second, "sleep 100 runs in the sandbox", func() bool {
 		res, err := e.c.Exec(e.ctx, sb.ID, client.ExecRequest{Shell: `for f in /proc/[0-9]*/cmdline; do tr '\0' ' ' <$f; echo; done | grep -qx 'sleep 100 '`})
 		return err == nil && res.ExitCode == 0
 	})
 	type_("\x03")
 	type_("echo back-$((2+3))\n")
-	at = out.expect(t, at, "back-5")
+	at = out.WaitFor(t, at, "back-5")
 	if strings.Contains(out.String(), "\nnot-interrupted") {
 		t.Fatalf("sleep was not interrupted:\n%q", out.String())
 	}
 	type_("exit 3\n")
 	select {
-	case <-out.done:
+	case err := <-ended:
+		if err != nil { // io.Copy's nil: Read returned io.EOF
+			t.Fatalf("terminal ended with %v, not EOF", err)
+		}
 	case <-time.After(60 * time.Second):
 		t.Fatalf("no exit after `exit 3`; output:\n%q", out.String())
-	}
-	if !errors.Is(out.err, io.EOF) {
-		t.Fatalf("terminal ended with %v, not EOF", out.err)
 	}
 	if ex := term.Exit(); ex == nil || ex.Code != 3 {
 		t.Fatalf("exit = %+v, want code 3", ex)
@@ -169,19 +126,7 @@ func TestPtyWebSocketRefusals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "sleep 4243 runs", func() bool { return hostRuns("sleep\x004243\x00") })
+	eventually(t, 30*time.Second, "sleep 4243 runs", func() bool { return testserver.HostRuns("sleep\x004243\x00") })
 	term.Close()
-	eventually(t, 30*time.Second, "closing the terminal kills sleep 4243", func() bool { return !hostRuns("sleep\x004243\x00") })
-}
-
-// hostRuns reports whether a process of the host (any namespace) has
-// exactly this NUL-terminated command line.
-func hostRuns(cmdline string) bool {
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		if b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline"); err == nil && string(b) == cmdline {
-			return true
-		}
-	}
-	return false
+	eventually(t, 30*time.Second, "closing the terminal kills sleep 4243", func() bool { return !testserver.HostRuns("sleep\x004243\x00") })
 }

@@ -41,7 +41,7 @@ func formatSize(n int64) string {
 }
 
 // errNoPTY is the answer to -t and -it.
-var errNoPTY = errors.New("-t needs a pseudo-terminal, which airlock does not give sandboxes yet (the sandbox never gets the caller's terminal); use -i to pipe your input to the program")
+var errNoPTY = errors.New("-t needs a pseudo-terminal, which a one-shot airlock run does not give sandboxes yet (the sandbox never gets the caller's terminal); use -i to pipe your input to the program, or `airlock shell --tty --url URL [CMD]` for a terminal in a server's sandbox")
 
 // ttyFlag is -t (and -it, -ti, which Go's flag package reads as one
 // name): accepted so that Docker users get an answer that names the cause
@@ -67,7 +67,7 @@ func (f *policyFlags) registerDockerFlags(fs *flag.FlagSet) {
 	fs.StringVar(&f.workdir, "w", "", "short for --workdir DIR")
 	fs.Bool("rm", true, "accepted for Docker users: every sandbox is removed when its command ends")
 	for _, name := range []string{"t", "it", "ti"} {
-		fs.Var(&f.tty, name, "refused: no pseudo-terminal support yet (use -i)")
+		fs.Var(&f.tty, name, "refused: no pseudo-terminal in one-shot runs yet (use -i, or airlock shell --tty against a server)")
 	}
 }
 

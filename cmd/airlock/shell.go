@@ -168,6 +168,7 @@ func printTraceback(name, value string, tb []string) {
 }
 
 const shellUsage = `usage: airlock shell --url URL [--key KEY] [--language python|javascript|bash] [--sandbox ID]
+       airlock shell --tty --url URL [--key KEY] [--sandbox ID] [CMD [ARGS...]]
 
 Opens an interactive code session against an airlock server: cells are read
 from stdin (on a terminal, one line per cell, or a block ended by a blank
@@ -176,6 +177,12 @@ lines), run in a persistent context, and their output printed. Images are
 saved to files (cell-N-M.png) in the current directory. Without --sandbox a
 new sandbox is created and killed at the end. The key may also come from
 AIRLOCK_API_KEY.
+
+With --tty it is a terminal instead: CMD (default the sandbox's login shell)
+runs on a pseudo-terminal of the sandbox (GET /v1/sandboxes/{id}/pty); this
+terminal is put in raw mode and restored at the end, window size changes
+follow, Ctrl-C goes to the sandbox's foreground job, and the exit status is
+the command's. The sandbox gets a fresh terminal of its own, never this one.
 `
 
 // cmdShell is airlock shell.
@@ -187,6 +194,7 @@ func cmdShell(args []string) int {
 	lang := fs.String("language", "python", "python, javascript or bash")
 	sbID := fs.String("sandbox", "", "use this running sandbox instead of creating one")
 	timeout := fs.Duration("timeout", 5*time.Minute, "per-cell timeout")
+	ttyMode := fs.Bool("tty", false, "a terminal instead of a code session: CMD (default the login shell) on a pseudo-terminal of the sandbox; this terminal goes raw, its size follows")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(os.Stdout)
@@ -201,6 +209,10 @@ func cmdShell(args []string) int {
 		fmt.Fprintf(os.Stderr, "airlock shell: --url is required\n%s", shellUsage)
 		return exitUsage
 	}
+	if fs.NArg() > 0 && !*ttyMode {
+		fmt.Fprintf(os.Stderr, "airlock shell: %v\n%s", errNoTTYArgs, shellUsage)
+		return exitUsage
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
 	c := client.New(strings.TrimRight(*url, "/"), *key)
@@ -213,6 +225,9 @@ func cmdShell(args []string) int {
 		}
 		id = sb.ID
 		defer c.Kill(context.Background(), id)
+	}
+	if *ttyMode {
+		return shellTTY(ctx, c, id, fs.Args())
 	}
 	cx, err := c.CreateContext(ctx, id, client.ContextRequest{Language: *lang})
 	if err != nil {
