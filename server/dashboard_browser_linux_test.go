@@ -215,6 +215,10 @@ func TestDashboardInBrowser(t *testing.T) {
 	b.waitText(t, "#processes", "echo from-the-background")
 	b.run(t, "show output", chromedp.Click(chromedp.CSS(`#processes tr[data-tag="bg"] button`)))
 	b.waitText(t, "#proc-output", "from-the-background")
+	// A Python cell in the sandbox's default context.
+	b.run(t, "run a cell", chromedp.SendKeys(chromedp.ID("code-src"), "x = 6\nprint(x * 7)"), chromedp.Click(chromedp.ID("code-run")))
+	b.waitText(t, "#code-output", "42")
+	b.waitText(t, "#contexts", "python")
 	b.waitText(t, "#audit", "sandbox.create")
 	b.waitText(t, "#policy", "example.com")
 	b.shot(t, "sandbox")

@@ -223,6 +223,39 @@ async function sandboxPage(id) {
   };
   t.focus();
 
+  // Code cells in the sandbox's stateful contexts (POST .../code).
+  const lang = el("select", { id: "code-lang" }, ["python", "javascript", "bash"].map((l) => el("option", { value: l }, l)));
+  const src = el("textarea", { id: "code-src", rows: 4, cols: 80, spellcheck: "false", placeholder: "print(6 * 7)" });
+  const codeOut = el("div", { id: "code-output" });
+  const ctxs = el("span", { id: "contexts", class: "muted" });
+  const runBtn = el("button", { id: "code-run", onclick: async () => {
+    runBtn.disabled = true;
+    codeOut.replaceChildren(el("p", { class: "muted" }, "running…"));
+    try {
+      const r = await api("POST", base + "/code", { code: src.value, language: lang.value });
+      const kids = [el("p", { class: "muted" }, "[" + r.execution_count + "] " + r.context_id + " · " + r.duration_ms.toFixed(0) + " ms")];
+      if (r.stdout) kids.push(el("pre", {}, r.stdout));
+      if (r.stderr) kids.push(el("pre", { class: "error" }, r.stderr));
+      for (const res of r.results || []) {
+        // Images as images (data: URLs); everything else, HTML included, as text.
+        if (res["image/png"]) kids.push(el("img", { src: "data:image/png;base64," + res["image/png"], alt: "result" }));
+        else if (res["text/plain"] !== undefined) kids.push(el("pre", {}, res["text/plain"]));
+      }
+      if (r.error) kids.push(el("pre", { class: "error" }, r.error.name + ": " + r.error.value + "\n" + (r.error.traceback || []).join("\n")));
+      codeOut.replaceChildren(...kids);
+    } catch (e) { codeOut.replaceChildren(el("p", { class: "error" }, e.message)); }
+    runBtn.disabled = false;
+    loadContexts();
+  } }, "Run");
+  m.append(sec("Code", "codesec", el("div", { class: "toolbar" }, lang, runBtn, ctxs), src, codeOut));
+  const loadContexts = async () => {
+    try {
+      const cs = (await api("GET", base + "/contexts")).contexts || [];
+      ctxs.textContent = cs.length ? "contexts: " + cs.map((c) => c.id + " (" + c.language + ")").join(", ") : "no contexts yet";
+    } catch (e) { ctxs.textContent = e.message; }
+  };
+  loadContexts();
+
   // Processes and their output.
   const procs = el("tbody", { id: "processes" });
   const logs = el("pre", { id: "proc-output", class: "muted" }, "select a process to see its output");
