@@ -93,9 +93,26 @@ func TestForkBomb(t *testing.T) {
 	p := strict(t)
 	p.Limits.Pids = 32
 	p.Limits.WallTime = 20 * time.Second
-	sb := startSB(t, p, `b() { b | b & }; b; sleep 30`)
+	// The classic bomb burns out (a shell exits when its fork fails), so
+	// the loop after it keeps the group pressed against its limit with
+	// processes that stay: a sample cannot miss the bomb on a slow machine.
+	const hold = `import os, time
+while True:
+    try:
+        if os.fork() == 0:
+            time.sleep(60)
+            os._exit(0)
+    except OSError:
+        time.sleep(0.01)
+`
+	sb := startSB(t, p, "b() { b | b & }; b; exec /usr/bin/python3 -c '"+hold+"'")
+	// The bomb must be seen forking (8 processes at least, else the test
+	// proves nothing) and never above the limit while the host keeps
+	// forking. A loaded machine only makes the bomb grow slower, so sample
+	// until it has grown (40 samples at least), for up to 15 s.
 	maxSeen := int64(0)
-	for i := 0; i < 40; i++ {
+	deadline := time.Now().Add(15 * time.Second)
+	for i := 0; i < 40 || (maxSeen < 8 && time.Now().Before(deadline)); i++ {
 		st, err := sb.Stats()
 		if err != nil {
 			t.Fatal(err)
