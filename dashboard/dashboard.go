@@ -50,11 +50,21 @@ const CSP = "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inl
 
 // Config configures a Handler.
 type Config struct {
-	// Authenticate checks an API key and returns its ID; required unless
+	// Authenticate checks an API key and describes it; required unless
 	// NoAuth.
-	Authenticate func(ctx context.Context, key string) (id string, err error)
+	Authenticate func(ctx context.Context, key string) (KeyInfo, error)
 	// NoAuth opens the dashboard without logging in (loopback --no-auth).
 	NoAuth bool
+}
+
+// KeyInfo is what the dashboard shows of the logged-in key (never its
+// secret): its ID, name and quotas.
+type KeyInfo struct {
+	ID           string `json:"id"`
+	Name         string `json:"name"`
+	MaxSandboxes int    `json:"max_sandboxes"`
+	// Limits are the key's own caps on each sandbox (store.KeyLimits).
+	Limits any `json:"limits,omitempty"`
 }
 
 // Handler serves the dashboard and its sessions.
@@ -67,8 +77,9 @@ type Handler struct {
 }
 
 type session struct {
-	key, keyID, csrf string
-	used             time.Time
+	key, csrf string
+	info      KeyInfo
+	used      time.Time
 }
 
 // New returns a dashboard handler.
@@ -227,7 +238,7 @@ func (h *Handler) current(w http.ResponseWriter, r *http.Request) {
 	}
 	if c, err := r.Cookie(CookieName); err == nil {
 		if s := h.lookup(c.Value); s != nil {
-			writeJSON(w, 200, map[string]any{"authenticated": true, "key_id": s.keyID, "csrf": s.csrf})
+			writeJSON(w, 200, map[string]any{"authenticated": true, "key_id": s.info.ID, "key": s.info, "csrf": s.csrf})
 			return
 		}
 	}
@@ -254,12 +265,12 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 		fail(w, 400, "bad_request", "body must be {\"key\": \"al_...\"}")
 		return
 	}
-	id, err := h.cfg.Authenticate(r.Context(), body.Key)
+	info, err := h.cfg.Authenticate(r.Context(), body.Key)
 	if err != nil {
 		fail(w, 401, "unauthorized", "invalid or revoked API key")
 		return
 	}
-	s := &session{key: body.Key, keyID: id, csrf: token(), used: time.Now()}
+	s := &session{key: body.Key, info: info, csrf: token(), used: time.Now()}
 	sid := token()
 	h.mu.Lock()
 	if len(h.sessions) >= MaxSessions {
@@ -275,7 +286,7 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 	h.mu.Unlock()
 	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: sid, Path: "/", HttpOnly: true,
 		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil, MaxAge: int(SessionTTL / time.Second)})
-	writeJSON(w, 200, map[string]any{"authenticated": true, "key_id": id, "csrf": s.csrf})
+	writeJSON(w, 200, map[string]any{"authenticated": true, "key_id": info.ID, "key": info, "csrf": s.csrf})
 }
 
 // logout answers DELETE /ui/session.

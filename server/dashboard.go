@@ -11,12 +11,12 @@ import (
 // listener. Its session cookie authenticates API calls only together with
 // the session's CSRF token (sessionKey).
 func (s *Server) dashboardRoutes() error {
-	d, err := dashboard.New(dashboard.Config{NoAuth: s.cfg.NoAuth, Authenticate: func(ctx context.Context, key string) (string, error) {
+	d, err := dashboard.New(dashboard.Config{NoAuth: s.cfg.NoAuth, Authenticate: func(ctx context.Context, key string) (dashboard.KeyInfo, error) {
 		k, err := s.cfg.Store.Authenticate(ctx, key)
 		if err != nil {
-			return "", err
+			return dashboard.KeyInfo{}, err
 		}
-		return k.ID, nil
+		return dashboard.KeyInfo{ID: k.ID, Name: k.Name, MaxSandboxes: k.MaxSandboxes, Limits: k.Limits}, nil
 	}})
 	if err != nil {
 		return err

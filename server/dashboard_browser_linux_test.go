@@ -215,6 +215,13 @@ func TestDashboardInBrowser(t *testing.T) {
 	b.waitText(t, "#processes", "echo from-the-background")
 	b.run(t, "show output", chromedp.Click(chromedp.CSS(`#processes tr[data-tag="bg"] button`)))
 	b.waitText(t, "#proc-output", "from-the-background")
+	// Kill a running process from its row; the agent reports it ended.
+	if _, err := e.c.Start(e.ctx, id, client.ExecRequest{Shell: "sleep 300", Tag: "sleeper"}); err != nil {
+		t.Fatal(err)
+	}
+	b.run(t, "kill a process", chromedp.Click(chromedp.CSS(`#processes tr[data-tag="sleeper"] button.sigkill`)))
+	b.waitJS(t, `(() => { const r = document.querySelector('#processes tr[data-tag="sleeper"]'); return !!r && r.children[3].textContent === "no"; })()`,
+		`document.getElementById("processes").textContent`, "the killed process to be reported ended")
 	// A Python cell in the sandbox's default context.
 	b.run(t, "run a cell", chromedp.SendKeys(chromedp.ID("code-src"), "x = 6\nprint(x * 7)"), chromedp.Click(chromedp.ID("code-run")))
 	b.waitText(t, "#code-output", "42")
@@ -225,6 +232,8 @@ func TestDashboardInBrowser(t *testing.T) {
 
 	b.run(t, "server page", chromedp.Navigate(base+"/#/server"))
 	b.waitText(t, "#capacity", "Ceiling: memory")
+	b.waitText(t, "#capacity", "(dash)") // the key's name, from the session
+	b.waitText(t, "#capacity", "Key quota: running sandboxes")
 	b.waitText(t, "#server-audit", id)
 	b.waitJS(t, `[...document.querySelectorAll("#totals polyline")].some(p => p.getAttribute("points").split(" ").length >= 3)`,
 		`document.getElementById("totals").textContent`, "totals over three polls")

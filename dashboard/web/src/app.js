@@ -265,7 +265,9 @@ async function sandboxPage(id) {
       const ps = (await api("GET", base + "/processes")).processes || [];
       procs.replaceChildren(...ps.map((p) => el("tr", { "data-tag": p.tag || "" }, el("td", {}, p.pid), el("td", {}, (p.argv || []).join(" ")), el("td", {}, p.tag || ""),
         el("td", {}, p.running ? "yes" : "no"), el("td", {}, p.exit_code ?? ""),
-        el("td", {}, el("button", { onclick: async () => {
+        el("td", {}, p.running ? el("button", { class: "sigkill", onclick: async () => {
+          try { await api("POST", base + "/processes/" + p.pid + "/signal", { signal: "SIGKILL" }); loadProcs(); } catch (e) { logs.textContent = e.message; }
+        } }, "Kill") : "", " ", el("button", { onclick: async () => {
           try { const l = await api("GET", base + "/processes/" + p.pid + "/logs"); logs.textContent = l.stdout + (l.stderr ? "\n[stderr]\n" + l.stderr : ""); } catch (e) { logs.textContent = e.message; }
         } }, "Output")))));
     } catch (e) { procs.replaceChildren(el("tr", {}, el("td", { class: "error" }, e.message))); }
@@ -387,7 +389,9 @@ async function serverPage() {
     const i = await api("GET", "/v1/info");
     const c = i.ceilings || {};
     const rows = [["Version", i.version], ["Runtimes", JSON.stringify(i.runtimes)], ["Default runtime", i.default_runtime], ["Authentication", i.auth ? "API keys" : "off (loopback --no-auth)"],
-      ["Logged in as", session && session.key_id ? session.key_id : "(no auth)"],
+      ["Logged in as", session && session.key ? session.key.id + (session.key.name ? " (" + session.key.name + ")" : "") : "(no auth)"],
+      ["Key quota: running sandboxes", session && session.key ? (session.key.max_sandboxes || "no cap of its own (the server's applies)") : ""],
+      ["Key quota: per-sandbox limits", session && session.key && session.key.limits && Object.keys(session.key.limits).length ? JSON.stringify(session.key.limits) : "none of its own (the server's ceilings apply)"],
       ["Ceiling: memory", fmtBytes(c.memory_bytes)], ["Ceiling: CPUs", c.cpus], ["Ceiling: pids", c.pids], ["Ceiling: disk", fmtBytes(c.disk_bytes)]];
     for (const [k, v] of Object.entries(i)) if (!["version", "runtimes", "default_runtime", "auth", "ceilings", "enforced"].includes(k)) rows.push([k, typeof v === "object" ? JSON.stringify(v) : v]);
     cap.replaceChildren(...rows.map(([k, v]) => el("tr", {}, el("th", {}, k), el("td", {}, v ?? ""))));
