@@ -241,7 +241,18 @@ func TestDashboardInBrowser(t *testing.T) {
 
 	b.run(t, "back to the list", chromedp.Navigate(base+"/#/"))
 	b.waitText(t, "#sandboxes", id)
-	b.run(t, "kill", chromedp.Click(chromedp.CSS(`#sandboxes tr[data-id="`+id+`"] button.kill`)))
+	row := `#sandboxes tr[data-id="` + id + `"]`
+	b.run(t, "pause", chromedp.Click(chromedp.CSS(row+` button.pause`)))
+	b.waitText(t, row, "paused")
+	if sb, err := e.c.Get(e.ctx, id); err != nil || !sb.Paused {
+		t.Fatalf("after Pause the server says %+v, %v", sb, err)
+	}
+	b.run(t, "resume", chromedp.Click(chromedp.CSS(row+` button.resume`)))
+	b.waitJS(t, `!!document.querySelector('`+row+` button.pause')`, `document.getElementById("sandboxes").textContent`, "the sandbox resumed")
+	if sb, err := e.c.Get(e.ctx, id); err != nil || sb.Paused {
+		t.Fatalf("after Resume the server says %+v, %v", sb, err)
+	}
+	b.run(t, "kill", chromedp.Click(chromedp.CSS(row+` button.kill`)))
 	eventually(t, 30*time.Second, "the sandbox to leave the running list", func() bool {
 		n, err := chromedp.Run(b.ctx, chromedp.Evaluate[int](`document.querySelectorAll('#sandboxes tr[data-id="`+id+`"]').length`))
 		return err == nil && n == 0
