@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"strconv"
@@ -40,18 +39,15 @@ func formatSize(n int64) string {
 	return strconv.FormatInt(n, 10)
 }
 
-// errNoPTY is the answer to -t and -it.
-var errNoPTY = errors.New("-t needs a pseudo-terminal, which a one-shot airlock run does not give sandboxes yet (the sandbox never gets the caller's terminal); use -i to pipe your input to the program, or `airlock shell --tty --url URL [CMD]` for a terminal in a server's sandbox")
-
 // ttyFlag is -t (and -it, -ti, which Go's flag package reads as one
-// name): accepted so that Docker users get an answer that names the cause
-// (errNoPTY) instead of "flag provided but not defined".
+// name): the program runs on a fresh pseudo-terminal (runTerminal), with
+// the caller's input typed into it.
 type ttyFlag bool
 
 func (t *ttyFlag) String() string   { return "false" }
 func (t *ttyFlag) IsBoolFlag() bool { return true }
 
-// Set records the flag; the command then refuses with errNoPTY.
+// Set records the flag.
 func (t *ttyFlag) Set(v string) error {
 	b, err := strconv.ParseBool(v)
 	*t = ttyFlag(b)
@@ -60,14 +56,14 @@ func (t *ttyFlag) Set(v string) error {
 
 // registerDockerFlags adds the Docker/bwrap spellings a user is likely
 // to type: -e, -v, -w (short for --env, --mount, --workdir), --rm (the
-// default anyway) and -t/-it/-ti (refused with errNoPTY by the command).
+// default anyway) and -t/-it/-ti (a terminal: runTerminal).
 func (f *policyFlags) registerDockerFlags(fs *flag.FlagSet) {
 	fs.Var(&f.env, "e", "short for --env KEY=VALUE")
 	fs.Var(&f.mounts, "v", "short for --mount SRC:DST[:ro|rw]")
 	fs.StringVar(&f.workdir, "w", "", "short for --workdir DIR")
 	fs.Bool("rm", true, "accepted for Docker users: every sandbox is removed when its command ends")
 	for _, name := range []string{"t", "it", "ti"} {
-		fs.Var(&f.tty, name, "refused: no pseudo-terminal in one-shot runs yet (use -i, or airlock shell --tty against a server)")
+		fs.Var(&f.tty, name, "a terminal: the program runs on a fresh pseudo-terminal of its own (never this terminal, which goes raw meanwhile) with your input typed into it; native runtime")
 	}
 }
 

@@ -163,8 +163,8 @@ func cmdRun(args []string) int {
 		fmt.Fprintf(os.Stderr, "airlock run: %v\n", err)
 		return exitUsage
 	}
-	if pf.tty {
-		fmt.Fprintf(os.Stderr, "airlock run: %v\n", errNoPTY)
+	if bool(pf.tty) && (*asJSON || *codeFlag != "") {
+		fmt.Fprintln(os.Stderr, "airlock run: -t gives an interactive program a terminal; it does not go with --json or --code")
 		return exitUsage
 	}
 	argv := fs.Args()
@@ -236,7 +236,17 @@ func cmdRun(args []string) int {
 		}
 		close(swept)
 	}()
+	restore := func() {}
+	if bool(pf.tty) {
+		if restore, err = runTerminal(&cfg, &opts); err != nil {
+			rn.close()
+			<-swept
+			fmt.Fprintf(os.Stderr, "airlock run: %s\n", oneLine(err))
+			return exitUsage
+		}
+	}
 	res, err := runSandbox(ctx, cfg, opts)
+	restore()
 	rn.close()
 	<-swept
 	if *asJSON {

@@ -1,9 +1,13 @@
 package main
 
 import (
+	"fmt"
 	"io"
+	"os"
 	"os/exec"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -13,23 +17,51 @@ import (
 	"airlock/internal/testserver"
 )
 
-// TestShellTTY runs `airlock shell --tty` on a real pseudo-terminal (the
-// test holds its master, as a terminal emulator would) against a real
-// server: the caller's terminal goes raw while it runs and is restored
-// after; the sandbox's shell sees the caller's size and follows a resize
-// (SIGWINCH), colours ls's output (it is on a terminal), takes Ctrl-C as
-// an interrupt of its foreground sleep (airlock itself survives: raw
-// mode), and `exit 3` makes airlock exit 3.
+// TestShellTTY runs `airlock shell --tty` against a real server through
+// terminalSession.
 func TestShellTTY(t *testing.T) {
 	testserver.NeedRoot(t)
 	s := testserver.Start(t, testserver.StateDir(t), "--no-auth")
-	cmd := exec.Command(airlockBin(t), "shell", "--tty", "--url", s.URL)
+	terminalSession(t, "shell", "--tty", "--url", s.URL)
+}
+
+// TestRunTTY runs `airlock run -it -- bash` (a one-shot native sandbox
+// whose bash gets a fresh pseudo-terminal from the launcher) through
+// terminalSession.
+func TestRunTTY(t *testing.T) {
+	testserver.NeedRoot(t)
+	terminalSession(t, "run", "-it", "--", "bash", "--norc", "-i")
+}
+
+// terminalSession runs airlock with args on a real pseudo-terminal (the
+// test holds its master, as a terminal emulator would) and drives a shell
+// in the sandbox: the caller's terminal goes raw while it runs and is
+// restored after; the shell sees the caller's size and follows a resize
+// (SIGWINCH), colours ls's output (it is on a terminal), takes Ctrl-C as
+// an interrupt of its foreground sleep (airlock itself survives: raw
+// mode), its sleep holds a terminal that is not the caller's (host
+// /proc), and `exit 3` makes airlock exit 3.
+func terminalSession(t *testing.T, args ...string) {
+	cmd := exec.Command(airlockBin(t), args...)
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=/tmp", "TERM=xterm-256color"}
-	ptmx, err := pty.StartWithSize(cmd, &pty.Winsize{Cols: 90, Rows: 30})
+	ptmx, tty, err := pty.Open()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ptmx.Close()
+	if err := pty.Setsize(ptmx, &pty.Winsize{Cols: 90, Rows: 30}); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	callerTTY, err := tty.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tty.Close()
 	defer cmd.Process.Kill()
 	var out testserver.Output
 	go io.Copy(&out, ptmx)
@@ -81,6 +113,11 @@ func TestShellTTY(t *testing.T) {
 		}
 	}
 	eventually("sleep 4711 to run (host /proc)", func() bool { return testserver.HostRuns("sleep\x004711\x00") })
+	if pid := hostPid("sleep\x004711\x00"); pid == 0 {
+		t.Fatal("sleep 4711 vanished")
+	} else if fd0, err := os.Stat(fmt.Sprintf("/proc/%d/fd/0", pid)); err != nil || fd0.Mode()&os.ModeCharDevice == 0 || os.SameFile(fd0, callerTTY) {
+		t.Fatalf("the sandbox's sleep has stdin %v (%v), not a terminal of its own; the caller's is %v", fd0, err, callerTTY)
+	}
 	type_("\x03")
 	eventually("sleep 4711 to end after Ctrl-C (host /proc)", func() bool { return !testserver.HostRuns("sleep\x004711\x00") })
 	type_("echo back-$((2+3))\n")
@@ -103,4 +140,17 @@ func TestShellTTY(t *testing.T) {
 	if l := lflag(); l&(unix.ICANON|unix.ECHO|unix.ISIG) != unix.ICANON|unix.ECHO|unix.ISIG {
 		t.Errorf("the caller's terminal was not restored (lflag %#x)", l)
 	}
+}
+
+// hostPid returns the pid of a host process with exactly this
+// NUL-separated command line, or 0.
+func hostPid(cmdline string) int {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		if b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline"); err == nil && string(b) == cmdline {
+			pid, _ := strconv.Atoi(e.Name())
+			return pid
+		}
+	}
+	return 0
 }

@@ -67,6 +67,7 @@ type plan struct {
 	cgSelf     [1]byte // "0": the writing thread
 	errFd      int     // child writes a childError on failure (close-on-exec)
 	stdio      [3]int
+	ctty       bool // fd 0 becomes the controlling terminal (Config.ControllingTerminal)
 
 	ops      []op
 	newRoot  *byte
@@ -136,6 +137,7 @@ const (
 	stageOOMScore
 	stageAmbientRaise
 	stageCgroupJoin
+	stageCtty
 	stageOp      uint32 = 1000
 	stageRemount uint32 = 2000
 )
@@ -420,6 +422,12 @@ func forkChild(p *plan) (pid int, err syscall.Errno) {
 	for i := 0; i < 3; i++ {
 		if _, _, e1 = syscall.RawSyscall(syscall.SYS_DUP3, uintptr(p.stdio[i]), uintptr(i), 0); e1 != 0 {
 			stage = stageDup
+			goto fail
+		}
+	}
+	if p.ctty {
+		if _, _, e1 = syscall.RawSyscall(syscall.SYS_IOCTL, 0, syscall.TIOCSCTTY, 0); e1 != 0 {
+			stage = stageCtty
 			goto fail
 		}
 	}

@@ -31,6 +31,11 @@ type Config struct {
 	Args []string
 	// Stdin, Stdout and Stderr become fds 0-2 inside; nil means /dev/null.
 	Stdin, Stdout, Stderr *os.File
+	// ControllingTerminal makes Stdin, a terminal, the program's
+	// controlling terminal (TIOCSCTTY in its new session), for job control
+	// and Ctrl-C. Give it only the slave of a fresh pseudo-terminal pair,
+	// never the caller's own terminal (TIOCSTI would type into it).
+	ControllingTerminal bool
 	// AgentBinary, if set, is a host file bound read-only at AgentPath inside
 	// (the airlock binary itself, for the in-sandbox agent).
 	AgentBinary string

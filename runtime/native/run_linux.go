@@ -21,6 +21,16 @@ type RunOptions struct {
 	// OnStart, if set, is called once the program runs (e.g. to serve
 	// Sandbox.Listeners); the sandbox is destroyed when Run returns.
 	OnStart func(*Sandbox)
+	// PTY, if set, is a fresh pseudo-terminal pair (never the caller's own
+	// terminal): its slave is the program's stdin, stdout, stderr and
+	// controlling terminal; Stdin is typed into its master and what the
+	// master reads (counted against the output limit) goes to Stdout.
+	PTY *PTY
+}
+
+// PTY is the two ends of a pseudo-terminal.
+type PTY struct {
+	Master, Slave *os.File
 }
 
 // limitedSink counts a run's output against its limit and keeps a capped
@@ -88,6 +98,7 @@ func Run(ctx context.Context, cfg Config, opts RunOptions) (*Result, error) {
 		return setupResult(start, err), err
 	}
 	cfg.Stdin, cfg.Stdout, cfg.Stderr = rio.SandboxEnds()
+	cfg.ControllingTerminal = opts.PTY != nil
 	sb, err := Start(cfg)
 	rio.Started(err == nil)
 	if err != nil {

@@ -179,6 +179,9 @@ func Start(cfg Config) (*Sandbox, error) {
 	if p.Runtime != "" && p.Runtime != policy.RuntimeNative {
 		return nil, fmt.Errorf("policy asks for runtime %q: not the native runtime's to run", p.Runtime)
 	}
+	if cfg.ControllingTerminal && cfg.Stdin == nil {
+		return nil, errors.New("a controlling terminal needs a terminal as stdin")
+	}
 	if len(cfg.Args) == 0 || cfg.Args[0] == "" {
 		return nil, errors.New("no command given")
 	}
@@ -303,6 +306,7 @@ func Start(cfg Config) (*Sandbox, error) {
 		workdir:   cstr(orDefault(p.Filesystem.Workdir, "/")),
 		argv:      cstrs(cfg.Args),
 		envv:      cstrs(p.Env),
+		ctty:      cfg.ControllingTerminal,
 	}
 	if cfg.Agent && ids.setgroups {
 		if p.User.UID == AgentUID || p.User.GID == AgentUID {
@@ -579,7 +583,7 @@ func stageName(st uint32, t *treeBuilder) string {
 		stagePdeath: "parent-death signal", stageNoNewPrivs: "no_new_privs", stageLandlock: "landlock",
 		stageDup: "stdio", stageCloseRange: "close descriptors", stageChdir: "chdir to workdir",
 		stageSeccomp: "seccomp", stageExec: "execve", stageLoopback: "bring up loopback", stageListen: "open listeners", stageOOMScore: "oom_score_adj", stageAmbientRaise: "raise the agent's ambient capabilities",
-		stageCgroupJoin: "join cgroup"}
+		stageCgroupJoin: "join cgroup", stageCtty: "controlling terminal"}
 	if n, ok := names[st]; ok {
 		return n
 	}

@@ -22,6 +22,11 @@ type RunIO struct {
 // reach limit bytes.
 func NewRunIO(opts RunOptions, limit int64) (*RunIO, error) {
 	r := &RunIO{opts: opts, sink: &limitedSink{limit: limit, capture: opts.Capture}}
+	if opts.PTY != nil {
+		// One stream: the terminal. The master is read as stdout.
+		r.outR, r.outW = opts.PTY.Master, opts.PTY.Slave
+		return r, nil
+	}
 	var err error
 	if r.outR, r.outW, err = os.Pipe(); err != nil {
 		return nil, err
@@ -45,13 +50,24 @@ func NewRunIO(opts RunOptions, limit int64) (*RunIO, error) {
 
 // SandboxEnds returns the descriptors for the sandbox's stdin (nil means
 // /dev/null), stdout and stderr.
-func (r *RunIO) SandboxEnds() (stdin, stdout, stderr *os.File) { return r.inR, r.outW, r.errW }
+func (r *RunIO) SandboxEnds() (stdin, stdout, stderr *os.File) {
+	if r.opts.PTY != nil {
+		return r.outW, r.outW, r.outW
+	}
+	return r.inR, r.outW, r.errW
+}
 
 // Started closes this process's copies of the sandbox's ends once the
 // sandbox holds its own; when the sandbox did not start (ok false) it
 // closes everything.
 func (r *RunIO) Started(ok bool) {
 	r.outW.Close()
+	if r.opts.PTY != nil {
+		if !ok {
+			r.outR.Close()
+		}
+		return
+	}
 	r.errW.Close()
 	if r.inW != nil {
 		r.inR.Close()
@@ -77,6 +93,15 @@ func (r *RunIO) closeAll() {
 // opts.Stdin. onOver is called once, when the output first passes the limit.
 func (r *RunIO) Pump(onOver func()) {
 	r.sink.onOver = onOver
+	if r.opts.PTY != nil {
+		// The master reads EIO once every holder of the slave is gone.
+		r.wg.Add(1)
+		go r.sink.pump(0, r.outR, r.opts.Stdout, &r.wg)
+		if r.opts.Stdin != nil {
+			go io.Copy(r.outR, r.opts.Stdin)
+		}
+		return
+	}
 	r.wg.Add(2)
 	go r.sink.pump(0, r.outR, r.opts.Stdout, &r.wg)
 	go r.sink.pump(1, r.errR, r.opts.Stderr, &r.wg)
