@@ -177,10 +177,19 @@ func SameOrigin(r *http.Request) bool {
 		return true
 	}
 	scheme := "http://"
-	if r.TLS != nil {
+	if isHTTPS(r) {
 		scheme = "https://"
 	}
 	return o == scheme+r.Host
+}
+
+// isHTTPS reports whether the browser reached the server over TLS: its own
+// TLS, or a TLS-terminating proxy in front that says so in
+// X-Forwarded-Proto (a header no cross-origin page can set without a
+// preflight, so trusting it only changes which scheme the Origin must
+// have).
+func isHTTPS(r *http.Request) bool {
+	return r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https")
 }
 
 // ErrCSRF is returned for a session cookie without the session's CSRF
@@ -285,7 +294,7 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 	h.sessions[sid] = s
 	h.mu.Unlock()
 	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: sid, Path: "/", HttpOnly: true,
-		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil, MaxAge: int(SessionTTL / time.Second)})
+		SameSite: http.SameSiteStrictMode, Secure: isHTTPS(r), MaxAge: int(SessionTTL / time.Second)})
 	writeJSON(w, 200, map[string]any{"authenticated": true, "key_id": info.ID, "key": info, "csrf": s.csrf})
 }
 
@@ -301,6 +310,6 @@ func (h *Handler) logout(w http.ResponseWriter, r *http.Request) {
 		h.mu.Unlock()
 	}
 	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: "", Path: "/", HttpOnly: true,
-		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil, MaxAge: -1})
+		SameSite: http.SameSiteStrictMode, Secure: isHTTPS(r), MaxAge: -1})
 	writeJSON(w, 200, map[string]any{"authenticated": false})
 }

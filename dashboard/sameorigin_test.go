@@ -14,27 +14,32 @@ func TestSameOrigin(t *testing.T) {
 		name                 string
 		method, csrf, origin string
 		site, upgrade        string
-		tls                  bool
+		tls, proxy           bool
 		want                 bool
 	}{
-		{"header, no origin", "GET", "t", "", "", "", false, true},
-		{"header, own origin", "POST", "t", "http://srv:7070", "same-origin", "", false, true},
-		{"no header", "POST", "", "http://srv:7070", "", "", false, false},
-		{"header, other origin", "POST", "t", "http://evil.example", "", "", false, false},
-		{"header, other port", "POST", "t", "http://srv:7071", "", "", false, false},
-		{"header, cross-site fetch", "GET", "t", "", "cross-site", "", false, false},
-		{"header, same-site fetch", "GET", "t", "", "same-site", "", false, false},
-		{"header, http origin on TLS", "POST", "t", "http://srv:7070", "", "", true, false},
-		{"header, https origin on TLS", "POST", "t", "https://srv:7070", "", "", true, true},
-		{"websocket, own origin", "GET", "", "http://srv:7070", "", "websocket", false, true},
-		{"websocket, other origin", "GET", "", "http://evil.example", "", "websocket", false, false},
-		{"websocket, no origin", "GET", "", "", "", "websocket", false, false},
-		{"upgrade on POST", "POST", "", "http://srv:7070", "", "websocket", false, false},
+		{"header, no origin", "GET", "t", "", "", "", false, false, true},
+		{"header, own origin", "POST", "t", "http://srv:7070", "same-origin", "", false, false, true},
+		{"no header", "POST", "", "http://srv:7070", "", "", false, false, false},
+		{"header, other origin", "POST", "t", "http://evil.example", "", "", false, false, false},
+		{"header, other port", "POST", "t", "http://srv:7071", "", "", false, false, false},
+		{"header, cross-site fetch", "GET", "t", "", "cross-site", "", false, false, false},
+		{"header, same-site fetch", "GET", "t", "", "same-site", "", false, false, false},
+		{"header, http origin on TLS", "POST", "t", "http://srv:7070", "", "", true, false, false},
+		{"header, https origin on TLS", "POST", "t", "https://srv:7070", "", "", true, false, true},
+		{"https origin behind a TLS proxy", "POST", "t", "https://srv:7070", "", "", false, true, true},
+		{"http origin behind a TLS proxy", "POST", "t", "http://srv:7070", "", "", false, true, false},
+		{"websocket, own origin", "GET", "", "http://srv:7070", "", "websocket", false, false, true},
+		{"websocket, other origin", "GET", "", "http://evil.example", "", "websocket", false, false, false},
+		{"websocket, no origin", "GET", "", "", "", "websocket", false, false, false},
+		{"upgrade on POST", "POST", "", "http://srv:7070", "", "websocket", false, false, false},
 	}
 	for _, c := range cases {
 		r := httptest.NewRequest(c.method, "http://srv:7070/v1/sandboxes", nil)
 		if c.tls {
 			r.TLS = &tls.ConnectionState{}
+		}
+		if c.proxy {
+			r.Header.Set("X-Forwarded-Proto", "https")
 		}
 		for k, v := range map[string]string{CSRFHeader: c.csrf, "Origin": c.origin, "Sec-Fetch-Site": c.site, "Upgrade": c.upgrade} {
 			if v != "" {

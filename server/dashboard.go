@@ -28,10 +28,31 @@ func (s *Server) dashboardRoutes() error {
 
 // sessionKey returns the API key of the dashboard session r carries, if
 // any (ok false without a session cookie); an error for a cookie without
-// its CSRF token or an expired session.
+// its CSRF token or an expired session. The session cookie is removed
+// from r once read, so no handler passes it on (the ports relay forwards
+// a request's cookies to the sandbox).
 func (s *Server) sessionKey(r *http.Request) (key string, ok bool, err error) {
-	if s.dash == nil || r.Header.Get("Authorization") != "" {
+	if s.dash == nil {
+		return "", false, nil
+	}
+	defer dropSessionCookie(r)
+	if r.Header.Get("Authorization") != "" {
 		return "", false, nil
 	}
 	return s.dash.Key(r)
+}
+
+// dropSessionCookie removes the dashboard's session cookie from r's
+// Cookie header, keeping any other cookie.
+func dropSessionCookie(r *http.Request) {
+	if _, err := r.Cookie(dashboard.CookieName); err != nil {
+		return
+	}
+	cs := r.Cookies()
+	r.Header.Del("Cookie")
+	for _, c := range cs {
+		if c.Name != dashboard.CookieName {
+			r.AddCookie(c)
+		}
+	}
 }

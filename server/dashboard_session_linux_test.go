@@ -6,8 +6,11 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/coder/websocket"
+
+	"airlock/client"
 )
 
 // dashReq sends a request to the server as a browser would: the session
@@ -133,6 +136,40 @@ func TestDashboardSessionNeedsCSRF(t *testing.T) {
 		t.Fatalf("terminal WebSocket from the dashboard's origin: %v", err)
 	}
 	c.CloseNow()
+
+	// The session cookie is not passed on to the sandbox (the ports relay
+	// forwards cookies); the page's other cookies are.
+	script := `import http.server
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = ("cookie=%s" % self.headers.get("Cookie")).encode()
+        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
+        self.wfile.write(body)
+http.server.HTTPServer(("127.0.0.1", 8124), H).serve_forever()
+`
+	if _, err := e.c.WriteFile(e.ctx, sbs[0].ID, "/workspace/echo.py", strings.NewReader(script), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.c.Start(e.ctx, sbs[0].ID, client.ExecRequest{Argv: []string{"python3", "echo.py"}}); err != nil {
+		t.Fatal(err)
+	}
+	var relayed string
+	eventually(t, 20*time.Second, "the sandbox's server to answer through the ports relay", func() bool {
+		req, _ := http.NewRequest("GET", base+"/v1/sandboxes/"+sbs[0].ID+"/ports/8124/", nil)
+		req.Header.Set("Cookie", "theme=dark; airlock_session="+cookie+"; lang=en")
+		req.Header.Set("X-Airlock-CSRF", sess.CSRF)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		relayed = string(b)
+		return resp.StatusCode == 200
+	})
+	if strings.Contains(relayed, cookie) || strings.Contains(relayed, "airlock_session") || !strings.Contains(relayed, "theme=dark") || !strings.Contains(relayed, "lang=en") {
+		t.Fatalf("the sandbox got %q", relayed)
+	}
 
 	if code, body, _ := dashReq(t, "DELETE", base+"/ui/session", cookie, sess.CSRF, self, ""); code != 200 {
 		t.Fatalf("logout: %d %s", code, body)
