@@ -183,6 +183,15 @@ func TestDashboardInBrowser(t *testing.T) {
 	// CPU and memory sparklines drawn from a few metrics polls.
 	b.waitJS(t, `[...document.querySelectorAll("#sandboxes polyline")].filter(p => p.getAttribute("points").split(" ").length >= 3).length >= 2`,
 		`document.getElementById("sandboxes").innerHTML`, "CPU and memory sparklines of three samples")
+	// The filter hides what does not match and shows what does.
+	rowN := `document.querySelectorAll('#sandboxes tr[data-id="` + id + `"]').length`
+	b.run(t, "filter out", chromedp.SendKeys(chromedp.ID("filter"), "no-such-sandbox"))
+	b.waitJS(t, rowN+` === 0`, `document.getElementById("sandboxes").textContent`, "the filter to hide the sandbox")
+	if _, err := chromedp.Run(b.ctx, chromedp.Evaluate[bool](`document.getElementById("filter").value = ""; true`)); err != nil {
+		t.Fatal(err)
+	}
+	b.run(t, "filter in", chromedp.SendKeys(chromedp.ID("filter"), id[3:9]))
+	b.waitJS(t, rowN+` === 1`, `document.getElementById("sandboxes").textContent`, "the filter to show the sandbox")
 	b.shot(t, "sandboxes")
 
 	b.run(t, "open sandbox", chromedp.Click(chromedp.CSS(`#sandboxes a[href="#/sb/`+id+`"]`)), chromedp.WaitReady(chromedp.CSS(".xterm-helper-textarea")))
