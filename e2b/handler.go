@@ -39,6 +39,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"airlock/manager"
 	"airlock/policy"
@@ -349,7 +350,14 @@ func (h *Handler) serveSandbox(w http.ResponseWriter, r *http.Request, id string
 	// callers without one learn nothing about which sandboxes exist.
 	switch port {
 	case EnvdPort:
-		if !tokenOK(r.Header.Get(headerAccessToken), h.envdToken(id)) {
+		if r.Header.Get(headerAccessToken) == "" && signedFileRequest(r) {
+			// A signed URL (uploadUrl, downloadUrl) stands in for
+			// the token.
+			if msg, ok := checkFileSignature(r, h.envdToken(id), time.Now()); !ok {
+				writeAPIError(w, http.StatusUnauthorized, msg)
+				return
+			}
+		} else if !tokenOK(r.Header.Get(headerAccessToken), h.envdToken(id)) {
 			writeAPIError(w, http.StatusUnauthorized, "missing or wrong "+headerAccessToken+" for sandbox "+id)
 			return
 		}

@@ -187,6 +187,34 @@ async function main() {
     eq(await sbx.files.read('/home/user/multi/two.txt'), '2', 'writeFiles')
   })
 
+  await step('uploadUrl/downloadUrl: signed URLs work without the access token; tampered, expired or misused ones are 401', async () => {
+    // Under E2B_SANDBOX_URL the URL names no sandbox (with --e2b-domain its
+    // host does), so only the routing headers are added: no token.
+    const route = { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '49983' }
+    const up = await sbx.uploadUrl('/home/user/signed.txt', { useSignatureExpiration: 60 })
+    assert(new URL(up).searchParams.get('signature')?.startsWith('v1_'), `upload URL without a v1_ signature: ${up}`)
+    const form = new FormData()
+    form.append('file', new Blob(['signed upload']), 'signed.txt')
+    let res = await fetch(up, { method: 'POST', headers: route, body: form })
+    eq(res.status, 200, `upload through the signed URL (${await res.clone().text()})`)
+    const down = await sbx.downloadUrl('/home/user/signed.txt')
+    res = await fetch(down, { headers: route })
+    eq([res.status, await res.text()], [200, 'signed upload'], 'download through the signed URL')
+    const bad = new URL(down)
+    const sig = bad.searchParams.get('signature')
+    bad.searchParams.set('signature', sig.slice(0, -1) + (sig.endsWith('A') ? 'B' : 'A'))
+    res = await fetch(bad, { headers: route })
+    eq(res.status, 401, 'tampered signature')
+    const other = new URL(down)
+    other.searchParams.set('path', '/home/user/dir/a.txt')
+    eq((await fetch(other, { headers: route })).status, 401, 'signature of another path')
+    eq((await fetch(down, { method: 'POST', headers: route, body: form })).status, 401, 'download URL used to upload')
+    res = await fetch(await sbx.downloadUrl('/home/user/signed.txt', { useSignatureExpiration: -5 }), { headers: route })
+    eq(res.status, 401, 'expired signature')
+    assert((await res.json()).message.includes('expired'), 'the expired URL\'s error names the expiry')
+    eq(await sbx.files.read('/home/user/signed.txt'), 'signed upload', 'file read back through the SDK')
+  })
+
   await step('files: metadata in getInfo and list, symlinks with absolute targets', async () => {
     await sbx.commands.run('mkdir -p meta && printf 12345 > meta/f.txt && chmod 640 meta/f.txt && ln -s f.txt meta/link')
     const st = await sbx.files.getInfo('/home/user/meta/f.txt')
