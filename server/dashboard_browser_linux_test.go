@@ -180,6 +180,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Fatalf("the server does not know sandbox %s as running: %+v, %v", id, sb, err)
 	}
 	b.waitText(t, "#sandboxes", id)
+	b.waitText(t, `#sandboxes tr[data-id="`+id+`"]`, "(default)") // its image: none given
 	// CPU and memory sparklines drawn from a few metrics polls.
 	b.waitJS(t, `[...document.querySelectorAll("#sandboxes polyline")].filter(p => p.getAttribute("points").split(" ").length >= 3).length >= 2`,
 		`document.getElementById("sandboxes").innerHTML`, "CPU and memory sparklines of three samples")

@@ -139,19 +139,20 @@ async function sandboxesPage() {
   } }, "New sandbox");
   const tbody = el("tbody", { id: "sandboxes" });
   m.append(el("div", { class: "toolbar" }, create, allow, filter, el("label", {}, onlyRunning, " running only"), status),
-    el("table", {}, el("thead", {}, el("tr", {}, ["ID", "State", "Runtime", "Profile", "Owner key", "Age", "TTL left", "CPU", "Memory", ""].map((h) => el("th", {}, h)))), tbody));
+    el("table", {}, el("thead", {}, el("tr", {}, ["ID", "State", "Runtime", "Image", "Profile", "Owner key", "Age", "TTL left", "CPU", "Memory", ""].map((h) => el("th", {}, h)))), tbody));
   let list = [];
+  const images = new Map();
   const render = () => {
     const q = filter.value.toLowerCase();
     const rows = list.filter((s) => (!onlyRunning.checked || s.state === "running") &&
-      (!q || [s.id, s.state, s.runtime, s.profile, JSON.stringify(s.metadata)].join(" ").toLowerCase().includes(q)));
+      (!q || [s.id, s.state, s.runtime, s.profile, images.get(s.id), JSON.stringify(s.metadata)].join(" ").toLowerCase().includes(q)));
     tbody.replaceChildren(...rows.map((s) => {
       const h = history.get(s.id);
       const last = h && h.mem.length ? fmtBytes(h.mem[h.mem.length - 1]) : "";
       return el("tr", { "data-id": s.id },
         el("td", {}, el("a", { href: "#/sb/" + encodeURIComponent(s.id) }, s.id)),
         el("td", { class: "state-" + s.state }, s.paused ? "paused" : s.state),
-        el("td", {}, s.runtime || ""), el("td", {}, s.profile),
+        el("td", {}, s.runtime || ""), el("td", {}, images.get(s.id) || ""), el("td", {}, s.profile),
         el("td", {}, session && session.key_id ? session.key_id : "(no auth)"),
         el("td", {}, fmtAge(s.created_at)),
         el("td", {}, s.expires_at && s.state === "running" ? fmtDur(Math.max(0, Math.round((new Date(s.expires_at) - Date.now()) / 1000))) : ""),
@@ -168,6 +169,12 @@ async function sandboxesPage() {
   const refresh = async () => {
     try {
       list = (await api("GET", "/v1/sandboxes?limit=200")).sandboxes || [];
+      // The image each was created from is in its sandbox.create record.
+      if (list.some((s) => !images.has(s.id))) {
+        for (const ev of (await api("GET", "/v1/audit?action=sandbox.create&limit=1000")).events || []) {
+          images.set(ev.sandbox_id, (ev.detail && ev.detail.image) || "(default)");
+        }
+      }
       await Promise.all(list.filter((s) => s.state === "running" && !s.paused).map(async (s) => {
         try { sample(s.id, await api("GET", "/v1/sandboxes/" + encodeURIComponent(s.id) + "/metrics")); } catch (_) { /* ended meanwhile */ }
       }));
