@@ -87,16 +87,15 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.Authenticate == nil && !cfg.NoAuth {
 		return nil, errors.New("dashboard: Authenticate is required unless NoAuth")
 	}
-	sub, err := fs.Sub(dist, "dist")
-	if err != nil {
-		return nil, err
-	}
-	return &Handler{cfg: cfg, assets: sub, sessions: map[string]*session{}}, nil
+	return &Handler{cfg: cfg, assets: Assets(), sessions: map[string]*session{}}, nil
 }
 
 // Assets returns the embedded build (dist/).
 func Assets() fs.FS {
-	sub, _ := fs.Sub(dist, "dist")
+	sub, err := fs.Sub(dist, "dist")
+	if err != nil {
+		panic("dashboard: embedded dist missing: " + err.Error()) // a build error, not a runtime one
+	}
 	return sub
 }
 
