@@ -491,7 +491,7 @@ func checkUser(user string) *Error {
 	if user == "" || user == "user" {
 		return nil
 	}
-	return errorf(CodePermissionDenied, "user %q is not available: airlock runs everything in the sandbox as \"user\"", user)
+	return errorf(CodePermissionDenied, "user %q is not available: airlock runs everything in the sandbox as \"user\" (uid 1000 of the sandbox's own user namespace; there is no root inside, and never the host's): leave user unset, and build a template or image with what needs root", user)
 }
 
 // rpcUser extracts the user named by an RPC's Authorization header.

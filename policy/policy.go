@@ -147,6 +147,11 @@ const (
 	gib = 1 << 30
 )
 
+// AliasDir is a directory of the native sandbox root, last on the default
+// PATH, with commands the host's /usr may lack under their usual names
+// (python for python3).
+const AliasDir = "/opt/airlock/bin"
+
 // Preset returns the policy for a named profile. An empty name means Strict.
 func Preset(name Profile) (Policy, error) {
 	if name == "" {
@@ -165,7 +170,7 @@ func Preset(name Profile) (Policy, error) {
 		},
 		Network: Network{Mode: NetNone},
 		Env: []string{
-			"PATH=/usr/local/bin:/usr/bin:/bin",
+			"PATH=/usr/local/bin:/usr/bin:/bin:" + AliasDir,
 			"HOME=/workspace",
 			"LANG=C.UTF-8",
 			"TMPDIR=/tmp",

@@ -333,6 +333,12 @@ func buildTree(base string, p *policy.Policy, cfg *Config) (*treeBuilder, error)
 	if p.User.Name != "" && !strings.ContainsAny(p.User.Name, "/\x00") && p.User.Name != "." && p.User.Name != ".." {
 		t.symlink("/workspace", "/home/"+p.User.Name)
 	}
+	// `python` as E2B's images have it, for hosts whose /usr has only
+	// python3: a link in a directory of the root template, last on the
+	// default PATH (a host's own python comes first).
+	if _, err := os.Stat("/usr/bin/python3"); err == nil {
+		t.symlink("/usr/bin/python3", policy.AliasDir+"/python")
+	}
 	t.mkdirAll("/etc")
 	etc := etcFiles(p)
 	for _, name := range []string{"/etc/passwd", "/etc/group", "/etc/hosts", "/etc/hostname", "/etc/resolv.conf"} {

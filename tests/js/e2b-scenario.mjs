@@ -131,6 +131,22 @@ async function main() {
     eq((await sbx.commands.run('pwd', { cwd: 'sub' })).stdout, '/home/user/sub\n', 'pwd with a relative cwd')
   })
 
+  await step('commands.run: python is on PATH, as in E2B images', async () => {
+    const r = await sbx.commands.run("python -c 'import sys; print(1, sys.version_info[0])'")
+    eq(r.stdout, '1 3\n', 'python -c')
+  })
+
+  await step('commands.run as root: refused with an error naming the cause', async () => {
+    let err
+    try {
+      await sbx.commands.run('id -u', { user: 'root' })
+    } catch (e) {
+      err = e
+    }
+    assert(err !== undefined, 'commands.run as root succeeded')
+    assert(/user "root" is not available/.test(err.message) && /no root/.test(err.message), `error: ${err?.name}: ${err?.message}`)
+  })
+
   await step('commands.run background: true, list, then kill', async () => {
     const h = await sbx.commands.run('echo started; sleep 600', { background: true })
     assert(Number.isInteger(h.pid) && h.pid > 0, `pid ${h.pid}`)
