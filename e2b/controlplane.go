@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"airlock/imagestore"
 	"airlock/manager"
 	"airlock/policy"
 )
@@ -212,17 +213,29 @@ type sandboxCreated struct {
 	Domain             *string `json:"domain"`
 }
 
-// profileFor maps an E2B template to an airlock profile.
-func (h *Handler) profileFor(template string) (string, error) {
+// templateFor maps an E2B template to an airlock profile and, for a
+// template that is an image or template of the server's image store, that
+// image's name (the sandbox's root). E2B's well-known templates and the
+// profile names come first; a name that is none of these is E2B's 404.
+func (h *Handler) templateFor(template string) (profile, image string, err error) {
 	for _, t := range knownTemplates {
 		if template == t {
-			return h.cfg.Profile, nil
+			return h.cfg.Profile, "", nil
 		}
 	}
 	if _, err := policy.Preset(policy.Profile(template)); err == nil && template != "" {
-		return template, nil
+		return template, "", nil
 	}
-	return "", apiErrorf(http.StatusBadRequest, "template %q is not available: airlock serves the templates base and code-interpreter-v1 and its profiles strict, standard and light", template)
+	if st := h.m.Images(); st != nil {
+		_, err := st.Get(template)
+		if err == nil {
+			return h.cfg.Profile, template, nil
+		}
+		if !errors.Is(err, imagestore.ErrNotFound) {
+			return "", "", apiErrorf(http.StatusBadRequest, "template %q: %v", template, err)
+		}
+	}
+	return "", "", apiErrorf(http.StatusNotFound, "template '%s' not found: airlock serves the templates base and code-interpreter-v1, its profiles strict, standard and light, and the images and templates of its image store (airlock template build -t NAME, POST /v1/templates, airlock image pull)", template)
 }
 
 // timeoutSeconds converts an E2B timeout in seconds.
@@ -267,7 +280,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, defTimeout floa
 	if _, ok := req.Metadata[templateKey]; ok {
 		return apiErrorf(http.StatusBadRequest, "metadata key %q is reserved", templateKey)
 	}
-	profile, err := h.profileFor(req.TemplateID)
+	profile, image, err := h.templateFor(req.TemplateID)
 	if err != nil {
 		return err
 	}
@@ -288,7 +301,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, defTimeout floa
 	}
 	c := callerOf(r.Context())
 	info, err := h.m.Create(r.Context(), manager.CreateRequest{Owner: c.id, OwnerLimit: c.maxSandboxes,
-		Profile: profile, Env: env, Metadata: md, Timeout: ttl, Network: network, Secrets: secrets})
+		Profile: profile, Image: image, Env: env, Metadata: md, Timeout: ttl, Network: network, Secrets: secrets})
 	if err != nil {
 		return err
 	}

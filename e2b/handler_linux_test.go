@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"airlock/agent"
+	"airlock/imagestore"
 	"airlock/manager"
 	"airlock/store"
 
@@ -62,6 +63,7 @@ func newEnvConfig(t *testing.T, sandboxes bool, cfg Config) *env {
 type envSetup struct {
 	Config
 	prepare func(t *testing.T, dir string)
+	images  *imagestore.Store // the manager's image store, if any
 }
 
 func newEnvSetup(t *testing.T, sandboxes bool, cfg envSetup) *env {
@@ -86,7 +88,7 @@ func newEnvSetup(t *testing.T, sandboxes bool, cfg envSetup) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	m, err := manager.Open(manager.Config{StateDir: dir, Store: st, AgentBinary: bin, Logf: t.Logf})
+	m, err := manager.Open(manager.Config{StateDir: dir, Store: st, Images: cfg.images, AgentBinary: bin, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,6 +184,9 @@ func TestControlPlaneAuthAndErrors(t *testing.T) {
 	e.api(t, "POST", "/sandboxes/sb-0123456789abcdef/timeout", e.key, `{"timeout":30}`).apiErr(t, 404)
 	e.api(t, "POST", "/sandboxes/sb-0123456789abcdef/pause", e.key, `{}`).apiErr(t, 404)
 	e.api(t, "GET", "/templates", e.key, "").apiErr(t, 501)
+	if msg := e.api(t, "POST", "/v2/sandboxes", e.key, `{"templateID":"no-such-template"}`).apiErr(t, 404); !strings.Contains(msg, "template 'no-such-template' not found") {
+		t.Errorf("unknown template: %q", msg)
+	}
 	for _, body := range []string{
 		`{"templateID":"base","network":{"allowOut":["a.com"],"denyOut":["1.2.3.4"]}}`,
 		`{"templateID":"base","network":{"egressProxy":{"address":"proxy:1080"}}}`,
@@ -192,7 +197,6 @@ func TestControlPlaneAuthAndErrors(t *testing.T) {
 		`{"templateID":"base","autoResume":true}`,
 		`{"templateID":"base","mcp":{"x":{}}}`,
 		`{"templateID":"base","volumeMounts":[{"name":"v","path":"/data"}]}`,
-		`{"templateID":"no-such-template"}`,
 		`{"templateID":"base","metadata":{"e2b.template":"x"}}`,
 		`{"templateID":"base","timeout":-1}`,
 		`{"templateID":"base","timeout":"x"}`,

@@ -15,6 +15,10 @@ import (
 	"airlock/runtime/native"
 )
 
+// Images returns the image store CreateRequest.Image names images of
+// (Config.Images); nil when the server has none.
+func (m *Manager) Images() *imagestore.Store { return m.cfg.Images }
+
 // resolveImage looks up req.Image in the server's image store and adjusts
 // p for it (the image's env and user; the request's env stays on top). It
 // returns nil when the request names no image.

@@ -65,13 +65,20 @@ func newEnvFull(t testing.TB, maxSandboxes int, ec manager.EgressConfig, tweak f
 // newEnvAt is newEnvFull with the state in dir.
 func newEnvAt(t testing.TB, dir string, maxSandboxes int, ec manager.EgressConfig, tweak func(*mcp.Config)) *env {
 	t.Helper()
+	return newEnvManager(t, dir, manager.Config{MaxSandboxes: maxSandboxes, Egress: ec}, tweak)
+}
+
+// newEnvManager is newEnvAt with the manager configured as mc (its state
+// directory, store, agent and log filled in).
+func newEnvManager(t testing.TB, dir string, mc manager.Config, tweak func(*mcp.Config)) *env {
+	t.Helper()
 	e := &env{dir: dir}
 	var err error
 	if e.st, err = store.Open(e.dir); err != nil {
 		t.Fatal(err)
 	}
-	e.m, err = manager.Open(manager.Config{StateDir: e.dir, Store: e.st, AgentBinary: airlockBin(t),
-		MaxSandboxes: maxSandboxes, AllowDegraded: true, Egress: ec, Logf: t.Logf})
+	mc.StateDir, mc.Store, mc.AgentBinary, mc.AllowDegraded, mc.Logf = e.dir, e.st, airlockBin(t), true, t.Logf
+	e.m, err = manager.Open(mc)
 	if err != nil {
 		t.Fatal(err)
 	}

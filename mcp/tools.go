@@ -660,6 +660,7 @@ type createIn struct {
 	Env            map[string]string `json:"env,omitempty" jsonschema:"Environment variables for every process in the sandbox."`
 	Label          string            `json:"label,omitempty" jsonschema:"A short name shown by list_sandboxes."`
 	Runtime        string            `json:"runtime,omitempty" jsonschema:"Isolation tier: native or gvisor (gVisor's user-space kernel between the code and the host kernel; network none only); default the server's."`
+	Template       string            `json:"template,omitempty" jsonschema:"Name of a template or image in the server's image store (built with airlock template build -t NAME or pulled with airlock image pull) to use as the sandbox's root filesystem; default the host-derived root."`
 }
 
 func (s *Service) createSandbox(ctx context.Context, req *sdk.CallToolRequest, in createIn) (*sdk.CallToolResult, any, error) {
@@ -679,7 +680,7 @@ func (s *Service) createSandbox(ctx context.Context, req *sdk.CallToolRequest, i
 	}
 	cr := manager.CreateRequest{Owner: se.owner, OwnerLimit: se.ownerLimit, Profile: s.cfg.Profile,
 		Limits: s.cfg.Limits, Env: in.Env, Timeout: time.Duration(in.TimeoutSeconds * float64(time.Second)),
-		Network: network, Secrets: s.cfg.Secrets, Runtime: in.Runtime,
+		Network: network, Secrets: s.cfg.Secrets, Runtime: in.Runtime, Image: in.Template,
 		Metadata: map[string]string{"created_by": "mcp", "mcp_role": "created"}}
 	if cr.Timeout == 0 {
 		cr.Timeout = s.cfg.SandboxTimeout
@@ -710,8 +711,12 @@ func (s *Service) createSandbox(ctx context.Context, req *sdk.CallToolRequest, i
 		exp = fmt.Sprintf("; it is destroyed at %s (in %s) unless you kill_sandbox it earlier",
 			info.ExpiresAt.Format(time.RFC3339), time.Until(*info.ExpiresAt).Round(time.Second))
 	}
-	return result(false, fmt.Sprintf("created sandbox %s (profile %s, %s%s).\nPass sandbox_id=%q to run_command, write_file, read_file, list_files%s to use it.",
-		info.ID, info.Profile, netSummary(network), exp, info.ID, ", run_code")), nil, nil
+	from := ""
+	if in.Template != "" {
+		from = ", root from template " + in.Template
+	}
+	return result(false, fmt.Sprintf("created sandbox %s (profile %s%s, %s%s).\nPass sandbox_id=%q to run_command, write_file, read_file, list_files%s to use it.",
+		info.ID, info.Profile, from, netSummary(network), exp, info.ID, ", run_code")), nil, nil
 }
 
 // listSandboxesIn is the (empty) input of list_sandboxes.

@@ -1,0 +1,66 @@
+package e2b
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	it "airlock/imagestore/imagetest"
+)
+
+// TestCreateFromTemplateWithSDK builds a template (a Dockerfile FROM a
+// busybox image of a registry on 127.0.0.1, with a COPY and an ENV) into
+// the server's image store, then drives the real e2b SDK:
+// Sandbox.create('my-template') gets a sandbox whose commands see the
+// template's file and env, and whose info names the template; a name that
+// is neither a template nor an image is E2B's 404 "template ... not found".
+func TestCreateFromTemplateWithSDK(t *testing.T) {
+	jsDir, _ := filepath.Abs("../tests/js")
+	if _, err := os.Stat(filepath.Join(jsDir, "node_modules", "e2b", "package.json")); err != nil {
+		t.Skip("tests/js/node_modules is missing: run npm ci in tests/js")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (cgroups, uid ranges, overlay roots); CI runs as root")
+	}
+	// The SDKs start commands as /bin/bash -l -c CMD: the template brings
+	// a bash that is busybox's sh.
+	st := it.Template(t, "my-template", map[string]string{"greeting.txt": "from the template\n", "bash": "#!/bin/sh\nexec /bin/sh \"$@\"\n"},
+		"ENV APP_NAME=demo", "COPY bash /bin/", "COPY greeting.txt /opt/app/")
+	e := newEnvSetup(t, true, envSetup{images: st})
+
+	script := `
+import { Sandbox } from 'e2b'
+const out = {}
+const sbx = await Sandbox.create('my-template')
+const r = await sbx.commands.run('cat /opt/app/greeting.txt; echo "app=$APP_NAME"; test -x /bin/busybox && echo busybox')
+out.stdout = r.stdout
+out.info = (await sbx.getInfo()).templateId
+await sbx.files.write('/home/user/note.txt', 'written')
+out.read = await sbx.files.read('/home/user/note.txt')
+await sbx.kill()
+try { await Sandbox.create('no-such-template'); out.missing = 'no error' } catch (e) { out.missing = e.name + ': ' + e.message }
+console.log(JSON.stringify(out))
+process.exit(0)
+`
+	cmd := exec.Command("node", "--input-type=module", "-e", script)
+	cmd.Dir = jsDir
+	cmd.Env = append(os.Environ(), "E2B_API_URL="+e.url, "E2B_SANDBOX_URL="+e.url, "E2B_API_KEY="+e.key)
+	b, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("node: %v\n%s", err, b)
+	}
+	var out struct{ Stdout, Info, Read, Missing string }
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatalf("node output %q: %v", b, err)
+	}
+	t.Logf("%+v", out)
+	if out.Stdout != "from the template\napp=demo\nbusybox\n" || out.Info != "my-template" || out.Read != "written" {
+		t.Errorf("sandbox from my-template: %+v", out)
+	}
+	if !strings.HasPrefix(out.Missing, "SandboxError: 404: template 'no-such-template' not found") {
+		t.Errorf("unknown template: %q", out.Missing)
+	}
+}
