@@ -16,7 +16,7 @@ import (
 // busyboxImage stores an image whose root is Debian's static busybox, a
 // marker file, a world-unwritable /usr/local owned by the image's root, and
 // a file the top layer whites out; it returns the store and the image.
-func busyboxImage(t *testing.T) (*imagestore.Store, *imagestore.Image) {
+func busyboxImage(t testing.TB) (*imagestore.Store, *imagestore.Image) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("image roots need root")
