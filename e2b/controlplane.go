@@ -23,6 +23,17 @@ import (
 // It is hidden from E2B's view of the metadata.
 const templateKey = "e2b.template"
 
+// autoResumeKey is the metadata label ("true") of a sandbox created with
+// autoResume: traffic to it resumes it when paused. Hidden like templateKey,
+// as is manager.OnTimeoutKey (autoPause).
+const autoResumeKey = "e2b.auto_resume"
+
+// hiddenKey reports whether a metadata key is airlock's own, kept out of
+// E2B's view of the metadata and refused in a create's.
+func hiddenKey(k string) bool {
+	return k == templateKey || k == autoResumeKey || k == manager.OnTimeoutKey
+}
+
 // E2B's well-known templates, served by the profile in Config.Profile.
 var knownTemplates = []string{"base", "code-interpreter-v1", "code-interpreter"}
 
@@ -65,8 +76,8 @@ func (h *Handler) controlRoutes() *http.ServeMux {
 			return apiErrorf(http.StatusNotImplemented, "%s is not supported by airlock", what)
 		}
 	}
-	route("POST /sandboxes/{id}/pause", unsupported("pausing a sandbox (no memory snapshots; keep it running with setTimeout, or kill it)"))
-	route("POST /sandboxes/{id}/resume", unsupported("resuming a sandbox (airlock never pauses sandboxes)"))
+	route("POST /sandboxes/{id}/pause", h.pause)
+	route("POST /sandboxes/{id}/resume", h.resume)
 	route("POST /sandboxes/{id}/fork", unsupported("forking a sandbox"))
 	route("POST /sandboxes/{id}/snapshots", unsupported("snapshotting a sandbox"))
 	route("PUT /sandboxes/{id}/network", h.updateNetwork)
@@ -161,8 +172,8 @@ func decodeBody(r *http.Request, v any) error {
 
 // autoResumeWanted reports whether a create's autoResume asks for
 // anything. Older SDKs always send it, as {"enabled": false} (or a bare
-// false): that asks for nothing and is accepted. Anything else is a request
-// to resume a paused sandbox on traffic, which airlock cannot honour.
+// false): that asks for nothing. Anything else asks for a paused sandbox
+// to be resumed by traffic to it.
 func autoResumeWanted(raw json.RawMessage) bool {
 	if !present(raw) {
 		return false
@@ -196,6 +207,7 @@ type newSandbox struct {
 	Network             json.RawMessage   `json:"network"`
 	MCP                 json.RawMessage   `json:"mcp"`
 	AutoPause           *bool             `json:"autoPause"`
+	AutoPauseMemory     *bool             `json:"autoPauseMemory"`
 	AutoResume          json.RawMessage   `json:"autoResume"`
 	VolumeMounts        json.RawMessage   `json:"volumeMounts"`
 	IAM                 json.RawMessage   `json:"iam"`
@@ -261,10 +273,8 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, defTimeout floa
 	switch {
 	case present(req.MCP):
 		return apiErrorf(http.StatusBadRequest, "MCP gateways are not supported by airlock")
-	case req.AutoPause != nil && *req.AutoPause:
-		return apiErrorf(http.StatusBadRequest, "airlock cannot pause sandboxes: autoPause (lifecycle.onTimeout: 'pause') is not supported; sandboxes are killed when their timeout ends")
-	case autoResumeWanted(req.AutoResume):
-		return apiErrorf(http.StatusBadRequest, "airlock cannot pause sandboxes, so autoResume: {enabled: true} cannot be honoured; leave it false")
+	case req.AutoPauseMemory != nil && !*req.AutoPauseMemory:
+		return apiErrorf(http.StatusBadRequest, "%s", noFilesystemOnlyPause)
 	case present(req.VolumeMounts):
 		return apiErrorf(http.StatusBadRequest, "volume mounts are not supported by airlock")
 	case present(req.IAM):
@@ -277,8 +287,10 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, defTimeout floa
 	if err := h.networkAllowed(network); err != nil {
 		return err
 	}
-	if _, ok := req.Metadata[templateKey]; ok {
-		return apiErrorf(http.StatusBadRequest, "metadata key %q is reserved", templateKey)
+	for k := range req.Metadata {
+		if hiddenKey(k) {
+			return apiErrorf(http.StatusBadRequest, "metadata key %q is reserved", k)
+		}
 	}
 	profile, image, err := h.templateFor(req.TemplateID)
 	if err != nil {
@@ -293,6 +305,12 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, defTimeout floa
 		md[k] = v
 	}
 	md[templateKey] = req.TemplateID
+	if req.AutoPause != nil && *req.AutoPause {
+		md[manager.OnTimeoutKey] = "pause"
+	}
+	if autoResumeWanted(req.AutoResume) {
+		md[autoResumeKey] = "true"
+	}
 	// E2B code expects its home to be /home/user (a link to the workspace
 	// in airlock sandboxes); commands also get PWD (see processStart).
 	env := map[string]string{"E2B_SANDBOX": "true", "HOME": E2BHome}
@@ -338,7 +356,15 @@ type sandboxDetail struct {
 	// AllowInternetAccess and Network are in getInfo only.
 	AllowInternetAccess *bool          `json:"allowInternetAccess,omitempty"`
 	Network             map[string]any `json:"network,omitempty"`
+	Lifecycle           *lifecycle     `json:"lifecycle,omitempty"`
 	startedAt           time.Time
+}
+
+// lifecycle is E2B's SandboxLifecycle: what the end of the timeout does
+// (kill or pause) and whether traffic resumes a paused sandbox.
+type lifecycle struct {
+	OnTimeout  string `json:"onTimeout"`
+	AutoResume bool   `json:"autoResume"`
 }
 
 // templateOf returns the E2B template a sandbox was created from, or its
@@ -354,12 +380,15 @@ func detailOf(in *manager.Info) sandboxDetail {
 	d := sandboxDetail{SandboxID: in.ID, TemplateID: templateOf(in), ClientID: "airlock",
 		StartedAt: in.CreatedAt.UTC().Format(time.RFC3339Nano), EnvdVersion: EnvdVersion,
 		Metadata: map[string]string{}, State: "running", VolumeMounts: []struct{}{}, startedAt: in.CreatedAt}
+	if in.Paused {
+		d.State = "paused"
+	}
 	d.Alias = d.TemplateID
 	if in.ExpiresAt != nil {
 		d.EndAt = in.ExpiresAt.UTC().Format(time.RFC3339Nano)
 	}
 	for k, v := range in.Metadata {
-		if k != templateKey {
+		if !hiddenKey(k) {
 			d.Metadata[k] = v
 		}
 	}
@@ -389,6 +418,10 @@ func (h *Handler) getInfo(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	d := detailOf(&in)
+	d.Lifecycle = &lifecycle{OnTimeout: "kill", AutoResume: in.Metadata[autoResumeKey] == "true"}
+	if in.Metadata[manager.OnTimeoutKey] == "pause" {
+		d.Lifecycle.OnTimeout = "pause"
+	}
 	if ni, err := h.m.Network(r.Context(), callerOf(r.Context()).id, in.ID); err == nil {
 		d.AllowInternetAccess, d.Network = networkView(ni)
 	}
@@ -474,9 +507,13 @@ func (h *Handler) refresh(w http.ResponseWriter, r *http.Request) error {
 func (h *Handler) connect(w http.ResponseWriter, r *http.Request, v2 bool) error {
 	var req struct {
 		Timeout *float64 `json:"timeout"`
+		Memory  *bool    `json:"memory"`
 	}
 	if err := decodeBody(r, &req); err != nil {
 		return err
+	}
+	if req.Memory != nil && !*req.Memory {
+		return apiErrorf(http.StatusBadRequest, "%s", noFilesystemOnlyPause)
 	}
 	def := 300.0
 	if !v2 && req.Timeout == nil {
@@ -490,6 +527,10 @@ func (h *Handler) connect(w http.ResponseWriter, r *http.Request, v2 bool) error
 	in, err := h.running(r, id)
 	if err != nil {
 		return err
+	}
+	if in.Paused {
+		// E2B's connect resumes a paused sandbox and answers 201.
+		return h.resumeFor(w, r, id, d)
 	}
 	if err := h.extend(r, in, d); err != nil {
 		return err
@@ -640,16 +681,16 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request, v2 bool) error {
 	if err != nil {
 		return err
 	}
-	wantRunning := true
+	wantRunning, wantPaused := true, true
 	if st := q["state"]; len(st) > 0 {
-		wantRunning = false
+		wantRunning, wantPaused = false, false
 		for _, v := range st {
 			for _, s := range strings.Split(v, ",") {
 				switch s {
 				case "running":
 					wantRunning = true
 				case "paused":
-					// airlock never pauses sandboxes: nothing to list.
+					wantPaused = true
 				default:
 					return apiErrorf(http.StatusBadRequest, "unknown state %q (want running or paused)", s)
 				}
@@ -679,7 +720,7 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request, v2 bool) error {
 		return apiErrorf(http.StatusBadRequest, "order must be asc or desc")
 	}
 	var infos []manager.Info
-	if wantRunning {
+	if wantRunning || wantPaused {
 		if infos, err = h.m.List(r.Context(), callerOf(r.Context()).id, manager.ListOptions{Metadata: md}); err != nil {
 			return err
 		}
@@ -688,7 +729,8 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request, v2 bool) error {
 	all := make([]sandboxDetail, 0, len(infos))
 	for i := range infos {
 		d := detailOf(&infos[i])
-		if (template != "" && d.TemplateID != template) || d.startedAt.Before(after) {
+		if (template != "" && d.TemplateID != template) || d.startedAt.Before(after) ||
+			(infos[i].Paused && !wantPaused) || (!infos[i].Paused && !wantRunning) {
 			continue
 		}
 		all = append(all, d)

@@ -381,7 +381,7 @@ func (h *Handler) serveSandbox(w http.ResponseWriter, r *http.Request, id string
 	owner, ok := h.ownerOf(r.Context(), id)
 	var sb *manager.Sandbox
 	if ok {
-		sb, err = h.m.Lookup(owner, id)
+		sb, err = h.lookupResuming(r, owner, id)
 	}
 	if !ok || err != nil {
 		// E2B's proxy answers 502 for a sandbox that is not running; the

@@ -192,9 +192,9 @@ func TestControlPlaneAuthAndErrors(t *testing.T) {
 		`{"templateID":"base","network":{"egressProxy":{"address":"proxy:1080"}}}`,
 		`{"templateID":"base","network":{"httpsPorts":[8443]}}`,
 		`{"templateID":"base","network":{"denyOut":["0.0.0.0/0"],"allowOut":["not a host!"]}}`,
-		`{"templateID":"base","autoPause":true}`,
-		`{"templateID":"base","autoResume":{"enabled":true}}`,
-		`{"templateID":"base","autoResume":true}`,
+		`{"templateID":"base","autoPause":true,"autoPauseMemory":false}`,
+		`{"templateID":"base","metadata":{"airlock.on_timeout":"pause"}}`,
+		`{"templateID":"base","metadata":{"e2b.auto_resume":"true"}}`,
 		`{"templateID":"base","mcp":{"x":{}}}`,
 		`{"templateID":"base","volumeMounts":[{"name":"v","path":"/data"}]}`,
 		`{"templateID":"base","metadata":{"e2b.template":"x"}}`,
@@ -385,7 +385,6 @@ func TestEnvdAgainstASandbox(t *testing.T) {
 	if r := e.api(t, "GET", "/v2/sandboxes", e.other, ""); strings.TrimSpace(string(r.body)) != "[]" {
 		t.Fatalf("other key lists %q", r.body)
 	}
-	e.api(t, "POST", "/sandboxes/"+id+"/pause", e.key, `{}`).apiErr(t, 501)
 
 	// File operations stay in the workspace and /tmp; only "user" exists.
 	e.rpc(t, id, "filesystem.Filesystem/Stat", `{"path":"/etc/passwd"}`, nil).rpcErr(t, CodeInvalidArgument)

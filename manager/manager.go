@@ -449,6 +449,9 @@ func checkMetadata(md map[string]string) error {
 			return fmt.Errorf("%w: metadata value of %q longer than 256 bytes", ErrInvalid, k)
 		}
 	}
+	if v, ok := md[OnTimeoutKey]; ok && v != "pause" && v != "kill" {
+		return fmt.Errorf("%w: metadata %s must be pause or kill, not %q", ErrInvalid, OnTimeoutKey, v)
+	}
 	return nil
 }
 
@@ -832,6 +835,9 @@ func (m *Manager) reaper() {
 		}
 		m.mu.Unlock()
 		for _, sb := range due {
+			if m.pauseOnTimeout(sb) {
+				continue
+			}
 			if m.finish(sb, store.StateExpired, "timeout expired") {
 				m.Audit(context.Background(), "", sb.ID, store.ActionSandboxKill, map[string]string{"reason": "expired"})
 			}

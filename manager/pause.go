@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // ErrPaused is returned (wrapped) for a request a paused sandbox cannot
@@ -90,4 +91,36 @@ func infoLocked(sb *Sandbox) Info {
 	in := infoFromRecord(&sb.rec)
 	in.Reattached, in.Enforced, in.Paused = sb.reattached, sb.enforced, sb.paused
 	return in
+}
+
+// OnTimeoutKey is the metadata label that chooses what the end of a
+// sandbox's TTL does: "pause" pauses it (as Pause does) instead of killing
+// it, and gives it Config.MaxTimeout more, paused, to be resumed in
+// (resuming does not extend it: set a new timeout); when that passes too it
+// is killed. "kill", or no label, kills it (the default).
+const OnTimeoutKey = "airlock.on_timeout"
+
+// pauseOnTimeout pauses an expired sandbox labelled OnTimeoutKey=pause and
+// reports whether it did; false means the sandbox is to be killed (no
+// label, already paused, ending, or the pause failed).
+func (m *Manager) pauseOnTimeout(sb *Sandbox) bool {
+	sb.mu.Lock()
+	if sb.rec.Metadata[OnTimeoutKey] != "pause" || sb.paused || sb.ending {
+		sb.mu.Unlock()
+		return false
+	}
+	if err := m.setFrozen(sb, true); err != nil {
+		sb.mu.Unlock()
+		m.cfg.Logf("sandbox %s: pause at the end of its timeout: %v; killing it instead", sb.ID, err)
+		return false
+	}
+	sb.paused = true
+	at := time.Now().Add(m.cfg.MaxTimeout).UTC()
+	sb.rec.ExpiresAt = at
+	sb.mu.Unlock()
+	if err := m.st.SetExpiry(context.Background(), sb.ID, at); err != nil {
+		m.cfg.Logf("sandbox %s: paused at timeout, but recording its new expiry: %v", sb.ID, err)
+	}
+	m.Audit(context.Background(), "", sb.ID, "sandbox.pause", map[string]string{"reason": "expired"})
+	return true
 }

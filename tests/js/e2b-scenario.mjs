@@ -317,7 +317,41 @@ async function main() {
     eq(r.stdout, '1', 'command through the connected instance')
   })
 
-  await runCodeSteps(await Sandbox.connect(sbx.sandboxId))
+  const interpreter = await runCodeSteps(await Sandbox.connect(sbx.sandboxId))
+
+  await step('pause(), then Sandbox.connect resumes it: a file, a background process and a Python variable survive', async () => {
+    await sbx.files.write('/home/user/paused.txt', 'written before pause')
+    const bg = await sbx.commands.run('sleep 600', { background: true })
+    eq(await sbx.pause(), true, 'pause()')
+    eq(await BaseSandbox.pause(sbx.sandboxId), false, 'pausing a paused sandbox')
+    eq((await sbx.getInfo()).state, 'paused', 'state after pause()')
+    const paused = await BaseSandbox.list({ query: { metadata: { run }, state: ['paused'] } }).nextItems()
+    eq(paused.map((s) => s.sandboxId), [sbx.sandboxId], 'listed as paused')
+    const again = await BaseSandbox.connect(sbx.sandboxId)
+    eq((await again.getInfo()).state, 'running', 'state after connect')
+    eq((await again.commands.run('cat /home/user/paused.txt')).stdout, 'written before pause', 'the file')
+    const pids = (await again.commands.list()).map((p) => p.pid)
+    assert(pids.includes(bg.pid), `background process ${bg.pid} not among ${JSON.stringify(pids)}`)
+    eq((await again.commands.run(`kill -0 ${bg.pid} && echo alive`)).stdout.trim(), 'alive', 'the background process')
+    await again.commands.kill(bg.pid)
+    if (interpreter) eq((await (await Sandbox.connect(sbx.sandboxId)).runCode('x')).text, '41', 'the Python variable x of the default context')
+  })
+
+  await step('lifecycle onTimeout: pause with autoResume: the timeout pauses it, a command resumes it', async () => {
+    const lc = await BaseSandbox.create('base', { timeoutMs: 2_000, metadata: { purpose: 'airlock-e2b-lifecycle' },
+      lifecycle: { onTimeout: 'pause', autoResume: true } })
+    cleanup.push(() => lc.kill())
+    await lc.files.write('/home/user/lc.txt', 'kept')
+    const info = await lc.getInfo()
+    if (info.lifecycle) eq(info.lifecycle, { onTimeout: 'pause', autoResume: true }, 'lifecycle in getInfo')
+    for (let i = 0; (await lc.getInfo()).state !== 'paused'; i++) {
+      assert(i < 300, 'not paused 60 s after its timeout')
+      await sleep(200)
+    }
+    eq((await lc.commands.run('cat /home/user/lc.txt')).stdout, 'kept', 'a command in the paused sandbox (auto-resumed)')
+    eq((await lc.getInfo()).state, 'running', 'state after the command')
+    eq(await lc.kill(), true, 'kill()')
+  })
 
   await step('setTimeout and getInfo', async () => {
     await sbx.setTimeout(300_000)
@@ -405,7 +439,7 @@ async function runCodeSteps(sbx) {
     const reason = `the server's code interpreter is unavailable (${e.name}: ${e.message})`
     for (const s of ['runCode: state across cells', 'runCode: matplotlib chart as PNG',
       'runCode: exception as ExecutionError', 'runCode: JavaScript context']) skip(s, reason)
-    return
+    return false
   }
   await step('runCode: a fresh sandbox lists the default python and javascript contexts', async () => {
     eq(fresh.map((c) => [c.language, c.cwd]).sort(), [['javascript', '/home/user'], ['python', '/home/user']], 'contexts')
@@ -511,6 +545,7 @@ plt.show()`)
     assert(ids.includes(ctx.id), 'context not listed')
     await sbx.removeCodeContext(ctx)
   })
+  return true
 }
 
 try {

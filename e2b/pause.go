@@ -1,0 +1,118 @@
+package e2b
+
+import (
+	"errors"
+	"net/http"
+	"time"
+
+	"airlock/manager"
+)
+
+// noFilesystemOnlyPause refuses E2B's filesystem-only pause (keepMemory:
+// false, onResume: "reboot").
+const noFilesystemOnlyPause = "airlock pauses keep the sandbox's memory (native: cgroup freezer; gvisor: a checkpoint of the whole sandbox): a filesystem-only pause (keepMemory: false, onResume: 'reboot') is not supported"
+
+// pause serves POST /sandboxes/{id}/pause: the manager's Pause (native:
+// cgroup freezer; gvisor: runsc checkpoint). 204; 409 if already paused,
+// which the SDKs report as false.
+func (h *Handler) pause(w http.ResponseWriter, r *http.Request) error {
+	var req struct {
+		Memory *bool `json:"memory"`
+	}
+	if err := decodeBody(r, &req); err != nil {
+		return err
+	}
+	if req.Memory != nil && !*req.Memory {
+		return apiErrorf(http.StatusBadRequest, "%s", noFilesystemOnlyPause)
+	}
+	id := r.PathValue("id")
+	in, err := h.running(r, id)
+	if err != nil {
+		return err
+	}
+	if in.Paused {
+		return apiErrorf(http.StatusConflict, "sandbox %q is already paused", id)
+	}
+	if _, err := h.m.Pause(r.Context(), callerOf(r.Context()).id, id); err != nil {
+		return notFound(err, id)
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// resume serves the deprecated POST /sandboxes/{id}/resume (newer SDKs
+// resume through connect): 201 with the sandbox; 409 if it is not paused.
+func (h *Handler) resume(w http.ResponseWriter, r *http.Request) error {
+	var req struct {
+		Timeout   *float64 `json:"timeout"`
+		AutoPause *bool    `json:"autoPause"`
+	}
+	if err := decodeBody(r, &req); err != nil {
+		return err
+	}
+	d, err := timeoutSeconds(req.Timeout, 15)
+	if err != nil {
+		return err
+	}
+	id := r.PathValue("id")
+	in, err := h.running(r, id)
+	if err != nil {
+		return err
+	}
+	if !in.Paused {
+		return apiErrorf(http.StatusConflict, "sandbox %q is not paused", id)
+	}
+	return h.resumeFor(w, r, id, d)
+}
+
+// resumeFor resumes the caller's paused sandbox id, gives it d to live
+// from now (a sandbox paused at its timeout had the server's maximum) and
+// answers 201 with it, as E2B's resume and connect do.
+func (h *Handler) resumeFor(w http.ResponseWriter, r *http.Request, id string, d time.Duration) error {
+	owner := callerOf(r.Context()).id
+	in, err := h.m.Resume(r.Context(), owner, id)
+	if err != nil {
+		return notFound(err, id)
+	}
+	if in, err = h.m.SetTimeout(r.Context(), owner, id, d); err != nil {
+		return notFound(err, id)
+	}
+	writeJSON(w, http.StatusCreated, h.created(id, templateOf(&in)))
+	return nil
+}
+
+// notFound maps the manager's not-found and not-running errors to E2B's
+// 404 and passes other errors (and nil) through.
+func notFound(err error, id string) error {
+	if errors.Is(err, manager.ErrNotFound) || errors.Is(err, manager.ErrNotRunning) {
+		return apiErrorf(http.StatusNotFound, "sandbox %q not found", id)
+	}
+	return err
+}
+
+// autoResumeTimeout is the timeout of a sandbox resumed by traffic: E2B's
+// default for connect.
+const autoResumeTimeout = 300 * time.Second
+
+// lookupResuming is the manager's Lookup that, for a paused sandbox created
+// with autoResume, resumes it first: traffic wakes it, as in E2B.
+func (h *Handler) lookupResuming(r *http.Request, owner, id string) (*manager.Sandbox, error) {
+	sb, err := h.m.Lookup(owner, id)
+	if !errors.Is(err, manager.ErrPaused) {
+		return sb, err
+	}
+	in, gerr := h.m.Get(r.Context(), owner, id)
+	if gerr != nil || in.Metadata[autoResumeKey] != "true" {
+		return nil, err
+	}
+	if _, rerr := h.m.Resume(r.Context(), owner, id); rerr != nil {
+		h.cfg.Logf("e2b: auto-resume of %s: %v", id, rerr)
+		return nil, rerr
+	}
+	// A sandbox paused at its timeout had the server's maximum to be
+	// resumed in; traffic gives it autoResumeTimeout, as a connect would.
+	if _, terr := h.m.SetTimeout(r.Context(), owner, id, autoResumeTimeout); terr != nil {
+		h.cfg.Logf("e2b: timeout of auto-resumed %s: %v", id, terr)
+	}
+	return h.m.Lookup(owner, id)
+}

@@ -1,0 +1,128 @@
+package e2b
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestPauseConnectAndAutoPause drives E2B's pause surface against real
+// sandboxes: pause (204, then 409), the paused state in getInfo and list,
+// traffic refused while paused, connect resuming it (201) with its files,
+// the deprecated resume endpoint, and autoPause + autoResume: the end of
+// the timeout pauses instead of killing, and traffic resumes it.
+func TestPauseConnectAndAutoPause(t *testing.T) {
+	e := newEnv(t, true)
+	var created sandboxCreated
+	e.api(t, "POST", "/v2/sandboxes", e.key, `{"templateID":"base"}`).json(t, &created)
+	id := created.SandboxID
+	envd := map[string]string{"E2b-Sandbox-Id": id, "E2b-Sandbox-Port": "49983", "X-Access-Token": e.h.envdToken(id),
+		"Content-Type": "application/octet-stream"}
+	if r := e.do(t, "POST", "/files?path=/home/user/kept.txt", envd, []byte("before pause")); r.status != 200 {
+		t.Fatalf("upload: %d %q", r.status, r.body)
+	}
+	state := func(id string) string {
+		var d sandboxDetail
+		e.api(t, "GET", "/sandboxes/"+id, e.key, "").json(t, &d)
+		return d.State
+	}
+	listed := func(q string) []string {
+		var ds []sandboxDetail
+		e.api(t, "GET", "/v2/sandboxes"+q, e.key, "").json(t, &ds)
+		var ids []string
+		for _, d := range ds {
+			ids = append(ids, d.SandboxID+"="+d.State)
+		}
+		return ids
+	}
+
+	e.api(t, "POST", "/sandboxes/"+id+"/pause", e.key, `{"memory":false}`).apiErr(t, 400)
+	e.api(t, "POST", "/sandboxes/"+id+"/resume", e.key, `{}`).apiErr(t, 409)
+	e.api(t, "POST", "/sandboxes/"+id+"/pause", e.other, `{}`).apiErr(t, 404)
+	if r := e.api(t, "POST", "/sandboxes/"+id+"/pause", e.key, `{}`); r.status != 204 {
+		t.Fatalf("pause: %d %q", r.status, r.body)
+	}
+	e.api(t, "POST", "/sandboxes/"+id+"/pause", e.key, `{}`).apiErr(t, 409)
+	if s := state(id); s != "paused" {
+		t.Fatalf("getInfo state %q after pause", s)
+	}
+	if got := listed("?state=paused"); len(got) != 1 || got[0] != id+"=paused" {
+		t.Fatalf("state=paused lists %v", got)
+	}
+	if got := listed("?state=running"); len(got) != 0 {
+		t.Fatalf("state=running lists %v", got)
+	}
+	// No autoResume: traffic finds it not running (E2B's proxy 502).
+	if r := e.do(t, "GET", "/files?path=/home/user/kept.txt", envd, nil); r.status != 502 {
+		t.Fatalf("read while paused: %d %q", r.status, r.body)
+	}
+	e.api(t, "POST", "/v2/sandboxes/"+id+"/connect", e.key, `{"memory":false}`).apiErr(t, 400)
+	if r := e.api(t, "POST", "/v2/sandboxes/"+id+"/connect", e.key, `{"timeout":60}`); r.status != 201 {
+		t.Fatalf("connect to a paused sandbox: %d %q", r.status, r.body)
+	}
+	if s := state(id); s != "running" {
+		t.Fatalf("state %q after connect", s)
+	}
+	if r := e.do(t, "GET", "/files?path=/home/user/kept.txt", envd, nil); r.status != 200 || string(r.body) != "before pause" {
+		t.Fatalf("read after resume: %d %q", r.status, r.body)
+	}
+	if r := e.api(t, "POST", "/v2/sandboxes/"+id+"/connect", e.key, `{}`); r.status != 200 {
+		t.Fatalf("connect to a running sandbox: %d %q", r.status, r.body)
+	}
+	// The deprecated resume endpoint.
+	if r := e.api(t, "POST", "/sandboxes/"+id+"/pause", e.key, ``); r.status != 204 {
+		t.Fatalf("pause again: %d %q", r.status, r.body)
+	}
+	if r := e.api(t, "POST", "/sandboxes/"+id+"/resume", e.key, `{"timeout":60}`); r.status != 201 {
+		t.Fatalf("resume: %d %q", r.status, r.body)
+	}
+	// A paused sandbox can be killed.
+	e.api(t, "POST", "/sandboxes/"+id+"/pause", e.key, `{}`)
+	if r := e.api(t, "DELETE", "/sandboxes/"+id, e.key, ""); r.status != 204 {
+		t.Fatalf("kill a paused sandbox: %d %q", r.status, r.body)
+	}
+	e.api(t, "GET", "/sandboxes/"+id, e.key, "").apiErr(t, 404)
+
+	// autoPause + autoResume: the timeout's end pauses it, traffic resumes it.
+	e.api(t, "POST", "/v2/sandboxes", e.key, `{"templateID":"base","timeout":2,"autoPause":true,"autoResume":{"enabled":true}}`).json(t, &created)
+	id = created.SandboxID
+	envd["E2b-Sandbox-Id"], envd["X-Access-Token"] = id, e.h.envdToken(id)
+	if r := e.do(t, "POST", "/files?path=/home/user/kept.txt", envd, []byte("auto")); r.status != 200 {
+		t.Fatalf("upload: %d %q", r.status, r.body)
+	}
+	var d sandboxDetail
+	e.api(t, "GET", "/sandboxes/"+id, e.key, "").json(t, &d)
+	if len(d.Metadata) != 0 {
+		t.Fatalf("airlock's labels shown in metadata: %v", d.Metadata)
+	}
+	for deadline := time.Now().Add(60 * time.Second); state(id) != "paused"; time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("not paused at the end of its timeout: state %q", state(id))
+		}
+	}
+	e.api(t, "GET", "/sandboxes/"+id, e.key, "").json(t, &d)
+	if end, err := time.Parse(time.RFC3339Nano, d.EndAt); err != nil || time.Until(end) < time.Hour {
+		t.Fatalf("endAt of a sandbox paused at its timeout: %q (%v), want the server's maximum timeout ahead", d.EndAt, err)
+	}
+	if r := e.do(t, "GET", "/files?path=/home/user/kept.txt", envd, nil); r.status != 200 || string(r.body) != "auto" {
+		t.Fatalf("traffic to an autoResume sandbox: %d %q", r.status, r.body)
+	}
+	if s := state(id); s != "running" {
+		t.Fatalf("state %q after traffic resumed it", s)
+	}
+	e.api(t, "GET", "/sandboxes/"+id, e.key, "").json(t, &d)
+	if end, err := time.Parse(time.RFC3339Nano, d.EndAt); err != nil || time.Until(end) > 301*time.Second {
+		t.Fatalf("endAt of a sandbox resumed by traffic: %q (%v), want 300 s ahead", d.EndAt, err)
+	}
+	// Without autoPause the end of the timeout kills it.
+	e.api(t, "POST", "/v2/sandboxes", e.key, `{"templateID":"base","timeout":1}`).json(t, &created)
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		r := e.api(t, "GET", "/sandboxes/"+created.SandboxID, e.key, "")
+		if r.status == 404 {
+			break
+		}
+		if time.Now().After(deadline) || strings.Contains(string(r.body), `"paused"`) {
+			t.Fatalf("sandbox without autoPause at the end of its timeout: %d %q", r.status, r.body)
+		}
+	}
+}
