@@ -24,6 +24,7 @@ import (
 	"airlock/agent"
 	"airlock/imagestore"
 	"airlock/manager"
+	"airlock/policy"
 	"airlock/store"
 
 	"airlock/internal/testserver"
@@ -64,6 +65,7 @@ type envSetup struct {
 	Config
 	prepare func(t *testing.T, dir string)
 	images  *imagestore.Store // the manager's image store, if any
+	runtime policy.Runtime    // the manager's default runtime; "" native
 }
 
 func newEnvSetup(t *testing.T, sandboxes bool, cfg envSetup) *env {
@@ -88,7 +90,7 @@ func newEnvSetup(t *testing.T, sandboxes bool, cfg envSetup) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	m, err := manager.Open(manager.Config{StateDir: dir, Store: st, Images: cfg.images, AgentBinary: bin, Logf: t.Logf})
+	m, err := manager.Open(manager.Config{StateDir: dir, Store: st, Images: cfg.images, AgentBinary: bin, Logf: t.Logf, DefaultRuntime: cfg.runtime})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,15 +4,31 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"airlock/policy"
+	"airlock/runtime/gvisor"
 )
 
 // TestPauseConnectAndAutoPause drives E2B's pause surface against real
 // sandboxes: pause (204, then 409), the paused state in getInfo and list,
 // traffic refused while paused, connect resuming it (201) with its files,
 // the deprecated resume endpoint, and autoPause + autoResume: the end of
-// the timeout pauses instead of killing, and traffic resumes it.
+// the timeout pauses instead of killing, and traffic resumes it. Both
+// runtimes: native pauses with the cgroup freezer, gvisor checkpoints.
 func TestPauseConnectAndAutoPause(t *testing.T) {
-	e := newEnv(t, true)
+	for _, rt := range []policy.Runtime{policy.RuntimeNative, policy.RuntimeGVisor} {
+		t.Run(string(rt), func(t *testing.T) {
+			if rt == policy.RuntimeGVisor {
+				if _, err := gvisor.Available(); err != nil {
+					t.Skipf("gvisor tier unavailable: %v", err)
+				}
+			}
+			testPauseConnectAndAutoPause(t, newEnvSetup(t, true, envSetup{runtime: rt}))
+		})
+	}
+}
+
+func testPauseConnectAndAutoPause(t *testing.T, e *env) {
 	var created sandboxCreated
 	e.api(t, "POST", "/v2/sandboxes", e.key, `{"templateID":"base"}`).json(t, &created)
 	id := created.SandboxID
