@@ -1,10 +1,13 @@
 package e2b
 
 import (
+	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
+	"airlock/manager"
 	"airlock/policy"
 	"airlock/runtime/gvisor"
 )
@@ -29,6 +32,11 @@ func TestPauseConnectAndAutoPause(t *testing.T) {
 }
 
 func testPauseConnectAndAutoPause(t *testing.T, e *env) {
+	// The label is the manager's, open to airlock's own API: a value other
+	// than pause or kill is refused there.
+	if _, err := e.m.Create(context.Background(), manager.CreateRequest{Metadata: map[string]string{manager.OnTimeoutKey: "sleep"}}); !errors.Is(err, manager.ErrInvalid) {
+		t.Fatalf("create with %s=sleep: %v, want ErrInvalid", manager.OnTimeoutKey, err)
+	}
 	var created sandboxCreated
 	e.api(t, "POST", "/v2/sandboxes", e.key, `{"templateID":"base"}`).json(t, &created)
 	id := created.SandboxID
