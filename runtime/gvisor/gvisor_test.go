@@ -393,26 +393,8 @@ func TestInt80Refused(t *testing.T) {
 func TestCheckpointRestore(t *testing.T) {
 	needRunsc(t)
 	counter := "import sys\nn = 0\nbig = bytearray(32 << 20)\nfor line in sys.stdin:\n    n += 1\n    print(n, line.strip(), len(big), flush=True)\n"
-	pair := func() (host *os.File, sandbox *os.File) {
-		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return os.NewFile(uintptr(fds[0]), "host"), os.NewFile(uintptr(fds[1]), "sandbox")
-	}
-	say := func(f *os.File, line string) string {
-		t.Helper()
-		if _, err := f.Write([]byte(line + "\n")); err != nil {
-			t.Fatal(err)
-		}
-		f.SetReadDeadline(time.Now().Add(30 * time.Second))
-		r := bufio.NewReader(f)
-		got, err := r.ReadString('\n')
-		if err != nil {
-			t.Fatalf("reading the answer to %q: %v", line, err)
-		}
-		return strings.TrimSpace(got)
-	}
+	pair := func() (*os.File, *os.File) { return socketPair(t) }
+	say := func(f *os.File, line string) string { t.Helper(); return sayLine(t, f, line) }
 	host, inside := pair()
 	defer host.Close()
 	sb, err := gvisor.Start(native.Config{Policy: gvPolicy(t, nil), Args: []string{"python3", "-c", counter}, Stdin: inside, Stdout: inside})

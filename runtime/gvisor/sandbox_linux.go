@@ -63,7 +63,25 @@ type Sandbox struct {
 // program's own start (exec inside gVisor) happens asynchronously: a
 // program that cannot be found ends the run with runsc's error on stderr
 // and exit code 128 (see Run).
-func Start(cfg native.Config) (*Sandbox, error) {
+func Start(cfg native.Config) (*Sandbox, error) { return start(cfg, "") }
+
+// Fork starts a new, independent sandbox from image, a Snapshot (or
+// Checkpoint) of another sandbox, with `runsc restore` into a bundle of its
+// own and a cgroup of its own: its processes, memory, tmpfs /workspace and
+// /tmp are the snapshot's, and from then on its own. cfg must describe
+// the snapshotted sandbox (same policy and program: the mount sources must
+// be the same files at the same paths) except for ID and stdio, which are
+// the fork's: programs inside read and write the new descriptors where
+// they had the old ones.
+func Fork(cfg native.Config, image string) (*Sandbox, error) {
+	if image == "" {
+		return nil, errors.New("gvisor: fork needs a snapshot image")
+	}
+	return start(cfg, image)
+}
+
+// start is Start, or Fork when image is not empty.
+func start(cfg native.Config, image string) (*Sandbox, error) {
 	p := cfg.Policy
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("invalid policy: %w", err)
@@ -184,7 +202,11 @@ func Start(cfg native.Config) (*Sandbox, error) {
 	}
 
 	s.surviveParent = cfg.SurviveParent
-	if err := s.launch([]string{"run", "--bundle", bundle, id}, cfg.Stdin, cfg.Stdout, cfg.Stderr); err != nil {
+	args := []string{"run", "--bundle", bundle, id}
+	if image != "" {
+		args = []string{"restore", "--image-path", image, "--bundle", bundle, id}
+	}
+	if err := s.launch(args, cfg.Stdin, cfg.Stdout, cfg.Stderr); err != nil {
 		return fail("start runsc", err)
 	}
 	return s, nil
@@ -234,6 +256,20 @@ func (s *Sandbox) Checkpoint(image string) error {
 	_ = exec.Command(s.runsc.Path, append(s.globalFlags(), "delete", "--force", s.ID)...).Run()
 	// The image went through the page cache, charged to the sandbox's
 	// cgroup: write it out and drop it, so that the memory is really free.
+	return dropCache(image)
+}
+
+// Snapshot saves the sandbox's whole state to directory image, as
+// Checkpoint does, but leaves it running (runsc checkpoint
+// --leave-running): Fork starts copies from the image.
+func (s *Sandbox) Snapshot(image string) error {
+	if err := os.MkdirAll(image, 0o700); err != nil {
+		return fmt.Errorf("gvisor: snapshot: %w", err)
+	}
+	out, err := exec.Command(s.runsc.Path, append(s.globalFlags(), "checkpoint", "--leave-running", "--image-path", image, s.ID)...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("gvisor: runsc checkpoint --leave-running: %v: %s", err, strings.TrimSpace(string(out)))
+	}
 	return dropCache(image)
 }
 
