@@ -74,7 +74,43 @@ func (m *Manager) imageRoot(id, dir string, img *imagestore.Image) (*native.Imag
 	if err := os.WriteFile(filepath.Join(root, "image"), []byte(img.Digest+"\n"), 0o600); err != nil {
 		return nil, fmt.Errorf("manager: %w", err)
 	}
-	return &native.ImageRoot{Layers: img.LayerDirs(), Dir: root}, nil
+	return &native.ImageRoot{Layers: img.LayerDirs(), Dir: root, Disks: m.diskPool()}, nil
+}
+
+// diskPoolSize is how many ready upper disks are kept per disk size.
+const diskPoolSize = 2
+
+// diskPool returns the pool of ready upper disks for image roots, opening
+// it (StateDir/diskpool) on first use; nil once the manager is closed or if
+// it cannot be opened (then every image create makes its own disk, as
+// before: slower, not less isolated).
+func (m *Manager) diskPool() *native.DiskPool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed || m.disksTried {
+		return m.disks
+	}
+	m.disksTried = true
+	d, err := native.OpenDiskPool(filepath.Join(m.cfg.StateDir, "diskpool"), diskPoolSize)
+	if err != nil {
+		m.cfg.Logf("image roots: no pool of ready disks (each create formats its own): %v", err)
+		return nil
+	}
+	m.disks = d
+	return d
+}
+
+// closeDisks removes the ready disks (Close).
+func (m *Manager) closeDisks() {
+	m.mu.Lock()
+	d := m.disks
+	m.disks = nil
+	m.mu.Unlock()
+	if d != nil {
+		if err := d.Close(); err != nil {
+			m.cfg.Logf("image roots: remove the ready disks: %v", err)
+		}
+	}
 }
 
 // removeSandboxDir removes a sandbox's state directory, unmounting the

@@ -31,6 +31,7 @@ import (
 	"airlock/imagestore"
 	"airlock/policy"
 	"airlock/runtime"
+	"airlock/runtime/native"
 	"airlock/runtime/native/cgroups"
 	"airlock/store"
 	"airlock/volume"
@@ -273,6 +274,9 @@ type Manager struct {
 	reaperWG sync.WaitGroup
 
 	pool *pool // warm pool (pool.go); nil without one
+
+	disks      *native.DiskPool // ready upper disks of image roots (image.go); opened on first use
+	disksTried bool
 
 	execGate ExecGate // asked before an exec is audited (SetExecGate)
 
@@ -880,6 +884,7 @@ func (m *Manager) Close() error {
 		}()
 	}
 	wg.Wait()
+	m.closeDisks()
 	m.flushBacklog()
 	m.backlogMu.Lock()
 	if n := len(m.backlog); n > 0 {

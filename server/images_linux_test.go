@@ -188,11 +188,15 @@ func TestImageSandbox(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// The upper filesystems' loop devices free themselves.
+	// The upper filesystems' loop devices free themselves. The server's
+	// ready disks (diskpool, not yet taken: their files still linked) stay.
 	eventually(t, 10*time.Second, "loop devices of the sandboxes detached", func() bool {
 		backing, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
 		for _, b := range backing {
-			if f, _ := os.ReadFile(b); strings.HasPrefix(string(f), state) {
+			f, _ := os.ReadFile(b)
+			name := strings.TrimSpace(string(f))
+			ready := strings.HasPrefix(name, filepath.Join(state, "diskpool")+"/") && !strings.HasSuffix(name, "(deleted)")
+			if strings.HasPrefix(name, state) && !ready {
 				return false
 			}
 		}

@@ -13,6 +13,9 @@ type ImageRoot struct {
 	// creates it, keeps it for the sandbox's life and then removes it with
 	// RemoveImageRoot.
 	Dir string
+	// Disks, if set, supplies the capped upper disk ready-made; nil (or an
+	// empty pool) means it is made for this start.
+	Disks *DiskPool
 }
 
 // UpperDir is where the changes of a sandbox with root img are, on the

@@ -87,7 +87,7 @@ func imageTree(t *treeBuilder, img *ImageRoot, base int, p *policy.Policy) (*tre
 	if err := os.MkdirAll(merged, 0o755); err != nil {
 		return nil, nil, err
 	}
-	disk, err := quotaDisk(img.Dir, lim.DiskBytes, lim.Inodes, base)
+	disk, err := quotaDisk(img.Dir, lim.DiskBytes, lim.Inodes, base, img.Disks)
 	if err != nil {
 		return nil, nil, err
 	}

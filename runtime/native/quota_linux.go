@@ -24,23 +24,20 @@ var mkfsPaths = []string{"/usr/sbin/mkfs.ext4", "/sbin/mkfs.ext4"}
 // (autoclear) when the last mount of it goes, mounted at dir/disk with
 // upper/ (owned by the sandbox's root, host uid base) and work/ in it. The
 // sandbox reaches it only through the kernel's ext4 and overlayfs, never
-// the image file, so it cannot craft the filesystem it runs on.
-func quotaDisk(dir string, size, inodes int64, base int) (string, error) {
-	img := filepath.Join(dir, "disk.img")
+// the image file, so it cannot craft the filesystem it runs on. A ready
+// disk of pool (if any) is taken when there is one.
+func quotaDisk(dir string, size, inodes int64, base int, pool *DiskPool) (string, error) {
 	disk := filepath.Join(dir, "disk")
 	_ = unix.Unmount(disk, unix.MNT_DETACH) // leftovers of a crashed launcher
-	_ = os.Remove(img)
-	if err := MakeDisk(img, size, inodes, base, false); err != nil {
-		return "", err
-	}
-	if err := MountDisk(img, disk); err != nil {
-		return "", err
-	}
-	for _, d := range []string{"upper", "work"} {
-		if err := os.Mkdir(filepath.Join(disk, d), 0o755); err != nil {
-			unix.Unmount(disk, unix.MNT_DETACH)
-			return "", err
+	_ = os.Remove(filepath.Join(dir, "disk.img"))
+	key := diskKey{max(size, minQuotaDisk), max(inodes, 64)}
+	if pool != nil {
+		if d, ok := pool.take(key, dir, base); ok {
+			return d, nil
 		}
+	}
+	if err := makeUpperDisk(dir, key.size, key.inodes); err != nil {
+		return "", err
 	}
 	if err := os.Chown(filepath.Join(disk, "upper"), base, base); err != nil {
 		unix.Unmount(disk, unix.MNT_DETACH)

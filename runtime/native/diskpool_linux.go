@@ -1,0 +1,151 @@
+package native
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+)
+
+// OpenDiskPool keeps up to size ready disks per disk size in dir (on the
+// same filesystem as the ImageRoot directories, which take the disks'
+// files by rename). Leftovers of an earlier pool in dir are removed. dir is
+// bind-mounted on itself with private propagation, so that its disks can
+// be moved to their sandboxes under a shared mount. Close removes it all.
+func OpenDiskPool(dir string, size int) (*DiskPool, error) {
+	if size <= 0 {
+		return nil, errors.New("disk pool: size must be positive")
+	}
+	_ = clearDiskPool(dir)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("disk pool: %w", err)
+	}
+	if err := unix.Mount(dir, dir, "", unix.MS_BIND, ""); err != nil {
+		return nil, fmt.Errorf("disk pool: bind %s: %w", dir, err)
+	}
+	if err := unix.Mount("", dir, "", unix.MS_PRIVATE, ""); err != nil {
+		_ = unix.Unmount(dir, unix.MNT_DETACH)
+		return nil, fmt.Errorf("disk pool: make %s private: %w", dir, err)
+	}
+	return &DiskPool{dir: dir, size: size, ready: map[diskKey][]string{}, filling: map[diskKey]bool{}}, nil
+}
+
+// clearDiskPool unmounts and removes every disk of a pool directory, then
+// the directory's own bind mount and the directory.
+func clearDiskPool(dir string) error {
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		_ = unix.Unmount(filepath.Join(dir, e.Name(), "disk"), unix.MNT_DETACH)
+	}
+	_ = unix.Unmount(dir, unix.MNT_DETACH)
+	return os.RemoveAll(dir)
+}
+
+// Close stops filling the pool and removes its disks.
+func (p *DiskPool) Close() error {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	p.wg.Wait()
+	return clearDiskPool(p.dir)
+}
+
+// Ready reports how many disks of size bytes and inodes inodes are ready.
+func (p *DiskPool) Ready(size, inodes int64) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.ready[diskKey{max(size, minQuotaDisk), max(inodes, 64)}])
+}
+
+// take moves a ready disk of key to dir (mounted at dir/disk; its image
+// file, unlinked from the pool, lives as long as the loop device) with its
+// upper directory owned by base, and starts a refill. It reports false when
+// none was ready or the move failed (the caller then makes the disk
+// itself).
+func (p *DiskPool) take(key diskKey, dir string, base int) (string, bool) {
+	p.mu.Lock()
+	var ent string
+	if l := p.ready[key]; len(l) > 0 {
+		ent, p.ready[key] = l[len(l)-1], l[:len(l)-1]
+	}
+	p.fillLocked(key)
+	p.mu.Unlock()
+	if ent == "" {
+		return "", false
+	}
+	defer os.RemoveAll(ent)
+	disk := filepath.Join(dir, "disk")
+	err := os.MkdirAll(disk, 0o700)
+	if err == nil {
+		err = unix.Mount(filepath.Join(ent, "disk"), disk, "", unix.MS_MOVE, "")
+	}
+	if err != nil {
+		_ = unix.Unmount(filepath.Join(ent, "disk"), unix.MNT_DETACH)
+		return "", false
+	}
+	if err := os.Chown(filepath.Join(disk, "upper"), base, base); err != nil {
+		_ = unix.Unmount(disk, unix.MNT_DETACH)
+		return "", false
+	}
+	return disk, true
+}
+
+// fillLocked starts filling key's list up to the pool's size, unless a
+// filler runs already. p.mu is held.
+func (p *DiskPool) fillLocked(key diskKey) {
+	if p.closed || p.filling[key] || len(p.ready[key]) >= p.size {
+		return
+	}
+	p.filling[key] = true
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		for {
+			p.mu.Lock()
+			if p.closed || len(p.ready[key]) >= p.size {
+				p.filling[key] = false
+				p.mu.Unlock()
+				return
+			}
+			p.seq++
+			ent := filepath.Join(p.dir, strconv.Itoa(p.seq))
+			p.mu.Unlock()
+			if err := makeUpperDisk(ent, key.size, key.inodes); err != nil {
+				_ = os.RemoveAll(ent)
+				p.mu.Lock()
+				p.filling[key] = false
+				p.mu.Unlock()
+				return // the next take tries again; creates make their own meanwhile
+			}
+			p.mu.Lock()
+			p.ready[key] = append(p.ready[key], ent)
+			p.mu.Unlock()
+		}
+	}()
+}
+
+// makeUpperDisk makes dir/disk.img, a fresh capped filesystem, mounted at
+// dir/disk with empty upper/ (owned by root until taken) and work/.
+func makeUpperDisk(dir string, size, inodes int64) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	img := filepath.Join(dir, "disk.img")
+	disk := filepath.Join(dir, "disk")
+	if err := MakeDisk(img, size, inodes, 0, false); err != nil {
+		return err
+	}
+	if err := MountDisk(img, disk); err != nil {
+		return err
+	}
+	for _, d := range []string{"upper", "work"} {
+		if err := os.Mkdir(filepath.Join(disk, d), 0o755); err != nil {
+			unix.Unmount(disk, unix.MNT_DETACH)
+			return err
+		}
+	}
+	return nil
+}
