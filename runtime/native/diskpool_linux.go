@@ -10,9 +10,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// OpenDiskPool keeps up to size ready disks per disk size in dir (on the
-// same filesystem as the ImageRoot directories, which take the disks'
-// files by rename). Leftovers of an earlier pool in dir are removed. dir is
+// OpenDiskPool keeps up to size ready disks per disk size in dir (those
+// of a size are first made when a start asks for one). Leftovers of an
+// earlier pool in dir are removed. dir is
 // bind-mounted on itself with private propagation, so that its disks can
 // be moved to their sandboxes under a shared mount. Close removes it all.
 func OpenDiskPool(dir string, size int) (*DiskPool, error) {
