@@ -37,11 +37,12 @@ func benchImageStart(b *testing.B, pool *native.DiskPool) {
 	run := func(root string) {
 		res, err := native.Run(context.Background(), native.Config{Policy: p, Args: []string{"/bin/busybox", "true"},
 			Image: &native.ImageRoot{Layers: img.LayerDirs(), Dir: root, Disks: pool}}, native.RunOptions{})
+		rerr := native.RemoveImageRoot(root)
 		if err != nil || res.Status != native.StatusOK {
 			b.Fatalf("%v %+v", err, res)
 		}
-		if err := native.RemoveImageRoot(root); err != nil {
-			b.Fatal(err)
+		if rerr != nil {
+			b.Fatal(rerr)
 		}
 	}
 	if pool != nil {
@@ -58,11 +59,12 @@ func benchImageStart(b *testing.B, pool *native.DiskPool) {
 		res, err := native.Run(context.Background(), native.Config{Policy: p, Args: []string{"/bin/busybox", "true"},
 			Image: &native.ImageRoot{Layers: img.LayerDirs(), Dir: root, Disks: pool}}, native.RunOptions{})
 		b.StopTimer()
+		rerr := native.RemoveImageRoot(root)
 		if err != nil || res.Status != native.StatusOK {
 			b.Fatalf("%v %+v", err, res)
 		}
-		if err := native.RemoveImageRoot(root); err != nil {
-			b.Fatal(err)
+		if rerr != nil {
+			b.Fatal(rerr)
 		}
 		b.StartTimer()
 	}
