@@ -96,6 +96,24 @@ func NewClientConfig(conn net.Conn, cfg Config) (*Client, error) {
 	return c, nil
 }
 
+// ContinueClient returns a client for an agent whose session goes on over
+// conn without a new hello: an agent restored from a checkpoint after the
+// host process that spoke to it is gone (a paused gvisor sandbox after a
+// server restart). The agent may still hold streams of the old session:
+// the new client's stream ids start at 1<<31, above any of those. The
+// agent's pids are unknown (0). The client owns conn.
+func ContinueClient(conn net.Conn, cfg Config) *Client {
+	if cfg.Home == "" {
+		cfg.Home = defaultHome
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = 30 * time.Second
+	}
+	c := &Client{conn: conn, cfg: cfg, streams: make(map[uint32]*cstream), nextID: 1 << 31, done: make(chan struct{})}
+	go c.readLoop(bufio.NewReaderSize(conn, 8192))
+	return c
+}
+
 func (c *Client) hello(br *bufio.Reader) error {
 	c.conn.SetDeadline(time.Now().Add(c.cfg.HelloTimeout))
 	defer c.conn.SetDeadline(time.Time{})

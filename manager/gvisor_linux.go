@@ -10,9 +10,11 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"airlock/agent"
 	rt "airlock/runtime"
 	"airlock/runtime/gvisor"
 	"airlock/runtime/native/cgroups"
+	"airlock/store"
 )
 
 // gvisorHandle is a gvisor sandbox as the manager holds it: it outlives
@@ -137,3 +139,35 @@ func gvisorOf(sb *Sandbox) (*gvisorHandle, bool) {
 
 // checkpointDir is where a suspended gvisor sandbox's image lives.
 func (m *Manager) checkpointDir(id string) string { return filepath.Join(m.dir, id, "checkpoint") }
+
+// checkpointDone marks the checkpoint image of a paused gvisor sandbox as
+// complete.
+func (m *Manager) checkpointDone(id string) string {
+	return filepath.Join(m.dir, id, "checkpoint.done")
+}
+
+// adoptPausedGVisor takes over a gvisor sandbox that a previous server
+// paused (checkpointed to disk) and did not resume: nothing of it runs,
+// and its image, bundle and cgroup are enough to restore it. It comes back
+// paused; Resume restores it on a new socketpair, where a client continues
+// the agent's session without a hello (agent.ContinueClient). A running
+// gvisor sandbox cannot be taken over: its agent was connected to the
+// previous server over a socketpair, gone with it.
+func (m *Manager) adoptPausedGVisor(rec *store.Sandbox, rs *runtimeState) (*Sandbox, string) {
+	if _, err := os.Stat(m.checkpointDone(rec.ID)); err != nil {
+		return nil, "gvisor sandboxes are not reattached after a restart unless paused (their agent was connected to the previous server over a socketpair)"
+	}
+	gsb, err := gvisor.Adopt(rec.ID, rs.Enforced)
+	if err != nil {
+		return nil, "paused gvisor sandbox: " + err.Error()
+	}
+	h := &gvisorHandle{cur: gsb, suspended: true, ended: make(chan struct{})}
+	gone, peer := net.Pipe()
+	peer.Close()
+	h.conn = newSwapConn(gone) // reads and writes wait for the restore's socket
+	h.conn.hold()
+	client := agent.ContinueClient(h.conn, agent.Config{Home: "/workspace"})
+	inst := &ownInst{id: rec.ID, sb: h, wait: func() { <-h.Done() }}
+	return &Sandbox{ID: rec.ID, m: m, inst: inst, client: client, reattached: true, enforced: rs.Enforced,
+		ended: make(chan struct{}), rec: *rec, paused: true}, ""
+}

@@ -20,8 +20,16 @@ func (m *Manager) setFrozen(sb *Sandbox, on bool) error {
 	}
 	image := m.checkpointDir(sb.ID)
 	if on {
-		return h.suspend(image)
+		if err := h.suspend(image); err != nil {
+			return err
+		}
+		// The image is whole: a server restarted from here can resume it.
+		if err := os.WriteFile(m.checkpointDone(sb.ID), nil, 0o600); err != nil {
+			m.cfg.Logf("sandbox %s: mark its checkpoint complete: %v (it will not survive a restart while paused)", sb.ID, err)
+		}
+		return nil
 	}
+	os.Remove(m.checkpointDone(sb.ID))
 	log, err := agentLog(filepath.Join(m.dir, sb.ID, "agent.log"))
 	if err != nil {
 		return err

@@ -414,7 +414,7 @@ func (m *Manager) reattach(ctx context.Context, rec *store.Sandbox) (*Sandbox, s
 		return nil, "server crashed before the sandbox was started"
 	}
 	if rs.Runtime == string(policy.RuntimeGVisor) {
-		return nil, "gvisor sandboxes are not reattached after a restart (their agent was connected to the previous server over a socketpair)"
+		return m.adoptPausedGVisor(rec, &rs)
 	}
 	inst, err := adopt(rec.ID, rs.Pid, rs.StartTime)
 	if err != nil {

@@ -16,19 +16,9 @@ import (
 // records it lost and nothing of it is left: no runsc, sentry or gofer,
 // no cgroup in any hierarchy, no bundle, no runsc state.
 func TestE2ECrashRecoveryGVisor(t *testing.T) {
-	needRoot(t)
-	if _, err := gvisor.Available(); err != nil {
-		t.Skipf("gvisor tier unavailable: %v", err)
-	}
-	state := stateDir(t)
-	key := newKey(t, state, "crash")
-	s1 := startServer(t, state)
+	state, key, s1, sb := gvisorSandbox(t)
 	c := client.New(s1.URL, key)
 	ctx := ctxT(t)
-	sb, err := c.Create(ctx, client.CreateRequest{Timeout: 600, Runtime: "gvisor"})
-	if err != nil {
-		t.Fatal(err)
-	}
 	if _, err := c.Start(ctx, sb.ID, client.ExecRequest{Shell: "sleep 600"}); err != nil {
 		t.Fatal(err)
 	}

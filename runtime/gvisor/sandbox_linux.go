@@ -306,6 +306,29 @@ func (s *Sandbox) Restore(image string, stdin, stdout, stderr *os.File) (*Sandbo
 	return n, nil
 }
 
+// Adopt takes over sandbox id, checkpointed (stopped) by a previous
+// process that is gone, for Restore: its bundle and its cgroup, which
+// the checkpoint left, are kept; nothing runs. enforced is what that
+// process reported for it.
+func Adopt(id string, enforced rt.Enforced) (*Sandbox, error) {
+	if !validID(id) {
+		return nil, fmt.Errorf("gvisor: bad sandbox id %q", id)
+	}
+	rs, err := Available()
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(StateBase, "bundles", id)
+	if _, err := os.Stat(filepath.Join(dir, "bundle", "config.json")); err != nil {
+		return nil, fmt.Errorf("gvisor: adopt %s: no bundle: %w", id, err)
+	}
+	group, err := cgroups.Lookup(id)
+	if err != nil {
+		return nil, fmt.Errorf("gvisor: adopt %s: %w", id, err)
+	}
+	return &Sandbox{ID: id, runsc: rs, dir: dir, group: group, enforced: enforced, waitDone: make(chan struct{})}, nil
+}
+
 // PidsOverhead is added to the policy's pids limit in the sandbox's host
 // cgroup, for the sentry's and the gofer's own threads (about 20 when
 // idle). gVisor does not count the program's processes itself: each costs
@@ -479,6 +502,10 @@ func buildSpec(p *policy.Policy, cfg *native.Config, l *native.Layout, cgPath st
 // going down). Safe to call many times, concurrently too.
 func (s *Sandbox) Wait() (*os.ProcessState, error) {
 	s.waitOnce.Do(func() {
+		if s.cmd == nil { // adopted: runsc was never started here
+			close(s.waitDone)
+			return
+		}
 		err := s.cmd.Wait()
 		if _, exited := err.(*exec.ExitError); exited {
 			err = nil // a nonzero exit is the program's (or runsc's) status
@@ -500,7 +527,9 @@ func (s *Sandbox) Kill() {
 	} else {
 		_ = exec.Command(s.runsc.Path, append(s.globalFlags(), "kill", "--all", s.ID, "KILL")...).Run()
 	}
-	_ = s.cmd.Process.Kill()
+	if s.cmd != nil {
+		_ = s.cmd.Process.Kill()
+	}
 }
 
 // Stats returns the sandbox's cgroup accounting (sentry and gofer
