@@ -96,6 +96,9 @@ type CreateRequest struct {
 	Image string `json:"image,omitempty"`
 	// Volumes mounts named volumes read-write: [{"name", "path"}].
 	Volumes []VolumeRef `json:"volumes,omitempty"`
+	// Snapshot forks a gvisor sandbox from one of its snapshots
+	// (Client.MemorySnapshot).
+	Snapshot string `json:"snapshot,omitempty"`
 }
 
 // VolumeRef puts a named volume in a sandbox at Path.

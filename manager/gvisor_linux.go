@@ -13,6 +13,7 @@ import (
 	"airlock/agent"
 	rt "airlock/runtime"
 	"airlock/runtime/gvisor"
+	"airlock/runtime/native"
 	"airlock/runtime/native/cgroups"
 	"airlock/store"
 )
@@ -170,4 +171,41 @@ func (m *Manager) adoptPausedGVisor(rec *store.Sandbox, rs *runtimeState) (*Sand
 	inst := &ownInst{id: rec.ID, sb: h, wait: func() { <-h.Done() }}
 	return &Sandbox{ID: rec.ID, m: m, inst: inst, client: client, reattached: true, enforced: rs.Enforced,
 		ended: make(chan struct{}), rec: *rec, paused: true}, ""
+}
+
+// snapshotImage snapshots gvisor sandbox sb to image, leaving it running.
+// Host writes to its agent wait meanwhile, so that no request is cut in
+// the middle in the image.
+func (m *Manager) snapshotImage(sb *Sandbox, image string) error {
+	h, ok := gvisorOf(sb)
+	if !ok || h.conn == nil {
+		return fmt.Errorf("%w: sandbox %s is not a gvisor sandbox this server started", ErrPolicy, sb.ID)
+	}
+	sb.mu.Lock()
+	defer sb.mu.Unlock() // no pause meanwhile
+	if sb.paused || sb.ending {
+		return fmt.Errorf("%w: paused or ending", ErrNotRunning)
+	}
+	if err := os.MkdirAll(filepath.Dir(image), 0o700); err != nil {
+		return fmt.Errorf("manager: snapshot: %w", err)
+	}
+	h.conn.hold()
+	defer h.conn.release()
+	if err := h.current().Snapshot(image); err != nil {
+		os.RemoveAll(image)
+		return fmt.Errorf("manager: snapshot of %s: %w", sb.ID, err)
+	}
+	return nil
+}
+
+// launchFork starts a fork of snapshot image (gvisor.Fork) as launch
+// starts a gvisor sandbox.
+func (m *Manager) launchFork(cfg native.Config, image string) (*ownInst, []net.Listener, error) {
+	cfg.SurviveParent = false
+	gsb, err := gvisor.Fork(cfg, image)
+	if err != nil {
+		return nil, nil, err
+	}
+	h := newGVisorHandle(gsb)
+	return &ownInst{id: gsb.ID, p: gsb.Pid, sb: h, wait: func() { <-h.Done() }}, nil, nil
 }

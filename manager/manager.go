@@ -83,6 +83,9 @@ type Config struct {
 	DefaultTimeout time.Duration
 	// MaxTimeout caps any TTL; 0 means 24 hours.
 	MaxTimeout time.Duration
+	// SnapshotQuota caps the disk used by all snapshot images (MemorySnapshot);
+	// 0 means 8 GiB.
+	SnapshotQuota int64
 	// Ceilings cap the limits a sandbox may ask for; zero fields are the
 	// host's (policy.HostCeilings), and none may exceed the host's.
 	Ceilings policy.Ceilings
@@ -135,8 +138,14 @@ type CreateRequest struct {
 
 	// Volumes are named volumes mounted read-write in the sandbox.
 	Volumes []VolumeRef
+	// Snapshot names a snapshot (Manager.MemorySnapshot) of a gvisor sandbox of
+	// the same owner: the new sandbox is a fork, an independent copy of the
+	// snapshotted one (its policy; Profile, Limits, Env, Network, Runtime,
+	// Image and Volumes are not used).
+	Snapshot string
 
 	image *imagestore.Image // resolved by Create
+	snap  *snapshot         // resolved by Create
 }
 
 // Limits are the per-sandbox resource overrides a client may request.
@@ -254,6 +263,8 @@ type Manager struct {
 	cfg Config
 	st  *store.Store
 	dir string // StateDir/sandboxes
+
+	snaps sync.Map // snapshot id -> *snapshot
 
 	mu       sync.Mutex
 	live     map[string]*Sandbox
@@ -547,6 +558,11 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (Info, error) {
 	if err := m.checkCeilings(ctx, &req, ttl); err != nil {
 		return Info{}, err
 	}
+	if req.Snapshot != "" {
+		if err := m.resolveSnapshot(&req); err != nil {
+			return Info{}, err
+		}
+	}
 	if req.Runtime == "" {
 		req.Runtime = string(m.cfg.DefaultRuntime)
 	}
@@ -559,6 +575,9 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (Info, error) {
 	p, err := buildPolicy(&req)
 	if err != nil {
 		return Info{}, err
+	}
+	if req.snap != nil {
+		p = req.snap.policy
 	}
 	if req.image, err = m.resolveImage(&req, &p); err != nil {
 		return Info{}, err

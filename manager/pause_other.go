@@ -5,3 +5,5 @@ package manager
 func freeze(id string, on bool) error { return errNotLinux }
 
 func (m *Manager) setFrozen(sb *Sandbox, on bool) error { return errNotLinux }
+
+func (m *Manager) snapshotImage(sb *Sandbox, image string) error { return errNotLinux }

@@ -283,7 +283,11 @@ func (m *Manager) start(ctx context.Context, req *CreateRequest, p policy.Policy
 	if err != nil {
 		return fail(err)
 	}
-	inst, listeners, err := m.launch(native.Config{ID: id, Policy: p, Args: args, Stdin: stdin, Stdout: logf, Stderr: logf, Agent: true,
+	launch := m.launch
+	if req.snap != nil {
+		launch = func(cfg native.Config) (*ownInst, []net.Listener, error) { return m.launchFork(cfg, req.snap.image) }
+	}
+	inst, listeners, err := launch(native.Config{ID: id, Policy: p, Args: args, Stdin: stdin, Stdout: logf, Stderr: logf, Agent: true,
 		AgentBinary: m.cfg.AgentBinary, AllowDegraded: m.cfg.AllowDegraded, SurviveParent: !connected, Listen: ns.listen,
 		HostIDBase: ids.base(), Image: root, Volumes: vols})
 	if err != nil {
@@ -308,7 +312,16 @@ func (m *Manager) start(ctx context.Context, req *CreateRequest, p policy.Policy
 		conn, err = dialAgent(ctx, sock)
 	}
 	var client *agent.Client
-	if err == nil {
+	switch {
+	case err == nil && req.snap != nil:
+		// The fork's agent is in the middle of the snapshotted session.
+		client = agent.ContinueClient(conn, agent.Config{Home: "/workspace"})
+		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		if err = client.Ping(pctx); err != nil {
+			client.Close()
+		}
+		cancel()
+	case err == nil:
 		client, err = agent.NewClientConfig(conn, agent.Config{Home: "/workspace"})
 	}
 	if err != nil {

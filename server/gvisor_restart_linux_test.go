@@ -69,8 +69,8 @@ func TestE2EGVisorPausedSurvivesRestart(t *testing.T) {
 
 // gvisorSandbox starts a server on a new state directory and a gvisor
 // sandbox in it, and returns them with the key's secret; it skips without
-// root or runsc.
-func gvisorSandbox(t *testing.T) (state, key string, s *srv, sb *client.Sandbox) {
+// root or runsc. args are the server's extra flags.
+func gvisorSandbox(t *testing.T, args ...string) (state, key string, s *srv, sb *client.Sandbox) {
 	t.Helper()
 	needRoot(t)
 	if _, err := gvisor.Available(); err != nil {
@@ -78,7 +78,7 @@ func gvisorSandbox(t *testing.T) (state, key string, s *srv, sb *client.Sandbox)
 	}
 	state = stateDir(t)
 	key = newKey(t, state, "gvisor")
-	s = startServer(t, state)
+	s = startServer(t, state, args...)
 	sb, err := client.New(s.URL, key).Create(ctxT(t), client.CreateRequest{Timeout: 600, Runtime: "gvisor"})
 	if err != nil {
 		t.Fatal(err)

@@ -31,3 +31,15 @@ func (s *Server) setPaused(w http.ResponseWriter, r *http.Request, op func(ctx c
 func errPaused(id string) error {
 	return errf(409, "paused", "sandbox %s is paused: POST /v1/sandboxes/%s/resume first", id, id)
 }
+
+// memorySnapshot snapshots a running gvisor sandbox without stopping it
+// (POST /v1/sandboxes/{id}/snapshots): 201 with the snapshot, whose id a
+// create names as "snapshot" to fork the sandbox.
+func (s *Server) memorySnapshot(w http.ResponseWriter, r *http.Request) error {
+	snap, err := s.m.MemorySnapshot(r.Context(), caller(r).id, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, 201, snap)
+	return nil
+}

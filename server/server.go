@@ -168,6 +168,7 @@ func (s *Server) routes() {
 	authed("POST /v1/sandboxes/{id}/timeout", s.setTimeout)
 	authed("POST /v1/sandboxes/{id}/pause", s.pauseSandbox)
 	authed("POST /v1/sandboxes/{id}/resume", s.resumeSandbox)
+	authed("POST /v1/sandboxes/{id}/snapshots", s.memorySnapshot)
 	authed("GET /v1/sandboxes/{id}/metrics", s.metrics)
 	authed("POST /v1/sandboxes/{id}/exec", s.exec)
 	authed("GET /v1/sandboxes/{id}/processes", s.processes)
@@ -345,6 +346,8 @@ func classify(err error) (int, string, string) {
 	switch {
 	case errors.Is(err, manager.ErrNotFound):
 		return 404, "not_found", "sandbox not found"
+	case errors.Is(err, manager.ErrNoSnapshot):
+		return 404, "not_found", err.Error()
 	case errors.Is(err, manager.ErrNotRunning):
 		return 409, "not_running", err.Error()
 	case errors.Is(err, manager.ErrLimit):
@@ -470,6 +473,9 @@ type CreateRequest struct {
 	Image string `json:"image,omitempty"`
 	// Volumes mounts named volumes (POST /v1/volumes) read-write.
 	Volumes []manager.VolumeRef `json:"volumes,omitempty"`
+	// Snapshot forks a gvisor sandbox: the id of one of its snapshots
+	// (POST /v1/sandboxes/{id}/snapshots).
+	Snapshot string `json:"snapshot,omitempty"`
 	// Approval adds approval rules for this sandbox to the server's and
 	// the key's (docs/approvals.md); it can only require more.
 	Approval *approval.Policy `json:"approval,omitempty"`
@@ -510,6 +516,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	cr.Runtime = req.Runtime
 	cr.Image = req.Image
 	cr.Volumes = req.Volumes
+	cr.Snapshot = req.Snapshot
 	info, err := s.m.Create(r.Context(), cr)
 	if err != nil {
 		return err

@@ -46,6 +46,8 @@ func cmdServe(args []string) int {
 	allowDegraded := fs.Bool("allow-degraded", false, "start sandboxes even when cgroups are unavailable (no memory/pids/cpu limits)")
 	defTimeout := fs.Duration("default-timeout", 15*time.Minute, "TTL of a sandbox created without a timeout")
 	maxTimeout := fs.Duration("max-timeout", 24*time.Hour, "largest TTL a client may ask for")
+	var snapQuota sizeFlag
+	fs.Var(&snapQuota, "snapshot-quota", "disk all gvisor snapshot images (POST /v1/sandboxes/{id}/snapshots) may use together, e.g. 20G (0: 8 GiB)")
 	reap := fs.Duration("reap-interval", time.Second, "how often expired sandboxes are looked for")
 	grace := fs.Duration("agent-grace", 10*time.Minute, "how long a sandbox waits for the server to come back after losing its connection")
 	keep := fs.Bool("keep-on-shutdown", false, "on SIGTERM leave sandboxes running for the next server to reattach (default: kill them)")
@@ -156,7 +158,7 @@ func cmdServe(args []string) int {
 	m, err := manager.Open(manager.Config{StateDir: *stateDir, Store: st, Images: images, Volumes: volumes, AgentBinary: self, MaxSandboxes: *maxSB,
 		AllowDegraded: *allowDegraded, DefaultTimeout: *defTimeout, MaxTimeout: *maxTimeout, ReapInterval: *reap,
 		AgentGrace: *grace, KeepOnShutdown: *keep, Logf: logger.Printf, Egress: egressCfg, Ceilings: cf.ceilings(),
-		DefaultRuntime: rtm})
+		DefaultRuntime: rtm, SnapshotQuota: int64(snapQuota)})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "airlock serve: %v\n", err)
 		return 1

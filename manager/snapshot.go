@@ -1,0 +1,124 @@
+package manager
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"time"
+
+	"airlock/policy"
+)
+
+// ErrNoSnapshot is returned (wrapped) for a snapshot id that does not
+// name a snapshot of the caller's (or whose sandbox has ended: snapshots
+// go with their sandbox).
+var ErrNoSnapshot = errors.New("no such snapshot")
+
+// SnapshotInfo describes a snapshot taken by MemorySnapshot.
+type SnapshotInfo struct {
+	ID        string    `json:"id"`
+	SandboxID string    `json:"sandbox_id"`
+	SizeBytes int64     `json:"size_bytes"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// snapshot is a snapshot image and what a fork of it needs.
+type snapshot struct {
+	SnapshotInfo
+	owner  string
+	image  string
+	policy policy.Policy
+	src    *Sandbox
+}
+
+// live reports whether the snapshot's sandbox is still running (its
+// images go with it).
+func (s *snapshot) live() bool {
+	select {
+	case <-s.src.ended:
+		return false
+	default:
+		return true
+	}
+}
+
+// snapshotQuota is Config.SnapshotQuota or its default.
+func (m *Manager) snapshotQuota() int64 {
+	if m.cfg.SnapshotQuota > 0 {
+		return m.cfg.SnapshotQuota
+	}
+	return 8 << 30
+}
+
+// snapshotUse sums the sizes of the live snapshots.
+func (m *Manager) snapshotUse() int64 {
+	var n int64
+	m.snaps.Range(func(k, v any) bool {
+		if s := v.(*snapshot); s.live() {
+			n += s.SizeBytes
+		} else {
+			m.snaps.Delete(k)
+		}
+		return true
+	})
+	return n
+}
+
+// resolveSnapshot finds req.Snapshot for a create: a fork runs under
+// gvisor with the snapshotted sandbox's policy.
+func (m *Manager) resolveSnapshot(req *CreateRequest) error {
+	v, ok := m.snaps.Load(req.Snapshot)
+	if !ok || v.(*snapshot).owner != req.Owner || !v.(*snapshot).live() {
+		return fmt.Errorf("%w: %q", ErrNoSnapshot, req.Snapshot)
+	}
+	req.snap = v.(*snapshot)
+	req.Runtime = string(policy.RuntimeGVisor)
+	req.Image, req.Volumes, req.Network = "", nil, policy.Network{}
+	return nil
+}
+
+// MemorySnapshot saves a running gvisor sandbox's whole state (processes,
+// memory, open files, its tmpfs /workspace and /tmp) without stopping it,
+// as an image under its state directory, deleted with it. A create naming
+// the snapshot (CreateRequest.Snapshot) starts an independent copy.
+// Native sandboxes cannot be snapshotted (ErrPolicy); the images of all
+// snapshots together are capped by Config.SnapshotQuota (ErrLimit).
+func (m *Manager) MemorySnapshot(ctx context.Context, owner, id string) (SnapshotInfo, error) {
+	sb, err := m.Lookup(owner, id)
+	if err != nil {
+		return SnapshotInfo{}, err
+	}
+	var p policy.Policy
+	if err := json.Unmarshal(sb.rec.Policy, &p); err != nil || p.Runtime != policy.RuntimeGVisor {
+		return SnapshotInfo{}, fmt.Errorf("%w: snapshots and forks need the gvisor runtime (a native sandbox has no memory snapshot; pause freezes it instead)", ErrPolicy)
+	}
+	if used, quota := m.snapshotUse(), m.snapshotQuota(); used >= quota {
+		return SnapshotInfo{}, fmt.Errorf("%w: snapshot images use %d bytes of the server's quota of %d (--snapshot-quota); kill sandboxes whose snapshots are not needed", ErrLimit, used, quota)
+	}
+	if err := m.AuditFirst(ctx, owner, id, "sandbox.memory_snapshot", nil); err != nil {
+		return SnapshotInfo{}, err
+	}
+	b := make([]byte, 8)
+	rand.Read(b)
+	s := &snapshot{SnapshotInfo: SnapshotInfo{ID: "snap-" + hex.EncodeToString(b), SandboxID: id, CreatedAt: time.Now().UTC()},
+		owner: owner, policy: p, src: sb}
+	s.image = filepath.Join(m.dir, id, "snapshots", s.ID)
+	if err := m.snapshotImage(sb, s.image); err != nil {
+		return SnapshotInfo{}, err
+	}
+	filepath.WalkDir(s.image, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if fi, err := d.Info(); err == nil {
+				s.SizeBytes += fi.Size()
+			}
+		}
+		return nil
+	})
+	m.snaps.Store(s.ID, s)
+	return s.SnapshotInfo, nil
+}
