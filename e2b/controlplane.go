@@ -78,7 +78,7 @@ func (h *Handler) controlRoutes() *http.ServeMux {
 	}
 	route("POST /sandboxes/{id}/pause", h.pause)
 	route("POST /sandboxes/{id}/resume", h.resume)
-	route("POST /sandboxes/{id}/fork", unsupported("forking a sandbox"))
+	route("POST /sandboxes/{id}/fork", h.fork)
 	route("POST /sandboxes/{id}/snapshots", unsupported("snapshotting a sandbox"))
 	route("PUT /sandboxes/{id}/network", h.updateNetwork)
 	route("GET /sandboxes/{id}/logs", unsupported("reading sandbox logs"))

@@ -116,3 +116,70 @@ func (h *Handler) lookupResuming(r *http.Request, owner, id string) (*manager.Sa
 	}
 	return h.m.Lookup(owner, id)
 }
+
+// forkResult is one element of the answer to POST /sandboxes/{id}/fork.
+type forkResult struct {
+	Sandbox *sandboxCreated `json:"sandbox,omitempty"`
+	Error   *forkError      `json:"error,omitempty"`
+}
+
+// forkError is why one fork failed.
+type forkError struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+}
+
+// fork serves POST /sandboxes/{id}/fork ({timeout, count}): one memory
+// snapshot of the sandbox (gvisor only: a native one is a 400 naming the
+// runtime), then count sandboxes created from it, each an independent
+// copy with the original's metadata and template. The answer lists each
+// fork or its error, as E2B's does.
+func (h *Handler) fork(w http.ResponseWriter, r *http.Request) error {
+	var req struct {
+		Timeout *float64 `json:"timeout"`
+		Count   *int     `json:"count"`
+	}
+	if err := decodeBody(r, &req); err != nil {
+		return err
+	}
+	count := 1
+	if req.Count != nil {
+		count = *req.Count
+	}
+	if count < 1 || count > 10 {
+		return apiErrorf(http.StatusBadRequest, "count must be between 1 and 10")
+	}
+	ttl, err := timeoutSeconds(req.Timeout, 300)
+	if err != nil {
+		return err
+	}
+	id := r.PathValue("id")
+	in, err := h.running(r, id)
+	if err != nil {
+		return err
+	}
+	if in.Paused {
+		return apiErrorf(http.StatusConflict, "sandbox %q is paused: connect to it before forking it", id)
+	}
+	c := callerOf(r.Context())
+	snap, err := h.m.MemorySnapshot(r.Context(), c.id, id)
+	if err != nil {
+		return notFound(err, id)
+	}
+	out := make([]forkResult, 0, count)
+	for i := 0; i < count; i++ {
+		info, err := h.m.Create(r.Context(), manager.CreateRequest{Owner: c.id, OwnerLimit: c.maxSandboxes,
+			Snapshot: snap.ID, Metadata: in.Metadata, Timeout: ttl})
+		var res forkResult
+		if err != nil {
+			res.Error = &forkError{}
+			res.Error.Code, res.Error.Message = controlStatus(err)
+		} else {
+			sc := h.created(info.ID, templateOf(&in))
+			res.Sandbox = &sc
+		}
+		out = append(out, res)
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}

@@ -3,6 +3,7 @@ package e2b
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -148,5 +149,76 @@ func testPauseConnectAndAutoPause(t *testing.T, e *env) {
 		if time.Now().After(deadline) || strings.Contains(string(r.body), `"paused"`) {
 			t.Fatalf("sandbox without autoPause at the end of its timeout: %d %q", r.status, r.body)
 		}
+	}
+}
+
+// TestForkGVisor: E2B's fork of a gvisor sandbox gives count independent
+// copies (each starts with the original's file, then keeps its own), with
+// the original's metadata; a native sandbox's fork is a 400 naming the
+// runtime.
+func TestForkGVisor(t *testing.T) {
+	if _, err := gvisor.Available(); err != nil {
+		t.Skipf("gvisor tier unavailable: %v", err)
+	}
+	e := newEnvSetup(t, true, envSetup{runtime: policy.RuntimeGVisor})
+	var created sandboxCreated
+	e.api(t, "POST", "/v2/sandboxes", e.key, `{"templateID":"base","metadata":{"k":"v"}}`).json(t, &created)
+	files := func(id string) map[string]string {
+		return map[string]string{"E2b-Sandbox-Id": id, "E2b-Sandbox-Port": "49983", "X-Access-Token": e.h.envdToken(id),
+			"Content-Type": "application/octet-stream"}
+	}
+	put := func(id, body string) {
+		t.Helper()
+		if r := e.do(t, "POST", "/files?path=/home/user/f.txt", files(id), []byte(body)); r.status != 200 {
+			t.Fatalf("upload to %s: %d %q", id, r.status, r.body)
+		}
+	}
+	get := func(id string) string {
+		t.Helper()
+		r := e.do(t, "GET", "/files?path=/home/user/f.txt", files(id), nil)
+		if r.status != 200 {
+			t.Fatalf("read in %s: %d %q", id, r.status, r.body)
+		}
+		return string(r.body)
+	}
+	put(created.SandboxID, "base")
+	e.api(t, "POST", "/sandboxes/"+created.SandboxID+"/fork", e.key, `{"count":11}`).apiErr(t, 400)
+	var forks []forkResult
+	if r := e.api(t, "POST", "/sandboxes/"+created.SandboxID+"/fork", e.key, `{"count":2,"timeout":60}`); r.status != 200 {
+		t.Fatalf("fork: %d %q", r.status, r.body)
+	} else {
+		r.json(t, &forks)
+	}
+	ids := []string{created.SandboxID}
+	for i, f := range forks {
+		if f.Sandbox == nil || f.Error != nil {
+			t.Fatalf("fork %d: %+v", i, f.Error)
+		}
+		ids = append(ids, f.Sandbox.SandboxID)
+	}
+	if len(ids) != 3 {
+		t.Fatalf("forks %+v", forks)
+	}
+	for i, id := range ids {
+		if got := get(id); got != "base" {
+			t.Fatalf("sandbox %d before diverging: %q", i, got)
+		}
+		put(id, fmt.Sprint("own-", i))
+	}
+	for i, id := range ids {
+		if got := get(id); got != fmt.Sprint("own-", i) {
+			t.Fatalf("sandbox %d after diverging: %q", i, got)
+		}
+		var d sandboxDetail
+		e.api(t, "GET", "/sandboxes/"+id, e.key, "").json(t, &d)
+		if d.Metadata["k"] != "v" || d.TemplateID != "base" {
+			t.Fatalf("sandbox %d: metadata %v template %q", i, d.Metadata, d.TemplateID)
+		}
+	}
+
+	n := newEnv(t, true)
+	n.api(t, "POST", "/v2/sandboxes", n.key, `{"templateID":"base"}`).json(t, &created)
+	if msg := n.api(t, "POST", "/sandboxes/"+created.SandboxID+"/fork", n.key, `{}`).apiErr(t, 400); !strings.Contains(msg, "gvisor") {
+		t.Fatalf("fork of a native sandbox: %q", msg)
 	}
 }
