@@ -78,7 +78,7 @@ func (m *Manager) resolveSnapshot(req *CreateRequest) error {
 	}
 	req.snap = v.(*snapshot)
 	req.Runtime = string(policy.RuntimeGVisor)
-	req.Image, req.Volumes, req.Network = "", nil, policy.Network{}
+	req.Image, req.Volumes, req.Network, req.Secrets = "", nil, policy.Network{}, nil
 	return nil
 }
 
