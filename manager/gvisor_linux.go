@@ -193,6 +193,9 @@ func (m *Manager) snapshotImage(sb *Sandbox, image string) error {
 	defer h.conn.release()
 	if err := h.current().Snapshot(image); err != nil {
 		os.RemoveAll(image)
+		if errors.Is(err, gvisor.ErrNetworkSnapshot) {
+			return fmt.Errorf("%w: %w", ErrPolicy, err)
+		}
 		return fmt.Errorf("manager: snapshot of %s: %w", sb.ID, err)
 	}
 	return nil

@@ -416,6 +416,11 @@ func (m *Manager) SetNetwork(ctx context.Context, owner, id string, n policy.Net
 		return NetworkInfo{}, fmt.Errorf("%w: ended", ErrNotRunning)
 	}
 	old := sb.net.network
+	if n.Mode != policy.NetNone && len(sb.net.listeners) == 0 && sb.runtime() == policy.RuntimeGVisor {
+		// Its network namespace is runsc's netstack, out of the host's reach;
+		// opening listeners by its pid would open them in the host's.
+		return NetworkInfo{}, fmt.Errorf("%w: a gvisor sandbox created with network none cannot be given a network; create it with one", ErrPolicy)
+	}
 	added := false
 	if sb.net.registered {
 		if err := m.egress.SetPolicy(id, toEgress(n)); err != nil {
@@ -465,6 +470,20 @@ func (m *Manager) SetNetwork(ctx context.Context, owner, id string, n policy.Net
 	}
 	m.Audit(ctx, owner, id, store.ActionNetworkChange, map[string]any{"from": old, "to": n})
 	return sb.networkInfo(), nil
+}
+
+// runtime is the runtime the sandbox runs under, from its record.
+func (sb *Sandbox) runtime() policy.Runtime {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	var rs struct {
+		Runtime policy.Runtime `json:"runtime"`
+	}
+	_ = json.Unmarshal(sb.rec.Runtime, &rs)
+	if rs.Runtime == "" {
+		return policy.RuntimeNative
+	}
+	return rs.Runtime
 }
 
 // Network describes a sandbox's network policy: the one in force for a

@@ -2,11 +2,13 @@ package manager
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"time"
 
+	"airlock/runtime/gvisor"
 	"airlock/runtime/native/cgroups"
 )
 
@@ -21,6 +23,9 @@ func (m *Manager) setFrozen(sb *Sandbox, on bool) error {
 	image := m.checkpointDir(sb.ID)
 	if on {
 		if err := h.suspend(image); err != nil {
+			if errors.Is(err, gvisor.ErrNetworkSnapshot) {
+				return fmt.Errorf("%w: %w", ErrPolicy, err)
+			}
 			return err
 		}
 		// The image is whole: a server restarted from here can resume it.

@@ -107,7 +107,7 @@ func (m *Manager) launch(cfg native.Config) (*ownInst, []net.Listener, error) {
 			return nil, nil, err
 		}
 		h := newGVisorHandle(gsb)
-		return &ownInst{id: gsb.ID, p: gsb.Pid, sb: h, wait: func() { <-h.Done() }}, nil, nil
+		return &ownInst{id: gsb.ID, p: gsb.Pid, sb: h, wait: func() { <-h.Done() }}, gsb.Listeners(), nil
 	}
 	if cfg.Policy.Runtime == policy.RuntimeWasm {
 		cfg.Policy.Runtime = policy.RuntimeNative // it hosts the modules: see Sandbox.ExecArgv

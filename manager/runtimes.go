@@ -27,8 +27,8 @@ func checkRuntimePolicy(p *policy.Policy, req *CreateRequest) error {
 	if p.Runtime != policy.RuntimeGVisor {
 		return nil
 	}
-	if p.Network.Mode != policy.NetNone {
-		return fmt.Errorf("%w: network mode %q is not available with runtime gvisor yet (only none)", ErrPolicy, p.Network.Mode)
+	if p.Network.Mode != policy.NetNone && req.snap != nil {
+		return fmt.Errorf("%w: a gvisor sandbox with network (mode %q) cannot be forked from a snapshot", ErrPolicy, p.Network.Mode)
 	}
 	if req.Image != "" || len(req.Volumes) > 0 {
 		return fmt.Errorf("%w: images and volumes are not available with runtime gvisor yet", ErrPolicy)

@@ -659,7 +659,7 @@ type createIn struct {
 	Allow          []string          `json:"allow,omitempty" jsonschema:"Destinations to allow, a subset of the server's policy (host names, *.wildcards, IPs or CIDRs, optionally :PORT); omit for all the server allows."`
 	Env            map[string]string `json:"env,omitempty" jsonschema:"Environment variables for every process in the sandbox."`
 	Label          string            `json:"label,omitempty" jsonschema:"A short name shown by list_sandboxes."`
-	Runtime        string            `json:"runtime,omitempty" jsonschema:"Isolation tier: native or gvisor (gVisor's user-space kernel between the code and the host kernel; network none only); default the server's."`
+	Runtime        string            `json:"runtime,omitempty" jsonschema:"Isolation tier: native or gvisor (gVisor's user-space kernel between the code and the host kernel; egress through the same proxy); default the server's."`
 	Template       string            `json:"template,omitempty" jsonschema:"Name of a template or image in the server's image store (built with airlock template build -t NAME or pulled with airlock image pull) to use as the sandbox's root filesystem; default the host-derived root."`
 }
 

@@ -169,7 +169,11 @@ func socksScriptCall(host string, port int, msg string) string {
 // (a DNS query) to the host's loopback, name resolution; the namespace has
 // no route and no interface but lo. The host servers see nothing.
 func TestNetworkNoDirectRoute(t *testing.T) {
-	e := startNetEnv(t)
+	forEachRuntime(t, networkNoDirectRoute)
+}
+
+func networkNoDirectRoute(t *testing.T, runtime string) {
+	e := startNetEnv(t, "--default-runtime", runtime)
 	prog := fmt.Sprintf(`
 import socket
 try:
@@ -209,6 +213,9 @@ print("ifaces:", sorted(l.split(":")[0].strip() for l in open("/proc/net/dev").r
 				n.Allow = []string{"127.0.0.1"}
 			}
 			sb := e.create(t, n)
+			if sb.Runtime != runtime {
+				t.Fatalf("runtime %q, want %s", sb.Runtime, runtime)
+			}
 			res := e.py(t, sb.ID, prog)
 			want(t, mode, res, "tcp: ConnectionRefusedError", "udp "+strconv.Itoa(e.udpPort)+" : ConnectionRefusedError",
 				"udp 53 : ConnectionRefusedError", "resolve: gaierror", "routes: []", "ifaces: ['lo']")

@@ -5,8 +5,10 @@
 //
 // A sandbox is an OCI bundle built from the policy (runtime/native's root
 // template and mounts, via native.RootLayout) and run by `runsc run` as
-// root, with no network (--network=none), inside an airlock cgroup that
-// carries the memory, pids and CPU limits.
+// root, inside an airlock cgroup that carries the memory, pids and CPU
+// limits. Without network it runs with --network=none; with network, with
+// --network=host inside a fresh network namespace that holds only loopback
+// and the egress proxy's listeners (see egressNetns).
 package gvisor
 
 import "errors"

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,6 +31,11 @@ const StateBase = "/run/airlock/runsc"
 // runscRoot is runsc's --root.
 var runscRoot = filepath.Join(StateBase, "root")
 
+// ErrNetworkSnapshot is returned by Checkpoint and Snapshot for a sandbox
+// with network: its sockets are host sockets of its egress namespace,
+// which a checkpoint image cannot hold.
+var ErrNetworkSnapshot = errors.New("gvisor: a sandbox with network cannot be paused or snapshotted (its sockets are host sockets outside gVisor)")
+
 // Platform is the gVisor platform airlock uses: systrap works without
 // /dev/kvm and inside VMs.
 const Platform = "systrap"
@@ -51,6 +57,9 @@ type Sandbox struct {
 	cmd           *exec.Cmd
 	group         *cgroups.Group
 	enforced      rt.Enforced
+
+	netns     *os.File       // the egress namespace runsc joins (network not none)
+	listeners []net.Listener // the proxy's listeners in it, handed to the caller
 
 	waitOnce sync.Once
 	state    *os.ProcessState
@@ -100,8 +109,11 @@ func start(cfg native.Config, image string) (*Sandbox, error) {
 	if cfg.Image != nil || len(cfg.Volumes) > 0 {
 		return nil, &native.SetupError{Step: "root filesystem", Err: errors.New("image roots and volumes are not supported by the gvisor runtime yet")}
 	}
-	if len(cfg.Listen) > 0 || p.Network.Mode != policy.NetNone {
-		return nil, &native.SetupError{Step: "network", Err: fmt.Errorf("network mode %q is not supported by the gvisor runtime yet (only none)", p.Network.Mode)}
+	if (len(cfg.Listen) > 0) != (p.Network.Mode != policy.NetNone) {
+		return nil, &native.SetupError{Step: "network", Err: fmt.Errorf("network mode %q with %d proxy listeners: a gvisor sandbox has either no network or the egress proxy's listeners", p.Network.Mode, len(cfg.Listen))}
+	}
+	if image != "" && len(cfg.Listen) > 0 {
+		return nil, &native.SetupError{Step: "network", Err: errors.New("a gvisor sandbox with network cannot be forked or restored (its host sockets are not in the snapshot)")}
 	}
 	rs, err := Available()
 	if err != nil {
@@ -128,7 +140,6 @@ func start(cfg native.Config, image string) (*Sandbox, error) {
 		{Name: "gvisor", State: rt.StateOK, Detail: fmt.Sprintf("runsc %s, platform %s: the program's system calls are served by gVisor's sentry (a user-space kernel), not the host kernel", rs.Version, Platform)},
 		{Name: "seccomp", State: rt.StateOK, Detail: "gVisor's sentry and gofer filters (the host kernel sees only the sentry's own short list; airlock's native per-call list is not needed)"},
 		{Name: "filesystem", State: rt.StateOK, Detail: "replaces Landlock: files are served by gVisor's gofer; read-only root template, read-only host binds, writable /workspace and /tmp only"},
-		{Name: "netns", State: rt.StateOK, Detail: "runsc --network=none: gVisor netstack with loopback only"},
 		{Name: "pidns", State: rt.StateOK, Detail: "gVisor's own"},
 		{Name: "capabilities", State: rt.StateOK, Detail: "none inside; no_new_privs"},
 	}
@@ -170,6 +181,10 @@ func start(cfg native.Config, image string) (*Sandbox, error) {
 
 	s := &Sandbox{ID: id, runsc: rs, group: group, enforced: enforced, waitDone: make(chan struct{})}
 	fail := func(step string, err error) (*Sandbox, error) {
+		s.closeNet()
+		for _, l := range s.listeners {
+			l.Close()
+		}
 		if s.dir != "" {
 			os.RemoveAll(s.dir)
 		}
@@ -188,11 +203,23 @@ func start(cfg native.Config, image string) (*Sandbox, error) {
 		s.dir = ""
 		return fail("state directory", err)
 	}
+	netnsPath := ""
+	if len(cfg.Listen) > 0 {
+		s.netns, s.listeners, err = egressNetns(cfg.Listen)
+		if err != nil {
+			return fail("network", err)
+		}
+		netnsPath = fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), s.netns.Fd())
+		s.enforced = append(s.enforced, rt.Layer{Name: "netns", State: rt.StateOK,
+			Detail: "runsc --network=host inside a fresh network namespace holding only loopback and the egress proxy's listeners (" + strings.Join(cfg.Listen, ", ") + "): every connection goes through the proxy"})
+	} else {
+		s.enforced = append(s.enforced, rt.Layer{Name: "netns", State: rt.StateOK, Detail: "runsc --network=none: gVisor netstack with loopback only"})
+	}
 	bundle := filepath.Join(s.dir, "bundle")
 	if err := os.Mkdir(bundle, 0o700); err != nil {
 		return fail("bundle", err)
 	}
-	spec := buildSpec(&p, &cfg, layout, cgPath)
+	spec := buildSpec(&p, &cfg, layout, cgPath, netnsPath)
 	data, err := json.Marshal(spec)
 	if err != nil {
 		return fail("bundle", err)
@@ -244,6 +271,9 @@ func (s *Sandbox) launch(args []string, stdin, stdout, stderr *os.File) error {
 // returns. The bundle and the cgroup stay for Restore; Destroy removes
 // them.
 func (s *Sandbox) Checkpoint(image string) error {
+	if s.netns != nil {
+		return ErrNetworkSnapshot
+	}
 	if err := os.MkdirAll(image, 0o700); err != nil {
 		return fmt.Errorf("gvisor: checkpoint: %w", err)
 	}
@@ -263,6 +293,9 @@ func (s *Sandbox) Checkpoint(image string) error {
 // Checkpoint does, but leaves it running (runsc checkpoint
 // --leave-running): Fork starts copies from the image.
 func (s *Sandbox) Snapshot(image string) error {
+	if s.netns != nil {
+		return ErrNetworkSnapshot
+	}
 	if err := os.MkdirAll(image, 0o700); err != nil {
 		return fmt.Errorf("gvisor: snapshot: %w", err)
 	}
@@ -336,7 +369,30 @@ func Adopt(id string, enforced rt.Enforced) (*Sandbox, error) {
 const PidsOverhead = 64
 
 // globalFlags are runsc's flags for this sandbox.
-func (s *Sandbox) globalFlags() []string { return runscFlags() }
+func (s *Sandbox) globalFlags() []string {
+	f := runscFlags()
+	if s.netns != nil {
+		// Inside the egress namespace (see egressNetns): the sentry's
+		// sockets are host sockets there, where only the proxy listens.
+		for i := range f {
+			if f[i] == "--network=none" {
+				f[i] = "--network=host"
+			}
+		}
+	}
+	return f
+}
+
+// Listeners returns the egress proxy's listeners opened in the sandbox's
+// network namespace (in the order of Config.Listen); the caller owns them.
+func (s *Sandbox) Listeners() []net.Listener { return s.listeners }
+
+// closeNet drops this process's handle on the egress namespace.
+func (s *Sandbox) closeNet() {
+	if s.netns != nil {
+		s.netns.Close()
+	}
+}
 
 // runscFlags are runsc's flags for airlock's sandboxes.
 func runscFlags() []string {
@@ -456,7 +512,7 @@ func runscCgroupPath(g *cgroups.Group) (string, error) {
 }
 
 // buildSpec translates the policy and the native root layout to an OCI spec.
-func buildSpec(p *policy.Policy, cfg *native.Config, l *native.Layout, cgPath string) *specs.Spec {
+func buildSpec(p *policy.Policy, cfg *native.Config, l *native.Layout, cgPath, netnsPath string) *specs.Spec {
 	lim := p.Limits
 	rl := func(typ string, v uint64) specs.POSIXRlimit { return specs.POSIXRlimit{Type: typ, Hard: v, Soft: v} }
 	oom := native.OOMScoreAdj
@@ -479,7 +535,7 @@ func buildSpec(p *policy.Policy, cfg *native.Config, l *native.Layout, cgPath st
 		Hostname: p.User.Hostname,
 		Linux: &specs.Linux{
 			Namespaces: []specs.LinuxNamespace{{Type: specs.PIDNamespace}, {Type: specs.MountNamespace},
-				{Type: specs.IPCNamespace}, {Type: specs.UTSNamespace}, {Type: specs.NetworkNamespace}},
+				{Type: specs.IPCNamespace}, {Type: specs.UTSNamespace}, {Type: specs.NetworkNamespace, Path: netnsPath}},
 			CgroupsPath: cgPath,
 		},
 	}
@@ -559,6 +615,7 @@ func (s *Sandbox) Destroy() error {
 			_ = exec.Command(s.runsc.Path, append(s.globalFlags(), "delete", "--force", s.ID)...).Run()
 		}
 		removeRunscLeftovers(s.ID)
+		s.closeNet()
 		if s.group != nil {
 			err = s.group.Destroy()
 		}
