@@ -13,6 +13,7 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"airlock/runtime/gvisor"
 	"airlock/store"
 )
 
@@ -55,11 +56,25 @@ func stdioServer(t *testing.T, args ...string) (*sdk.ClientSession, *exec.Cmd, *
 }
 
 // TestStdioBinary drives a real `airlock mcp` over stdio: tools, a hostile
-// call, and the session's sandbox gone once stdin closes.
+// call, and the session's sandbox gone once stdin closes; once per runtime
+// (--default-runtime), gvisor skipped only where runsc is not installed.
 func TestStdioBinary(t *testing.T) {
 	needRoot(t)
+	for _, rt := range []string{"native", "gvisor"} {
+		t.Run(rt, func(t *testing.T) {
+			if rt == "gvisor" {
+				if _, err := gvisor.Available(); err != nil {
+					t.Skipf("gvisor tier unavailable: %v", err)
+				}
+			}
+			stdioBinary(t, rt)
+		})
+	}
+}
+
+func stdioBinary(t *testing.T, runtime string) {
 	base := shortDir(t)
-	cs, cmd, logs := stdioServer(t, "--state-dir", base, "--pids", "64", "--max-output", "4K")
+	cs, cmd, logs := stdioServer(t, "--state-dir", base, "--pids", "64", "--max-output", "4K", "--default-runtime", runtime)
 	res, err := cs.ListTools(context.Background(), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -89,6 +104,9 @@ func TestStdioBinary(t *testing.T) {
 	r := call(t, cs, "run_code", py("import matplotlib.pyplot as plt\nplt.plot([x, 1])\nx + 1"))
 	if r.IsError || len(images(r)) != 1 || !strings.Contains(text(r), "42") {
 		t.Fatalf("run_code: %s %+v", text(r), r.Content)
+	}
+	if out := mustOK(t, cs, "run_command", map[string]any{"command": "uname -r"}); strings.Contains(out, "gvisor") != (runtime == "gvisor") {
+		t.Fatalf("runtime %s: uname -r says %q", runtime, out)
 	}
 	own := ownSandbox(t, cs)
 

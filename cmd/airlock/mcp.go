@@ -48,6 +48,7 @@ e.g. AIRLOCK_PROFILE=standard or AIRLOCK_SANDBOX_TIMEOUT=2h.
 // mcpFlags are the flags of airlock mcp.
 type mcpFlags struct {
 	profile, memory, disk, maxOutput, stateDir string
+	runtime                                    string
 	cpus                                       float64
 	pids                                       int64
 	timeout, sandboxTimeout                    time.Duration
@@ -58,6 +59,7 @@ type mcpFlags struct {
 
 func (f *mcpFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.profile, "profile", "strict", "policy preset of the sandboxes: strict, standard or light")
+	fs.StringVar(&f.runtime, "default-runtime", "native", "runtime of sandboxes created without one (the session's sandbox, create_sandbox without runtime): native or gvisor (docs/gvisor.md)")
 	fs.StringVar(&f.memory, "memory", "", "memory limit of each sandbox, e.g. 256M, 1G "+limitDefault("memory"))
 	fs.StringVar(&f.disk, "disk", "", "size of /workspace and /tmp (each) in each sandbox, e.g. 64M "+limitDefault("disk"))
 	fs.Float64Var(&f.cpus, "cpus", 0, "CPU quota of each sandbox in cores "+limitDefault("cpus"))
@@ -201,6 +203,11 @@ func cmdMCP(args []string) int {
 		fmt.Fprintf(os.Stderr, "airlock mcp: %v\n", oneLine(err))
 		return exitUsage
 	}
+	rtm, err := selectRuntime(f.runtime)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "airlock mcp: --default-runtime: %s\n", oneLine(err))
+		return exitUsage
+	}
 	// Everything goes to stderr: stdout carries the protocol.
 	logger := log.New(os.Stderr, "airlock mcp: ", log.LstdFlags)
 	egressCfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
@@ -231,7 +238,7 @@ func cmdMCP(args []string) int {
 	defer st.Close()
 	m, err := manager.Open(manager.Config{StateDir: dir, Store: st, AgentBinary: self, MaxSandboxes: f.maxSandboxes,
 		AllowDegraded: f.allowDegraded, DefaultTimeout: f.sandboxTimeout, MaxTimeout: max(24*time.Hour, f.sandboxTimeout),
-		Egress: egressCfg, Logf: logger.Printf})
+		Egress: egressCfg, Logf: logger.Printf, DefaultRuntime: rtm})
 	if err != nil {
 		logger.Printf("%v", err)
 		return 1
