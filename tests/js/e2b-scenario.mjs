@@ -11,10 +11,20 @@
 // the control plane driven, through that release; code cells go through
 // @e2b/code-interpreter (which brings its own e2b), connected to the same
 // sandbox.
+//
+// E2B_RUNTIME names the server's --default-runtime ("native", the default,
+// or "gvisor"); the scenario checks its sandboxes run on it. Every step
+// runs on both: a step gVisor could not do would be skipped here by an
+// explicit runtime condition and listed in docs/gvisor.md, never silently.
 import { readFileSync } from 'node:fs'
 import { Sandbox } from '@e2b/code-interpreter'
 
 const sdkPackage = process.env.E2B_SDK_PACKAGE || 'e2b'
+const runtime = process.env.E2B_RUNTIME || 'native'
+if (!['native', 'gvisor'].includes(runtime)) {
+  console.error(`e2b-scenario: E2B_RUNTIME=${runtime}: want native or gvisor`)
+  process.exit(2)
+}
 const { ALL_TRAFFIC, Sandbox: BaseSandbox, CommandExitError, FileNotFoundError, NotFoundError } = await import(sdkPackage)
 const sdkVersion = JSON.parse(readFileSync(new URL(`./node_modules/${sdkPackage}/package.json`, import.meta.url))).version
 // Releases before 2.46 send allow_internet_access: true unless told
@@ -24,7 +34,7 @@ if (internetByDefault === undefined) {
   console.error(`e2b-scenario: no expectations recorded for e2b ${sdkVersion}`)
   process.exit(2)
 }
-console.log(`e2b-scenario: e2b ${sdkVersion} (${sdkPackage}), @e2b/code-interpreter for code cells`)
+console.log(`e2b-scenario: e2b ${sdkVersion} (${sdkPackage}), @e2b/code-interpreter for code cells, runtime ${runtime}`)
 
 for (const v of ['E2B_API_URL', 'E2B_SANDBOX_URL', 'E2B_API_KEY']) {
   if (!process.env[v]) {
@@ -88,6 +98,13 @@ async function main() {
     cleanup.push(() => sbx.kill())
     assert(typeof sbx.sandboxId === 'string' && sbx.sandboxId.length > 0, 'no sandbox id')
     assert(await sbx.isRunning(), 'isRunning() is false right after create')
+  })
+
+  await step(`the sandbox runs on the server's default runtime (${runtime})`, async () => {
+    // gVisor's Sentry reports its own kernel release; airlock's runsc
+    // configuration names it (as the MCP test checks).
+    const r = await sbx.commands.run('uname -r')
+    eq(r.stdout.includes('gvisor'), runtime === 'gvisor', `uname -r says ${JSON.stringify(r.stdout)}`)
   })
 
   await step('commands.run: stdout and the sandbox env vars', async () => {
