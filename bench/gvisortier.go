@@ -34,3 +34,23 @@ func GVisorFigure(exe string, peers []Peer, runs int, timeout time.Duration) Fig
 	f.Name = "gvisor cold start"
 	return f
 }
+
+// GVisorExecFigure times argv run in a live gvisor sandbox of airlock serve
+// (POST /v1/sandboxes with "runtime": "gvisor", then exec through the API)
+// against a live native sandbox of the same server and runsc's own exec
+// into a detached container (the runsc peer among others), in the same
+// run. api is the server's native peer, gv its gvisor peer.
+func GVisorExecFigure(api, gv Peer, others []Peer, argv []string, runs int) Figure {
+	if _, err := gvisor.Available(); err != nil && gv.Missing == "" {
+		gv = Peer{Name: GVisorPeer, Missing: err.Error()}
+	}
+	runsc := Peer{Name: "runsc", Missing: "runsc not found"}
+	for _, p := range others {
+		if p.Name == "runsc" {
+			runsc = p
+		}
+	}
+	f := ExecFigure([]Peer{api, gv, runsc}, argv, runs)
+	f.Name = "gvisor exec"
+	return f
+}

@@ -136,12 +136,30 @@ func (s *apiServer) peer() Peer {
 	}
 }
 
+// GVisorPeer is the name of the airlock peer whose live sandboxes run
+// under the gvisor tier.
+const GVisorPeer = Reference + " gvisor"
+
+// gvisorPeer is peer with live sandboxes created with "runtime": "gvisor".
+func (s *apiServer) gvisorPeer() Peer {
+	p := s.peer()
+	p.Name = GVisorPeer
+	p.Note = "airlock serve (loopback, no auth) and the Go client: POST /v1/sandboxes {\"runtime\":\"gvisor\"}, then POST /v1/sandboxes/{id}/exec"
+	p.IdleNote = "a live gvisor sandbox of airlock serve: the agent is its init under runsc, idle and ready to exec"
+	p.StartIdle = func(argv []string) (*Idle, error) { return s.startLiveRuntime("gvisor") }
+	return p
+}
+
 // startLive creates a live sandbox through the API. Its init is the agent,
 // so argv is not used.
-func (s *apiServer) startLive([]string) (*Idle, error) {
+func (s *apiServer) startLive([]string) (*Idle, error) { return s.startLiveRuntime("") }
+
+// startLiveRuntime creates a live sandbox of runtime ("" the server's
+// default) through the API.
+func (s *apiServer) startLiveRuntime(runtime string) (*Idle, error) {
 	ctx, cancel := s.ctx()
 	defer cancel()
-	sb, err := s.c.Create(ctx, client.CreateRequest{})
+	sb, err := s.c.Create(ctx, client.CreateRequest{Runtime: runtime})
 	if err != nil {
 		return nil, fmt.Errorf("create: %w", err)
 	}
@@ -151,8 +169,11 @@ func (s *apiServer) startLive([]string) (*Idle, error) {
 		defer cancel()
 		return s.c.Kill(ctx, id)
 	}
+	// A gvisor sandbox's processes are runsc's, not children of the server
+	// in its cgroup: its Root stays 0 (it is for the density figure, which
+	// measures native sandboxes only).
 	root := s.sandboxPid(id)
-	if root == 0 {
+	if root == 0 && runtime != "gvisor" {
 		kill()
 		return nil, fmt.Errorf("sandbox %s: no process of the server is in its cgroup", id)
 	}

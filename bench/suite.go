@@ -14,7 +14,8 @@ import (
 // they run: cold (cold start, cold python, cold start in-process), pooled
 // (pooled start, live start without a pool), exec, cell (code cell),
 // throughput, density, wasm (the wasm tier's cold start, against node)
-// and gvisor (the gvisor tier's cold start, against runsc's own run).
+// and gvisor (the gvisor tier's cold start, against runsc's own run, and
+// exec in a live gvisor sandbox, against a native one and runsc exec).
 var Keys = []string{"cold", "pooled", "exec", "cell", "throughput", "density", "wasm", "gvisor"}
 
 // ParseOnly splits a comma-separated --only value into keys, checking each
@@ -180,6 +181,12 @@ func Run(cfg Config) *Report {
 		case "gvisor":
 			progress("gvisor cold start: %d rounds of /bin/true", cfg.Runs)
 			rep.Figures = append(rep.Figures, GVisorFigure(cfg.Airlock, others, cfg.Runs, cfg.Peers.Timeout))
+			progress("gvisor exec: %d rounds of /bin/true", cfg.Runs)
+			native, gv := api(), Peer{Name: GVisorPeer, Missing: "airlock serve did not start"}
+			if srvErr == nil {
+				gv = srv.gvisorPeer()
+			}
+			rep.Figures = append(rep.Figures, GVisorExecFigure(native, gv, others, true_, cfg.Runs))
 		}
 	}
 	rep.LoadAfter = LoadAverage()
