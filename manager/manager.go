@@ -297,6 +297,10 @@ type Manager struct {
 	backlog   []backlogWrite // failed store writes, retried by the reaper
 }
 
+// maxSocketPath is the longest path a unix socket may be bound to
+// (sizeof(sockaddr_un.sun_path) - 1).
+const maxSocketPath = 107
+
 // Open starts a Manager: it recovers the sandboxes a previous server left
 // running (reattaching or recording them as lost, and removing everything
 // that remains of the lost ones), then starts the TTL reaper.
@@ -332,6 +336,13 @@ func Open(cfg Config) (*Manager, error) {
 	}
 	m := &Manager{cfg: cfg, st: cfg.Store, dir: filepath.Join(abs, "sandboxes"),
 		live: map[string]*Sandbox{}, perOwner: map[string]int{}, stop: make(chan struct{})}
+	// Every sandbox's agent listens on STATE/sandboxes/ID/agent.sock; a
+	// unix socket path has at most 107 bytes. Refuse a state dir too deep
+	// for them now rather than failing every create.
+	if sock := filepath.Join(m.dir, "sb-0123456789abcdef", "agent.sock"); len(sock) > maxSocketPath {
+		return nil, fmt.Errorf("manager: state dir %s is too deep: agent sockets such as %s would have %d bytes, and a unix socket path may have at most %d; choose a shorter state dir",
+			abs, sock, len(sock), maxSocketPath)
+	}
 	if err := os.MkdirAll(m.dir, 0o700); err != nil {
 		return nil, fmt.Errorf("manager: create %s: %w", m.dir, err)
 	}

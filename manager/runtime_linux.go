@@ -203,7 +203,7 @@ func (m *Manager) start(ctx context.Context, req *CreateRequest, p policy.Policy
 		return nil, fmt.Errorf("manager: create sandbox dir: %w", err)
 	}
 	sock := m.sockPath(id)
-	if len(sock) >= 108 {
+	if len(sock) > maxSocketPath {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("manager: socket path %s too long (state dir too deep)", sock)
 	}
