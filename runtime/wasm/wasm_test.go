@@ -157,6 +157,10 @@ func TestWorkspaceIsWritable(t *testing.T) {
 	if res.Stdout != "ok\nfrom wasm" {
 		t.Fatalf("read back: %q", res.Stdout)
 	}
+	res = run(t, func(p *policy.Policy) { p.Filesystem.Workspace = ws }, "", "seek", "/workspace/out.txt", "5")
+	if res.Stdout != "ok\nwasm" {
+		t.Fatalf("read from offset 5 (fd_seek): %q", res.Stdout)
+	}
 }
 
 func TestReadOnlyMountCannotBeWritten(t *testing.T) {

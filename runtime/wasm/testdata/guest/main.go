@@ -43,6 +43,15 @@ func main() {
 		b, err := os.ReadFile(arg(2))
 		report(err)
 		os.Stdout.Write(b)
+	case "seek": // print a file from byte argv[3] on (fd_seek)
+		f, err := os.Open(arg(2))
+		report(err)
+		off, _ := strconv.ParseInt(arg(3), 10, 64)
+		if _, err := f.Seek(off, io.SeekStart); err != nil {
+			report(err)
+		}
+		b, _ := io.ReadAll(f)
+		os.Stdout.Write(b)
 	case "write": // write a file
 		report(os.WriteFile(arg(2), []byte(arg(3)), 0o644))
 	case "mkdir":
