@@ -258,6 +258,31 @@ func (c *Client) write(t FrameType, id uint32, payload []byte) error {
 	return nil
 }
 
+// openStarted opens a stream of type t for what ("dial", "watch") and waits
+// for the agent's FrameStarted; on an error reply or anything else the
+// stream is reset.
+func (c *Client) openStarted(ctx context.Context, t FrameType, req any, what string) (*cstream, error) {
+	s, err := c.open(t, req)
+	if err != nil {
+		return nil, fmt.Errorf("agent %s: %w", what, err)
+	}
+	f, err := s.next(ctx)
+	if err != nil {
+		s.reset()
+		return nil, err
+	}
+	switch f.Type {
+	case FrameStarted:
+		return s, nil
+	case FrameError:
+		s.reset()
+		return nil, decodeError(f.Payload)
+	default:
+		s.reset()
+		return nil, protoErr("unexpected %s frame starting a %s", f.Type, what)
+	}
+}
+
 // open starts a request stream.
 func (c *Client) open(t FrameType, req any) (*cstream, error) {
 	payload, err := json.Marshal(req)

@@ -29,23 +29,9 @@ func (c *Client) Dial(ctx context.Context, port int) (*PortConn, error) {
 	if port < 1 || port > 65535 {
 		return nil, &Error{Code: CodeInvalidArgument, Message: fmt.Sprintf("bad port %d", port)}
 	}
-	s, err := c.open(FrameDial, dialMsg{Port: port})
+	s, err := c.openStarted(ctx, FrameDial, dialMsg{Port: port}, "dial")
 	if err != nil {
-		return nil, fmt.Errorf("agent dial: %w", err)
-	}
-	f, err := s.next(ctx)
-	if err != nil {
-		s.reset()
 		return nil, err
-	}
-	switch f.Type {
-	case FrameStarted:
-	case FrameError:
-		s.reset()
-		return nil, decodeError(f.Payload)
-	default:
-		s.reset()
-		return nil, protoErr("unexpected %s frame opening a connection", f.Type)
 	}
 	cctx, cancel := context.WithCancel(context.Background())
 	return &PortConn{s: s, ctx: cctx, cancel: cancel, port: port}, nil

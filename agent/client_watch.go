@@ -3,7 +3,6 @@ package agent
 import (
 	"bytes"
 	"context"
-	"fmt"
 )
 
 // FrameWatch watches a directory with inotify: the agent answers Started
@@ -54,23 +53,9 @@ type Watch struct {
 // returns once the watch is in place, so that every change made after it
 // returns is reported.
 func (c *Client) Watch(ctx context.Context, dir string, recursive bool) (*Watch, error) {
-	s, err := c.open(FrameWatch, watchMsg{Path: dir, Recursive: recursive})
+	s, err := c.openStarted(ctx, FrameWatch, watchMsg{Path: dir, Recursive: recursive}, "watch")
 	if err != nil {
-		return nil, fmt.Errorf("agent watch: %w", err)
-	}
-	f, err := s.next(ctx)
-	if err != nil {
-		s.reset()
 		return nil, err
-	}
-	switch f.Type {
-	case FrameStarted:
-	case FrameError:
-		s.reset()
-		return nil, decodeError(f.Payload)
-	default:
-		s.reset()
-		return nil, protoErr("unexpected %s frame starting a watch", f.Type)
 	}
 	wctx, cancel := context.WithCancel(context.Background())
 	w := &Watch{s: s, ctx: wctx, cancel: cancel, events: make(chan WatchEvent, 64)}
