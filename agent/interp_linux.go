@@ -223,6 +223,9 @@ func kernelErr(err error) error {
 	if errors.Is(err, interp.ErrClosed) {
 		return &Error{Code: CodeNotFound, Message: "the code context was deleted"}
 	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return startError("the kernel", err)
+	}
 	return err
 }
 

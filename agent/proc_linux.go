@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -701,6 +702,9 @@ func startError(what string, err error) error {
 	limited := errors.Is(err, syscall.EAGAIN)
 	for _, m := range outOfTasks {
 		limited = limited || strings.Contains(err.Error(), m)
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return &Error{Code: CodeTimeout, Message: fmt.Sprintf("%s did not start in time (%v): the sandbox may be overloaded (CPU limit, memory) or its startup files hang", what, err)}
 	}
 	if limited {
 		return &Error{Code: CodeLimit, Message: fmt.Sprintf("cannot start %s: the sandbox's process limit (pids) is reached (%v); end processes (POST .../kill-processes) or create the sandbox with a higher limits.pids", what, syscall.EAGAIN)}

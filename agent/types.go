@@ -26,6 +26,7 @@ const (
 	CodeIO               = "io_error"
 	CodeLimit            = "limit_reached" // a process could not start: the sandbox's pids limit is reached
 	CodeInternal         = "internal"
+	CodeTimeout          = "timeout" // something the agent waited for (a kernel's start) did not happen in time
 )
 
 // Error is a structured failure reported by the agent.

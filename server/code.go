@@ -112,6 +112,8 @@ func codeAgentErr(err error) error {
 			return errf(429, "limit_reached", "%s", ae.Message)
 		case agent.CodeExists:
 			return errf(409, "conflict", "%s", ae.Message)
+		case agent.CodeTimeout:
+			return errf(504, "timeout", "%s", ae.Message)
 		}
 	}
 	return err

@@ -86,6 +86,8 @@ func agentStatus(err error) (int, string, bool) {
 		return 409, "closed", true
 	case agent.CodeLimit:
 		return 429, "limit_reached", true
+	case agent.CodeTimeout:
+		return 504, "timeout", true
 	}
 	return 500, ae.Code, true
 }
