@@ -9,9 +9,10 @@ import (
 )
 
 // checkWritableMounts refuses a read-write mount whose source the sandbox
-// user could not write: without ID-mapped mounts the sandbox writes as its
-// host uid, so a directory owned by someone else (root, typically) would
-// be mounted "read-write" and fail every write. The error says what to do.
+// user could not write: where attachHostDirs made no ID-mapped mount
+// (unprivileged airlock, a world-writable root directory) the sandbox
+// writes as its host uid, so a directory owned by someone else would be
+// mounted "read-write" and fail every write. The error says what to do.
 func checkWritableMounts(mounts []policy.Mount, ids idMap) error {
 	for _, m := range mounts {
 		if !m.Writable {
@@ -39,7 +40,7 @@ func checkWritableMounts(mounts []policy.Mount, ids idMap) error {
 			continue
 		}
 		return fmt.Errorf("mount %s at %s read-write: the sandbox user (host uid %d, gid %d) cannot write %s (owned by uid %d, gid %d, mode %04o); "+
-			"until airlock has ID-mapped mounts, make it writable for the sandbox (chmod -R o+rwX %s), mount it read-only (drop :rw), "+
+			"airlock ID-maps a host directory's owner onto the sandbox user only when it runs as root; make it writable for the sandbox (chmod -R o+rwX %s), mount it read-only (drop :rw), "+
 			"or use --workspace with a directory that does not exist yet (airlock creates it owned by the sandbox user and reuses that owner on later runs)",
 			m.Source, m.Target, ids.hostUID, ids.hostGID, m.Source, st.Uid, st.Gid, perm, m.Source)
 	}

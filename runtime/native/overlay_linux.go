@@ -284,17 +284,21 @@ func fsLog(fd int) string {
 }
 
 // rangeUserns returns a user namespace fd whose uids and gids 0-65535 map
-// to host base..base+65535, for ID-mapped mounts: a helper process is
-// started in a new user namespace with that mapping and stopped at its
-// execve (ptrace), the namespace is opened, and the helper killed.
+// to host base..base+65535, for ID-mapped mounts (idmapUserns).
 func rangeUserns(base int) (int, error) {
+	m := []syscall.SysProcIDMap{{ContainerID: 0, HostID: base, Size: 65536}}
+	return idmapUserns(m, m)
+}
+
+// idmapUserns returns a user namespace fd with the given uid and gid maps,
+// for ID-mapped mounts (on-disk id ContainerID appears as HostID).
+func idmapUserns(uids, gids []syscall.SysProcIDMap) (int, error) {
 	cmd := exec.Command("/proc/self/exe")
 	cmd.Env = []string{}
-	m := []syscall.SysProcIDMap{{ContainerID: 0, HostID: base, Size: 65536}}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWUSER, UidMappings: m, GidMappings: m,
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWUSER, UidMappings: uids, GidMappings: gids,
 		GidMappingsEnableSetgroups: false, Ptrace: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		return -1, fmt.Errorf("user namespace for ID-mapped layers: %w", err)
+		return -1, fmt.Errorf("user namespace for ID-mapped mounts: %w", err)
 	}
 	defer func() {
 		_ = cmd.Process.Kill()

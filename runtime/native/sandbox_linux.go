@@ -209,6 +209,12 @@ func Start(cfg Config) (*Sandbox, error) {
 			return nil, err
 		}
 	}
+	workspaceDir := p.Filesystem.Workspace
+	hostDirs, err := attachHostDirs(&p, ids, id)
+	if err != nil {
+		return nil, &SetupError{Step: "host directories", Err: err}
+	}
+	defer hostDirs.undo()
 	detachVolumes, err := attachVolumes(&p, cfg.Volumes, ids.hostUID-p.User.UID, id)
 	if err != nil {
 		return nil, &SetupError{Step: "volumes", Err: err}
@@ -235,7 +241,7 @@ func Start(cfg Config) (*Sandbox, error) {
 		}
 		defer ov.detach()
 	}
-	filter, err := seccomp.Build(string(p.Profile))
+	filter, err := seccomp.BuildWith(string(p.Profile), seccomp.Guards{NoSetID: hostDirs.mapped()})
 	if err != nil {
 		return nil, &SetupError{Step: "seccomp", Err: err}
 	}
@@ -340,7 +346,10 @@ func Start(cfg Config) (*Sandbox, error) {
 		rt.Layer{Name: "tmpfs", State: rt.StateOK, Detail: fmt.Sprintf("/tmp and /workspace capped at %d bytes, %d inodes", p.Limits.DiskBytes, p.Limits.Inodes)},
 	)
 	if p.Filesystem.Workspace != "" {
-		enforced[len(enforced)-1].Detail = fmt.Sprintf("/tmp capped at %d bytes, %d inodes; /workspace is host dir %s (no size cap)", p.Limits.DiskBytes, p.Limits.Inodes, p.Filesystem.Workspace)
+		enforced[len(enforced)-1].Detail = fmt.Sprintf("/tmp capped at %d bytes, %d inodes; /workspace is host dir %s (no size cap)", p.Limits.DiskBytes, p.Limits.Inodes, workspaceDir)
+	}
+	if hostDirs.mapped() {
+		enforced = append(enforced, rt.Layer{Name: "hostdirs", State: rt.StateOK, Detail: hostDirs.describe()})
 	}
 	if abi, err := LandlockABI(); err == nil && abi > 0 && testBreak != "landlock" {
 		pl.llAttr, pl.llRules = landlockPlan(&p, abi)
@@ -600,8 +609,10 @@ func orDefault(s, d string) string {
 func orUnknown(s string) string { return orDefault(s, "unknown reason") }
 
 // prepareWorkspace makes a host workspace directory usable by the sandbox
-// user: a missing directory is created for it; an existing one must already
-// be owned by the sandbox's host uid (airlock never chowns a user's files).
+// user: a missing directory is created for it; an existing one owned by
+// another uid is ID-mapped by attachHostDirs when airlock is root, and must
+// already be owned by the sandbox's host uid otherwise (airlock never
+// chowns a user's files).
 func prepareWorkspace(dir string, ids idMap) error {
 	fi, err := os.Lstat(dir)
 	if errors.Is(err, os.ErrNotExist) {
@@ -620,7 +631,7 @@ func prepareWorkspace(dir string, ids idMap) error {
 		return fmt.Errorf("workspace %s is not a directory", dir)
 	}
 	st := fi.Sys().(*syscall.Stat_t)
-	if int(st.Uid) != ids.hostUID {
+	if int(st.Uid) != ids.hostUID && ids.owner <= 0 { // as root, attachHostDirs maps the owner
 		return fmt.Errorf("workspace %s is owned by uid %d but the sandbox user is host uid %d: chown -R %d:%d %s, or pass a directory that does not exist yet",
 			dir, st.Uid, ids.hostUID, ids.hostUID, ids.hostGID, dir)
 	}

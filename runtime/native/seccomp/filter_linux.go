@@ -39,6 +39,8 @@ type Filter struct {
 	// Denied is the number of system calls that have at least one rule
 	// that denies them (unconditionally or depending on their arguments).
 	Denied int
+
+	guards string // what Guards added, for Describe
 }
 
 // cacheEntry holds the lazily compiled filter of one profile.
@@ -76,15 +78,61 @@ func Build(profile string) (*Filter, error) {
 			entry.filter = &Filter{Instructions: p.insns, Profile: profile, Denied: p.denied}
 			return
 		}
-		entry.filter, entry.err = compile(profile)
+		entry.filter, entry.err = compile(profile, Guards{})
 	})
+	return entry.filter, entry.err
+}
+
+// Guards are rules added to a profile for sandboxes that need them. They
+// are compiled into the profile's program (one filter, not a stacked
+// second one) on first use and cached per combination.
+type Guards struct {
+	// NoSetID refuses (EPERM) every way of giving a file a set-uid or
+	// set-gid mode: chmod, fchmod, fchmodat and fchmodat2 with S_ISUID or
+	// S_ISGID in the mode, open, openat and creat that create a file
+	// (O_CREAT or O_TMPFILE) with such a mode, and mknod/mknodat with one.
+	// openat2, whose mode sits in a struct the filter cannot read, is
+	// refused with ENOSYS (libc falls back to openat). For sandboxes with
+	// ID-mapped host directories, whose files the host can execute.
+	NoSetID bool
+	// ProtectID, when not 0, refuses (EPERM) setuid, setgid, setreuid,
+	// setregid, setresuid, setresgid, setfsuid and setfsgid with this id in
+	// any argument: a workload holding CAP_SETUID inside its namespace
+	// (user root) cannot become the agent's uid.
+	ProtectID int
+}
+
+// guarded caches the compiled filters of profiles with guards.
+var guarded sync.Map // guardKey -> *cacheEntry
+
+type guardKey struct {
+	profile string
+	guards  Guards
+}
+
+// BuildWith compiles the filter of a profile with guards. Without guards it
+// is Build. Results are cached per profile and guards and must not be
+// modified.
+func BuildWith(profile string, g Guards) (*Filter, error) {
+	if g == (Guards{}) {
+		return Build(profile)
+	}
+	if profile == "" {
+		profile = ProfileStrict
+	}
+	if _, ok := cache[profile]; !ok {
+		return Build(profile) // the unknown-profile error
+	}
+	v, _ := guarded.LoadOrStore(guardKey{profile, g}, &cacheEntry{})
+	entry := v.(*cacheEntry)
+	entry.once.Do(func() { entry.filter, entry.err = compile(profile, g) })
 	return entry.filter, entry.err
 }
 
 // Describe returns a one-line summary for reports, e.g.
 // "seccomp-bpf strict: 74 denied calls, foreign ABIs killed".
 func (f *Filter) Describe() string {
-	return fmt.Sprintf("seccomp-bpf %s: %d denied calls, foreign ABIs killed", f.Profile, f.Denied)
+	return fmt.Sprintf("seccomp-bpf %s: %d denied calls%s, foreign ABIs killed", f.Profile, f.Denied, f.guards)
 }
 
 // Prog returns the sock_fprog that points at f.Instructions, as the third
@@ -127,9 +175,10 @@ func (f *Filter) Install() error {
 	return nil
 }
 
-// compile builds the program of one profile from the architecture's rules.
-func compile(profile string) (*Filter, error) {
-	rules, err := profileRules(profile)
+// compile builds the program of one profile, with guards, from the
+// architecture's rules.
+func compile(profile string, g Guards) (*Filter, error) {
+	rules, err := profileRules(profile, g)
 	if err != nil {
 		return nil, fmt.Errorf("seccomp: %s profile: %w", profile, err)
 	}
@@ -153,7 +202,14 @@ func compile(profile string) (*Filter, error) {
 	for i, in := range insns {
 		out[i] = unix.SockFilter{Code: in.OpCode, Jt: in.JumpIfTrue, Jf: in.JumpIfFalse, K: in.K}
 	}
-	return &Filter{Instructions: out, Profile: profile, Denied: rules.denied}, nil
+	var desc string
+	if g.NoSetID {
+		desc += "; set-uid/set-gid modes refused"
+	}
+	if g.ProtectID != 0 {
+		desc += fmt.Sprintf("; set*id to %d refused", g.ProtectID)
+	}
+	return &Filter{Instructions: out, Profile: profile, Denied: rules.denied, guards: desc}, nil
 }
 
 // Offsets into struct seccomp_data.

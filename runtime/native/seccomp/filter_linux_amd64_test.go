@@ -30,9 +30,15 @@ type evaluator struct {
 
 func newEvaluator(t *testing.T, profile string) *evaluator {
 	t.Helper()
-	f, err := Build(profile)
+	return guardedEvaluator(t, profile, Guards{})
+}
+
+// guardedEvaluator is newEvaluator for a profile with guards.
+func guardedEvaluator(t *testing.T, profile string, g Guards) *evaluator {
+	t.Helper()
+	f, err := BuildWith(profile, g)
 	if err != nil {
-		t.Fatalf("Build(%q): %v", profile, err)
+		t.Fatalf("BuildWith(%q, %+v): %v", profile, g, err)
 	}
 	insns := make([]gbpf.Instruction, len(f.Instructions))
 	for i, in := range f.Instructions {
@@ -236,5 +242,78 @@ func BenchmarkBuild(b *testing.B) {
 		if _, err := Build(ProfileStrict); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestGuards: NoSetID refuses exactly the set-uid/set-gid modes (chmod
+// family, creating opens, mknod) and ProtectID exactly the set*id calls
+// naming the protected id; without guards all of them pass, and the
+// profile's own decisions stay.
+func TestGuards(t *testing.T) {
+	const agent = 65532
+	cases := []struct {
+		name  string
+		nr    uintptr
+		args  []uint64
+		guard uint32 // with the guards; retAllow without
+	}{
+		{"chmod_0755", unix.SYS_CHMOD, []uint64{0, 0o755}, retAllow},
+		{"chmod_4755", unix.SYS_CHMOD, []uint64{0, 0o4755}, retEPERM},
+		{"chmod_2755", unix.SYS_CHMOD, []uint64{0, 0o2755}, retEPERM},
+		{"chmod_1777", unix.SYS_CHMOD, []uint64{0, 0o1777}, retAllow},
+		{"fchmod_4000", unix.SYS_FCHMOD, []uint64{3, 0o4000}, retEPERM},
+		{"fchmod_0644", unix.SYS_FCHMOD, []uint64{3, 0o644}, retAllow},
+		{"fchmodat_6755", unix.SYS_FCHMODAT, []uint64{unix.AT_FDCWD & 0xffffffff, 0, 0o6755}, retEPERM},
+		{"fchmodat_0700", unix.SYS_FCHMODAT, []uint64{3, 0, 0o700}, retAllow},
+		{"fchmodat2_2000", unix.SYS_FCHMODAT2, []uint64{3, 0, 0o2000, 0}, retEPERM},
+		{"creat_4755", unix.SYS_CREAT, []uint64{0, 0o4755}, retEPERM},
+		{"creat_0644", unix.SYS_CREAT, []uint64{0, 0o644}, retAllow},
+		{"open_creat_4755", unix.SYS_OPEN, []uint64{0, unix.O_CREAT | unix.O_WRONLY, 0o4755}, retEPERM},
+		{"open_creat_0644", unix.SYS_OPEN, []uint64{0, unix.O_CREAT | unix.O_WRONLY, 0o644}, retAllow},
+		{"open_rdonly_junk_mode", unix.SYS_OPEN, []uint64{0, unix.O_RDONLY, 0o4755}, retAllow},
+		{"openat_creat_2755", unix.SYS_OPENAT, []uint64{3, 0, unix.O_CREAT | unix.O_RDWR, 0o2755}, retEPERM},
+		{"openat_tmpfile_4755", unix.SYS_OPENAT, []uint64{3, 0, unix.O_TMPFILE | unix.O_RDWR, 0o4755}, retEPERM},
+		{"openat_creat_0600", unix.SYS_OPENAT, []uint64{3, 0, unix.O_CREAT | unix.O_RDWR, 0o600}, retAllow},
+		{"openat_plain", unix.SYS_OPENAT, []uint64{3, 0, unix.O_RDONLY, 0}, retAllow},
+		{"openat2", unix.SYS_OPENAT2, nil, retENOSYS},
+		{"mknod_reg_4755", unix.SYS_MKNOD, []uint64{0, unix.S_IFREG | 0o4755, 0}, retEPERM},
+		{"mknodat_fifo", unix.SYS_MKNODAT, []uint64{3, 0, unix.S_IFIFO | 0o644, 0}, retAllow},
+		{"mknodat_reg_2755", unix.SYS_MKNODAT, []uint64{3, 0, unix.S_IFREG | 0o2755, 0}, retEPERM},
+		{"setuid_agent", unix.SYS_SETUID, []uint64{agent}, retEPERM},
+		{"setuid_agent_high", unix.SYS_SETUID, []uint64{1<<32 | agent}, retEPERM},
+		{"setuid_100", unix.SYS_SETUID, []uint64{100}, retAllow},
+		{"setgid_agent", unix.SYS_SETGID, []uint64{agent}, retEPERM},
+		{"setresuid_saved_agent", unix.SYS_SETRESUID, []uint64{0xffffffff, 0xffffffff, agent}, retEPERM},
+		{"setresuid_0", unix.SYS_SETRESUID, []uint64{0, 0, 0}, retAllow},
+		{"setreuid_eff_agent", unix.SYS_SETREUID, []uint64{0xffffffff, agent}, retEPERM},
+		{"setregid_real_agent", unix.SYS_SETREGID, []uint64{agent, 0xffffffff}, retEPERM},
+		{"setresgid_agent", unix.SYS_SETRESGID, []uint64{agent, 1, 1}, retEPERM},
+		{"setfsuid_agent", unix.SYS_SETFSUID, []uint64{agent}, retEPERM},
+		{"setfsgid_agent", unix.SYS_SETFSGID, []uint64{agent}, retEPERM},
+		{"setfsuid_query", unix.SYS_SETFSUID, []uint64{0xffffffff}, retAllow},
+	}
+	for _, profile := range []string{ProfileStrict, ProfileLight} {
+		plain := newEvaluator(t, profile)
+		guarded := guardedEvaluator(t, profile, Guards{NoSetID: true, ProtectID: agent})
+		for _, c := range cases {
+			if got := plain.call(c.nr, c.args...); got != retAllow {
+				t.Errorf("%s %s without guards: filter returned %#x, want allow", profile, c.name, got)
+			}
+			if got := guarded.call(c.nr, c.args...); got != c.guard {
+				t.Errorf("%s %s with guards: filter returned %#x, want %#x", profile, c.name, got, c.guard)
+			}
+		}
+		for _, c := range commonCases() {
+			if got := guarded.call(c.nr, c.args...); got != c.want {
+				t.Errorf("%s %s with guards: filter returned %#x, want %#x", profile, c.name, got, c.want)
+			}
+		}
+	}
+	f, err := BuildWith("", Guards{NoSetID: true})
+	if err != nil || !strings.Contains(f.Describe(), "set-uid/set-gid modes refused") {
+		t.Errorf("Describe of a guarded filter: %v %v", f, err)
+	}
+	if _, err := BuildWith("nope", Guards{NoSetID: true}); err == nil {
+		t.Error("BuildWith accepted an unknown profile")
 	}
 }

@@ -124,7 +124,7 @@ const low32 = 0xffffffff
 
 // profileRules returns the gVisor rule sets of a profile for x86_64, in the
 // order they must be tried, and how many system calls they deny.
-func profileRules(profile string) (ruleSets, error) {
+func profileRules(profile string, g Guards) (ruleSets, error) {
 	light := profile == ProfileLight
 
 	allow := gseccomp.NewSyscallRules()
@@ -180,6 +180,13 @@ func profileRules(profile string) (ruleSets, error) {
 		gseccomp.PerArg{gseccomp.AnyValue{}, gseccomp.MaskedEqual(low32, unix.TIOCLINUX)},
 	})
 
+	if g.NoSetID {
+		noSetIDRules(eperm, enosys)
+	}
+	if g.ProtectID != 0 {
+		protectIDRules(eperm, uintptr(g.ProtectID))
+	}
+
 	denied := eperm.Size() + enosys.Size() + eafnosupport.Size()
 	return ruleSets{
 		sets: []gseccomp.RuleSet{
@@ -190,4 +197,64 @@ func profileRules(profile string) (ruleSets, error) {
 		},
 		denied: denied,
 	}, nil
+}
+
+// setIDBits are the mode bits Guards.NoSetID refuses.
+var setIDBits = []uintptr{unix.S_ISUID, unix.S_ISGID}
+
+// oTmpfile is __O_TMPFILE, the bit that makes O_TMPFILE create a file
+// (unix.O_TMPFILE includes O_DIRECTORY).
+const oTmpfile = unix.O_TMPFILE &^ unix.O_DIRECTORY
+
+// modeArg matches a call whose argument mode has
+// S_ISUID or S_ISGID set, and, when flags >= 0, whose argument flags
+// creates a file.
+func modeArg(mode, flags int) gseccomp.Or {
+	var or gseccomp.Or
+	creating := []uintptr{0}
+	if flags >= 0 {
+		creating = []uintptr{unix.O_CREAT, oTmpfile}
+	}
+	for _, bit := range setIDBits {
+		for _, c := range creating {
+			var args gseccomp.PerArg // nil matchers match any value
+			args[mode] = gseccomp.MaskedEqual(bit, bit)
+			if flags >= 0 {
+				args[flags] = gseccomp.MaskedEqual(c, c)
+			}
+			or = append(or, args)
+		}
+	}
+	return or
+}
+
+// noSetIDRules adds Guards.NoSetID to eperm and enosys.
+func noSetIDRules(eperm, enosys gseccomp.SyscallRules) {
+	eperm.Set(unix.SYS_CHMOD, modeArg(1, -1))
+	eperm.Set(unix.SYS_FCHMOD, modeArg(1, -1))
+	eperm.Set(unix.SYS_FCHMODAT, modeArg(2, -1))
+	eperm.Set(unix.SYS_FCHMODAT2, modeArg(2, -1))
+	eperm.Set(unix.SYS_CREAT, modeArg(1, -1))
+	eperm.Set(unix.SYS_MKNOD, modeArg(1, -1))
+	eperm.Set(unix.SYS_MKNODAT, modeArg(2, -1))
+	eperm.Set(unix.SYS_OPEN, modeArg(2, 1))
+	eperm.Set(unix.SYS_OPENAT, modeArg(3, 2))
+	enosys.Set(unix.SYS_OPENAT2, gseccomp.MatchAll{})
+}
+
+// protectIDRules adds Guards.ProtectID to eperm: the set*id calls with id
+// in any of their arguments (ints: the low 32 bits).
+func protectIDRules(eperm gseccomp.SyscallRules, id uintptr) {
+	for nr, nargs := range map[uintptr]int{
+		unix.SYS_SETUID: 1, unix.SYS_SETGID: 1, unix.SYS_SETFSUID: 1, unix.SYS_SETFSGID: 1,
+		unix.SYS_SETREUID: 2, unix.SYS_SETREGID: 2, unix.SYS_SETRESUID: 3, unix.SYS_SETRESGID: 3,
+	} {
+		var or gseccomp.Or
+		for i := 0; i < nargs; i++ {
+			var args gseccomp.PerArg
+			args[i] = gseccomp.MaskedEqual(low32, id)
+			or = append(or, args)
+		}
+		eperm.Set(nr, or)
+	}
 }
