@@ -381,6 +381,7 @@ func (m *Manager) recover(ctx context.Context) error {
 		if sb != nil {
 			m.live[sb.ID] = sb
 			m.perOwner[rec.Owner]++
+			m.loadSnapshots(sb)
 			go m.watch(sb)
 			m.count(func(c *Counters) { c.Reattached++ })
 			m.cfg.Logf("sandbox %s: reattached", rec.ID)

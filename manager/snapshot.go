@@ -8,7 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"airlock/policy"
@@ -119,6 +121,83 @@ func (m *Manager) MemorySnapshot(ctx context.Context, owner, id string) (Snapsho
 		}
 		return nil
 	})
+	// The manifest, written once the image is whole, is what a restarted
+	// server finds the snapshot by (loadSnapshots).
+	if err := writeManifest(s); err != nil {
+		os.RemoveAll(s.image)
+		return SnapshotInfo{}, err
+	}
 	m.snaps.Store(s.ID, s)
 	return s.SnapshotInfo, nil
+}
+
+// manifest is a snapshot's record on disk, next to its image
+// (snapshots/SNAP.json): a restarted server reloads the snapshots of the
+// sandboxes it takes over from them.
+type manifest struct {
+	SnapshotInfo
+	Owner  string        `json:"owner"`
+	Policy policy.Policy `json:"policy"`
+}
+
+// writeManifest records s next to its image, atomically.
+func writeManifest(s *snapshot) error {
+	data, err := json.Marshal(manifest{SnapshotInfo: s.SnapshotInfo, Owner: s.owner, Policy: s.policy})
+	if err != nil {
+		return fmt.Errorf("manager: snapshot manifest: %w", err)
+	}
+	tmp := s.image + ".json.tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return fmt.Errorf("manager: snapshot manifest: %w", err)
+	}
+	if err := os.Rename(tmp, s.image+".json"); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("manager: snapshot manifest: %w", err)
+	}
+	return nil
+}
+
+// loadSnapshots reloads the snapshots of sb, a sandbox a restarted server
+// took over, from their manifests: they count against the quota again and
+// can be forked. An image without a manifest (the server died while
+// writing it) or with one that does not belong to sb is removed.
+func (m *Manager) loadSnapshots(sb *Sandbox) {
+	dir := filepath.Join(m.dir, sb.ID, "snapshots")
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	keep := map[string]bool{}
+	for _, e := range ents {
+		name, ok := strings.CutSuffix(e.Name(), ".json")
+		if !ok || e.IsDir() {
+			continue
+		}
+		var mf manifest
+		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err == nil {
+			err = json.Unmarshal(data, &mf)
+		}
+		switch {
+		case err != nil:
+			m.cfg.Logf("sandbox %s: snapshot %s: unreadable manifest: %v; removing it", sb.ID, name, err)
+		case mf.ID != name || mf.SandboxID != sb.ID || mf.Owner != sb.rec.Owner:
+			m.cfg.Logf("sandbox %s: snapshot %s: manifest names snapshot %q of sandbox %q; removing it", sb.ID, name, mf.ID, mf.SandboxID)
+		default:
+			if fi, err := os.Stat(filepath.Join(dir, name)); err == nil && fi.IsDir() {
+				keep[name] = true
+				m.snaps.Store(name, &snapshot{SnapshotInfo: mf.SnapshotInfo, owner: mf.Owner, policy: mf.Policy,
+					image: filepath.Join(dir, name), src: sb})
+				continue
+			}
+			m.cfg.Logf("sandbox %s: snapshot %s: manifest without an image; removing it", sb.ID, name)
+		}
+	}
+	// What is left (bad manifests, images without one, a manifest's
+	// temporary file) goes.
+	for _, e := range ents {
+		if !keep[strings.TrimSuffix(e.Name(), ".json")] {
+			os.RemoveAll(filepath.Join(dir, e.Name()))
+		}
+	}
 }

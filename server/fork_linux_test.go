@@ -1,11 +1,14 @@
 package server_test
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"airlock/client"
 )
@@ -112,5 +115,90 @@ func TestE2EGVisorSnapshotQuota(t *testing.T) {
 	var ae *client.Error
 	if _, err := c.MemorySnapshot(ctx, sb.ID); !errors.As(err, &ae) || ae.Status != 429 || !strings.Contains(ae.Message, "snapshot-quota") {
 		t.Fatalf("snapshot over the quota: %v", err)
+	}
+}
+
+// TestE2EGVisorSnapshotSurvivesRestart: a snapshot outlives a server
+// killed with SIGKILL. Its sandbox, paused before the kill, is taken over
+// by the restarted server, which reloads the snapshot from its manifest:
+// a fork of it starts with the original's file and Python variable, and
+// then the fork and the resumed original diverge. The reloaded image still
+// counts against --snapshot-quota, and it goes with its sandbox.
+func TestE2EGVisorSnapshotSurvivesRestart(t *testing.T) {
+	state, key, s1, sb := gvisorSandbox(t, "--snapshot-quota", "1")
+	c := client.New(s1.URL, key)
+	ctx := ctxT(t)
+	if _, err := c.WriteFile(ctx, sb.ID, "f.txt", strings.NewReader("base"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if res := runCell(t, c, sb.ID, client.CodeRequest{Code: "v = 'base'"}); res.Error != nil {
+		t.Fatalf("cell: %+v", res.Error)
+	}
+	snap, err := c.MemorySnapshot(ctx, sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(state, "sandboxes", sb.ID, "snapshots", snap.ID+".json"))
+	if err != nil {
+		t.Fatalf("no manifest next to the image: %v", err)
+	}
+	var mf struct {
+		ID, SandboxID, Owner string
+		SizeBytes            int64     `json:"size_bytes"`
+		CreatedAt            time.Time `json:"created_at"`
+	}
+	if err := json.Unmarshal(data, &mf); err != nil || mf.ID != snap.ID || mf.Owner == "" || mf.SizeBytes != snap.SizeBytes || mf.CreatedAt.IsZero() {
+		t.Fatalf("manifest %s: %+v %v", data, mf, err)
+	}
+	if _, err := c.Pause(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	s1.crash() // SIGKILL
+
+	s2 := startServer(t, state, "--snapshot-quota", "1")
+	c = client.New(s2.URL, key)
+	f, err := c.Create(ctx, client.CreateRequest{Snapshot: snap.ID, Timeout: 600})
+	if err != nil {
+		t.Fatalf("fork after restart: %v", err)
+	}
+	if _, err := c.Resume(ctx, sb.ID); err != nil {
+		t.Fatalf("resume the original: %v", err)
+	}
+	for i, id := range []string{sb.ID, f.ID} {
+		if res, err := c.Exec(ctx, id, client.ExecRequest{Argv: []string{"cat", "f.txt"}}); err != nil || res.Stdout != "base" {
+			t.Fatalf("sandbox %d (%s) before diverging: %+v %v", i, id, res, err)
+		}
+		if res := runCell(t, c, id, client.CodeRequest{Code: "v"}); res.Error != nil || res.Text != "'base'" {
+			t.Fatalf("sandbox %d Python variable before diverging: %+v", i, res)
+		}
+		own := fmt.Sprintf("own-%d", i)
+		if _, err := c.WriteFile(ctx, id, "f.txt", strings.NewReader(own), 0); err != nil {
+			t.Fatal(err)
+		}
+		if res := runCell(t, c, id, client.CodeRequest{Code: fmt.Sprintf("v = %q", own)}); res.Error != nil {
+			t.Fatalf("cell: %+v", res.Error)
+		}
+	}
+	for i, id := range []string{sb.ID, f.ID} {
+		own := fmt.Sprintf("own-%d", i)
+		if res, err := c.Exec(ctx, id, client.ExecRequest{Argv: []string{"cat", "f.txt"}}); err != nil || res.Stdout != own {
+			t.Fatalf("sandbox %d file after diverging: %+v %v, want %q", i, res, err, own)
+		}
+		if res := runCell(t, c, id, client.CodeRequest{Code: "v"}); res.Error != nil || res.Text != fmt.Sprintf("'%s'", own) {
+			t.Fatalf("sandbox %d Python variable after diverging: %+v, want %q", i, res, own)
+		}
+	}
+	var ae *client.Error
+	if _, err := c.MemorySnapshot(ctx, sb.ID); !errors.As(err, &ae) || ae.Status != 429 {
+		t.Fatalf("snapshot over the quota the reloaded one uses: %v", err)
+	}
+	if err := c.Kill(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Create(ctx, client.CreateRequest{Snapshot: snap.ID}); !errors.As(err, &ae) || ae.Status != 404 {
+		t.Fatalf("fork of a killed sandbox's snapshot: %v", err)
+	}
+	if m, _ := filepath.Glob(filepath.Join(state, "sandboxes", sb.ID)); len(m) > 0 {
+		t.Fatalf("the killed sandbox's state directory (with its snapshot) is left: %v", m)
 	}
 }
