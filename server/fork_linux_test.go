@@ -52,30 +52,7 @@ func TestE2EGVisorSnapshotForks(t *testing.T) {
 		}
 		ids = append(ids, f.ID)
 	}
-	for i, id := range ids {
-		if res, err := c.Exec(ctx, id, client.ExecRequest{Argv: []string{"cat", "f.txt"}}); err != nil || res.Stdout != "base" {
-			t.Fatalf("sandbox %d (%s) before diverging: %+v %v", i, id, res, err)
-		}
-		if res := runCell(t, c, id, client.CodeRequest{Code: "v"}); res.Error != nil || res.Text != "'base'" {
-			t.Fatalf("sandbox %d Python variable before diverging: %+v", i, res)
-		}
-		own := fmt.Sprintf("own-%d", i)
-		if _, err := c.WriteFile(ctx, id, "f.txt", strings.NewReader(own), 0); err != nil {
-			t.Fatal(err)
-		}
-		if res := runCell(t, c, id, client.CodeRequest{Code: fmt.Sprintf("v = %q", own)}); res.Error != nil {
-			t.Fatalf("cell: %+v", res.Error)
-		}
-	}
-	for i, id := range ids {
-		own := fmt.Sprintf("own-%d", i)
-		if res, err := c.Exec(ctx, id, client.ExecRequest{Argv: []string{"cat", "f.txt"}}); err != nil || res.Stdout != own {
-			t.Fatalf("sandbox %d file after diverging: %+v %v, want %q", i, res, err, own)
-		}
-		if res := runCell(t, c, id, client.CodeRequest{Code: "v"}); res.Error != nil || res.Text != fmt.Sprintf("'%s'", own) {
-			t.Fatalf("sandbox %d Python variable after diverging: %+v, want %q", i, res, own)
-		}
-	}
+	diverge(t, c, ids)
 
 	other := client.New(s.URL, newKey(t, state, "other"))
 	var ae *client.Error
@@ -164,7 +141,29 @@ func TestE2EGVisorSnapshotSurvivesRestart(t *testing.T) {
 	if _, err := c.Resume(ctx, sb.ID); err != nil {
 		t.Fatalf("resume the original: %v", err)
 	}
-	for i, id := range []string{sb.ID, f.ID} {
+	diverge(t, c, []string{sb.ID, f.ID})
+	var ae *client.Error
+	if _, err := c.MemorySnapshot(ctx, sb.ID); !errors.As(err, &ae) || ae.Status != 429 {
+		t.Fatalf("snapshot over the quota the reloaded one uses: %v", err)
+	}
+	if err := c.Kill(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Create(ctx, client.CreateRequest{Snapshot: snap.ID}); !errors.As(err, &ae) || ae.Status != 404 {
+		t.Fatalf("fork of a killed sandbox's snapshot: %v", err)
+	}
+	if m, _ := filepath.Glob(filepath.Join(state, "sandboxes", sb.ID)); len(m) > 0 {
+		t.Fatalf("the killed sandbox's state directory (with its snapshot) is left: %v", m)
+	}
+}
+
+// diverge checks that the sandboxes ids, forks of one snapshot (or its
+// original), start with its workspace file f.txt and Python variable v
+// both "base", and then each keeps its own values.
+func diverge(t *testing.T, c *client.Client, ids []string) {
+	t.Helper()
+	ctx := ctxT(t)
+	for i, id := range ids {
 		if res, err := c.Exec(ctx, id, client.ExecRequest{Argv: []string{"cat", "f.txt"}}); err != nil || res.Stdout != "base" {
 			t.Fatalf("sandbox %d (%s) before diverging: %+v %v", i, id, res, err)
 		}
@@ -179,7 +178,7 @@ func TestE2EGVisorSnapshotSurvivesRestart(t *testing.T) {
 			t.Fatalf("cell: %+v", res.Error)
 		}
 	}
-	for i, id := range []string{sb.ID, f.ID} {
+	for i, id := range ids {
 		own := fmt.Sprintf("own-%d", i)
 		if res, err := c.Exec(ctx, id, client.ExecRequest{Argv: []string{"cat", "f.txt"}}); err != nil || res.Stdout != own {
 			t.Fatalf("sandbox %d file after diverging: %+v %v, want %q", i, res, err, own)
@@ -187,18 +186,5 @@ func TestE2EGVisorSnapshotSurvivesRestart(t *testing.T) {
 		if res := runCell(t, c, id, client.CodeRequest{Code: "v"}); res.Error != nil || res.Text != fmt.Sprintf("'%s'", own) {
 			t.Fatalf("sandbox %d Python variable after diverging: %+v, want %q", i, res, own)
 		}
-	}
-	var ae *client.Error
-	if _, err := c.MemorySnapshot(ctx, sb.ID); !errors.As(err, &ae) || ae.Status != 429 {
-		t.Fatalf("snapshot over the quota the reloaded one uses: %v", err)
-	}
-	if err := c.Kill(ctx, sb.ID); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Create(ctx, client.CreateRequest{Snapshot: snap.ID}); !errors.As(err, &ae) || ae.Status != 404 {
-		t.Fatalf("fork of a killed sandbox's snapshot: %v", err)
-	}
-	if m, _ := filepath.Glob(filepath.Join(state, "sandboxes", sb.ID)); len(m) > 0 {
-		t.Fatalf("the killed sandbox's state directory (with its snapshot) is left: %v", m)
 	}
 }
