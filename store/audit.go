@@ -128,7 +128,7 @@ func (s *Store) Audit(ctx context.Context, ev AuditEvent) error {
 	r := reqPool.Get().(*writeReq)
 	r.audit, r.time, r.ev = true, t, ev
 	if err := s.submit(ctx, r); err != nil {
-		return fmt.Errorf("store: audit %s: %w", ev.Action, s.spaceErr(err))
+		return fmt.Errorf("store: audit %s: %w", ev.Action, s.sharedErr(err))
 	}
 	return nil
 }
@@ -149,7 +149,7 @@ func (s *Store) LogConnection(ctx context.Context, c Connection) error {
 	r := reqPool.Get().(*writeReq)
 	r.audit, r.time, r.conn = false, t, c
 	if err := s.submit(ctx, r); err != nil {
-		return fmt.Errorf("store: log connection of %q: %w", c.SandboxID, s.spaceErr(err))
+		return fmt.Errorf("store: log connection of %q: %w", c.SandboxID, s.sharedErr(err))
 	}
 	return nil
 }
@@ -215,11 +215,21 @@ func (s *Store) writeLoop() {
 // callers' contexts: a queued event must not be lost to a cancelled request.
 func (s *Store) writeBatch(batch []*writeReq) error {
 	ctx := context.Background()
-	tx, err := s.w.BeginTx(ctx, nil)
+	if s.pg {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, pgTimeout)
+		defer cancel()
+	}
+	tx, err := s.kw.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
 	defer tx.Rollback()
+	if s.pg {
+		if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, pgLockAudit); err != nil {
+			return fmt.Errorf("lock: %w", err)
+		}
+	}
 	var ins, insConn *sql.Stmt
 	for _, r := range batch {
 		if r.audit {
@@ -286,7 +296,11 @@ func (s *Store) AuditLog(ctx context.Context, f AuditFilter) ([]AuditEvent, erro
 		}
 	}
 	if f.Scoped {
-		conds = append(conds, `(key_id = ? OR sandbox_id IN (SELECT id FROM sandboxes WHERE owner = ?))`)
+		owned := `SELECT id FROM sandboxes WHERE owner = ?`
+		if s.pg {
+			owned = `SELECT sandbox_id FROM sandbox_owners WHERE owner = ?`
+		}
+		conds = append(conds, `(key_id = ? OR sandbox_id IN (`+owned+`))`)
 		args = append(args, f.Owner, f.Owner)
 	}
 	q := `SELECT id, time, key_id, sandbox_id, action, detail FROM audit`
@@ -298,7 +312,7 @@ func (s *Store) AuditLog(ctx context.Context, f AuditFilter) ([]AuditEvent, erro
 		q += ` LIMIT ?`
 		args = append(args, f.Limit)
 	}
-	rows, err := s.r.QueryContext(ctx, q, args...)
+	rows, err := s.kr.QueryContext(ctx, s.q(q), args...)
 	if err != nil {
 		return nil, fmt.Errorf("store: audit log: %w", err)
 	}
@@ -338,7 +352,7 @@ FROM network_log WHERE sandbox_id = ? ORDER BY id DESC`
 		q += ` LIMIT ?`
 		args = append(args, limit)
 	}
-	rows, err := s.r.QueryContext(ctx, q, args...)
+	rows, err := s.kr.QueryContext(ctx, s.q(q), args...)
 	if err != nil {
 		return nil, fmt.Errorf("store: connections of %q: %w", sandboxID, err)
 	}

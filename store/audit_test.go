@@ -12,8 +12,10 @@ import (
 	"time"
 )
 
-func TestAuditRoundTripAndFilter(t *testing.T) {
-	s, _ := openTest(t)
+func TestAuditRoundTripAndFilter(t *testing.T) { eachBackend(t, testAuditRoundTripAndFilter) }
+
+func testAuditRoundTripAndFilter(t *testing.T, b backend) {
+	s, _ := b.openTest(t)
 	ctx := context.Background()
 	at := time.Date(2026, 2, 3, 4, 5, 6, 7, time.UTC)
 	evs := []AuditEvent{
@@ -85,24 +87,40 @@ func TestAuditRoundTripAndFilter(t *testing.T) {
 	}
 }
 
-func TestAuditAppendOnly(t *testing.T) {
-	s, _ := openTest(t)
+func TestAuditAppendOnly(t *testing.T) { eachBackend(t, testAuditAppendOnly) }
+
+func testAuditAppendOnly(t *testing.T, b backend) {
+	s, _ := b.openTest(t)
 	ctx := context.Background()
 	if err := s.Audit(ctx, AuditEvent{KeyID: "k", SandboxID: "a", Action: ActionExec}); err != nil {
 		t.Fatal(err)
 	}
-	for _, q := range []string{
+	forge := []string{
 		`UPDATE audit SET action = 'nothing'`,
 		`UPDATE audit SET detail = '{}' WHERE id = 1`,
 		`DELETE FROM audit`,
 		`DELETE FROM audit WHERE id = 1`,
-		`INSERT OR REPLACE INTO audit (id, time, action) VALUES (1, 0, 'forged')`,
-		`REPLACE INTO audit (id, time, action) VALUES (1, 0, 'forged')`,
-		`INSERT INTO audit (id, time, action) VALUES (1, 0, 'forged') ON CONFLICT(id) DO UPDATE SET action = 'forged'`,
-	} {
-		err := rawExec(t, s.w, q)
+	}
+	if b.url == "" {
+		forge = append(forge,
+			`INSERT OR REPLACE INTO audit (id, time, action) VALUES (1, 0, 'forged')`,
+			`REPLACE INTO audit (id, time, action) VALUES (1, 0, 'forged')`,
+			`INSERT INTO audit (id, time, action) VALUES (1, 0, 'forged') ON CONFLICT(id) DO UPDATE SET action = 'forged'`)
+	} else {
+		forge = append(forge,
+			`TRUNCATE audit`,
+			`INSERT INTO audit (id, time, action) OVERRIDING SYSTEM VALUE VALUES (1, 0, 'forged') ON CONFLICT(id) DO UPDATE SET action = 'forged'`)
+	}
+	for _, q := range forge {
+		err := rawExec(t, s.kw, q)
 		if err == nil || !strings.Contains(err.Error(), "append-only") {
 			t.Errorf("%s: err = %v, want append-only violation", q, err)
+		}
+	}
+	if b.url != "" {
+		// An id cannot be chosen: GENERATED ALWAYS.
+		if err := rawExec(t, s.kw, `INSERT INTO audit (id, time, action) VALUES (2, 0, 'forged')`); err == nil {
+			t.Error("insert with a chosen id accepted")
 		}
 	}
 	evs, err := s.AuditLog(ctx, AuditFilter{})
@@ -114,10 +132,12 @@ func TestAuditAppendOnly(t *testing.T) {
 	}
 }
 
-func TestAuditCloseFlushes(t *testing.T) {
+func TestAuditCloseFlushes(t *testing.T) { eachBackend(t, testAuditCloseFlushes) }
+
+func testAuditCloseFlushes(t *testing.T, b backend) {
 	// Events queued when Close is called are all written.
 	dir := filepath.Join(t.TempDir(), "s")
-	s, err := Open(dir)
+	s, err := b.open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +169,7 @@ func TestAuditCloseFlushes(t *testing.T) {
 	if ok+closed != n {
 		t.Fatalf("ok %d + closed %d != %d", ok, closed, n)
 	}
-	s, err = Open(dir)
+	s, err = b.open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,8 +184,10 @@ func TestAuditCloseFlushes(t *testing.T) {
 	t.Logf("%d written before Close, %d refused with ErrClosed", ok, closed)
 }
 
-func TestAuditCancelledContext(t *testing.T) {
-	s, _ := openTest(t)
+func TestAuditCancelledContext(t *testing.T) { eachBackend(t, testAuditCancelledContext) }
+
+func testAuditCancelledContext(t *testing.T, b backend) {
+	s, _ := b.openTest(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	// With room in the queue the event is still written: ctx only bounds
@@ -178,8 +200,10 @@ func TestAuditCancelledContext(t *testing.T) {
 	}
 }
 
-func TestConnections(t *testing.T) {
-	s, _ := openTest(t)
+func TestConnections(t *testing.T) { eachBackend(t, testConnections) }
+
+func testConnections(t *testing.T, b backend) {
+	s, _ := b.openTest(t)
 	ctx := context.Background()
 	at := time.Date(2026, 2, 3, 4, 5, 6, 7, time.UTC)
 	want := Connection{SandboxID: "a", Time: at, Host: "pypi.org", Port: 443, Allowed: true, Reason: "allowlist",

@@ -122,8 +122,8 @@ func (s *Store) CreateKeyLimits(ctx context.Context, name string, maxSandboxes i
 		Limits:       lim,
 	}
 	h := sha256.Sum256([]byte(secret))
-	if _, err := s.w.ExecContext(ctx,
-		`INSERT INTO api_keys (id, name, hash, created_at, max_sandboxes, max_limits) VALUES (?, ?, ?, ?, ?, ?)`,
+	if _, err := s.kw.ExecContext(ctx,
+		s.q(`INSERT INTO api_keys (id, name, hash, created_at, max_sandboxes, max_limits) VALUES (?, ?, ?, ?, ?, ?)`),
 		k.ID, k.Name, h[:], k.CreatedAt.UnixNano(), k.MaxSandboxes, string(limJSON)); err != nil {
 		return nil, "", fmt.Errorf("store: create key %q: %w", name, err)
 	}
@@ -152,11 +152,40 @@ func wellFormed(secret string) bool {
 // RevokeKey evicts them at once, and cached entries are re-checked against
 // the database every keyCacheTTL so that revocations by other processes are
 // also seen. Each call returns a fresh copy the caller may modify.
+//
+// With a shared PostgreSQL database nothing is cached: every call reads the
+// key, so a revocation through any server is refused by every server at
+// once (other servers cannot signal a cache the way RevokedFile does on one
+// host). An error that does not wrap ErrUnauthorized means the key could
+// not be checked (the database is unreachable): the caller must refuse.
 func (s *Store) Authenticate(ctx context.Context, secret string) (*APIKey, error) {
 	if !wellFormed(secret) {
 		return nil, ErrUnauthorized
 	}
 	h := sha256.Sum256([]byte(secret))
+	if s.pg {
+		return s.keyByHash(ctx, h)
+	}
+	return s.authenticateCached(ctx, h)
+}
+
+// keyByHash reads the live key with hash h from the database.
+func (s *Store) keyByHash(ctx context.Context, h [32]byte) (*APIKey, error) {
+	k, stored, err := scanKey(s.keyByHsh.QueryRowContext(ctx, h[:]))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, ErrUnauthorized
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store: authenticate: %w", s.sharedErr(err))
+	}
+	if subtle.ConstantTimeCompare(stored, h[:]) != 1 || k.RevokedAt != nil {
+		return nil, ErrUnauthorized
+	}
+	return k, nil
+}
+
+// authenticateCached is Authenticate through the key cache (SQLite).
+func (s *Store) authenticateCached(ctx context.Context, h [32]byte) (*APIKey, error) {
 	now := time.Now()
 	s.checkRevocations()
 
@@ -170,20 +199,14 @@ func (s *Store) Authenticate(ctx context.Context, secret string) (*APIKey, error
 		return &k, nil
 	}
 
-	k, stored, err := scanKey(s.keyByHsh.QueryRowContext(ctx, h[:]))
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, ErrUnauthorized
-	}
+	k, err := s.keyByHash(ctx, h)
 	if err != nil {
-		return nil, fmt.Errorf("store: authenticate: %w", err)
-	}
-	if subtle.ConstantTimeCompare(stored, h[:]) != 1 || k.RevokedAt != nil {
-		if ok {
+		if ok && errors.Is(err, ErrUnauthorized) {
 			s.keyMu.Lock()
 			delete(s.keyCache, h)
 			s.keyMu.Unlock()
 		}
-		return nil, ErrUnauthorized
+		return nil, err
 	}
 	s.keyMu.Lock()
 	// A RevokeKey that ran since gen was read may have revoked this very
@@ -198,8 +221,8 @@ func (s *Store) Authenticate(ctx context.Context, secret string) (*APIKey, error
 // GetKey returns the key with the given ID (revoked or not), or an error
 // wrapping ErrNotFound.
 func (s *Store) GetKey(ctx context.Context, id string) (*APIKey, error) {
-	k, _, err := scanKey(s.r.QueryRowContext(ctx,
-		`SELECT id, name, hash, created_at, revoked_at, max_sandboxes, max_limits FROM api_keys WHERE id = ?`, id))
+	k, _, err := scanKey(s.kr.QueryRowContext(ctx,
+		s.q(`SELECT id, name, hash, created_at, revoked_at, max_sandboxes, max_limits FROM api_keys WHERE id = ?`), id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("store: key %q: %w", id, ErrNotFound)
 	}
@@ -212,7 +235,7 @@ func (s *Store) GetKey(ctx context.Context, id string) (*APIKey, error) {
 // ListKeys returns every key, revoked ones included, oldest first. The
 // result is never nil.
 func (s *Store) ListKeys(ctx context.Context) ([]*APIKey, error) {
-	rows, err := s.r.QueryContext(ctx,
+	rows, err := s.kr.QueryContext(ctx,
 		`SELECT id, name, hash, created_at, revoked_at, max_sandboxes, max_limits FROM api_keys ORDER BY created_at, id`)
 	if err != nil {
 		return nil, fmt.Errorf("store: list keys: %w", err)
@@ -237,8 +260,8 @@ func (s *Store) ListKeys(ctx context.Context) ([]*APIKey, error) {
 // keeps the first revocation time. It returns an error wrapping ErrNotFound
 // for an unknown ID.
 func (s *Store) RevokeKey(ctx context.Context, id string) error {
-	res, err := s.w.ExecContext(ctx,
-		`UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL`, time.Now().UnixNano(), id)
+	res, err := s.kw.ExecContext(ctx,
+		s.q(`UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL`), time.Now().UnixNano(), id)
 	if err != nil {
 		return fmt.Errorf("store: revoke key %q: %w", id, err)
 	}
@@ -256,7 +279,7 @@ func (s *Store) RevokeKey(ctx context.Context, id string) error {
 		}
 	}
 	s.keyMu.Unlock()
-	if n > 0 {
+	if n > 0 && !s.pg {
 		// Tell the other processes on this state directory.
 		stamp := []byte(strconv.FormatInt(time.Now().UnixNano(), 10) + " " + id + "\n")
 		if err := os.WriteFile(filepath.Join(filepath.Dir(s.path), RevokedFile), stamp, 0o600); err != nil {

@@ -32,8 +32,10 @@ func TestLiveUIDBases(t *testing.T) {
 }
 
 // Per-key ceilings survive a round trip and reject negatives.
-func TestKeyLimits(t *testing.T) {
-	s, _ := openTest(t)
+func TestKeyLimits(t *testing.T) { eachBackend(t, testKeyLimits) }
+
+func testKeyLimits(t *testing.T, b backend) {
+	s, _ := b.openTest(t)
 	ctx := context.Background()
 	lim := KeyLimits{MemoryBytes: 1 << 30, CPUs: 1.5, Pids: 64, DiskBytes: 1 << 28, TimeoutSeconds: 600}
 	k, secret, err := s.CreateKeyLimits(ctx, "capped", 2, lim)

@@ -138,6 +138,12 @@ func (s *Store) PutSandbox(ctx context.Context, sb *Sandbox) (err error) {
 		return fmt.Errorf("store: put sandbox %q: %w", sb.ID, err)
 	}
 
+	// The owner goes to the shared database first: if the sandbox's own
+	// record then fails, an owner row for a sandbox that never ran is
+	// harmless.
+	if err := s.putOwnerPG(ctx, sb); err != nil {
+		return err
+	}
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("store: put sandbox %q: begin: %w", sb.ID, err)

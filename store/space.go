@@ -21,6 +21,15 @@ const lowSpace = 1 << 20
 // state directory: then an error wrapping ErrNoSpace that names it.
 func (s *Store) spaceErr(err error) error { return noSpace(filepath.Dir(s.path), err) }
 
+// sharedErr is spaceErr for a write to the shared tables: a PostgreSQL
+// error says nothing about the local disk.
+func (s *Store) sharedErr(err error) error {
+	if s.pg {
+		return fmt.Errorf("PostgreSQL %s: %w", s.pgDesc, err)
+	}
+	return s.spaceErr(err)
+}
+
 func noSpace(dir string, err error) error {
 	if err == nil || errors.Is(err, ErrNoSpace) || errors.Is(err, ErrNotFound) || errors.Is(err, ErrEnded) || errors.Is(err, ErrClosed) {
 		return err

@@ -1,6 +1,8 @@
 // Package store persists airlock's state in a SQLite database inside a state
 // directory: sandboxes, API keys, the append-only audit log and the network
-// log.
+// log. With Options.DatabaseURL, API keys, the audit log and the network log
+// live in a PostgreSQL database instead, shared by every server given the
+// same URL (see pg.go); sandbox records stay in SQLite.
 //
 // The database is opened through modernc.org/sqlite, so the binary stays
 // CGO-free. It runs in WAL mode with one writer connection and a small pool
@@ -56,9 +58,16 @@ type Store struct {
 	w    *sql.DB // exactly one connection: all writes go through it
 	r    *sql.DB // read-only pool
 
-	insAudit *sql.Stmt // on w
-	insConn  *sql.Stmt // on w
-	keyByHsh *sql.Stmt // on r
+	// The shared tables (api_keys, audit, network_log): w and r, or one
+	// PostgreSQL pool for both when pg is set (pgDesc names it, without
+	// the password).
+	kw, kr *sql.DB
+	pg     bool
+	pgDesc string
+
+	insAudit *sql.Stmt // on kw
+	insConn  *sql.Stmt // on kw
+	keyByHsh *sql.Stmt // on kr
 
 	// Write queue for audit and network-log appends (see audit.go).
 	qmu        sync.RWMutex // guards closed and sends on queue
@@ -77,11 +86,24 @@ type Store struct {
 	closeErr  error
 }
 
+// Options configure OpenOptions.
+type Options struct {
+	// DatabaseURL, when set, is a PostgreSQL URL
+	// (postgres://user:password@host:port/database?sslmode=...) holding
+	// the API keys, the audit log and the network log, so that several
+	// servers share them. Empty keeps everything in the state directory.
+	DatabaseURL string
+}
+
 // Open opens the state database in dir, creating dir (mode 0700) and
 // dir/airlock.db (mode 0600) if needed, and migrates the schema to the
 // version this binary knows. An existing dir keeps its permissions; the
 // database file is always set to 0600.
-func Open(dir string) (*Store, error) {
+func Open(dir string) (*Store, error) { return OpenOptions(dir, Options{}) }
+
+// OpenOptions is Open with options: with o.DatabaseURL the shared tables
+// are in that PostgreSQL database, whose schema is migrated too.
+func OpenOptions(dir string, o Options) (*Store, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, fmt.Errorf("store: state dir %q: %w", dir, err)
@@ -115,11 +137,24 @@ func Open(dir string) (*Store, error) {
 		s.closeDBs()
 		return nil, s.spaceErr(err)
 	}
+	s.kw, s.kr = s.w, s.r
+	if o.DatabaseURL != "" {
+		db, desc, err := openPG(context.Background(), o.DatabaseURL)
+		if err != nil {
+			s.closeDBs()
+			return nil, err
+		}
+		s.kw, s.kr, s.pg, s.pgDesc = db, db, true, desc
+	}
+	if err := s.prepare(); err != nil {
+		s.closeDBs()
+		return nil, err
+	}
 	go s.writeLoop()
 	return s, nil
 }
 
-// open opens both pools, migrates and prepares the hot statements.
+// open opens both SQLite pools and migrates.
 func (s *Store) open() error {
 	ctx := context.Background()
 	var err error
@@ -167,14 +202,20 @@ func (s *Store) open() error {
 	if err := s.r.PingContext(ctx); err != nil {
 		return fmt.Errorf("store: open reader on %s: %w", s.path, err)
 	}
+	return nil
+}
 
-	if s.insAudit, err = s.w.PrepareContext(ctx, sqlInsertAudit); err != nil {
+// prepare prepares the hot statements on the shared tables' pools.
+func (s *Store) prepare() error {
+	ctx := context.Background()
+	var err error
+	if s.insAudit, err = s.kw.PrepareContext(ctx, s.q(sqlInsertAudit)); err != nil {
 		return fmt.Errorf("store: prepare audit insert: %w", err)
 	}
-	if s.insConn, err = s.w.PrepareContext(ctx, sqlInsertConn); err != nil {
+	if s.insConn, err = s.kw.PrepareContext(ctx, s.q(sqlInsertConn)); err != nil {
 		return fmt.Errorf("store: prepare network log insert: %w", err)
 	}
-	if s.keyByHsh, err = s.r.PrepareContext(ctx, sqlKeyByHash); err != nil {
+	if s.keyByHsh, err = s.kr.PrepareContext(ctx, s.q(sqlKeyByHash)); err != nil {
 		return fmt.Errorf("store: prepare key lookup: %w", err)
 	}
 	return nil
@@ -215,6 +256,9 @@ func (s *Store) closeDBs() error {
 		if st != nil {
 			errs = append(errs, st.Close())
 		}
+	}
+	if s.pg {
+		errs = append(errs, s.kw.Close())
 	}
 	if s.r != nil {
 		errs = append(errs, s.r.Close())

@@ -127,10 +127,12 @@ func TestOpenRejectsNewerSchema(t *testing.T) {
 	}
 }
 
-func TestReopenKeepsData(t *testing.T) {
+func TestReopenKeepsData(t *testing.T) { eachBackend(t, testReopenKeepsData) }
+
+func testReopenKeepsData(t *testing.T, b backend) {
 	dir := t.TempDir()
 	ctx := context.Background()
-	s, err := Open(dir)
+	s, err := b.open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +160,7 @@ func TestReopenKeepsData(t *testing.T) {
 		t.Errorf("Audit after Close: %v, want ErrClosed", err)
 	}
 
-	s, err = Open(dir)
+	s, err = b.open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,11 +193,13 @@ func TestReopenKeepsData(t *testing.T) {
 	}
 }
 
-func TestTwoStoresSameDir(t *testing.T) {
+func TestTwoStoresSameDir(t *testing.T) { eachBackend(t, testTwoStoresSameDir) }
+
+func testTwoStoresSameDir(t *testing.T, be backend) {
 	// Another airlock process (e.g. a CLI command) may open the state dir
 	// while the server runs; both must work.
-	a, dir := openTest(t)
-	b, err := Open(dir)
+	a, dir := be.openTest(t)
+	b, err := be.open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"airlock/server"
-	"airlock/store"
 )
 
 func init() { hidden["audit"] = cmdAudit }
@@ -26,7 +25,9 @@ sandbox create and kill, exec, code cell, file write/remove/move and network
 policy change, with the API key that made it. Reading the state directory
 shows every key's events; through the API (GET /v1/audit) a key sees its own.
 Times are RFC 3339 (2026-01-02T15:04:05Z). With more events than --limit,
-the last line says which --before gives the next page.
+the last line says which --before gives the next page. With --database-url
+(or $AIRLOCK_DATABASE_URL) it is the log shared by the servers using that
+PostgreSQL database.
 
 `
 
@@ -35,6 +36,7 @@ func cmdAudit(args []string) int {
 	fs := flag.NewFlagSet("audit", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	stateDir := fs.String("state-dir", "", "the server's state directory (required)")
+	dbURL := databaseURLFlag(fs)
 	asJSON := fs.Bool("json", false, "print the page as JSON, as GET /v1/audit answers")
 	q := map[string][]string{}
 	for _, name := range []string{"sandbox", "key", "action", "since", "until", "before", "limit"} {
@@ -71,7 +73,7 @@ func cmdAudit(args []string) int {
 		fmt.Fprintf(os.Stderr, "airlock audit: %v\n", err)
 		return 1
 	}
-	st, err := store.Open(*stateDir)
+	st, err := openStore(*stateDir, *dbURL)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "airlock audit: %v\n", err)
 		return 1

@@ -13,7 +13,6 @@ import (
 
 	"airlock/approval"
 	"airlock/e2b"
-	"airlock/store"
 )
 
 const keysUsage = `usage:
@@ -22,6 +21,9 @@ const keysUsage = `usage:
                       --state-dir DIR
   airlock keys list --state-dir DIR
   airlock keys revoke --state-dir DIR KEY_ID
+
+With --database-url (or $AIRLOCK_DATABASE_URL) the keys are those of the
+servers sharing that PostgreSQL database (airlock serve --database-url).
 
 --max-sandboxes 0 (the default) gives a key no cap of its own: only the
 server's --max-sandboxes applies to it. A revoked key is refused (401) from
@@ -46,6 +48,7 @@ func cmdKeys(args []string) int {
 	fs := flag.NewFlagSet("keys "+sub, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	stateDir := fs.String("state-dir", "", "the server's state directory (required)")
+	dbURL := databaseURLFlag(fs)
 	name := fs.String("name", "", "a label for the key (create)")
 	maxSB := fs.Int("max-sandboxes", 0, "sandboxes the key may have running at once; 0 means only the server's limit (create)")
 	var cf ceilingFlags
@@ -65,7 +68,7 @@ func cmdKeys(args []string) int {
 		fmt.Fprintf(os.Stderr, "airlock keys %s: --state-dir is required\n", sub)
 		return exitUsage
 	}
-	st, err := store.Open(*stateDir)
+	st, err := openStore(*stateDir, *dbURL)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "airlock keys: %v\n", err)
 		return 1

@@ -22,7 +22,6 @@ import (
 	rt "airlock/runtime"
 	"airlock/runtime/native/cgroups"
 	"airlock/server"
-	"airlock/store"
 	"airlock/volume"
 )
 
@@ -41,6 +40,7 @@ func cmdServe(args []string) int {
 	fs.SetOutput(io.Discard)
 	listen := fs.String("listen", "127.0.0.1:7070", "address to listen on (host:port; port 0 picks a free one)")
 	stateDir := fs.String("state-dir", "", "state directory: database, agent sockets (required)")
+	dbURL := databaseURLFlag(fs)
 	noAuth := fs.Bool("no-auth", false, "disable authentication (only on a loopback listener)")
 	maxSB := fs.Int("max-sandboxes", 100, "sandboxes this server runs at once")
 	allowDegraded := fs.Bool("allow-degraded", false, "start sandboxes even when cgroups are unavailable (no memory/pids/cpu limits)")
@@ -138,13 +138,16 @@ func cmdServe(args []string) int {
 		return 1
 	}
 	defer lock.Release()
-	st, err := store.Open(*stateDir)
+	st, err := openStore(*stateDir, *dbURL)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "airlock serve: %v\n", err)
 		return 1
 	}
 	defer st.Close()
 	logger := log.New(os.Stderr, "airlock: ", log.LstdFlags)
+	if d := st.SharedDatabase(); d != "" {
+		logger.Printf("API keys, audit log and network log in %s", d)
+	}
 	images, registries, err := imf.open(*stateDir)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "airlock serve: %v\n", err)

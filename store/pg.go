@@ -1,0 +1,215 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+)
+
+// PostgreSQL holds what several servers must share (see Options): API
+// keys, the audit log, the network log and which key owns each sandbox.
+// Sandbox records stay in the node's SQLite database: they describe
+// processes, cgroups and uid ranges of this host.
+//
+// The same SQL runs on both databases; the few differences are here (the
+// schema, placeholders, the audit-order lock), chosen where the code knows
+// s.pg.
+
+// Advisory lock keys (pg_advisory_xact_lock) of airlock's database.
+const (
+	// pgLockMigrate serializes schema migrations of servers starting at once.
+	pgLockMigrate int64 = 0x61697266_00000001
+	// pgLockAudit serializes audit and network-log batches across servers, so
+	// that ids are assigned in commit order: a reader paging by id never
+	// misses an event that committed later with a smaller id.
+	pgLockAudit int64 = 0x61697266_00000002
+)
+
+// pgTimeout bounds every batch written to PostgreSQL: an unreachable server
+// fails the batch (and so refuses audited actions) instead of hanging them.
+const pgTimeout = 15 * time.Second
+
+// pgMigrations are PostgreSQL's schema versions, like migrations for SQLite.
+// Never edit a released migration: append a new one.
+var pgMigrations = []string{
+	// 1: the shared tables.
+	`
+CREATE TABLE api_keys (
+	id            TEXT PRIMARY KEY,
+	name          TEXT NOT NULL,
+	hash          BYTEA NOT NULL UNIQUE,
+	created_at    BIGINT NOT NULL,
+	revoked_at    BIGINT,
+	max_sandboxes INTEGER NOT NULL DEFAULT 0,
+	max_limits    TEXT NOT NULL DEFAULT '{}'
+);
+
+-- GENERATED ALWAYS: an insert cannot choose (and so forge) an id.
+CREATE TABLE audit (
+	id         BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+	time       BIGINT NOT NULL,
+	key_id     TEXT NOT NULL DEFAULT '',
+	sandbox_id TEXT NOT NULL DEFAULT '',
+	action     TEXT NOT NULL,
+	detail     TEXT
+);
+CREATE INDEX audit_sandbox ON audit(sandbox_id, id);
+CREATE FUNCTION airlock_audit_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	RAISE EXCEPTION 'audit log is append-only';
+END $$;
+CREATE TRIGGER audit_no_change BEFORE UPDATE OR DELETE ON audit
+	FOR EACH ROW EXECUTE FUNCTION airlock_audit_append_only();
+CREATE TRIGGER audit_no_truncate BEFORE TRUNCATE ON audit
+	FOR EACH STATEMENT EXECUTE FUNCTION airlock_audit_append_only();
+
+CREATE TABLE network_log (
+	id          BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+	sandbox_id  TEXT NOT NULL,
+	time        BIGINT NOT NULL,
+	host        TEXT NOT NULL,
+	port        INTEGER NOT NULL,
+	allowed     BOOLEAN NOT NULL,
+	reason      TEXT NOT NULL DEFAULT '',
+	bytes_up    BIGINT NOT NULL DEFAULT 0,
+	bytes_down  BIGINT NOT NULL DEFAULT 0,
+	duration_ms BIGINT NOT NULL DEFAULT 0
+);
+CREATE INDEX network_log_sandbox ON network_log(sandbox_id, id);
+
+-- Which key owns each sandbox, for AuditFilter.Scoped on any server.
+CREATE TABLE sandbox_owners (
+	sandbox_id TEXT PRIMARY KEY,
+	owner      TEXT NOT NULL
+);
+CREATE INDEX sandbox_owners_owner ON sandbox_owners(owner);
+`,
+}
+
+// openPG connects to the PostgreSQL database at rawURL and migrates its
+// schema. Errors name the database without its password.
+func openPG(ctx context.Context, rawURL string) (*sql.DB, string, error) {
+	desc := RedactURL(rawURL)
+	cfg, err := pgx.ParseConfig(rawURL)
+	if err != nil {
+		// pgx's parse errors may quote the URL: do not pass them on.
+		return nil, desc, fmt.Errorf("store: database URL %s: %w", desc, errors.New("cannot parse (want postgres://user:password@host:port/database?options)"))
+	}
+	if cfg.ConnectTimeout == 0 {
+		cfg.ConnectTimeout = 10 * time.Second
+	}
+	db := stdlib.OpenDB(*cfg)
+	db.SetMaxOpenConns(16)
+	db.SetMaxIdleConns(4)
+	db.SetConnMaxIdleTime(5 * time.Minute)
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, desc, fmt.Errorf("store: connect to %s: %w", desc, err)
+	}
+	if err := migratePG(ctx, db); err != nil {
+		db.Close()
+		return nil, desc, fmt.Errorf("store: %s: %w", desc, err)
+	}
+	return db, desc, nil
+}
+
+// migratePG applies every pending PostgreSQL migration in one transaction
+// under an advisory lock, so servers starting at once apply each migration
+// exactly once (the others wait, then find nothing to do).
+func migratePG(ctx context.Context, db *sql.DB) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("begin migration: %w", err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, pgLockMigrate); err != nil {
+		return fmt.Errorf("lock for migration: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_version (
+	version    INTEGER PRIMARY KEY,
+	applied_at BIGINT NOT NULL
+)`); err != nil {
+		return fmt.Errorf("create schema_version: %w", err)
+	}
+	var v int
+	if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_version`).Scan(&v); err != nil {
+		return fmt.Errorf("read schema version: %w", err)
+	}
+	if v > len(pgMigrations) {
+		return fmt.Errorf("database schema version %d is newer than this binary's %d", v, len(pgMigrations))
+	}
+	for ; v < len(pgMigrations); v++ {
+		if _, err := tx.ExecContext(ctx, pgMigrations[v]); err != nil {
+			return fmt.Errorf("migrate schema to version %d: %w", v+1, err)
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO schema_version (version, applied_at) VALUES ($1, $2)`,
+			v+1, time.Now().UnixNano()); err != nil {
+			return fmt.Errorf("record schema version %d: %w", v+1, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("commit migration: %w", err)
+	}
+	return nil
+}
+
+// RedactURL returns a database URL fit for logs and errors: the password,
+// in the user info or a password= parameter, replaced by "xxxxx". A string
+// that does not parse as a URL is replaced whole.
+func RedactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme == "" {
+		return "(unparsable database URL)"
+	}
+	q := u.Query()
+	if q.Has("password") {
+		q.Set("password", "xxxxx")
+		u.RawQuery = q.Encode()
+	}
+	return u.Redacted()
+}
+
+// q returns query with SQLite's ? placeholders as PostgreSQL's $1, $2... when
+// the shared tables live in PostgreSQL. Queries never hold a literal '?'.
+func (s *Store) q(query string) string {
+	if !s.pg {
+		return query
+	}
+	var b strings.Builder
+	n := 0
+	for i := 0; i < len(query); i++ {
+		if query[i] == '?' {
+			n++
+			b.WriteByte('$')
+			b.WriteString(strconv.Itoa(n))
+			continue
+		}
+		b.WriteByte(query[i])
+	}
+	return b.String()
+}
+
+// putOwnerPG records which key owns a running sandbox in the shared
+// database, so that any server can scope the audit log to its owner.
+func (s *Store) putOwnerPG(ctx context.Context, sb *Sandbox) error {
+	if !s.pg || sb.State != StateRunning {
+		return nil
+	}
+	if _, err := s.kw.ExecContext(ctx, `INSERT INTO sandbox_owners (sandbox_id, owner) VALUES ($1, $2)
+ON CONFLICT (sandbox_id) DO UPDATE SET owner = excluded.owner`, sb.ID, sb.Owner); err != nil {
+		return fmt.Errorf("store: put sandbox %q: record owner in %s: %w", sb.ID, s.pgDesc, err)
+	}
+	return nil
+}
+
+// SharedDatabase names the PostgreSQL database holding the shared tables,
+// without its password; "" when they are in the state directory.
+func (s *Store) SharedDatabase() string { return s.pgDesc }

@@ -1,0 +1,193 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"airlock/internal/pgtest"
+)
+
+// Two servers (two stores on two state directories) sharing one PostgreSQL
+// database: a key made through one authenticates through the other, and a
+// revocation through either, or straight in the database, is refused by
+// both at once (no per-server cache).
+func TestPGRevokeSeenByEveryServer(t *testing.T) {
+	b := backend{name: "postgres", url: pgtest.Shared(t).NewDatabase(t)}
+	a, _ := b.openTest(t)
+	other, _ := b.openTest(t)
+	ctx := context.Background()
+	key, secret, err := a.CreateKey(ctx, "shared", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key2, secret2, err := other.CreateKey(ctx, "shared2", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []*Store{a, other} {
+		for _, sec := range []string{secret, secret2} {
+			if _, err := s.Authenticate(ctx, sec); err != nil {
+				t.Fatalf("key made on one server, authenticated on either: %v", err)
+			}
+		}
+	}
+	if err := a.RevokeKey(ctx, key.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Authenticate(ctx, secret); !errors.Is(err, ErrUnauthorized) {
+		t.Errorf("key revoked on one server still authenticates on the other: %v", err)
+	}
+	if err := rawExec(t, a.kw, `UPDATE api_keys SET revoked_at = 1 WHERE id = $1`, key2.ID); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []*Store{a, other} {
+		if _, err := s.Authenticate(ctx, secret2); !errors.Is(err, ErrUnauthorized) {
+			t.Errorf("key revoked in the database still authenticates: %v", err)
+		}
+	}
+	if keys, err := other.ListKeys(ctx); err != nil || len(keys) != 2 {
+		t.Errorf("ListKeys on the other server = %v, %v", keys, err)
+	}
+}
+
+// Servers starting at once on a new database each migrate it safely: the
+// advisory lock makes one apply the schema and the others find it done.
+func TestPGConcurrentMigration(t *testing.T) {
+	b := backend{name: "postgres", url: pgtest.Shared(t).NewDatabase(t)}
+	const n = 4
+	var wg sync.WaitGroup
+	stores := make([]*Store, n)
+	errs := make([]error, n)
+	for i := range n {
+		wg.Go(func() { stores[i], errs[i] = b.open(filepath.Join(t.TempDir(), "s")) })
+	}
+	wg.Wait()
+	for i := range n {
+		if errs[i] != nil {
+			t.Errorf("store %d: %v", i, errs[i])
+			continue
+		}
+		defer stores[i].Close()
+	}
+	if t.Failed() {
+		return
+	}
+	var rows, max int
+	if err := stores[0].kr.QueryRow(`SELECT COUNT(*), MAX(version) FROM schema_version`).Scan(&rows, &max); err != nil {
+		t.Fatal(err)
+	}
+	if rows != len(pgMigrations) || max != len(pgMigrations) {
+		t.Errorf("schema_version has %d rows up to %d, want %d", rows, max, len(pgMigrations))
+	}
+}
+
+// AuditFilter.Scoped works across servers: events about a sandbox created
+// through one server, recorded by another, are the owner's to see.
+func TestPGScopedAuditAcrossServers(t *testing.T) {
+	b := backend{name: "postgres", url: pgtest.Shared(t).NewDatabase(t)}
+	a, _ := b.openTest(t)
+	other, _ := b.openTest(t)
+	ctx := context.Background()
+	if err := a.PutSandbox(ctx, &Sandbox{ID: "sb-owned", Owner: "key_a", State: StateRunning}); err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range []AuditEvent{
+		{KeyID: "", SandboxID: "sb-owned", Action: "sandbox.lost"},
+		{KeyID: "key_a", Action: "volume.create"},
+		{KeyID: "key_b", SandboxID: "sb-other", Action: ActionExec},
+	} {
+		if err := other.Audit(ctx, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	evs, err := other.AuditLog(ctx, AuditFilter{Scoped: true, Owner: "key_a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range evs {
+		got = append(got, e.Action)
+	}
+	if strings.Join(got, ",") != "volume.create,sandbox.lost" {
+		t.Errorf("key_a's scoped log on the other server = %v, want volume.create,sandbox.lost", got)
+	}
+}
+
+// With PostgreSQL down, audit writes and key checks fail (so audited
+// actions are refused) with an error naming the database but not its
+// password; once it is back the same store works again.
+func TestPGDownFailsClosed(t *testing.T) {
+	c := pgtest.Shared(t)
+	b := backend{name: "postgres", url: c.NewDatabase(t)}
+	s, _ := b.openTest(t)
+	ctx := context.Background()
+	_, secret, err := s.CreateKey(ctx, "k", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Audit(ctx, AuditEvent{Action: "before"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Resume() })
+	err = s.Audit(ctx, AuditEvent{Action: "during"})
+	if err == nil {
+		t.Fatal("audit write succeeded with PostgreSQL down")
+	}
+	if strings.Contains(err.Error(), c.Password()) || !strings.Contains(err.Error(), "PostgreSQL postgres://postgres:xxxxx@127.0.0.1") {
+		t.Errorf("error does not name the database with its password hidden: %v", err)
+	}
+	t.Logf("audit with PostgreSQL down: %v", err)
+	if _, err := s.Authenticate(ctx, secret); err == nil || errors.Is(err, ErrUnauthorized) {
+		t.Errorf("Authenticate with PostgreSQL down = %v, want an error that is not ErrUnauthorized", err)
+	}
+	if _, err := OpenOptions(t.TempDir(), Options{DatabaseURL: b.url}); err == nil {
+		t.Error("Open succeeded with PostgreSQL down")
+	} else if strings.Contains(err.Error(), c.Password()) || !strings.Contains(err.Error(), "xxxxx") {
+		t.Errorf("Open error does not name the database with its password hidden: %v", err)
+	}
+
+	if err := c.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Audit(ctx, AuditEvent{Action: "after"}); err != nil {
+		// A connection broken by the restart fails once at most.
+		if err := s.Audit(ctx, AuditEvent{Action: "after"}); err != nil {
+			t.Fatalf("audit after PostgreSQL came back: %v", err)
+		}
+	}
+	if _, err := s.Authenticate(ctx, secret); err != nil {
+		t.Errorf("Authenticate after PostgreSQL came back: %v", err)
+	}
+	evs, err := s.AuditLog(ctx, AuditFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range evs {
+		if e.Action == "during" {
+			t.Errorf("event reported as failed is in the log: %+v", e)
+		}
+	}
+	if evs[len(evs)-1].Action != "before" || evs[0].Action != "after" {
+		t.Errorf("log = %+v", evs)
+	}
+}
+
+func TestRedactURL(t *testing.T) {
+	for in, want := range map[string]string{
+		"postgres://u:secret@db:5432/airlock?sslmode=require": "postgres://u:xxxxx@db:5432/airlock?sslmode=require",
+		"postgres://db/airlock?password=secret&user=u":        "postgres://db/airlock?password=xxxxx&user=u",
+		"host=db user=u password=secret":                      "(unparsable database URL)",
+		"postgres://u@db/airlock":                             "postgres://u@db/airlock",
+	} {
+		if got := RedactURL(in); got != want {
+			t.Errorf("RedactURL(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
