@@ -67,21 +67,7 @@ func prespawnThreads(n int) {
 // grace period ("--grace DURATION" in its arguments, default 10 minutes)
 // for the next one, and if none comes kills everything and exits.
 func Main() {
-	// An idle agent should cost little: collect early, and return freed
-	// memory to the kernel promptly.
-	debug.SetGCPercent(50)
-	// Each P costs memory (per-P caches); the agent mostly waits on pipes
-	// and sockets, and fork/exec blocks an M, not a P.
-	if runtime.GOMAXPROCS(0) > 2 {
-		runtime.GOMAXPROCS(2)
-	}
-	if err := secureIdentity(os.Args); err != nil {
-		fmt.Fprintf(os.Stderr, "airlock agent: %v\n", err)
-		os.Exit(1)
-	}
-	theSpawner = startSpawner()
-	prespawnThreads(agentThreads)
-	cloexecFrom(3)
+	setup()
 	f := os.NewFile(0, "host")
 	var code int
 	if v, err := syscall.GetsockoptInt(0, syscall.SOL_SOCKET, syscall.SO_ACCEPTCONN); err == nil && v == 1 {
@@ -107,6 +93,27 @@ func Main() {
 		code = run(conn)
 	}
 	os.Exit(code)
+}
+
+// setup prepares the agent process before it serves: memory tuning, its
+// identity (secureIdentity), the spawner thread and the spare threads, and
+// close-on-exec on every inherited fd above stderr. It exits on failure.
+func setup() {
+	// An idle agent should cost little: collect early, and return freed
+	// memory to the kernel promptly.
+	debug.SetGCPercent(50)
+	// Each P costs memory (per-P caches); the agent mostly waits on pipes
+	// and sockets, and fork/exec blocks an M, not a P.
+	if runtime.GOMAXPROCS(0) > 2 {
+		runtime.GOMAXPROCS(2)
+	}
+	if err := secureIdentity(os.Args); err != nil {
+		fmt.Fprintf(os.Stderr, "airlock agent: %v\n", err)
+		os.Exit(1)
+	}
+	theSpawner = startSpawner()
+	prespawnThreads(agentThreads)
+	cloexecFrom(3)
 }
 
 // graceArg finds "--grace DURATION" or "--grace=DURATION" in args.
@@ -381,7 +388,7 @@ func (c *hostConn) serve() error {
 	if h.Home != "" {
 		c.home = filepath.Clean(h.Home)
 	}
-	if err := c.writeJSON(FrameHello, 0, helloMsg{Version: Version, Pid: os.Getpid(), SpawnerTid: spawnerTid()}); err != nil {
+	if err := c.writeJSON(FrameHello, 0, helloMsg{Version: Version, Pid: os.Getpid(), SpawnerTid: spawnerTid(), Layers: reportedLayers}); err != nil {
 		return err
 	}
 	for {

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	rt "airlock/runtime"
 )
 
 // Client errors.
@@ -58,6 +60,7 @@ type Client struct {
 	cfg        Config
 	agentPid   int
 	spawnerTid int
+	layers     []rt.Layer
 
 	wmu  sync.Mutex
 	wbuf []byte
@@ -145,9 +148,15 @@ func (c *Client) hello(br *bufio.Reader) error {
 	if h.Version != Version {
 		return fmt.Errorf("agent speaks protocol version %d, host %d", h.Version, Version)
 	}
-	c.agentPid, c.spawnerTid = h.Pid, h.SpawnerTid
+	c.agentPid, c.spawnerTid, c.layers = h.Pid, h.SpawnerTid, h.Layers
 	return nil
 }
+
+// AgentLayers returns what an agent serving on the network reported of its
+// own confinement in the hello (identity, capabilities, no_new_privs,
+// seccomp), or nil for an agent the host started. It is the sandbox's own
+// account, for display: a host must not trust it as enforcement.
+func (c *Client) AgentLayers() []rt.Layer { return c.layers }
 
 // AgentPid is the agent's pid in its own pid namespace, as it reported it.
 func (c *Client) AgentPid() int { return c.agentPid }

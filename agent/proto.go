@@ -50,6 +50,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	rt "airlock/runtime"
 )
 
 // Version is the protocol version exchanged in the hello. Host and agent are
@@ -305,6 +307,9 @@ type helloMsg struct {
 	Pid     int    `json:"pid,omitempty"`
 	// SpawnerTid is the agent's thread that forks workload processes.
 	SpawnerTid int `json:"spawner_tid,omitempty"`
+	// Layers is what an agent serving on the network (MainListen) observed
+	// of its own confinement; empty from an agent the host started.
+	Layers []rt.Layer `json:"layers,omitempty"`
 }
 
 type execMsg struct {

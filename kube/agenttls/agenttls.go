@@ -50,6 +50,9 @@ const (
 	TokenKey = "token"
 )
 
+// AgentPort is the TCP port the agent listens on in a sandbox pod.
+const AgentPort = 7070
+
 // SecretName returns the name of the per-sandbox Secret of sandbox id.
 func SecretName(id string) string { return "airlock-" + id + "-tls" }
 
