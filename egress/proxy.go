@@ -107,6 +107,9 @@ type Sandbox struct {
 	Secrets []Secret
 	// Limits caps the sandbox; zero fields take Config.Limits.
 	Limits Limits
+	// CA, if set, is the CA to intercept with (see SandboxCA) instead of
+	// a new one; it matters only with Secrets.
+	CA *SandboxCA
 }
 
 // Record describes one proxied connection or refused attempt.
@@ -245,7 +248,12 @@ func (p *Proxy) AddSandbox(id string, s Sandbox) error {
 		for i, sec := range secs {
 			rules[i] = sec.host
 		}
-		if sb.ca, err = newAuthority(id, rules, p.cfg.CAValidity); err != nil {
+		if s.CA != nil {
+			sb.ca, err = parseAuthority(s.CA)
+		} else {
+			sb.ca, err = newAuthority(id, rules, p.cfg.CAValidity)
+		}
+		if err != nil {
 			return fmt.Errorf("egress: add sandbox %q: %w", id, err)
 		}
 	}
