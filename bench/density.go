@@ -33,6 +33,11 @@ type Idle struct {
 	// Exec, if set, runs argv to completion inside the live sandbox and
 	// fails unless it exits 0. Peers with Peer.CanExec set it.
 	Exec func(argv []string) error
+	// Cgroup, if set, is the sandbox's own memory cgroup directory when
+	// Root is not in it (a gvisor sandbox's `runsc run` waits outside the
+	// cgroup its sentry and gofer run in): its members and kernel memory
+	// are counted too.
+	Cgroup string
 }
 
 // DensityOptions configures Density.
@@ -343,7 +348,10 @@ type cost struct {
 func measureSandbox(idle *Idle, self string) cost {
 	var c cost
 	pids := map[int]bool{}
-	cg := memCgroup(idle.Root)
+	cg := idle.Cgroup
+	if cg == "" {
+		cg = memCgroup(idle.Root)
+	}
 	own := cg != "" && cg != self
 	if own {
 		for _, pid := range cgroupProcs(cg) {

@@ -1,8 +1,12 @@
 package bench
 
 import (
+	"context"
+	"fmt"
+	"math"
 	"time"
 
+	"airlock/client"
 	"airlock/runtime/gvisor"
 )
 
@@ -52,5 +56,142 @@ func GVisorExecFigure(api, gv Peer, others []Peer, argv []string, runs int) Figu
 	}
 	f := ExecFigure([]Peer{api, gv, runsc}, argv, runs)
 	f.Name = "gvisor exec"
+	return f
+}
+
+// pauseSessionBytes is how much the Python session of the pause figures
+// holds: os.urandom, so that no page is zero or compressible.
+const pauseSessionBytes = 100 << 20
+
+// GVisorPauseFigures time pausing (runsc checkpoint to disk, memory freed)
+// and resuming (runsc restore) a live gvisor sandbox of airlock serve whose
+// Python context holds 100 MB of random bytes, through the API: one pause
+// and one resume per round. Only airlock pauses to disk behind an API, so
+// the other peers are listed as missing. After the last round the session
+// must still hold its bytes.
+func (s *apiServer) GVisorPauseFigures(others []Peer, runs int) []Figure {
+	const code = "import os, hashlib\nbig = os.urandom(%d)\nh = hashlib.sha256(big).hexdigest()"
+	names := []string{"gvisor pause (100 MB Python)", "gvisor resume (100 MB Python)"}
+	fail := func(why string) []Figure { return []Figure{Unavailable(names[0], why), Unavailable(names[1], why)} }
+	if _, err := gvisor.Available(); err != nil {
+		return fail(err.Error())
+	}
+	// Every round takes a pause, a resume and a metrics read.
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout*time.Duration(3*runs+3))
+	defer cancel()
+	sb, err := s.c.Create(ctx, client.CreateRequest{Runtime: "gvisor"})
+	if err != nil {
+		return fail("could not create a gvisor sandbox: " + err.Error())
+	}
+	defer s.c.Kill(context.Background(), sb.ID)
+	res, err := s.c.RunCode(ctx, sb.ID, client.CodeRequest{Code: fmt.Sprintf(code, pauseSessionBytes)})
+	if err == nil && res.Error != nil {
+		err = fmt.Errorf("%s: %s", res.Error.Name, res.Error.Value)
+	}
+	if err != nil {
+		return fail("could not fill the Python session: " + err.Error())
+	}
+	var before int64
+	if m, err := s.c.Metrics(ctx, sb.ID); err == nil {
+		before = m.MemoryBytes
+	}
+	why := "has no pause to disk behind an API"
+	figs := []Figure{
+		{Name: names[0], Unit: UnitMS, Rounds: runs, Results: codePeersResults(others, why,
+			"POST /v1/sandboxes/{id}/pause: runsc checkpoint to disk, image synced and dropped from the page cache")},
+		{Name: names[1], Unit: UnitMS, Rounds: runs, Results: codePeersResults(others, why,
+			"POST /v1/sandboxes/{id}/resume: runsc restore, then the agent answers a ping")},
+	}
+	for i := range figs {
+		figs[i].Results[0].rounds = make([]float64, runs)
+		for k := range figs[i].Results[0].rounds {
+			figs[i].Results[0].rounds[k] = math.NaN()
+		}
+	}
+	timed := func(f func(context.Context, string) (*client.Sandbox, error)) (float64, error) {
+		ctx, cancel := s.ctx()
+		defer cancel()
+		start := time.Now()
+		_, err := f(ctx, sb.ID)
+		return float64(time.Since(start)) / float64(time.Millisecond), err
+	}
+	var paused []float64
+	for i := 0; i < runs; i++ {
+		ms, err := timed(s.c.Pause)
+		if err != nil {
+			figs[0].Results[0].fail(i, err)
+			break
+		}
+		figs[0].Results[0].rounds[i] = ms
+		if m, err := s.c.Metrics(ctx, sb.ID); err == nil {
+			paused = append(paused, float64(m.MemoryBytes)/(1<<20))
+		}
+		if ms, err = timed(s.c.Resume); err != nil {
+			figs[1].Results[0].fail(i, err)
+			break
+		}
+		figs[1].Results[0].rounds[i] = ms
+	}
+	res, err = s.c.RunCode(ctx, sb.ID, client.CodeRequest{Code: fmt.Sprintf("len(big) == %d and hashlib.sha256(big).hexdigest() == h", pauseSessionBytes)})
+	if err == nil && res.Text != "True" {
+		err = fmt.Errorf("the session's bytes changed over pause and resume: %q %+v", res.Text, res.Error)
+	}
+	for i := range figs {
+		r := &figs[i].Results[0]
+		if err != nil && r.Error == "" {
+			r.Error = "after the rounds: " + err.Error()
+		}
+		figs[i].Command = []string{fmt.Sprintf(code, pauseSessionBytes)}
+		figs[i].summarise()
+	}
+	if len(paused) > 0 {
+		figs[0].Results[0].Detail = fmt.Sprintf("sandbox cgroup memory %.1f MiB before the first pause, median %.2f MiB while paused", float64(before)/(1<<20), Median(paused))
+	}
+	figs[0].Note = "a live gvisor sandbox whose Python context holds 100 MB of os.urandom bytes; each round pauses it (checkpoint to disk, memory freed) and resumes it; the bytes' hash is checked after the last round"
+	figs[1].Note = figs[0].Note
+	return figs
+}
+
+// codePeersResults is codePeers as a figure's results: airlock (noted)
+// first, the other peers missing with why.
+func codePeersResults(others []Peer, why, note string) []PeerResult {
+	ps := codePeers(note, others, why)
+	rs := make([]PeerResult, len(ps))
+	for i, p := range ps {
+		rs[i] = PeerResult{Peer: p.Name, Note: p.Note, Missing: p.Missing}
+	}
+	return rs
+}
+
+// fail records a failed round.
+func (r *PeerResult) fail(round int, err error) {
+	r.Failures++
+	if r.Error == "" {
+		r.Error = fmt.Sprintf("round %d: %v", round+1, err)
+	}
+}
+
+// GVisorDensityMax caps the gvisor density figure's sandboxes per peer
+// (each gvisor sandbox costs tens of MiB and a few hundred ms to start).
+const GVisorDensityMax = 10
+
+// GVisorDensityFigure is the density figure for the gvisor tier: idle
+// gvisor sandboxes of airlock serve (the agent as init under runsc, and
+// the `runsc run` process that waits for it) against runsc's own detached
+// containers (the runsc peer among others), in the same run.
+func (s *apiServer) GVisorDensityFigure(others []Peer, argv []string, opts DensityOptions) Figure {
+	gv := s.gvisorPeer()
+	gv.Name = Reference
+	if _, err := gvisor.Available(); err != nil {
+		gv.Missing = err.Error()
+	}
+	runsc := Peer{Name: "runsc", Missing: "runsc not found"}
+	for _, p := range others {
+		if p.Name == "runsc" {
+			runsc = p
+		}
+	}
+	f := Density([]Peer{gv, runsc}, argv, opts)
+	f.Name = "gvisor density"
 	return f
 }

@@ -2,7 +2,9 @@ package bench
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -76,6 +78,78 @@ func TestGVisorExecFigure(t *testing.T) {
 	for _, r := range f.Results {
 		if r.Missing != "" || r.Error != "" || len(r.Samples) != 2 {
 			t.Errorf("%s: %+v", r.Peer, r)
+		}
+	}
+}
+
+// gvisorServer starts airlock serve for a gvisor figure test, or skips.
+func gvisorServer(t *testing.T) *apiServer {
+	t.Helper()
+	if _, err := gvisor.Available(); err != nil {
+		t.Skipf("gvisor tier unavailable: %v", err)
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("airlock serve needs cgroups and runsc runs as root")
+	}
+	scratch, err := os.MkdirTemp("", "bg") // short: the agent's socket path is limited
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(scratch) })
+	srv, err := startServer(buildAirlock(t), scratch, 8, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.stop)
+	return srv
+}
+
+// TestGVisorPauseFigures: the pause and resume figures time every round
+// of a gvisor sandbox holding 100 MB in its Python session, report its
+// cgroup memory while paused (far below the 100 MB), and find the
+// session's bytes intact after the rounds.
+func TestGVisorPauseFigures(t *testing.T) {
+	srv := gvisorServer(t)
+	figs := srv.GVisorPauseFigures(DetectPeers(Options{}), 2)
+	if len(figs) != 2 || figs[0].Name != "gvisor pause (100 MB Python)" || figs[1].Name != "gvisor resume (100 MB Python)" {
+		t.Fatalf("figures %+v", figs)
+	}
+	for _, f := range figs {
+		r := f.Result(Reference)
+		if r == nil || r.Error != "" || len(r.Samples) != 2 {
+			t.Fatalf("%s: %+v", f.Name, r)
+		}
+	}
+	var before, paused float64
+	if _, err := fmt.Sscanf(figs[0].Result(Reference).Detail, "sandbox cgroup memory %f MiB before the first pause, median %f MiB while paused", &before, &paused); err != nil {
+		t.Fatalf("detail %q: %v", figs[0].Result(Reference).Detail, err)
+	}
+	if before < 100 || paused > 50 {
+		t.Fatalf("memory before %.1f MiB, while paused %.1f MiB: the pause did not free the session", before, paused)
+	}
+	if list, err := srv.c.List(context.Background(), nil); err != nil || len(list) != 0 {
+		t.Fatalf("sandboxes left: %+v %v", list, err)
+	}
+}
+
+// TestGVisorDensityFigure: the gvisor density figure measures idle gvisor
+// sandboxes of airlock serve (runsc run, sentry and gofer, with the
+// kernel memory of the sandbox's cgroup) and runsc's own detached
+// containers in the same run, every one alive and answering an exec.
+func TestGVisorDensityFigure(t *testing.T) {
+	srv := gvisorServer(t)
+	f := srv.GVisorDensityFigure(DetectPeers(Options{}), []string{"/bin/sleep", "3600"}, DensityOptions{Max: 2})
+	if f.Name != "gvisor density" || len(f.Results) != 2 {
+		t.Fatalf("figure %+v", f)
+	}
+	for _, r := range f.Results {
+		if r.Missing != "" || r.Error != "" || r.Density == nil || r.Density.Alive != 2 || r.Density.ExecAnswered != 2 {
+			t.Fatalf("%s: %+v", r.Peer, r)
+		}
+		// The sentry and gofer are counted with their cgroup's kernel
+		// memory, not just the process that waits for them.
+		if strings.HasPrefix(r.Density.KernelSource, "none") || r.Density.Processes < 3 {
+			t.Errorf("%s: %+v", r.Peer, r.Density)
 		}
 	}
 }

@@ -169,15 +169,17 @@ func (s *apiServer) startLiveRuntime(runtime string) (*Idle, error) {
 		defer cancel()
 		return s.c.Kill(ctx, id)
 	}
-	// A gvisor sandbox's processes are runsc's, not children of the server
-	// in its cgroup: its Root stays 0 (it is for the density figure, which
-	// measures native sandboxes only).
-	root := s.sandboxPid(id)
-	if root == 0 && runtime != "gvisor" {
+	// A gvisor sandbox's root is the `runsc run` child of the server,
+	// outside the cgroup of its sentry and gofer (its descendants).
+	root, cg := s.sandboxPid(id), ""
+	if runtime == "gvisor" {
+		root, cg = s.runscPid(id)
+	}
+	if root == 0 {
 		kill()
 		return nil, fmt.Errorf("sandbox %s: no process of the server is in its cgroup", id)
 	}
-	return &Idle{Root: root, Stop: kill, Exec: func(argv []string) error {
+	return &Idle{Root: root, Cgroup: cg, Stop: kill, Exec: func(argv []string) error {
 		ctx, cancel := s.ctx()
 		defer cancel()
 		res, err := s.c.Exec(ctx, id, client.ExecRequest{Argv: argv})
@@ -208,4 +210,26 @@ func (s *apiServer) sandboxPid(id string) int {
 		}
 	}
 	return 0
+}
+
+// runscPid finds the `runsc run` process of gvisor sandbox id, a child of
+// the server, and the memory cgroup of its sentry and gofer (named after
+// the sandbox).
+func (s *apiServer) runscPid(id string) (int, string) {
+	kids, ok := children(s.cmd.Process.Pid)
+	if !ok {
+		kids = processTree()[s.cmd.Process.Pid]
+	}
+	for _, pid := range kids {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if !strings.Contains(string(b), "\x00"+id+"\x00") {
+			continue
+		}
+		for _, d := range descendants(pid) {
+			if cg := memCgroup(d); filepath.Base(cg) == id {
+				return pid, cg
+			}
+		}
+	}
+	return 0, ""
 }

@@ -187,6 +187,17 @@ func Run(cfg Config) *Report {
 				gv = srv.gvisorPeer()
 			}
 			rep.Figures = append(rep.Figures, GVisorExecFigure(native, gv, others, true_, cfg.Runs))
+			if srvErr != nil {
+				rep.Figures = append(rep.Figures, Unavailable("gvisor pause (100 MB Python)", "airlock serve did not start: "+srvErr.Error()),
+					Unavailable("gvisor density", "airlock serve did not start: "+srvErr.Error()))
+				break
+			}
+			progress("gvisor pause and resume: %d rounds with 100 MB in a Python session", cfg.Runs)
+			rep.Figures = append(rep.Figures, srv.GVisorPauseFigures(others, cfg.Runs)...)
+			progress("gvisor density: up to %d sandboxes per peer", min(cfg.Density.Max, GVisorDensityMax))
+			opts := cfg.Density
+			opts.Max = min(opts.Max, GVisorDensityMax)
+			rep.Figures = append(rep.Figures, srv.GVisorDensityFigure(others, cfg.Idle, opts))
 		}
 	}
 	rep.LoadAfter = LoadAverage()
