@@ -292,6 +292,11 @@ func TestMemoryLimitOOMKill(t *testing.T) {
 	if st.OOMKills < 1 {
 		t.Errorf("Stats().OOMKills = %d, want >= 1", st.OOMKills)
 	}
+	// The exec path reads the counter alone (before and after each
+	// command): it must agree with Stats.
+	if n, err := g.OOMKills(); err != nil || n != st.OOMKills {
+		t.Errorf("OOMKills() = %d, %v; want %d (Stats)", n, err, st.OOMKills)
+	}
 	if st.PeakMemoryBytes <= 0 {
 		if h.info.Version == 2 {
 			if _, err := os.Stat(g.memDir + "/memory.peak"); err != nil {

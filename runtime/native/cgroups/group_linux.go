@@ -246,7 +246,7 @@ func (g *Group) Stats() (Stats, error) {
 				}
 				st.PeakMemoryBytes = 0
 			}
-			if st.OOMKills, _, err = readKey(d+"/memory.events", "oom_kill"); err != nil {
+			if st.OOMKills, err = g.oomKills(); err != nil {
 				return wrap(err)
 			}
 		}
@@ -272,15 +272,9 @@ func (g *Group) Stats() (Stats, error) {
 		if st.PeakMemoryBytes, err = readInt(g.memDir + "/memory.max_usage_in_bytes"); err != nil {
 			return wrap(err)
 		}
-		if g.oomFromFailcnt {
-			st.OOMKills, err = readInt(g.memDir + "/memory.failcnt")
-		} else {
-			st.OOMKills, _, err = readKey(g.memDir+"/memory.oom_control", "oom_kill")
-		}
-		if err != nil {
+		if st.OOMKills, err = g.oomKills(); err != nil {
 			return wrap(err)
 		}
-		st.OOMKills += g.workloadOOMKills()
 	}
 	if g.pidsDir != "" {
 		if st.Pids, err = readInt(g.pidsDir + "/pids.current"); err != nil {
@@ -288,6 +282,40 @@ func (g *Group) Stats() (Stats, error) {
 		}
 	}
 	return st, nil
+}
+
+// OOMKills returns how many processes the kernel's out-of-memory killer has
+// killed in the group (with its workload child on v1) so far: the one
+// counter of Stats that an exec reads before and after it runs, without
+// the others' reads (CPU time, usage, peak, pids). A group without a
+// memory controller has none: 0.
+func (g *Group) OOMKills() (int64, error) {
+	n, err := g.oomKills()
+	if err != nil {
+		return 0, fmt.Errorf("cgroups: oom kills of airlock/%s: %w", g.name, err)
+	}
+	return n, nil
+}
+
+func (g *Group) oomKills() (int64, error) {
+	if g.memDir == "" {
+		return 0, nil
+	}
+	if g.version == 2 {
+		n, _, err := readKey(g.dirs[0]+"/memory.events", "oom_kill")
+		return n, err
+	}
+	var n int64
+	var err error
+	if g.oomFromFailcnt {
+		n, err = readInt(g.memDir + "/memory.failcnt")
+	} else {
+		n, _, err = readKey(g.memDir+"/memory.oom_control", "oom_kill")
+	}
+	if err != nil {
+		return 0, err
+	}
+	return n + g.workloadOOMKills(), nil
 }
 
 // Kill sends SIGKILL to every process in the group and waits (up to 5 s)
