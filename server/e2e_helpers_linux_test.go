@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"airlock/client"
+	"airlock/internal/pgtest"
 	"airlock/internal/testserver"
 	"airlock/store"
 )
@@ -17,6 +18,7 @@ import (
 func TestMain(m *testing.M) {
 	code := m.Run()
 	testserver.Cleanup()
+	pgtest.StopShared()
 	os.Exit(code)
 }
 

@@ -250,6 +250,12 @@ func (s *Server) wrap(h handler, auth bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if auth {
 			k, err := s.authenticate(r)
+			var unavailable *apiError
+			if errors.As(err, &unavailable) {
+				s.count(unavailable.status)
+				writeError(w, unavailable.status, unavailable.code, unavailable.msg)
+				return
+			}
 			if err != nil {
 				s.count(http.StatusUnauthorized)
 				w.Header().Set("WWW-Authenticate", `Bearer realm="airlock"`)
@@ -283,6 +289,13 @@ func (s *Server) authenticate(r *http.Request) (keyInfo, error) {
 	}
 	k, err := s.cfg.Store.Authenticate(r.Context(), strings.TrimSpace(h[len(prefix):]))
 	if err != nil {
+		if !errors.Is(err, store.ErrUnauthorized) {
+			// Fail closed, but say why: the key store (a shared
+			// database) is unreachable, not the key wrong. Its address
+			// is not for unauthenticated callers.
+			return keyInfo{}, errf(http.StatusServiceUnavailable, "key_store_unavailable",
+				"the API key cannot be checked now: the key store is unavailable; retry later")
+		}
 		return keyInfo{}, errors.New("invalid or revoked API key")
 	}
 	return keyInfo{id: k.ID, maxSandboxes: k.MaxSandboxes}, nil
