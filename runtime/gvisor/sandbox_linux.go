@@ -231,7 +231,7 @@ func start(cfg native.Config, image string) (*Sandbox, error) {
 	s.surviveParent = cfg.SurviveParent
 	args := []string{"run", "--bundle", bundle, id}
 	if image != "" {
-		args = []string{"restore", "--image-path", image, "--bundle", bundle, id}
+		args = append([]string{"restore"}, restoreFlags(image, bundle, id)...)
 	}
 	if err := s.launch(args, cfg.Stdin, cfg.Stdout, cfg.Stderr); err != nil {
 		return fail("start runsc", err)
@@ -277,7 +277,7 @@ func (s *Sandbox) Checkpoint(image string) error {
 	if err := os.MkdirAll(image, 0o700); err != nil {
 		return fmt.Errorf("gvisor: checkpoint: %w", err)
 	}
-	out, err := exec.Command(s.runsc.Path, append(s.globalFlags(), "checkpoint", "--image-path", image, s.ID)...).CombinedOutput()
+	out, err := exec.Command(s.runsc.Path, append(append(s.globalFlags(), "checkpoint"), checkpointFlags(image, s.ID)...)...).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("gvisor: runsc checkpoint: %v: %s", err, strings.TrimSpace(string(out)))
 	}
@@ -299,11 +299,55 @@ func (s *Sandbox) Snapshot(image string) error {
 	if err := os.MkdirAll(image, 0o700); err != nil {
 		return fmt.Errorf("gvisor: snapshot: %w", err)
 	}
-	out, err := exec.Command(s.runsc.Path, append(s.globalFlags(), "checkpoint", "--leave-running", "--image-path", image, s.ID)...).CombinedOutput()
+	out, err := exec.Command(s.runsc.Path, append(append(s.globalFlags(), "checkpoint", "--leave-running"), checkpointFlags(image, s.ID)...)...).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("gvisor: runsc checkpoint --leave-running: %v: %s", err, strings.TrimSpace(string(out)))
 	}
 	return dropCache(image)
+}
+
+// checkpointFlags are `runsc checkpoint`'s flags (after the subcommand)
+// for an image in directory image: pages written with O_DIRECT where the
+// file system takes it (no page cache to charge to the sandbox's cgroup,
+// write out and drop afterwards: a pause of a 100 MB session spent 80-100
+// ms in dropCache without it), committed zero pages left out (they come
+// back as zero pages), uncompressed (runsc's default, which restore
+// needs to load pages directly and in the background).
+func checkpointFlags(image, id string) []string {
+	f := []string{"--exclude-committed-zero-pages", "--image-path", image, id}
+	if directIO(image) {
+		f = append([]string{"--direct"}, f...)
+	}
+	return f
+}
+
+// restoreFlags are `runsc restore`'s flags for an image in directory
+// image: pages read with O_DIRECT where the file system takes it, so that
+// the image does not pass through the page cache charged to the sandbox.
+func restoreFlags(image, bundle, id string) []string {
+	f := []string{"--image-path", image, "--bundle", bundle, id}
+	if directIO(image) {
+		f = append([]string{"--direct"}, f...)
+	}
+	return f
+}
+
+// directIO reports whether files in directory dir can be opened with
+// O_DIRECT (not every file system takes it).
+func directIO(dir string) bool {
+	f, err := os.CreateTemp(dir, ".direct-")
+	if err != nil {
+		return false
+	}
+	name := f.Name()
+	f.Close()
+	defer os.Remove(name)
+	fd, err := unix.Open(name, unix.O_RDWR|unix.O_DIRECT|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	unix.Close(fd)
+	return true
 }
 
 // dropCache writes the files under dir to disk and drops them from the
@@ -333,7 +377,7 @@ func dropCache(dir string) error {
 func (s *Sandbox) Restore(image string, stdin, stdout, stderr *os.File) (*Sandbox, error) {
 	n := &Sandbox{ID: s.ID, runsc: s.runsc, dir: s.dir, group: s.group, enforced: s.enforced,
 		surviveParent: s.surviveParent, waitDone: make(chan struct{})}
-	if err := n.launch([]string{"restore", "--image-path", image, "--bundle", filepath.Join(s.dir, "bundle"), s.ID}, stdin, stdout, stderr); err != nil {
+	if err := n.launch(append([]string{"restore"}, restoreFlags(image, filepath.Join(s.dir, "bundle"), s.ID)...), stdin, stdout, stderr); err != nil {
 		return nil, fmt.Errorf("gvisor: start runsc restore: %w", err)
 	}
 	return n, nil
