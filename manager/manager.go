@@ -106,6 +106,9 @@ type Config struct {
 	// DefaultRuntime runs sandboxes created without a runtime; empty means
 	// native.
 	DefaultRuntime policy.Runtime
+	// Backend, if set, runs the sandboxes instead of this host and is their
+	// state of record (backend.go); nil runs them here.
+	Backend Backend
 }
 
 // CreateRequest describes a sandbox to create.
@@ -135,6 +138,9 @@ type CreateRequest struct {
 	// Image names an image of Config.Images to make the sandbox's root
 	// from (writable, on disk); "" means the host-derived root.
 	Image string
+	// User "root" makes an image sandbox's user uid 0 of its own user
+	// namespace with native.RootCaps there; "" means the image's user.
+	User string
 
 	// Volumes are named volumes mounted read-write in the sandbox.
 	Volumes []VolumeRef
@@ -350,6 +356,13 @@ func Open(cfg Config) (*Manager, error) {
 		return nil, fmt.Errorf("manager: chmod %s: %w", m.dir, err)
 	}
 	m.openEgress()
+	if cfg.Backend != nil {
+		// Nothing of this host to recover: the backend holds the
+		// sandboxes. The reaper still flushes the store backlog.
+		m.reaperWG.Add(1)
+		go m.reaper()
+		return m, nil
+	}
 	if err := m.recover(context.Background()); err != nil {
 		m.closeEgress()
 		return nil, fmt.Errorf("manager: recovery: %w", err)
@@ -553,18 +566,15 @@ func (m *Manager) reserve(owner string, ownerLimit int) error {
 
 // Create starts a sandbox and connects to its agent.
 func (m *Manager) Create(ctx context.Context, req CreateRequest) (Info, error) {
+	if m.remote() {
+		return m.createRemote(ctx, req)
+	}
 	if err := checkMetadata(req.Metadata); err != nil {
 		return Info{}, err
 	}
-	if req.Timeout < 0 {
-		return Info{}, fmt.Errorf("%w: negative timeout", ErrInvalid)
-	}
-	ttl := req.Timeout
-	if ttl == 0 {
-		ttl = m.cfg.DefaultTimeout
-	}
-	if ttl > m.cfg.MaxTimeout {
-		return Info{}, fmt.Errorf("%w: timeout above the maximum %s", ErrInvalid, m.cfg.MaxTimeout)
+	ttl, err := m.ttl(req.Timeout)
+	if err != nil {
+		return Info{}, err
 	}
 	if err := m.checkCeilings(ctx, &req, ttl); err != nil {
 		return Info{}, err
@@ -691,6 +701,10 @@ func (m *Manager) finish(sb *Sandbox, state, reason string) bool {
 
 // lookupAny returns a running sandbox owned by owner, paused or not.
 func (m *Manager) lookupAny(owner, id string) (*Sandbox, error) {
+	if m.remote() {
+		// Every operation a Backend can do asks it before coming here.
+		return nil, m.notRemote("this operation")
+	}
 	m.mu.Lock()
 	sb := m.live[id]
 	m.mu.Unlock()
@@ -712,6 +726,9 @@ func (m *Manager) lookupAny(owner, id string) (*Sandbox, error) {
 
 // Get describes a sandbox owned by owner, running or ended.
 func (m *Manager) Get(ctx context.Context, owner, id string) (Info, error) {
+	if m.remote() {
+		return m.cfg.Backend.Get(ctx, owner, id)
+	}
 	m.mu.Lock()
 	sb := m.live[id]
 	m.mu.Unlock()
@@ -746,16 +763,41 @@ type ListOptions struct {
 	After string
 }
 
-// List returns the owner's sandboxes matching opts, by id.
-func (m *Manager) List(ctx context.Context, owner string, opts ListOptions) ([]Info, error) {
-	states := opts.States
+// Defaults returns the states (running if none) and the limit (1000 if
+// none or more) a listing with opts keeps.
+func (opts ListOptions) Defaults() (states []string, limit int) {
+	states = opts.States
 	if len(states) == 0 {
 		states = []string{store.StateRunning}
 	}
-	limit := opts.Limit
+	limit = opts.Limit
 	if limit <= 0 || limit > 1000 {
 		limit = 1000
 	}
+	return states, limit
+}
+
+// ttl checks a requested timeout and returns the sandbox's TTL (the
+// default for 0).
+func (m *Manager) ttl(d time.Duration) (time.Duration, error) {
+	if d < 0 {
+		return 0, fmt.Errorf("%w: negative timeout", ErrInvalid)
+	}
+	if d == 0 {
+		d = m.cfg.DefaultTimeout
+	}
+	if d > m.cfg.MaxTimeout {
+		return 0, fmt.Errorf("%w: timeout above the maximum %s", ErrInvalid, m.cfg.MaxTimeout)
+	}
+	return d, nil
+}
+
+// List returns the owner's sandboxes matching opts, by id.
+func (m *Manager) List(ctx context.Context, owner string, opts ListOptions) ([]Info, error) {
+	if m.remote() {
+		return m.cfg.Backend.List(ctx, owner, opts)
+	}
+	states, limit := opts.Defaults()
 	recs, err := m.st.ListSandboxes(ctx, store.ListFilter{Owner: owner, States: states, Metadata: opts.Metadata, Limit: limit, After: opts.After})
 	if err != nil {
 		return nil, fmt.Errorf("manager: list: %w", err)
@@ -784,6 +826,9 @@ func (m *Manager) List(ctx context.Context, owner string, opts ListOptions) ([]I
 
 // Kill kills a running sandbox owned by owner.
 func (m *Manager) Kill(ctx context.Context, owner, id string) error {
+	if m.remote() {
+		return m.killRemote(ctx, owner, id)
+	}
 	sb, err := m.lookupAny(owner, id)
 	if err != nil {
 		return err
@@ -804,6 +849,9 @@ func (m *Manager) SetTimeout(ctx context.Context, owner, id string, d time.Durat
 		return Info{}, err
 	} else if err := checkKeyTimeout(kl, d); err != nil {
 		return Info{}, err
+	}
+	if m.remote() {
+		return m.setTimeoutRemote(ctx, owner, id, d)
 	}
 	sb, err := m.lookupAny(owner, id)
 	if err != nil {
@@ -826,6 +874,9 @@ func (m *Manager) SetTimeout(ctx context.Context, owner, id string, d time.Durat
 // Metrics reads a running sandbox's resource use: cgroup accounting from
 // the host, disk use from the agent (statfs of /workspace, inside).
 func (m *Manager) Metrics(ctx context.Context, owner, id string) (Metrics, error) {
+	if m.remote() {
+		return m.metricsRemote(ctx, owner, id)
+	}
 	sb, err := m.lookupAny(owner, id)
 	if err != nil {
 		return Metrics{}, err
@@ -922,5 +973,10 @@ func (m *Manager) Close() error {
 	}
 	m.backlogMu.Unlock()
 	m.closeEgress()
+	if m.remote() {
+		if err := m.cfg.Backend.Close(); err != nil {
+			return fmt.Errorf("manager: close backend %s: %w", m.cfg.Backend.Name(), err)
+		}
+	}
 	return nil
 }

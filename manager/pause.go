@@ -15,6 +15,9 @@ var ErrPaused = errors.New("sandbox is paused")
 // (ErrNotRunning and ErrPaused): its agent cannot answer until resumed.
 // Kill, SetTimeout, Metrics, SetNetwork and Resume take paused sandboxes.
 func (m *Manager) Lookup(owner, id string) (*Sandbox, error) {
+	if m.remote() {
+		return m.lookupRemote(owner, id)
+	}
 	sb, err := m.lookupAny(owner, id)
 	if err == nil && sb.Paused() {
 		return nil, fmt.Errorf("%w: %w: resume it first", ErrNotRunning, ErrPaused)
@@ -45,15 +48,14 @@ func (m *Manager) Resume(ctx context.Context, owner, id string) (Info, error) {
 }
 
 func (m *Manager) setPaused(ctx context.Context, owner, id string, on bool) (Info, error) {
+	if m.remote() {
+		return m.setPausedRemote(ctx, owner, id, on)
+	}
 	sb, err := m.lookupAny(owner, id)
 	if err != nil {
 		return Info{}, err
 	}
-	action := "sandbox.resume"
-	if on {
-		action = "sandbox.pause"
-	}
-	if err := m.AuditFirst(ctx, owner, id, action, nil); err != nil {
+	if err := m.AuditFirst(ctx, owner, id, pauseAction(on), nil); err != nil {
 		return Info{}, err
 	}
 	sb.mu.Lock()
@@ -69,6 +71,14 @@ func (m *Manager) setPaused(ctx context.Context, owner, id string, on bool) (Inf
 	}
 	sb.paused = on
 	return infoLocked(sb), nil
+}
+
+// pauseAction is the audit action of Pause (on) or Resume.
+func pauseAction(on bool) string {
+	if on {
+		return "sandbox.pause"
+	}
+	return "sandbox.resume"
 }
 
 // thawForEnd thaws a paused sandbox that is being ended (frozen processes

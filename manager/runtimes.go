@@ -40,6 +40,9 @@ func checkRuntimePolicy(p *policy.Policy, req *CreateRequest) error {
 // native, wasm (WASI modules run in a native sandbox), and gvisor where
 // runsc is installed.
 func (m *Manager) Runtimes() []string {
+	if m.remote() {
+		return m.cfg.Backend.Runtimes()
+	}
 	out := []string{string(policy.RuntimeNative), string(policy.RuntimeWasm)}
 	if _, err := gvisor.Available(); err == nil {
 		out = append(out, string(policy.RuntimeGVisor))

@@ -38,4 +38,9 @@ if ! go version -m /usr/local/bin/runsc 2>/dev/null | grep -q "mod[[:space:]]*gv
   rm -rf "$work"
 fi
 echo "setup: runsc $RUNSC_VERSION at /usr/local/bin/runsc"
+# The Kubernetes backend's control-plane tests (package kube): kube-apiserver
+# built from the Go module proxy (cached by version under
+# /var/cache/airlock/kube, ~7+ minutes cold) and Debian's etcd-server.
+kube_assets=$("$(dirname "$0")/kube-assets.sh")
+echo "setup: kube test assets at $kube_assets"
 echo "setup: ok"

@@ -19,6 +19,7 @@ import (
 	"airlock/internal/statelock"
 	"airlock/manager"
 	"airlock/mcp"
+	"airlock/policy"
 	rt "airlock/runtime"
 	"airlock/runtime/native/cgroups"
 	"airlock/server"
@@ -61,6 +62,8 @@ func cmdServe(args []string) int {
 	defRuntime := fs.String("default-runtime", "native", "runtime of sandboxes created without one (API, E2B and MCP creates): native or gvisor (docs/gvisor.md)")
 	var ef egressFlags
 	ef.register(fs)
+	var kf kubeFlags
+	kf.register(fs)
 	var imf imageServeFlags
 	imf.register(fs)
 	var cf ceilingFlags
@@ -95,6 +98,10 @@ func cmdServe(args []string) int {
 		return exitUsage
 	}
 	rtm, err := selectRuntime(*defRuntime)
+	if kf.enabled() {
+		// A tier of the cluster (a RuntimeClass), checked by the backend.
+		rtm, err = policy.Runtime(*defRuntime), nil
+	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "airlock serve: --default-runtime: %s\n", oneLine(err))
 		return exitUsage
@@ -116,7 +123,7 @@ func cmdServe(args []string) int {
 			return exitUsage
 		}
 	}
-	if info := cgroups.Detect(); (info.Version == 0 || info.Reason != "") && !*allowDegraded {
+	if info := cgroups.Detect(); (info.Version == 0 || info.Reason != "") && !*allowDegraded && !kf.enabled() {
 		ln.Close()
 		fmt.Fprintf(os.Stderr, "airlock serve: cgroups unavailable (%s): memory, pids and cpu limits cannot be enforced; refusing to start without --allow-degraded\n", info.Reason)
 		return exitSetup
@@ -158,7 +165,15 @@ func cmdServe(args []string) int {
 		fmt.Fprintf(os.Stderr, "airlock serve: %v\n", err)
 		return 1
 	}
-	m, err := manager.Open(manager.Config{StateDir: *stateDir, Store: st, Images: images, Volumes: volumes, AgentBinary: self, MaxSandboxes: *maxSB,
+	backend, err := kf.open(logger.Printf)
+	if err == nil && backend != nil && *poolSize > 0 {
+		err = errors.New("--pool: not available with --backend kubernetes")
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "airlock serve: %v\n", err)
+		return exitUsage
+	}
+	m, err := manager.Open(manager.Config{Backend: backend, StateDir: *stateDir, Store: st, Images: images, Volumes: volumes, AgentBinary: self, MaxSandboxes: *maxSB,
 		AllowDegraded: *allowDegraded, DefaultTimeout: *defTimeout, MaxTimeout: *maxTimeout, ReapInterval: *reap,
 		AgentGrace: *grace, KeepOnShutdown: *keep, Logf: logger.Printf, Egress: egressCfg, Ceilings: cf.ceilings(),
 		DefaultRuntime: rtm, SnapshotQuota: int64(snapQuota)})
@@ -171,7 +186,7 @@ func cmdServe(args []string) int {
 		fmt.Fprintf(os.Stderr, "airlock serve: %v\n", err)
 		return 1
 	}
-	gate, err := af.gate(m, *stateDir, logger.Printf)
+	gate, err := af.gate(m, *stateDir, keyPolicies(st, *stateDir), logger.Printf)
 	if err != nil {
 		m.Close()
 		fmt.Fprintf(os.Stderr, "airlock serve: %v\n", err)

@@ -1,0 +1,43 @@
+package kube
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// AssetsVersion is the kube-apiserver version scripts/kube-assets.sh builds
+// for the control-plane tests (keep the two in step).
+const AssetsVersion = "v1.34.4"
+
+// AssetsCache is where scripts/kube-assets.sh caches its builds, by version
+// ($AIRLOCK_KUBE_CACHE overrides it).
+const AssetsCache = "/var/cache/airlock/kube"
+
+// AssetsDir returns a directory holding kube-apiserver and etcd for
+// controller-runtime's envtest: $KUBEBUILDER_ASSETS if set, else the cache
+// of scripts/kube-assets.sh. The error says how to get them.
+func AssetsDir() (string, error) {
+	dir := os.Getenv("KUBEBUILDER_ASSETS")
+	if dir == "" {
+		cache := os.Getenv("AIRLOCK_KUBE_CACHE")
+		if cache == "" {
+			cache = AssetsCache
+		}
+		dir = filepath.Join(cache, AssetsVersion, "bin")
+	}
+	var missing []string
+	for _, b := range []string{"kube-apiserver", "etcd"} {
+		if fi, err := os.Stat(filepath.Join(dir, b)); err != nil || fi.Mode()&0o111 == 0 {
+			missing = append(missing, b)
+		}
+	}
+	if len(missing) > 0 {
+		return "", fmt.Errorf("%w: %v not in %s: run scripts/setup.sh (or scripts/kube-assets.sh, which builds kube-apiserver %s from the Go module proxy and installs Debian's etcd-server), or set KUBEBUILDER_ASSETS",
+			errNoAssets, missing, dir, AssetsVersion)
+	}
+	return dir, nil
+}
+
+var errNoAssets = errors.New("kube: no control plane for the tests")

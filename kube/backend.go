@@ -1,0 +1,684 @@
+// Package kube runs airlock's sandboxes as pods of a Kubernetes cluster: a
+// manager.Backend whose sandboxes are agent-sandbox Sandbox objects
+// (agents.x-k8s.io/v1alpha1, sigs.k8s.io/agent-sandbox), created and read
+// with controller-runtime's client.
+//
+// Each sandbox is a Sandbox named by its id, in the server's namespace,
+// whose pod template is the policy mapped to a pod (pod.go): resources,
+// a locked-down securityContext, the tier's RuntimeClass, an init container
+// that copies the static airlock binary into an emptyDir, and the agent as
+// the main container's command, listening on AgentPort with TLS and a
+// token from the sandbox's Secret (package agenttls). Its TTL is the
+// Sandbox's shutdownTime (shutdownPolicy Delete: agent-sandbox's controller
+// deletes it, and the Secret goes with it by owner reference); pause is
+// replicas 0 (the pod is deleted: processes and files outside volumes are
+// lost), resume replicas 1.
+//
+// The Kubernetes API is the state of record: labels and annotations on the
+// Sandbox say whose it is and what it was made with, so any number of
+// servers share the sandboxes, and a server that has no connection to a
+// sandbox's agent dials it when first asked (Connect).
+package kube
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	nodev1 "k8s.io/api/node/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	sandboxv1 "sigs.k8s.io/agent-sandbox/api/v1alpha1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"airlock/agent"
+	"airlock/egress"
+	"airlock/kube/agenttls"
+	"airlock/manager"
+	"airlock/policy"
+	"airlock/store"
+)
+
+// Runtimes (isolation tiers) a Backend may offer. Native is the cluster's
+// default container runtime (runc: namespaces, seccomp, cgroups).
+const (
+	RuntimeNative  = "native"
+	RuntimeGVisor  = "gvisor"
+	RuntimeMicroVM = "microvm"
+)
+
+// DefaultRuntimeClasses maps tiers to the RuntimeClass names clusters
+// usually give them; Config.RuntimeClasses overrides it.
+var DefaultRuntimeClasses = map[string]string{RuntimeGVisor: "gvisor", RuntimeMicroVM: "kata"}
+
+// Config configures a Backend.
+type Config struct {
+	// Client talks to the API server; NewClient makes one.
+	Client client.Client
+	// Namespace holds the sandboxes, their Secrets and the CA Secret.
+	Namespace string
+	// AgentImage is an image holding the static airlock binary at
+	// /airlock (AgentImageBinary). Required.
+	AgentImage string
+	// DefaultImage runs sandboxes created without an image. Required.
+	DefaultImage string
+	// RuntimeClasses maps tiers (gvisor, microvm) to RuntimeClass names;
+	// nil means DefaultRuntimeClasses. Native may be mapped too (to a
+	// RuntimeClass other than the cluster's default).
+	RuntimeClasses map[string]string
+	// EgressProxy is the host:port of the cluster's egress proxy (the
+	// HTTP proxy of `airlock egress-proxy`); "" refuses sandboxes whose
+	// network mode is not none.
+	EgressProxy string
+	// WaitReady makes Create wait until the sandbox's agent answers (as
+	// a native create does); false returns once the objects exist.
+	WaitReady bool
+	// ReadyTimeout bounds WaitReady and the wait of Connect for a pod
+	// still starting; 0 means 2 minutes.
+	ReadyTimeout time.Duration
+	// Logf logs operational events; nil discards them.
+	Logf func(format string, args ...any)
+}
+
+// Backend is a manager.Backend on a Kubernetes cluster.
+type Backend struct {
+	cfg Config
+	c   client.Client
+
+	caMu sync.Mutex
+	ca   *agenttls.CA
+
+	mu    sync.Mutex
+	conns map[string]*conn // sandbox id -> agent connection of this process
+}
+
+// conn is this process's connection to a sandbox's agent.
+type conn struct {
+	pod    types.UID // the pod it reaches
+	client *agent.Client
+}
+
+var _ manager.Backend = (*Backend)(nil)
+
+// New checks cfg and returns a Backend.
+func New(cfg Config) (*Backend, error) {
+	switch {
+	case cfg.Client == nil:
+		return nil, errors.New("kube: no client")
+	case cfg.Namespace == "":
+		return nil, errors.New("kube: no namespace")
+	case cfg.AgentImage == "":
+		return nil, errors.New("kube: no agent image (--agent-image: an image holding the static airlock binary at /airlock)")
+	case cfg.DefaultImage == "":
+		return nil, errors.New("kube: no default image (--default-image)")
+	}
+	if cfg.RuntimeClasses == nil {
+		cfg.RuntimeClasses = DefaultRuntimeClasses
+	}
+	for tier := range cfg.RuntimeClasses {
+		if tier != RuntimeNative && tier != RuntimeGVisor && tier != RuntimeMicroVM {
+			return nil, fmt.Errorf("kube: runtime class for unknown tier %q (want native, gvisor or microvm)", tier)
+		}
+	}
+	if cfg.ReadyTimeout <= 0 {
+		cfg.ReadyTimeout = 2 * time.Minute
+	}
+	if cfg.Logf == nil {
+		cfg.Logf = func(string, ...any) {}
+	}
+	return &Backend{cfg: cfg, c: cfg.Client, conns: map[string]*conn{}}, nil
+}
+
+// Name implements manager.Backend.
+func (b *Backend) Name() string { return "kubernetes" }
+
+// Runtimes implements manager.Backend: native and the tiers that have a
+// RuntimeClass name.
+func (b *Backend) Runtimes() []string {
+	out := []string{RuntimeNative}
+	for tier := range b.cfg.RuntimeClasses {
+		if tier != RuntimeNative {
+			out = append(out, tier)
+		}
+	}
+	sort.Strings(out[1:])
+	return out
+}
+
+// Close implements manager.Backend: it closes this process's agent
+// connections; the sandboxes keep running.
+func (b *Backend) Close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for id, c := range b.conns {
+		c.client.Close()
+		delete(b.conns, id)
+	}
+	return nil
+}
+
+// caSecret returns the cluster CA, creating the Secret agenttls.CASecretName
+// on first use. Servers starting together race to create it: the loser
+// reads the winner's.
+func (b *Backend) caSecret(ctx context.Context) (*agenttls.CA, error) {
+	b.caMu.Lock()
+	defer b.caMu.Unlock()
+	if b.ca != nil {
+		return b.ca, nil
+	}
+	key := client.ObjectKey{Namespace: b.cfg.Namespace, Name: agenttls.CASecretName}
+	for range 3 {
+		var s corev1.Secret
+		err := b.c.Get(ctx, key, &s)
+		if err == nil {
+			ca, err := agenttls.ParseCA(s.Data)
+			if err != nil {
+				return nil, fmt.Errorf("kube: secret %s/%s: %w", key.Namespace, key.Name, err)
+			}
+			b.ca = ca
+			return ca, nil
+		}
+		if !apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("kube: read the CA secret %s/%s: %w", key.Namespace, key.Name, err)
+		}
+		ca, err := agenttls.NewCA(0)
+		if err != nil {
+			return nil, err
+		}
+		data, err := ca.SecretData()
+		if err != nil {
+			return nil, err
+		}
+		s = corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace,
+			Labels: map[string]string{LabelManagedBy: ManagedBy}}, Type: corev1.SecretTypeOpaque, Data: data}
+		err = b.c.Create(ctx, &s)
+		if err == nil {
+			b.ca = ca
+			return ca, nil
+		}
+		if !apierrors.IsAlreadyExists(err) {
+			return nil, fmt.Errorf("kube: create the CA secret %s/%s: %w", key.Namespace, key.Name, err)
+		}
+	}
+	return nil, fmt.Errorf("kube: the CA secret %s/%s keeps changing", key.Namespace, key.Name)
+}
+
+// runtimeClass returns the RuntimeClass of tier ("" for the default) and
+// checks that the cluster has it.
+func (b *Backend) runtimeClass(ctx context.Context, tier string) (string, error) {
+	name, ok := b.cfg.RuntimeClasses[tier]
+	if !ok {
+		if tier == RuntimeNative {
+			return "", nil
+		}
+		return "", fmt.Errorf("%w: runtime %q has no RuntimeClass on this server (--runtime-class)", manager.ErrPolicy, tier)
+	}
+	var rc nodev1.RuntimeClass
+	if err := b.c.Get(ctx, client.ObjectKey{Name: name}, &rc); err != nil {
+		if apierrors.IsNotFound(err) {
+			return "", fmt.Errorf("%w: runtime %q needs the RuntimeClass %q, which this cluster does not have", manager.ErrPolicy, tier, name)
+		}
+		return "", fmt.Errorf("kube: read RuntimeClass %q: %w", name, err)
+	}
+	return name, nil
+}
+
+// env is the sandbox's environment: the policy's, with the egress proxy
+// variables pointing at the cluster's proxy.
+func (b *Backend) env(p *policy.Policy) ([]string, error) {
+	mode := p.Network.Mode
+	if mode == "" || mode == policy.NetNone {
+		return p.Env, nil
+	}
+	if b.cfg.EgressProxy == "" {
+		return nil, fmt.Errorf("%w: network mode %q needs the cluster's egress proxy, and this server has none (--egress-proxy)", manager.ErrPolicy, mode)
+	}
+	host, port, err := net.SplitHostPort(b.cfg.EgressProxy)
+	if err != nil {
+		return nil, fmt.Errorf("kube: egress proxy %q: %w", b.cfg.EgressProxy, err)
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil {
+		return nil, fmt.Errorf("kube: egress proxy %q: bad port", b.cfg.EgressProxy)
+	}
+	proxy := map[string]string{}
+	for _, kv := range egress.ProxyEnv(n, 0) {
+		k, v, _ := strings.Cut(kv, "=")
+		proxy[k] = strings.Replace(v, "127.0.0.1:"+port, net.JoinHostPort(host, port), 1)
+	}
+	var out []string
+	for _, kv := range p.Env {
+		k, _, _ := strings.Cut(kv, "=")
+		if _, ok := proxy[k]; ok || strings.EqualFold(k, "ALL_PROXY") {
+			continue // the host-side proxy's; replaced below
+		}
+		out = append(out, kv)
+	}
+	keys := make([]string, 0, len(proxy))
+	for k := range proxy {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		out = append(out, k+"="+proxy[k])
+	}
+	return out, nil
+}
+
+// Create implements manager.Backend: the Sandbox, then its Secret (owned by
+// the Sandbox, so that the cluster's garbage collector removes it with the
+// Sandbox when agent-sandbox deletes it at its shutdownTime).
+func (b *Backend) Create(ctx context.Context, spec manager.RemoteSpec) (manager.Info, error) {
+	class, err := b.runtimeClass(ctx, spec.Runtime)
+	if err != nil {
+		return manager.Info{}, err
+	}
+	env, err := b.env(&spec.Policy)
+	if err != nil {
+		return manager.Info{}, err
+	}
+	image := spec.Image
+	if image == "" {
+		image = b.cfg.DefaultImage
+	}
+	ps, err := podSpec(podParams{id: spec.ID, policy: spec.Policy, image: image, agentImage: b.cfg.AgentImage,
+		runtimeClass: class, env: env})
+	if err != nil {
+		return manager.Info{}, err
+	}
+	ca, err := b.caSecret(ctx)
+	if err != nil {
+		return manager.Info{}, err
+	}
+	bundle, err := ca.Issue(spec.ID, 0)
+	if err != nil {
+		return manager.Info{}, err
+	}
+	pol, err := json.Marshal(spec.Policy)
+	if err != nil {
+		return manager.Info{}, fmt.Errorf("kube: policy: %w", err)
+	}
+	network, err := json.Marshal(spec.Policy.Network)
+	if err != nil {
+		return manager.Info{}, fmt.Errorf("kube: network: %w", err)
+	}
+	md, err := json.Marshal(spec.Metadata)
+	if err != nil {
+		return manager.Info{}, fmt.Errorf("kube: metadata: %w", err)
+	}
+	labels := map[string]string{LabelSandbox: spec.ID, LabelOwner: OwnerLabel(spec.Owner), LabelManagedBy: ManagedBy}
+	ann := map[string]string{AnnotationOwner: spec.Owner, AnnotationNetwork: string(network),
+		AnnotationPolicy: string(pol), AnnotationMetadata: string(md), AnnotationRuntime: spec.Runtime}
+	sb := &sandboxv1.Sandbox{
+		ObjectMeta: metav1.ObjectMeta{Name: spec.ID, Namespace: b.cfg.Namespace, Labels: labels, Annotations: ann},
+		Spec: sandboxv1.SandboxSpec{
+			PodTemplate: sandboxv1.PodTemplate{Spec: ps, ObjectMeta: sandboxv1.PodMetadata{
+				Labels: labels, Annotations: map[string]string{AnnotationNetwork: string(network)}}},
+			Lifecycle: sandboxv1.Lifecycle{ShutdownTime: ptr.To(metav1.NewTime(spec.ExpiresAt)),
+				ShutdownPolicy: ptr.To(sandboxv1.ShutdownPolicyDelete)},
+			Replicas: ptr.To(int32(1)),
+		},
+	}
+	if err := b.c.Create(ctx, sb); err != nil {
+		return manager.Info{}, fmt.Errorf("kube: create Sandbox %s: %w", spec.ID, err)
+	}
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: agenttls.SecretName(spec.ID), Namespace: b.cfg.Namespace, Labels: labels,
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: sandboxv1.GroupVersion.String(), Kind: "Sandbox",
+				Name: sb.Name, UID: sb.UID, BlockOwnerDeletion: ptr.To(true)}}},
+		Type:      corev1.SecretTypeOpaque,
+		Data:      bundle.SecretData(),
+		Immutable: ptr.To(true),
+	}
+	if err := b.c.Create(ctx, secret); err != nil {
+		// Fail closed: no sandbox without its credentials.
+		b.deleteObjects(context.WithoutCancel(ctx), spec.ID)
+		return manager.Info{}, fmt.Errorf("kube: create Secret of %s: %w", spec.ID, err)
+	}
+	if b.cfg.WaitReady {
+		wctx, cancel := context.WithTimeout(ctx, b.cfg.ReadyTimeout)
+		_, err := b.Connect(wctx, spec.Owner, spec.ID)
+		cancel()
+		if err != nil {
+			b.deleteObjects(context.WithoutCancel(ctx), spec.ID)
+			return manager.Info{}, fmt.Errorf("kube: sandbox %s did not become ready: %w", spec.ID, err)
+		}
+	}
+	return info(sb), nil
+}
+
+// sandbox reads the Sandbox id and checks that it is airlock's and owner's.
+func (b *Backend) sandbox(ctx context.Context, owner, id string) (*sandboxv1.Sandbox, error) {
+	if !validID(id) {
+		return nil, manager.ErrNotFound
+	}
+	var sb sandboxv1.Sandbox
+	if err := b.c.Get(ctx, client.ObjectKey{Namespace: b.cfg.Namespace, Name: id}, &sb); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, manager.ErrNotFound
+		}
+		return nil, fmt.Errorf("kube: get Sandbox %s: %w", id, err)
+	}
+	if !ours(&sb) || sb.Annotations[AnnotationOwner] != owner || !sb.DeletionTimestamp.IsZero() {
+		return nil, manager.ErrNotFound
+	}
+	return &sb, nil
+}
+
+// validID accepts the ids airlock gives sandboxes (sb- and hex digits).
+func validID(id string) bool {
+	hexPart, ok := strings.CutPrefix(id, "sb-")
+	if !ok || hexPart == "" || len(hexPart) > 32 {
+		return false
+	}
+	for _, c := range hexPart {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+func ours(sb *sandboxv1.Sandbox) bool {
+	return sb.Labels[LabelManagedBy] == ManagedBy && sb.Labels[LabelSandbox] == sb.Name
+}
+
+// info describes a Sandbox object.
+func info(sb *sandboxv1.Sandbox) manager.Info {
+	in := manager.Info{ID: sb.Name, State: store.StateRunning, CreatedAt: sb.CreationTimestamp.UTC(),
+		Metadata: map[string]string{}, Runtime: sb.Annotations[AnnotationRuntime]}
+	if in.CreatedAt.IsZero() {
+		in.CreatedAt = time.Now().UTC()
+	}
+	_ = json.Unmarshal([]byte(sb.Annotations[AnnotationMetadata]), &in.Metadata)
+	if in.Metadata == nil {
+		in.Metadata = map[string]string{}
+	}
+	var p policy.Policy
+	if json.Unmarshal([]byte(sb.Annotations[AnnotationPolicy]), &p) == nil {
+		in.Profile = string(p.Profile)
+	}
+	if t := sb.Spec.ShutdownTime; t != nil {
+		at := t.UTC()
+		in.ExpiresAt = &at
+		if !at.After(time.Now()) {
+			// agent-sandbox's controller deletes it at shutdownTime.
+			in.State = store.StateExpired
+			in.EndedAt = &at
+			in.EndReason = "timeout expired"
+		}
+	}
+	in.Paused = sb.Spec.Replicas != nil && *sb.Spec.Replicas == 0
+	return in
+}
+
+// Get implements manager.Backend.
+func (b *Backend) Get(ctx context.Context, owner, id string) (manager.Info, error) {
+	sb, err := b.sandbox(ctx, owner, id)
+	if err != nil {
+		return manager.Info{}, err
+	}
+	return info(sb), nil
+}
+
+// list returns the Sandboxes of airlock in the namespace, of owner when
+// byOwner.
+func (b *Backend) list(ctx context.Context, owner string, byOwner bool) ([]sandboxv1.Sandbox, error) {
+	sel := client.MatchingLabels{LabelManagedBy: ManagedBy}
+	if byOwner {
+		sel[LabelOwner] = OwnerLabel(owner)
+	}
+	var l sandboxv1.SandboxList
+	if err := b.c.List(ctx, &l, client.InNamespace(b.cfg.Namespace), sel); err != nil {
+		return nil, fmt.Errorf("kube: list Sandboxes: %w", err)
+	}
+	out := l.Items[:0]
+	for _, sb := range l.Items {
+		if ours(&sb) && sb.DeletionTimestamp.IsZero() && (!byOwner || sb.Annotations[AnnotationOwner] == owner) {
+			out = append(out, sb)
+		}
+	}
+	return out, nil
+}
+
+// List implements manager.Backend.
+func (b *Backend) List(ctx context.Context, owner string, opts manager.ListOptions) ([]manager.Info, error) {
+	states, limit := opts.Defaults()
+	items, err := b.list(ctx, owner, true)
+	if err != nil {
+		return nil, err
+	}
+	out := []manager.Info{}
+	for i := range items {
+		in := info(&items[i])
+		if in.ID <= opts.After || !slices.Contains(states, in.State) {
+			continue
+		}
+		match := true
+		for k, v := range opts.Metadata {
+			if in.Metadata[k] != v {
+				match = false
+			}
+		}
+		if match {
+			out = append(out, in)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	if len(out) > limit {
+		out = out[:limit]
+	}
+	return out, nil
+}
+
+// Count implements manager.Backend.
+func (b *Backend) Count(ctx context.Context, owner string) (all, owned int, err error) {
+	items, err := b.list(ctx, owner, false)
+	if err != nil {
+		return 0, 0, err
+	}
+	for i := range items {
+		if items[i].Annotations[AnnotationOwner] == owner {
+			owned++
+		}
+	}
+	return len(items), owned, nil
+}
+
+// Kill implements manager.Backend: the Sandbox (and with it its pod) and
+// its Secret are deleted.
+func (b *Backend) Kill(ctx context.Context, owner, id string) error {
+	if _, err := b.sandbox(ctx, owner, id); err != nil {
+		return err
+	}
+	return b.deleteObjects(ctx, id)
+}
+
+// deleteObjects deletes sandbox id's Sandbox and Secret and drops this
+// process's connection to it.
+func (b *Backend) deleteObjects(ctx context.Context, id string) error {
+	b.drop(id)
+	var errs []error
+	fg := client.PropagationPolicy(metav1.DeletePropagationBackground)
+	sb := &sandboxv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: id, Namespace: b.cfg.Namespace}}
+	if err := b.c.Delete(ctx, sb, fg); err != nil && !apierrors.IsNotFound(err) {
+		errs = append(errs, fmt.Errorf("kube: delete Sandbox %s: %w", id, err))
+	}
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: agenttls.SecretName(id), Namespace: b.cfg.Namespace}}
+	if err := b.c.Delete(ctx, s); err != nil && !apierrors.IsNotFound(err) {
+		errs = append(errs, fmt.Errorf("kube: delete Secret of %s: %w", id, err))
+	}
+	return errors.Join(errs...)
+}
+
+// drop closes this process's connection to sandbox id, if any.
+func (b *Backend) drop(id string) {
+	b.mu.Lock()
+	c := b.conns[id]
+	delete(b.conns, id)
+	b.mu.Unlock()
+	if c != nil {
+		c.client.Close()
+	}
+}
+
+// patch applies a JSON merge patch to sandbox id's spec.
+func (b *Backend) patch(ctx context.Context, sb *sandboxv1.Sandbox, spec map[string]any) error {
+	data, err := json.Marshal(map[string]any{"spec": spec})
+	if err != nil {
+		return err
+	}
+	if err := b.c.Patch(ctx, sb, client.RawPatch(types.MergePatchType, data)); err != nil {
+		if apierrors.IsNotFound(err) {
+			return manager.ErrNotFound
+		}
+		return fmt.Errorf("kube: patch Sandbox %s: %w", sb.Name, err)
+	}
+	return nil
+}
+
+// SetExpiry implements manager.Backend: it moves the Sandbox's shutdownTime.
+func (b *Backend) SetExpiry(ctx context.Context, owner, id string, at time.Time) (manager.Info, error) {
+	sb, err := b.sandbox(ctx, owner, id)
+	if err != nil {
+		return manager.Info{}, err
+	}
+	if in := info(sb); in.State != store.StateRunning {
+		return manager.Info{}, fmt.Errorf("%w: %s", manager.ErrNotRunning, in.State)
+	}
+	if err := b.patch(ctx, sb, map[string]any{"shutdownTime": metav1.NewTime(at.UTC().Truncate(time.Second))}); err != nil {
+		return manager.Info{}, err
+	}
+	return info(sb), nil
+}
+
+// SetPaused implements manager.Backend: replicas 0 deletes the pod (its
+// processes and the files outside volumes are lost), 1 starts a new one.
+func (b *Backend) SetPaused(ctx context.Context, owner, id string, paused bool) (manager.Info, error) {
+	sb, err := b.sandbox(ctx, owner, id)
+	if err != nil {
+		return manager.Info{}, err
+	}
+	if in := info(sb); in.State != store.StateRunning {
+		return manager.Info{}, fmt.Errorf("%w: %s", manager.ErrNotRunning, in.State)
+	}
+	replicas := int32(1)
+	if paused {
+		replicas = 0
+	}
+	if err := b.patch(ctx, sb, map[string]any{"replicas": replicas}); err != nil {
+		return manager.Info{}, err
+	}
+	if paused {
+		b.drop(id)
+	}
+	return info(sb), nil
+}
+
+// Connect implements manager.Backend: it finds the sandbox's pod (the
+// Sandbox's name, or agent-sandbox's pod-name annotation), waits for it to
+// run, and dials its agent with the sandbox's credentials. A connection
+// this process already has to the same pod is reused.
+func (b *Backend) Connect(ctx context.Context, owner, id string) (manager.RemoteSandbox, error) {
+	sb, err := b.sandbox(ctx, owner, id)
+	if err != nil {
+		return manager.RemoteSandbox{}, err
+	}
+	rs := manager.RemoteSandbox{Info: info(sb)}
+	if err := json.Unmarshal([]byte(sb.Annotations[AnnotationPolicy]), &rs.Policy); err != nil {
+		return rs, fmt.Errorf("kube: sandbox %s: policy annotation: %w", id, err)
+	}
+	if rs.Info.State != store.StateRunning {
+		return rs, fmt.Errorf("%w: %s", manager.ErrNotRunning, rs.Info.State)
+	}
+	if rs.Info.Paused {
+		return rs, nil
+	}
+	pod, err := b.runningPod(ctx, sb)
+	if err != nil {
+		return rs, err
+	}
+	b.mu.Lock()
+	c := b.conns[id]
+	b.mu.Unlock()
+	if c != nil && c.pod == pod.UID {
+		select {
+		case <-c.client.Done():
+		default:
+			rs.Client = c.client
+			return rs, nil
+		}
+	}
+	var secret corev1.Secret
+	if err := b.c.Get(ctx, client.ObjectKey{Namespace: b.cfg.Namespace, Name: agenttls.SecretName(id)}, &secret); err != nil {
+		return rs, fmt.Errorf("kube: the Secret of sandbox %s: %w", id, err)
+	}
+	creds, err := agenttls.NewClientCreds(id, secret.Data)
+	if err != nil {
+		return rs, err
+	}
+	nc, err := agenttls.Dial(ctx, net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(AgentPort)), creds)
+	if err != nil {
+		return rs, err
+	}
+	ac, err := agent.NewClient(nc)
+	if err != nil {
+		nc.Close()
+		return rs, fmt.Errorf("kube: agent of sandbox %s: %w", id, err)
+	}
+	b.mu.Lock()
+	if old := b.conns[id]; old != nil {
+		old.client.Close()
+	}
+	b.conns[id] = &conn{pod: pod.UID, client: ac}
+	b.mu.Unlock()
+	rs.Client = ac
+	return rs, nil
+}
+
+// runningPod waits (within ctx and ReadyTimeout) for the pod of sb to run
+// with an IP, and checks that it is sb's.
+func (b *Backend) runningPod(ctx context.Context, sb *sandboxv1.Sandbox) (*corev1.Pod, error) {
+	ctx, cancel := context.WithTimeout(ctx, b.cfg.ReadyTimeout)
+	defer cancel()
+	name := sb.Name
+	if n := sb.Annotations["agents.x-k8s.io/pod-name"]; n != "" {
+		name = n
+	}
+	var last string
+	for {
+		var pod corev1.Pod
+		err := b.c.Get(ctx, client.ObjectKey{Namespace: b.cfg.Namespace, Name: name}, &pod)
+		switch {
+		case err == nil && pod.Labels[LabelSandbox] != sb.Name:
+			return nil, fmt.Errorf("kube: pod %s is not sandbox %s's", name, sb.Name)
+		case err == nil && pod.Status.Phase == corev1.PodRunning && pod.Status.PodIP != "" && pod.DeletionTimestamp.IsZero():
+			return &pod, nil
+		case err == nil:
+			last = fmt.Sprintf("pod %s is %s", name, pod.Status.Phase)
+			if pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded {
+				return nil, fmt.Errorf("%w: %s", manager.ErrNotRunning, last)
+			}
+		case apierrors.IsNotFound(err):
+			last = fmt.Sprintf("pod %s does not exist yet", name)
+		default:
+			return nil, fmt.Errorf("kube: get pod %s: %w", name, err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("kube: sandbox %s is not running: %s: %w", sb.Name, last, ctx.Err())
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
