@@ -1,0 +1,53 @@
+// Command kube-e2e is the Go side of scripts/kubernetes-e2e.sh.
+//
+//	kube-e2e image -kind agent   -ref localhost/airlock-agent:e2e -airlock ./airlock -out agent.tar
+//	kube-e2e image -kind sandbox -ref localhost/airlock-sandbox:e2e -out sandbox.tar
+//	kube-e2e image -kind pause   -ref localhost/pause:e2e -out pause.tar
+//
+// image builds the container images the script imports into the node's
+// containerd: tarballs (docker save format, which `ctr images import` reads)
+// made from files of this host, so the test needs no registry. agent: the
+// static airlock binary at /airlock (the image the pod's init container copies
+// the agent from). sandbox: Debian's static busybox as /bin/sh and its
+// applets, and this host's python3 with its standard library and every shared
+// library it and its extension modules load, plus /etc/passwd, /tmp and a
+// home for uid 1000. pause: busybox sleeping, for containerd's pod sandbox
+// container (so no pause image is pulled). Layers are written with fixed
+// times, owners and order, so the same inputs give the same image digest and
+// a re-import is a no-op.
+//
+//	kube-e2e drive create -url URL -state FILE   # prints the sandbox id
+//	kube-e2e drive after  -url URL2 -state FILE
+//	kube-e2e drive kill   -url URL2 -state FILE
+//
+// drive is a real client of airlock's HTTP API (package airlock/client):
+// create makes a sandbox and checks exec output, a file written and read
+// back and a Python cell; after checks, through another replica, that the
+// sandbox, the file and the Python variable survived the first replica's
+// death; kill ends the sandbox and waits until the API says so.
+package main
+
+import (
+	"fmt"
+	"os"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: kube-e2e image|drive [flags]")
+		os.Exit(2)
+	}
+	var err error
+	switch os.Args[1] {
+	case "image":
+		err = cmdImage(os.Args[2:])
+	case "drive":
+		err = cmdDrive(os.Args[2:])
+	default:
+		err = fmt.Errorf("unknown command %q (image, drive)", os.Args[1])
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "kube-e2e:", err)
+		os.Exit(1)
+	}
+}
