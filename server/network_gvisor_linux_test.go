@@ -14,7 +14,9 @@ import (
 // TestNetworkGVisor: a gvisor sandbox with an allowlist reaches an allowed
 // local server through the egress proxy and gets the proxy's refusal for
 // another name; the refused name's server sees nothing; the sentry runs
-// in a network namespace of its own, not the host's; a gvisor sandbox
+// in a network namespace of its own, not the host's, also after a pause
+// and resume (checkpoint and restore); it cannot be snapshotted for a
+// fork (422); a gvisor sandbox
 // created with network none cannot be given one later (its namespace is
 // runsc's netstack: listeners "in" it would open in the host's).
 func TestNetworkGVisor(t *testing.T) {
@@ -53,16 +55,38 @@ curl -sS -w 'code=%%{http_code}\n' %s`, e.url("http", "web.test", "/"), e.url("h
 		}
 	}
 
-	// Its sockets are host sockets: no pause or memory snapshot (422),
-	// and it keeps running.
-	if _, err := e.c.Pause(ctxT(t), sb.ID); client.StatusOf(err) != http.StatusUnprocessableEntity {
-		t.Errorf("pause of a gvisor sandbox with network: %v, want 422", err)
-	}
+	// Its sockets are host sockets of its own egress namespace: no memory
+	// snapshot for a fork (422), and it keeps running.
 	if _, err := e.c.MemorySnapshot(ctxT(t), sb.ID); client.StatusOf(err) != http.StatusUnprocessableEntity {
 		t.Errorf("snapshot of a gvisor sandbox with network: %v, want 422", err)
 	}
 	res = e.sh(t, sb.ID, "curl -sS "+e.url("http", "web.test", "/again"))
-	want(t, "gvisor egress after a refused pause", res, "http-ok host=web.test:")
+	want(t, "gvisor egress after a refused snapshot", res, "http-ok host=web.test:")
+	// Pause checkpoints it to disk (nothing of it runs) and resume
+	// restores it into the same namespace: the proxy, its policy and its
+	// refusals are there again.
+	if _, err := e.c.Pause(ctxT(t), sb.ID); err != nil {
+		t.Fatalf("pause of a gvisor sandbox with network: %v", err)
+	}
+	if pids := pidsInCgroup(t, sb.ID); len(pids) != 0 {
+		t.Fatalf("paused (on disk), the sandbox still runs %v", pids)
+	}
+	if _, err := e.c.Resume(ctxT(t), sb.ID); err != nil {
+		t.Fatalf("resume of a gvisor sandbox with network: %v", err)
+	}
+	res = e.sh(t, sb.ID, fmt.Sprintf(`curl -sS %s
+curl -sS -w 'code=%%{http_code}\n' %s`, e.url("http", "web.test", "/resumed"), e.url("http", "other.test", "/")))
+	want(t, "gvisor egress after pause and resume", res, "http-ok host=web.test:",
+		"airlock: other.test is not in network.allow; add other.test to network.allow to permit it", "code=403")
+	if n := e.httpHits.Load(); n != 3 {
+		t.Errorf("the HTTP server got %d requests, want 3 (the allowed ones)", n)
+	}
+	for _, pid := range pidsInCgroup(t, sb.ID) {
+		ns, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/ns/net")
+		if err == nil && ns == host {
+			t.Errorf("restored sandbox process %d is in the host's network namespace %s", pid, ns)
+		}
+	}
 
 	none := e.create(t, &client.Network{Mode: "none"})
 	_, err = e.c.SetNetwork(ctxT(t), none.ID, client.Network{Mode: "allowlist", Allow: []string{"web.test"}})

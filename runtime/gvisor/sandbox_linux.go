@@ -31,10 +31,17 @@ const StateBase = "/run/airlock/runsc"
 // runscRoot is runsc's --root.
 var runscRoot = filepath.Join(StateBase, "root")
 
-// ErrNetworkSnapshot is returned by Checkpoint and Snapshot for a sandbox
-// with network: its sockets are host sockets of its egress namespace,
-// which a checkpoint image cannot hold.
-var ErrNetworkSnapshot = errors.New("gvisor: a sandbox with network cannot be paused or snapshotted (its sockets are host sockets outside gVisor)")
+// ErrNetworkSnapshot is returned by Snapshot for a sandbox with network:
+// its sockets are host sockets of its egress namespace, and a fork would
+// need an egress namespace and proxy of its own. (Checkpoint and Restore
+// take it: the restored sandbox joins the same namespace, where the
+// proxy's listeners still are.)
+var ErrNetworkSnapshot = errors.New("gvisor: a sandbox with network cannot be snapshotted or forked (its sockets are host sockets of its own egress namespace, which a fork would not have)")
+
+// ErrNetworkAdopt is returned by Adopt for a paused sandbox with network:
+// the egress namespace its restore must join was held by the process that
+// paused it, and went with that process.
+var ErrNetworkAdopt = errors.New("a paused gvisor sandbox with network does not survive the server that paused it (its egress network namespace, which the restore must join, was held by that server)")
 
 // Platform is the gVisor platform airlock uses: systrap works without
 // /dev/kvm and inside VMs.
@@ -270,10 +277,11 @@ func (s *Sandbox) launch(args []string, stdin, stdout, stderr *os.File) error {
 // checkpoint`, which stops it: the memory is freed, runsc exits and Wait
 // returns. The bundle and the cgroup stay for Restore; Destroy removes
 // them.
+//
+// A sandbox with network keeps its egress namespace for Restore: its
+// listening sockets come back, its connections come back broken (EPIPE,
+// as gVisor restores host sockets).
 func (s *Sandbox) Checkpoint(image string) error {
-	if s.netns != nil {
-		return ErrNetworkSnapshot
-	}
 	if err := os.MkdirAll(image, 0o700); err != nil {
 		return fmt.Errorf("gvisor: checkpoint: %w", err)
 	}
@@ -376,7 +384,7 @@ func dropCache(dir string) error {
 // cgroup).
 func (s *Sandbox) Restore(image string, stdin, stdout, stderr *os.File) (*Sandbox, error) {
 	n := &Sandbox{ID: s.ID, runsc: s.runsc, dir: s.dir, group: s.group, enforced: s.enforced,
-		surviveParent: s.surviveParent, waitDone: make(chan struct{})}
+		surviveParent: s.surviveParent, waitDone: make(chan struct{}), netns: s.netns}
 	if err := n.launch(append([]string{"restore"}, restoreFlags(image, filepath.Join(s.dir, "bundle"), s.ID)...), stdin, stdout, stderr); err != nil {
 		return nil, fmt.Errorf("gvisor: start runsc restore: %w", err)
 	}
@@ -396,8 +404,18 @@ func Adopt(id string, enforced rt.Enforced) (*Sandbox, error) {
 		return nil, err
 	}
 	dir := filepath.Join(StateBase, "bundles", id)
-	if _, err := os.Stat(filepath.Join(dir, "bundle", "config.json")); err != nil {
+	data, err := os.ReadFile(filepath.Join(dir, "bundle", "config.json"))
+	if err != nil {
 		return nil, fmt.Errorf("gvisor: adopt %s: no bundle: %w", id, err)
+	}
+	var spec specs.Spec
+	if err := json.Unmarshal(data, &spec); err != nil || spec.Linux == nil {
+		return nil, fmt.Errorf("gvisor: adopt %s: bad bundle: %v", id, err)
+	}
+	for _, ns := range spec.Linux.Namespaces {
+		if ns.Type == specs.NetworkNamespace && ns.Path != "" {
+			return nil, fmt.Errorf("gvisor: adopt %s: %w", id, ErrNetworkAdopt)
+		}
 	}
 	group, err := cgroups.Lookup(id)
 	if err != nil {
