@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"airlock/approval"
 	"airlock/client"
 	"airlock/internal/pgtest"
 	"airlock/internal/testserver"
@@ -35,7 +36,7 @@ func keyWithID(t *testing.T, args ...string) (secret, id string) {
 // TestE2ESharedDatabase: two `airlock serve` replicas on one PostgreSQL
 // database (one given --database-url, the other $AIRLOCK_DATABASE_URL)
 // share keys and the audit log: a key made on one's state directory works
-// on both, a revocation through one is refused by both at once, and both
+// on both, with its approval policy, a revocation through one is refused by both at once, and both
 // servers' events are in one log in order. With PostgreSQL down, requests
 // are refused (fail closed: 503 key_store_unavailable; an unauthenticated
 // server's exec is refused with audit_unavailable and does not run, checked
@@ -54,7 +55,8 @@ func TestE2ESharedDatabase(t *testing.T) {
 	c := startServer(t, stateC, "--no-auth")
 	ctx := ctxT(t)
 
-	secret, keyID := keyWithID(t, "--name", "shared", "--state-dir", stateA)
+	keyPol := writePolicy(t, `{"deny":[{"action":"exec","argv":"^pip install","reason":"no installs"}]}`)
+	secret, keyID := keyWithID(t, "--name", "shared", "--state-dir", stateA, "--approval-policy", keyPol)
 	other, otherID := keyWithID(t, "--name", "other", "--state-dir", stateB, "--database-url", dbURL)
 	ca, cb := client.New(a.URL, secret), client.New(b.URL, secret)
 	for _, cl := range []*client.Client{ca, cb, client.New(a.URL, other), client.New(b.URL, other)} {
@@ -106,6 +108,13 @@ func TestE2ESharedDatabase(t *testing.T) {
 		}
 	}
 
+	// The key's approval policy, given on A's state directory, holds on B.
+	_, err = cb.Exec(ctx, sb.ID, client.ExecRequest{Argv: []string{"pip", "install", "requests"}})
+	var ae *client.Error
+	if !errors.As(err, &ae) || ae.Code != approval.CodeDenied || !strings.Contains(ae.Message, "no installs") {
+		t.Errorf("the key's approval policy on the other replica: %v, want %s", err, approval.CodeDenied)
+	}
+
 	// Revoked through one replica's CLI: refused by both from the next request.
 	out, err := exec.Command(airlockBin(t), "keys", "revoke", "--state-dir", stateB, otherID).CombinedOutput()
 	if err != nil {
@@ -136,7 +145,6 @@ func TestE2ESharedDatabase(t *testing.T) {
 	}
 	const marker = "4242.31337"
 	_, err = cc.Start(ctx, sc.ID, client.ExecRequest{Argv: []string{"sleep", marker}, Background: true})
-	var ae *client.Error
 	if !errors.As(err, &ae) || ae.Status != 503 || ae.Code != "audit_unavailable" {
 		t.Errorf("exec with the audit log down = %v, want 503 audit_unavailable", err)
 	}

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
@@ -91,6 +92,11 @@ CREATE TABLE sandbox_owners (
 	owner      TEXT NOT NULL
 );
 CREATE INDEX sandbox_owners_owner ON sandbox_owners(owner);
+`,
+	// 2: each key's own approval policy (JSON), which a single server keeps
+	// in files of its state directory (package approval).
+	`
+ALTER TABLE api_keys ADD COLUMN approval_policy TEXT;
 `,
 }
 
@@ -213,3 +219,47 @@ ON CONFLICT (sandbox_id) DO UPDATE SET owner = excluded.owner`, sb.ID, sb.Owner)
 // SharedDatabase names the PostgreSQL database holding the shared tables,
 // without its password; "" when they are in the state directory.
 func (s *Store) SharedDatabase() string { return s.pgDesc }
+
+// ErrNotShared means an operation needs a shared database (Options.DatabaseURL).
+var ErrNotShared = errors.New("needs a shared database (--database-url)")
+
+// SetKeyApprovalPolicy stores key id's own approval policy (JSON) with the
+// key in the shared database, so that every server applies it; nil removes
+// it. Without a shared database key policies are files in the state
+// directory (approval.SaveKeyPolicy) and this returns an error wrapping
+// ErrNotShared. An unknown key is an error wrapping ErrNotFound.
+func (s *Store) SetKeyApprovalPolicy(ctx context.Context, id string, policy json.RawMessage) error {
+	if !s.pg {
+		return fmt.Errorf("store: set approval policy of key %q: %w", id, ErrNotShared)
+	}
+	v, err := rawJSON("approval policy", policy)
+	if err != nil {
+		return fmt.Errorf("store: set approval policy of key %q: %w", id, err)
+	}
+	res, err := s.kw.ExecContext(ctx, `UPDATE api_keys SET approval_policy = $1 WHERE id = $2`, v, id)
+	if err != nil {
+		return fmt.Errorf("store: set approval policy of key %q: %w", id, s.sharedErr(err))
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		return fmt.Errorf("store: set approval policy of key %q: %w", id, ErrNotFound)
+	}
+	return nil
+}
+
+// KeyApprovalPolicy returns the policy SetKeyApprovalPolicy stored for key
+// id: nil when the key has none or does not exist. An error (the database
+// cannot be read) must refuse what the policy would judge.
+func (s *Store) KeyApprovalPolicy(ctx context.Context, id string) (json.RawMessage, error) {
+	if !s.pg {
+		return nil, fmt.Errorf("store: approval policy of key %q: %w", id, ErrNotShared)
+	}
+	var v sql.NullString
+	err := s.kr.QueryRowContext(ctx, `SELECT approval_policy FROM api_keys WHERE id = $1`, id).Scan(&v)
+	if errors.Is(err, sql.ErrNoRows) || (err == nil && !v.Valid) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store: approval policy of key %q: %w", id, s.sharedErr(err))
+	}
+	return json.RawMessage(v.String), nil
+}

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"path/filepath"
 	"strings"
@@ -189,5 +190,38 @@ func TestRedactURL(t *testing.T) {
 		if got := RedactURL(in); got != want {
 			t.Errorf("RedactURL(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// A key's approval policy lives with the key in the shared database, for
+// every server; without one the store refuses (policies are files then).
+func TestPGKeyApprovalPolicy(t *testing.T) {
+	b := backend{name: "postgres", url: pgtest.Shared(t).NewDatabase(t)}
+	a, _ := b.openTest(t)
+	other, _ := b.openTest(t)
+	ctx := context.Background()
+	k, _, err := a.CreateKey(ctx, "held", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, err := other.KeyApprovalPolicy(ctx, k.ID); err != nil || p != nil {
+		t.Fatalf("policy before any = %s, %v", p, err)
+	}
+	pol := json.RawMessage(`{"deny":[{"action":"exec","argv":"^pip"}]}`)
+	if err := a.SetKeyApprovalPolicy(ctx, k.ID, pol); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := other.KeyApprovalPolicy(ctx, k.ID); err != nil || string(p) != string(pol) {
+		t.Errorf("policy on the other server = %s, %v", p, err)
+	}
+	if err := a.SetKeyApprovalPolicy(ctx, "key_nope", pol); !errors.Is(err, ErrNotFound) {
+		t.Errorf("policy of an unknown key: %v", err)
+	}
+	if err := a.SetKeyApprovalPolicy(ctx, k.ID, json.RawMessage(`{`)); err == nil {
+		t.Error("invalid JSON stored")
+	}
+	local, _ := openTest(t)
+	if err := local.SetKeyApprovalPolicy(ctx, k.ID, pol); !errors.Is(err, ErrNotShared) {
+		t.Errorf("SQLite store: %v, want ErrNotShared", err)
 	}
 }

@@ -79,8 +79,8 @@ func (f *approvalFlags) load() error {
 // gate makes the server's approval gate: always, since API keys may carry
 // policies of their own; with no policy anywhere it lets everything run.
 // Every exec the manager audits first (API, E2B) is put to it.
-func (f *approvalFlags) gate(m *manager.Manager, stateDir string, logf func(string, ...any)) (*approval.Gate, error) {
-	g, err := approval.New(approval.Config{Policy: f.policy, KeyPolicy: approval.KeyPolicies(stateDir), Timeout: f.timeout,
+func (f *approvalFlags) gate(m *manager.Manager, stateDir string, keyPolicy func(context.Context, string) (*approval.Policy, error), logf func(string, ...any)) (*approval.Gate, error) {
+	g, err := approval.New(approval.Config{Policy: f.policy, KeyPolicy: keyPolicy, Timeout: f.timeout,
 		Webhook: f.webhook, Logf: logf, NoElicitation: f.noElicit,
 		SandboxPolicyDir: filepath.Join(stateDir, approval.SandboxPolicyDir),
 		Audit: func(ctx context.Context, keyID, sandboxID, action string, detail any) error {

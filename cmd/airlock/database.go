@@ -1,9 +1,13 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
 	"flag"
+	"fmt"
 	"os"
 
+	"airlock/approval"
 	"airlock/store"
 )
 
@@ -25,4 +29,41 @@ func openStore(stateDir, databaseURL string) (*store.Store, error) {
 		databaseURL = os.Getenv(databaseEnv)
 	}
 	return store.OpenOptions(stateDir, store.Options{DatabaseURL: databaseURL})
+}
+
+// saveKeyPolicy stores an API key's own approval policy where the servers
+// read it (keyPolicies): with the key in a shared database, so every server
+// applies it, or in the state directory.
+func saveKeyPolicy(ctx context.Context, st *store.Store, stateDir, keyID string, data []byte) error {
+	if st.SharedDatabase() == "" {
+		return approval.SaveKeyPolicy(stateDir, keyID, data)
+	}
+	p, err := approval.Parse(data)
+	if err != nil {
+		return err
+	}
+	j, err := json.Marshal(p)
+	if err != nil {
+		return fmt.Errorf("approval policy of %s: %w", keyID, err)
+	}
+	return st.SetKeyApprovalPolicy(ctx, keyID, j)
+}
+
+// keyPolicies returns the server's approval.Config.KeyPolicy: the policies
+// saveKeyPolicy stored. An unreadable one is an error, so the action is
+// refused.
+func keyPolicies(st *store.Store, stateDir string) func(context.Context, string) (*approval.Policy, error) {
+	if st.SharedDatabase() == "" {
+		return approval.KeyPolicies(stateDir)
+	}
+	return func(ctx context.Context, keyID string) (*approval.Policy, error) {
+		if keyID == "" {
+			return nil, nil // no key (--no-auth): no key policy
+		}
+		raw, err := st.KeyApprovalPolicy(ctx, keyID)
+		if err != nil || raw == nil {
+			return nil, err
+		}
+		return approval.Parse(raw)
+	}
 }

@@ -97,7 +97,7 @@ func cmdKeys(args []string) int {
 			return 1
 		}
 		if approvalPolicy != nil {
-			if err := approval.SaveKeyPolicy(*stateDir, k.ID, approvalPolicy); err != nil {
+			if err := saveKeyPolicy(ctx, st, *stateDir, k.ID, approvalPolicy); err != nil {
 				// Fail closed: a key without the policy it was meant to have
 				// must not be handed out.
 				st.RevokeKey(ctx, k.ID)
