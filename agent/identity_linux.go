@@ -31,6 +31,31 @@ const (
 // when the agent runs as the workload's own user (unprivileged airlock).
 var workloadCred *syscall.Credential
 
+// workloadCaps are the ambient capabilities of every process the agent
+// starts: the native runtime's RootCaps for a root workload ("--root-caps"),
+// else none.
+var workloadCaps []uintptr
+
+// rootCapsArg finds "--root-caps=N,N,..." (capability numbers) in args.
+func rootCapsArg(args []string) ([]uintptr, error) {
+	for _, arg := range args {
+		v, found := strings.CutPrefix(arg, "--root-caps=")
+		if !found {
+			continue
+		}
+		var caps []uintptr
+		for _, f := range strings.Split(v, ",") {
+			c, err := strconv.Atoi(f)
+			if err != nil || c < 0 || c > capLastMax {
+				return nil, fmt.Errorf("bad --root-caps %q", v)
+			}
+			caps = append(caps, uintptr(c))
+		}
+		return caps, nil
+	}
+	return nil, nil
+}
+
 // userArg finds "--user UID:GID" or "--user=UID:GID" in args.
 func userArg(args []string) (uid, gid int, ok bool, err error) {
 	for i, arg := range args {
@@ -59,7 +84,10 @@ func userArg(args []string) (uid, gid int, ok bool, err error) {
 // runtime's AgentUID) and the workload's user is given, it also empties its
 // capability bounding set, keeps only kill, setuid and setgid (to start and
 // signal workload processes), and does its file work with the workload's
-// fsuid/fsgid so that the files it writes belong to the workload user.
+// fsuid/fsgid so that the files it writes belong to the workload user. For
+// a root workload ("--root-caps") it keeps those capabilities in its
+// bounding and permitted sets (not effective) and gives them to every
+// process it starts as ambient capabilities.
 func secureIdentity(args []string) error {
 	if _, _, e := syscall.RawSyscall(sysPrctl, prSetDumpable, 0, 0); e != 0 {
 		return fmt.Errorf("prctl(PR_SET_DUMPABLE, 0): %w", e)
@@ -71,9 +99,20 @@ func secureIdentity(args []string) error {
 	if !ok || (uid == os.Getuid() && gid == os.Getgid()) {
 		return nil // the agent shares the workload's uid: nothing to drop to
 	}
+	rootCaps, err := rootCapsArg(args)
+	if err != nil {
+		return err
+	}
+	var keep uint64 // what the workload gets: stays in the bounding and permitted sets
+	for _, c := range rootCaps {
+		keep |= 1 << c
+	}
 	// Capabilities are per thread: every call goes to all of the runtime's
 	// threads, and threads created later inherit from them.
 	for c := uintptr(0); c <= capLastMax; c++ {
+		if keep&(1<<c) != 0 {
+			continue
+		}
 		if _, _, e := syscall.AllThreadsSyscall(sysPrctl, prCapbsetDrop, c, 0); e != 0 && e != syscall.EINVAL {
 			return fmt.Errorf("drop capability %d from the bounding set: %w", c, e)
 		}
@@ -82,7 +121,8 @@ func secureIdentity(args []string) error {
 	syscall.AllThreadsSyscall(sysSetfsuid, uintptr(uid), 0, 0)
 	hdr := [capUserHeadLen]uint32{linuxCapV3, 0}
 	var data [2]struct{ effective, permitted, inheritable uint32 }
-	data[0].effective, data[0].permitted = wantAgentCaps, wantAgentCaps
+	data[0].effective, data[0].permitted = wantAgentCaps, wantAgentCaps|uint32(keep)
+	data[1].permitted = uint32(keep >> 32)
 	if _, _, e := syscall.AllThreadsSyscall(sysCapset, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data)), 0); e != 0 {
 		return fmt.Errorf("capset: %w", e)
 	}
@@ -91,5 +131,6 @@ func secureIdentity(args []string) error {
 		return fmt.Errorf("setfsuid(%d) did not take (fsuid %d)", uid, r)
 	}
 	workloadCred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}
+	workloadCaps = rootCaps
 	return nil
 }

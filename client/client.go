@@ -94,6 +94,10 @@ type CreateRequest struct {
 	// Image makes the root from an image of the server's store
 	// (writable, on disk); "" means the host-derived root.
 	Image string `json:"image,omitempty"`
+	// User "root" runs an image sandbox as uid 0 of its own user namespace
+	// with the capabilities package managers need there; "" means the
+	// image's user.
+	User string `json:"user,omitempty"`
 	// Volumes mounts named volumes read-write: [{"name", "path"}].
 	Volumes []VolumeRef `json:"volumes,omitempty"`
 	// Snapshot forks a gvisor sandbox from one of its snapshots

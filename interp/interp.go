@@ -133,6 +133,9 @@ type Config struct {
 	MaxResult int
 	// Credential is the kernel process's user; nil means ours.
 	Credential *syscall.Credential
+	// AmbientCaps are the kernel process's ambient capabilities (a root
+	// workload's); nil means none.
+	AmbientCaps []uintptr
 	// Spawn, if set, runs start (which forks the kernel) on a thread of its
 	// choosing, e.g. one in the workload's cgroup; nil runs it in place.
 	Spawn func(start func() error) error

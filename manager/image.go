@@ -20,11 +20,18 @@ import (
 func (m *Manager) Images() *imagestore.Store { return m.cfg.Images }
 
 // resolveImage looks up req.Image in the server's image store and adjusts
-// p for it (the image's env and user; the request's env stays on top). It
-// returns nil when the request names no image.
+// p for it (the image's env and user, or root when req.User asks; the
+// request's env stays on top). It returns nil when the request names no
+// image.
 func (m *Manager) resolveImage(req *CreateRequest, p *policy.Policy) (*imagestore.Image, error) {
 	if req.Image == "" {
+		if req.User != "" {
+			return nil, fmt.Errorf("%w: user %q needs an image root (\"image\"): the default root is the host's read-only /usr", ErrInvalid, req.User)
+		}
 		return nil, nil
+	}
+	if req.User != "" && req.User != "root" {
+		return nil, fmt.Errorf("%w: user %q: the only user to ask for is \"root\" (uid 0 of the sandbox's own user namespace; default: the image's user)", ErrInvalid, req.User)
 	}
 	if m.cfg.Images == nil {
 		return nil, fmt.Errorf("%w: this server has no image store", ErrInvalid)
@@ -44,6 +51,9 @@ func (m *Manager) resolveImage(req *CreateRequest, p *policy.Policy) (*imagestor
 	}
 	if err := img.ApplyTo(p); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrPolicy, err)
+	}
+	if req.User == "root" {
+		p.User.UID, p.User.GID, p.User.Name, p.User.Root = 0, 0, "root", true
 	}
 	keys := make([]string, 0, len(req.Env))
 	for k := range req.Env {

@@ -275,6 +275,9 @@ func (m *Manager) start(ctx context.Context, req *CreateRequest, p policy.Policy
 		args = append(args, "--grace", m.cfg.AgentGrace.String())
 	}
 	args = append(args, "--user", fmt.Sprintf("%d:%d", p.User.UID, p.User.GID))
+	if p.User.Root {
+		args = append(args, "--root-caps="+native.RootCapsArg())
+	}
 	root, err := m.imageRoot(id, dir, req.image)
 	if err != nil {
 		return fail(err)

@@ -139,6 +139,11 @@ type User struct {
 	Name     string `json:"name"`
 	Home     string `json:"home"`
 	Hostname string `json:"hostname"`
+	// Root makes the user (uid and gid 0) the root of the sandbox's own
+	// user namespace with the capabilities a package manager needs there
+	// (the native runtime's RootCaps), which act only on what that
+	// namespace maps: never host root. Image roots only.
+	Root bool `json:"root,omitempty"`
 }
 
 const (
@@ -289,6 +294,9 @@ func (p *Policy) Validate() error {
 	}
 	if p.User.UID < 0 || p.User.UID > 65535 || p.User.GID < 0 || p.User.GID > 65535 {
 		bad("user: uid and gid must be in [0, 65535]")
+	}
+	if p.User.Root && (p.User.UID != 0 || p.User.GID != 0) {
+		bad("user: root means uid and gid 0")
 	}
 	return errors.Join(errs...)
 }

@@ -484,6 +484,10 @@ type CreateRequest struct {
 	// Image makes the sandbox's root from an image of the server's store
 	// (GET /v1/images): writable, on disk.
 	Image string `json:"image,omitempty"`
+	// User "root" runs an image sandbox as uid 0 of its own user namespace
+	// with the capabilities package managers need there (never host
+	// root); "" means the image's user.
+	User string `json:"user,omitempty"`
 	// Volumes mounts named volumes (POST /v1/volumes) read-write.
 	Volumes []manager.VolumeRef `json:"volumes,omitempty"`
 	// Snapshot forks a gvisor sandbox: the id of one of its snapshots
@@ -528,6 +532,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	cr.Secrets = req.Secrets
 	cr.Runtime = req.Runtime
 	cr.Image = req.Image
+	cr.User = req.User
 	cr.Volumes = req.Volumes
 	cr.Snapshot = req.Snapshot
 	info, err := s.m.Create(r.Context(), cr)

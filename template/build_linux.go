@@ -306,6 +306,9 @@ func run(ctx context.Context, o *Options, cur *imagestore.Image, n *parser.Node,
 	if err := cur.ApplyTo(&p); err != nil {
 		return nil, err
 	}
+	// As in Docker, a RUN step of the image's root is root with the root's
+	// capabilities (of the sandbox's own user namespace): apt, dpkg, chown.
+	p.User.Root = p.User.UID == 0 && p.User.GID == 0
 	for k, v := range o.Args {
 		p.SetEnv(k, v)
 	}

@@ -16,8 +16,9 @@ import (
 )
 
 // TestBuild: a Dockerfile with FROM, ARG, ENV, COPY, RUN and WORKDIR builds
-// an image whose sandboxes see the copied and the RUN-made files, the env
-// and the working directory; a second build hits the cache at every step
+// an image whose sandboxes see the copied and the RUN-made files (a RUN of
+// the image's root has root's capabilities: its chown holds), the env and
+// the working directory; a second build hits the cache at every step
 // and gives the same image.
 func TestBuild(t *testing.T) {
 	if os.Geteuid() != 0 {
@@ -37,7 +38,7 @@ func TestBuild(t *testing.T) {
 ARG GREETING=hello
 ENV APP=/opt/app
 COPY hello.txt link $APP/
-RUN echo "$GREETING from run" > /opt/app/run.txt && rm /etc/image-marker
+RUN echo "$GREETING from run" > /opt/app/run.txt && rm /etc/image-marker && chown 1234:1234 /opt/app/run.txt
 WORKDIR /opt/app
 `), 0o644)
 	p, err := policy.Preset(policy.Strict)
@@ -65,12 +66,12 @@ WORKDIR /opt/app
 	dir := filepath.Join(state, "roots", "check")
 	defer native.RemoveImageRoot(dir)
 	r, err := native.Run(context.Background(), native.Config{Policy: sp, Args: []string{"/bin/sh", "-c",
-		"cat hello.txt run.txt; pwd; echo $APP; readlink link; test ! -e /etc/image-marker && echo marker-gone"},
+		"cat hello.txt run.txt; pwd; echo $APP; readlink link; test ! -e /etc/image-marker && echo marker-gone; stat -c %u:%g run.txt"},
 		Image: &native.ImageRoot{Layers: img.LayerDirs(), Dir: dir}}, native.RunOptions{Capture: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := "copied\nhi from run\n/opt/app\n/opt/app\n/etc/shadow\nmarker-gone\n"; r.Stdout != want {
+	if want := "copied\nhi from run\n/opt/app\n/opt/app\n/etc/shadow\nmarker-gone\n1234:1234\n"; r.Stdout != want {
 		t.Fatalf("sandbox from the template: %+v\nwant %q", r, want)
 	}
 	log.Reset()

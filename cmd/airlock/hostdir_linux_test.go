@@ -6,6 +6,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	it "airlock/imagestore/imagetest"
 )
 
 // TestRunHostDirIDMapped: through the CLI, `--mount DIR:/out:rw` and
@@ -45,6 +47,32 @@ func TestRunHostDirIDMapped(t *testing.T) {
 		}
 		if b, _ := os.ReadFile(p); string(b) != want {
 			t.Errorf("%s on the host: %q", name, b)
+		}
+	}
+}
+
+// TestRunImageUserRoot: `airlock run --image REF --user root` runs as the
+// image's root with the root capabilities of its namespace (chown works;
+// without --user it fails); --user without --image, or another user, is
+// refused with the cause.
+func TestRunImageUserRoot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("image roots need root")
+	}
+	ref := it.Push(t, it.Registry(t), "cli/busybox:root", it.Busybox(t))
+	state := t.TempDir()
+	script := "echo x > /usr/local/f && chown 1234:1234 /usr/local/f && stat -c %u:%g /usr/local/f; grep CapEff /proc/self/status"
+	out, errOut, code := runCLI(t, nil, "run", "--state-dir", state, "--image", ref, "--user", "root", "--", "/bin/sh", "-c", script)
+	if code != 0 || out != "1234:1234\nCapEff:\t00000000000004cf\n" {
+		t.Fatalf("--user root: %d %q %q", code, out, errOut)
+	}
+	if out, _, _ := runCLI(t, nil, "run", "--state-dir", state, "--image", ref, "--", "/bin/sh", "-c", script); strings.Contains(out, "1234:1234") || !strings.Contains(out, "CapEff:\t0000000000000000") {
+		t.Fatalf("without --user root: %q, want a failed chown and no capabilities", out)
+	}
+	for _, args := range [][]string{{"--user", "root"}, {"--image", ref, "--user", "admin"}} {
+		_, errOut, code := runCLI(t, nil, append(append([]string{"run", "--state-dir", state}, args...), "--", "true")...)
+		if code == 0 || !strings.Contains(errOut, "--user") {
+			t.Errorf("run %v: %d %q, want a refusal naming --user", args, code, errOut)
 		}
 	}
 }

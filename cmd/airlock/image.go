@@ -213,18 +213,25 @@ func (f *imageServeFlags) open(dir string) (*imagestore.Store, []string, error) 
 
 // runImageFlags are the image flags of 'airlock run'.
 type runImageFlags struct {
-	ref, stateDir string
+	ref, stateDir, user string
 }
 
 func (f *runImageFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.ref, "image", "", "run in a root made from this OCI image, pulled into the store if missing (root only; docs/images.md): the image's files, writable, on disk; runs as the image's root unless the image names a numeric user")
 	fs.StringVar(&f.stateDir, "state-dir", defaultStateDir(), "state directory whose image store --image uses")
+	fs.StringVar(&f.user, "user", "", "with --image: root runs as uid 0 of the sandbox's own user namespace with the capabilities package managers need there (chown, dac_override, fowner, setuid, setgid...; never host root)")
 }
 
 // apply makes cfg's root the image (explicit --env values stay over the
 // image's) and returns what removes the sandbox's root after the run.
 func (f *runImageFlags) apply(ctx context.Context, cfg *native.Config, explicitEnv []string) (func(), error) {
+	if f.user != "" && f.user != "root" {
+		return nil, fmt.Errorf("--user %q: the only user to ask for is root (default: the image's user)", f.user)
+	}
 	if f.ref == "" {
+		if f.user != "" {
+			return nil, errors.New("--user root needs --image: the default root is the host's read-only /usr")
+		}
 		return func() {}, nil
 	}
 	if cfg.Policy.Runtime != "" && cfg.Policy.Runtime != policy.RuntimeNative {
@@ -243,6 +250,9 @@ func (f *runImageFlags) apply(ctx context.Context, cfg *native.Config, explicitE
 	}
 	if err := img.ApplyTo(&cfg.Policy); err != nil {
 		return nil, err
+	}
+	if f.user == "root" {
+		cfg.Policy.User.UID, cfg.Policy.User.GID, cfg.Policy.User.Name, cfg.Policy.User.Root = 0, 0, "root", true
 	}
 	for _, kv := range explicitEnv {
 		k, v, _ := strings.Cut(kv, "=")

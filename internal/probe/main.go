@@ -252,6 +252,10 @@ func checks() []check {
 			return raw(unix.SYS_KCMP, pid, pid, kcmpFile, 1, 1)
 		}},
 		{"pidfd_getfd", checkPidfdGetfd},
+		// Becoming the agent's uid (native.AgentUID): refused by the kernel
+		// without CAP_SETUID, by seccomp for a root workload that has it.
+		{"setuid_agent", func() error { return inChild(unix.SYS_SETUID, 65532) }},
+		{"setresuid_agent", func() error { return inChild(unix.SYS_SETRESUID, ^uintptr(0), ^uintptr(0), 65532) }},
 		{"setns", checkSetns},
 		{"open_by_handle_at", func() error {
 			// handle_bytes == 0 is rejected after the capability check.

@@ -76,13 +76,14 @@ type plan struct {
 	hostname []byte
 	remount  []op // after pivot_root (read-only remounts, /proc)
 
-	rlimits   []rlimitOp
-	lastCap   uintptr
-	setgroups bool
-	uid, gid  uintptr
-	capHdr    unix.CapUserHeader
-	capData   [2]unix.CapUserData // permitted, effective, inheritable: keepCaps (zero for a workload)
-	keepCaps  uint64              // capabilities kept through execve (ambient): the agent's, see AgentCaps
+	rlimits    []rlimitOp
+	lastCap    uintptr
+	setgroups  bool
+	uid, gid   uintptr
+	capHdr     unix.CapUserHeader
+	capData    [2]unix.CapUserData // permitted, effective, inheritable: keepCaps (zero for a workload)
+	keepCaps   uint64              // capabilities kept through execve (ambient): the agent's, see AgentCaps, and RootCaps
+	securebits uintptr             // secureNoRoot, or secureRoot for a root workload
 
 	llAttr    []byte // struct landlock_ruleset_attr, sized for the ABI; nil = no Landlock
 	llRules   []llRule
@@ -150,6 +151,15 @@ type childError struct {
 
 // Securebits that make uid 0 inside the sandbox powerless across execve.
 const secureNoRoot = 1<<0 | 1<<1 | 1<<2 | 1<<3 | 1<<4 | 1<<5 // NOROOT, NO_SETUID_FIXUP, KEEP_CAPS (+ _LOCKED)
+
+// secureRoot is for sandboxes whose workload is root (policy.User.Root):
+// uid 0 still gains nothing by execve (NOROOT, locked), its capabilities
+// come as ambient ones, and a switch away from uid 0 drops them as on any
+// Linux system (no NO_SETUID_FIXUP: apt checks that its _apt helpers cannot
+// become root again). KEEP_CAPS, unlocked and cleared by execve, lets the
+// launcher keep the agent's permitted set through its switch to AgentUID;
+// the agent sets it again to start root workloads (Go's AmbientCaps).
+const secureRoot = 1<<0 | 1<<1 | 1<<4
 
 // forkChild clones into new namespaces and, in the child, performs the plan
 // and execs. It returns the child's pid in the parent. It must not be split:
@@ -328,7 +338,7 @@ func forkChild(p *plan) (pid int, err syscall.Errno) {
 
 	// Privileges: lock uid 0 out of capabilities, empty the bounding set,
 	// become the sandbox user, then clear every remaining set.
-	if _, _, e1 = syscall.RawSyscall(syscall.SYS_PRCTL, unix.PR_SET_SECUREBITS, secureNoRoot, 0); e1 != 0 {
+	if _, _, e1 = syscall.RawSyscall(syscall.SYS_PRCTL, unix.PR_SET_SECUREBITS, p.securebits, 0); e1 != 0 {
 		stage = stageSecurebits
 		goto fail
 	}

@@ -12,6 +12,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -83,6 +85,17 @@ const AgentUID = 65532
 // Workload processes end with none.
 var AgentCaps = []int{unix.CAP_KILL, unix.CAP_SETGID, unix.CAP_SETUID, unix.CAP_SETPCAP}
 
+// RootCaps are the capabilities of a policy.User.Root workload, inside
+// the sandbox's user namespace only (they act on files and ids that
+// namespace maps, never on the host's): what dpkg, apt, pip and chown need.
+// Not among them: kill (the agent, PID 1, must stay out of reach), fsetid
+// (a written set-uid file keeps losing its bit), setfcap, setpcap, mknod,
+// sys_admin and the rest. They reach the workload as ambient capabilities;
+// uid 0 alone gives nothing (securebits noroot stays locked), and a
+// process that switches to another uid loses them as on any Linux system.
+var RootCaps = []int{unix.CAP_CHOWN, unix.CAP_DAC_OVERRIDE, unix.CAP_DAC_READ_SEARCH, unix.CAP_FOWNER,
+	unix.CAP_SETGID, unix.CAP_SETUID, unix.CAP_NET_BIND_SERVICE}
+
 // AgentPath is where AgentBinary appears inside the sandbox.
 const AgentPath = "/.airlock/airlock"
 
@@ -132,4 +145,13 @@ type Result struct {
 	Error           string           `json:"error,omitempty"`
 	// Wall is WallMS as a duration, for Go callers.
 	Wall time.Duration `json:"-"`
+}
+
+// RootCapsArg is RootCaps as the agent's --root-caps value ("0,1,...").
+func RootCapsArg() string {
+	s := make([]string, len(RootCaps))
+	for i, c := range RootCaps {
+		s[i] = strconv.Itoa(c)
+	}
+	return strings.Join(s, ",")
 }

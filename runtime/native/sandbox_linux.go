@@ -185,6 +185,9 @@ func Start(cfg Config) (*Sandbox, error) {
 	if len(cfg.Args) == 0 || cfg.Args[0] == "" {
 		return nil, errors.New("no command given")
 	}
+	if p.User.Root && (cfg.Image == nil || os.Geteuid() != 0) {
+		return nil, errors.New("user root needs an image root (--image, \"image\") and airlock running as root: the default root is the host's read-only /usr, where root has nothing to install into")
+	}
 	for _, s := range append(append([]string{}, cfg.Args...), p.Env...) {
 		if strings.IndexByte(s, 0) >= 0 {
 			return nil, errors.New("argument or environment contains a NUL byte")
@@ -241,7 +244,11 @@ func Start(cfg Config) (*Sandbox, error) {
 		}
 		defer ov.detach()
 	}
-	filter, err := seccomp.BuildWith(string(p.Profile), seccomp.Guards{NoSetID: hostDirs.mapped()})
+	guards := seccomp.Guards{NoSetID: hostDirs.mapped()}
+	if p.User.Root && cfg.Agent {
+		guards.ProtectID = AgentUID // CAP_SETUID must not reach the agent's uid
+	}
+	filter, err := seccomp.BuildWith(string(p.Profile), guards)
 	if err != nil {
 		return nil, &SetupError{Step: "seccomp", Err: err}
 	}
@@ -296,23 +303,27 @@ func Start(cfg Config) (*Sandbox, error) {
 	pl := &plan{
 		cloneFlags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWNET |
 			syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS,
-		unshareCg: true,
-		ops:       tree.ops,
-		remount:   tree.remount,
-		newRoot:   cstr(tree.root),
-		dot:       cstr("."),
-		slash:     cstr("/"),
-		hostname:  []byte(p.User.Hostname),
-		rlimits:   rlimitsFor(p.Limits, group != nil),
-		lastCap:   lastCap(),
-		setgroups: ids.setgroups,
-		uid:       uintptr(p.User.UID),
-		gid:       uintptr(p.User.GID),
-		capHdr:    unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3},
-		workdir:   cstr(orDefault(p.Filesystem.Workdir, "/")),
-		argv:      cstrs(cfg.Args),
-		envv:      cstrs(p.Env),
-		ctty:      cfg.ControllingTerminal,
+		unshareCg:  true,
+		ops:        tree.ops,
+		remount:    tree.remount,
+		newRoot:    cstr(tree.root),
+		dot:        cstr("."),
+		slash:      cstr("/"),
+		hostname:   []byte(p.User.Hostname),
+		securebits: secureNoRoot,
+		rlimits:    rlimitsFor(p.Limits, group != nil),
+		lastCap:    lastCap(),
+		setgroups:  ids.setgroups,
+		uid:        uintptr(p.User.UID),
+		gid:        uintptr(p.User.GID),
+		capHdr:     unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3},
+		workdir:    cstr(orDefault(p.Filesystem.Workdir, "/")),
+		argv:       cstrs(cfg.Args),
+		envv:       cstrs(p.Env),
+		ctty:       cfg.ControllingTerminal,
+	}
+	if p.User.Root {
+		pl.securebits = secureRoot
 	}
 	if cfg.Agent && ids.setgroups {
 		if p.User.UID == AgentUID || p.User.GID == AgentUID {
@@ -322,6 +333,9 @@ func Start(cfg Config) (*Sandbox, error) {
 		for _, c := range AgentCaps {
 			pl.keepCaps |= 1 << c
 		}
+		if p.User.Root { // the agent hands them to the workload (its --root-caps)
+			pl.keepCaps |= rootCapMask()
+		}
 		for i := range pl.capData {
 			pl.capData[i].Permitted = uint32(pl.keepCaps >> (32 * i))
 			pl.capData[i].Effective = pl.capData[i].Permitted
@@ -329,6 +343,13 @@ func Start(cfg Config) (*Sandbox, error) {
 		}
 		enforced = append(enforced, rt.Layer{Name: "agent", State: rt.StateOK,
 			Detail: fmt.Sprintf("agent runs as uid %d (workload uid %d), non-dumpable; keeps only kill, setuid, setgid inside the user namespace", AgentUID, p.User.UID)})
+	} else if p.User.Root && !cfg.Agent {
+		pl.keepCaps = rootCapMask()
+		for i := range pl.capData {
+			pl.capData[i].Permitted = uint32(pl.keepCaps >> (32 * i))
+			pl.capData[i].Effective = pl.capData[i].Permitted
+			pl.capData[i].Inheritable = pl.capData[i].Permitted
+		}
 	} else if cfg.Agent {
 		enforced = append(enforced, rt.Layer{Name: "agent", State: rt.StateDegraded,
 			Detail: "unprivileged: the agent shares the workload's uid (non-dumpable, signals caught, but prlimit/setpriority by the workload reach it)"})
@@ -340,7 +361,7 @@ func Start(cfg Config) (*Sandbox, error) {
 	pl.argv0 = cstrs(candidates(cfg.Args[0], p.Env))
 	pl.argv0 = pl.argv0[:len(pl.argv0)-1]
 	enforced = append(enforced,
-		rt.Layer{Name: "capabilities", State: rt.StateOK, Detail: "all dropped (effective, permitted, inheritable, bounding, ambient); securebits noroot locked"},
+		capsLayer(p.User.Root),
 		rt.Layer{Name: "no_new_privs", State: rt.StateOK},
 		rt.Layer{Name: "rlimits", State: rt.StateOK, Detail: fmt.Sprintf("nofile %d, fsize %d, core 0, cpu %s", p.Limits.OpenFiles, p.Limits.FileSizeBytes, p.Limits.CPUTime)},
 		rt.Layer{Name: "tmpfs", State: rt.StateOK, Detail: fmt.Sprintf("/tmp and /workspace capped at %d bytes, %d inodes", p.Limits.DiskBytes, p.Limits.Inodes)},
@@ -752,4 +773,22 @@ func destroyGroup(g *cgroups.Group) {
 	if g != nil {
 		_ = g.Destroy()
 	}
+}
+
+// rootCapMask is RootCaps as a bit mask.
+func rootCapMask() uint64 {
+	var m uint64
+	for _, c := range RootCaps {
+		m |= 1 << c
+	}
+	return m
+}
+
+// capsLayer describes the workload's capabilities.
+func capsLayer(root bool) rt.Layer {
+	if !root {
+		return rt.Layer{Name: "capabilities", State: rt.StateOK, Detail: "all dropped (effective, permitted, inheritable, bounding, ambient); securebits noroot locked"}
+	}
+	return rt.Layer{Name: "capabilities", State: rt.StateOK, Detail: "root of the sandbox's user namespace: chown, dac_override, dac_read_search, fowner, setgid, setuid, net_bind_service, " +
+		"acting only on ids that namespace maps (never host root); every other capability dropped; securebits noroot locked; set*id to the agent's uid refused"}
 }
