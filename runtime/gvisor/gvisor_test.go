@@ -97,6 +97,11 @@ func TestEnforcedReport(t *testing.T) {
 	if _, ok := res.Enforced.Get("landlock"); ok {
 		t.Error("a gVisor run reports Landlock, which it does not apply")
 	}
+	// runsc drops tmpfs's nr_inodes (TestInodeFloodHitsMemoryLimit): the
+	// inode limit is reported as not enforced.
+	if l, ok := res.Enforced.Get("inodes"); !ok || l.State != "degraded" || !strings.Contains(l.Detail, "not enforced") {
+		t.Errorf("inodes layer %+v, want degraded", l)
+	}
 }
 
 // TestRuntimeMismatchRefused: neither runtime runs the other's policy.

@@ -184,6 +184,8 @@ func start(cfg native.Config, image string) (*Sandbox, error) {
 	enforced = append(enforced,
 		rt.Layer{Name: "rlimits", State: rt.StateOK, Detail: fmt.Sprintf("nofile %d, fsize %d, core 0, cpu %s (applied by gVisor)", p.Limits.OpenFiles, p.Limits.FileSizeBytes, p.Limits.CPUTime)},
 		rt.Layer{Name: "tmpfs", State: rt.StateOK, Detail: fmt.Sprintf("/tmp and /workspace: gVisor tmpfs capped at %d bytes each (inside the sentry's memory)", p.Limits.DiskBytes)},
+		rt.Layer{Name: "inodes", State: rt.StateDegraded, Detail: fmt.Sprintf("limits.inodes (%d) is not enforced: runsc passes only mode, size, uid and gid to gVisor's tmpfs (nr_inodes is dropped); "+
+			"a flood of files is stopped by the memory limit instead, which OOM-kills the whole sandbox (about 2-3 KiB of sentry memory per empty file)", p.Limits.Inodes)},
 	)
 
 	s := &Sandbox{ID: id, runsc: rs, group: group, enforced: enforced, waitDone: make(chan struct{})}
