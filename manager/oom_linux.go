@@ -9,3 +9,12 @@ func (n *ownInst) oomKills() (int64, error) {
 	st, err := n.sb.Stats()
 	return st.OOMKills, err
 }
+
+// setBackground sets the CPU weight of a sandbox whose runtime has one
+// (native); others are left as they are.
+func (n *ownInst) setBackground(on bool) error {
+	if c, ok := n.sb.(interface{ SetBackground(bool) error }); ok {
+		return c.SetBackground(on)
+	}
+	return nil
+}

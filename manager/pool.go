@@ -180,6 +180,12 @@ func (p *pool) build(profile string) (*Sandbox, error) {
 		defer cancel()
 		var sb *Sandbox
 		if sb, err = m.start(ctx, &req, pol, m.cfg.DefaultTimeout); err == nil {
+			// Warm with the CPU that sandboxes in use leave over: a
+			// refill started by a take must not slow the taker's first
+			// commands (createPooled restores the weight).
+			if berr := sb.background(true); berr != nil {
+				m.cfg.Logf("pool: sandbox %s: %v (warming at normal CPU weight)", sb.ID, berr)
+			}
 			if p.cfg.WarmPython {
 				err = warmPython(ctx, sb)
 			}
@@ -345,6 +351,14 @@ func (m *Manager) createPooled(ctx context.Context, req *CreateRequest, ttl time
 		return Info{}, false, nil
 	}
 	p.kick()
+	if err := sb.background(false); err != nil {
+		// It would run at a fraction of a fresh sandbox's CPU share: give
+		// it up and let the caller create one instead.
+		m.cfg.Logf("pool: sandbox %s: restoring its CPU weight: %v (creating a fresh sandbox)", sb.ID, err)
+		m.finish(sb, store.StateKilled, "pool: restoring CPU weight failed")
+		p.release()
+		return Info{}, false, nil
+	}
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
@@ -384,4 +398,13 @@ func (m *Manager) createPooled(ctx context.Context, req *CreateRequest, ttl time
 		"profile": rec.Profile, "metadata": req.Metadata, "timeout_s": ttl.Seconds(), "pooled": true,
 		"warm_python": p.cfg.WarmPython})
 	return sb.info(), true, nil
+}
+
+// background lowers (on) or restores (off) the sandbox's CPU weight
+// against the other sandboxes, where its runtime has one (native).
+func (s *Sandbox) background(on bool) error {
+	if b, ok := s.inst.(interface{ setBackground(bool) error }); ok {
+		return b.setBackground(on)
+	}
+	return nil
 }

@@ -2,11 +2,15 @@ package server_test
 
 import (
 	"context"
+	"os"
 	"sort"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"airlock/client"
+	"airlock/store"
 )
 
 // waitPool waits until the server's warm pool holds n ready sandboxes.
@@ -31,10 +35,25 @@ func TestPooledCreate(t *testing.T) {
 	c := client.New(s.URL, key)
 	ctx := ctxT(t)
 	waitPool(t, c, 2)
+	// Pooled sandboxes warm at a background CPU weight (host side), so
+	// that a refill does not slow the sandboxes in use.
+	pooled := pooledIDs(t, state)
+	if len(pooled) != 2 {
+		t.Fatalf("pooled sandboxes in the store: %v, want 2", pooled)
+	}
+	for _, id := range pooled {
+		if w, ok := cpuWeight(t, id); ok && w != 64 && w != 6 {
+			t.Errorf("pooled sandbox %s: CPU weight %d, want the background weight (v1 shares 64, v2 weight 6)", id, w)
+		}
+	}
 
 	sb, err := c.Create(ctx, client.CreateRequest{Metadata: map[string]string{"job": "pooled"}, Timeout: 120})
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Handed out: the default weight again.
+	if w, ok := cpuWeight(t, sb.ID); ok && w != 1024 && w != 100 {
+		t.Errorf("sandbox %s from the pool: CPU weight %d, want the default (v1 shares 1024, v2 weight 100)", sb.ID, w)
 	}
 	if sb.Metadata["job"] != "pooled" || sb.ExpiresAt == nil || time.Until(*sb.ExpiresAt) > 121*time.Second {
 		t.Fatalf("pooled sandbox info: %+v", sb)
@@ -74,6 +93,46 @@ func TestPooledCreate(t *testing.T) {
 		}
 	}
 	waitPool(t, c, 2)
+}
+
+// pooledIDs lists the ids of the warm pool's sandboxes from the server's
+// store.
+func pooledIDs(t testing.TB, state string) []string {
+	t.Helper()
+	st, err := store.Open(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	recs, err := st.ListSandboxes(context.Background(), store.ListFilter{Owner: "\x00pool"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, r := range recs {
+		if r.EndedAt == nil {
+			ids = append(ids, r.ID)
+		}
+	}
+	return ids
+}
+
+// cpuWeight reads a sandbox's CPU weight on the host: cgroup v1
+// cpu.shares or v2 cpu.weight; false if the host has no cpu controller.
+func cpuWeight(t testing.TB, id string) (int, bool) {
+	t.Helper()
+	for _, f := range []string{"/sys/fs/cgroup/cpu/airlock/" + id + "/cpu.shares", "/sys/fs/cgroup/airlock/" + id + "/cpu.weight"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		w, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil {
+			t.Fatalf("%s: %q", f, b)
+		}
+		return w, true
+	}
+	return 0, false
 }
 
 // BenchmarkPooledCreateFirstCell measures a create served from a warm pool
