@@ -1,0 +1,235 @@
+package egressproxy
+
+import (
+	"bytes"
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"airlock/egress"
+)
+
+const manifest = "../../deploy/airlock/egress-proxy.yaml"
+
+// manifestObjects decodes the proxy's manifest.
+func manifestObjects(t *testing.T) []*unstructured.Unstructured {
+	t.Helper()
+	b, err := os.ReadFile(manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var objs []*unstructured.Unstructured
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(b), 4096)
+	for {
+		var u unstructured.Unstructured
+		if err := dec.Decode(&u.Object); err != nil {
+			if errors.Is(err, io.EOF) {
+				return objs
+			}
+			t.Fatalf("%s: %v", manifest, err)
+		}
+		if len(u.Object) > 0 {
+			objs = append(objs, &u)
+		}
+	}
+}
+
+// TestManifestPolicies: the NetworkPolicies in deploy/ are exactly what
+// NetworkPolicies builds for that layout, and they deny what they must.
+func TestManifestPolicies(t *testing.T) {
+	want, err := NetworkPolicies(PolicyConfig{
+		SandboxNamespace: "airlock-sandboxes",
+		ServerNamespace:  "airlock", ServerLabels: map[string]string{"app.kubernetes.io/name": "airlock-server"},
+		ProxyNamespace: "airlock", ProxyLabels: map[string]string{"app.kubernetes.io/name": "airlock-egress-proxy"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []*networkingv1.NetworkPolicy
+	for _, u := range manifestObjects(t) {
+		if u.GetKind() != "NetworkPolicy" {
+			continue
+		}
+		var np networkingv1.NetworkPolicy
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &np); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, &np)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d NetworkPolicies in %s, want %d", len(got), manifest, len(want))
+	}
+	for i := range want {
+		if !equality.Semantic.DeepEqual(got[i], want[i]) {
+			t.Errorf("%s: NetworkPolicy %s differs from NetworkPolicies():\n got %+v\nwant %+v", manifest, want[i].Name, got[i].Spec, want[i].Spec)
+		}
+	}
+	sb := want[0].Spec
+	// Egress: one rule, to the proxy pods alone, on the proxy ports: no
+	// DNS (port 53), no ipBlock.
+	if len(sb.Egress) != 1 || len(sb.Egress[0].To) != 1 || sb.Egress[0].To[0].IPBlock != nil || sb.Egress[0].To[0].PodSelector == nil {
+		t.Fatalf("sandbox egress: %+v", sb.Egress)
+	}
+	for _, p := range sb.Egress[0].Ports {
+		if p.Port.IntValue() == 53 {
+			t.Fatal("sandbox pods may reach DNS")
+		}
+	}
+	if len(sb.Ingress) != 1 || len(sb.Ingress[0].Ports) != 1 || sb.Ingress[0].Ports[0].Port.IntValue() != 7070 {
+		t.Fatalf("sandbox ingress: %+v", sb.Ingress)
+	}
+	if _, err := NetworkPolicies(PolicyConfig{SandboxNamespace: "a", ServerNamespace: "b", ProxyNamespace: "c"}); err == nil {
+		t.Fatal("empty selectors accepted (they would select every pod)")
+	}
+}
+
+// assetsDir finds kube-apiserver and etcd as the kube package's tests do
+// (scripts/kube-assets.sh).
+func assetsDir() string {
+	if d := os.Getenv("KUBEBUILDER_ASSETS"); d != "" {
+		return d
+	}
+	cache := os.Getenv("AIRLOCK_KUBE_CACHE")
+	if cache == "" {
+		cache = "/var/cache/airlock/kube"
+	}
+	return filepath.Join(cache, "v1.34.4", "bin")
+}
+
+// TestWatchRealAPIServer runs the proxy fed by a real kube-apiserver (and
+// etcd): pods and the egress Secret are created in the API, the pod's IP
+// and phase set through the status subresource, and the proxy, bound only
+// by the Role of deploy/airlock/egress-proxy.yaml, follows them.
+func TestWatchRealAPIServer(t *testing.T) {
+	dir := assetsDir()
+	if _, err := os.Stat(filepath.Join(dir, "kube-apiserver")); err != nil {
+		t.Skipf("no kube-apiserver in %s (run scripts/kube-assets.sh or set KUBEBUILDER_ASSETS): %v", dir, err)
+	}
+	env := &envtest.Environment{BinaryAssetsDirectory: dir, ControlPlaneStartTimeout: 3 * time.Minute}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatalf("start kube-apiserver and etcd from %s: %v", dir, err)
+	}
+	t.Cleanup(func() { env.Stop() })
+	admin := kubernetes.NewForConfigOrDie(cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	const ns = "airlock-sandboxes"
+	for _, n := range []string{"airlock", ns} {
+		if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The proxy's RBAC from the manifest, nothing else.
+	for _, u := range manifestObjects(t) {
+		switch u.GetKind() {
+		case "Role":
+			var r rbacv1.Role
+			runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &r)
+			_, err = admin.RbacV1().Roles(r.Namespace).Create(ctx, &r, metav1.CreateOptions{})
+		case "RoleBinding":
+			var rb rbacv1.RoleBinding
+			runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &rb)
+			_, err = admin.RbacV1().RoleBindings(rb.Namespace).Create(ctx, &rb, metav1.CreateOptions{})
+		default:
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%s %s: %v", u.GetKind(), u.GetName(), err)
+		}
+	}
+	proxyCfg := rest.CopyConfig(cfg)
+	proxyCfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:airlock:airlock-egress-proxy"}
+	proxyClient := kubernetes.NewForConfigOrDie(proxyCfg)
+	if _, err := proxyClient.CoreV1().Pods("default").List(ctx, metav1.ListOptions{}); err == nil {
+		t.Fatal("the proxy's identity may list pods outside the sandboxes' namespace")
+	}
+
+	// A sandbox with a secret, its pod at 127.0.0.1 (the test's clients).
+	data, err := EgressSecretData("sb-k8s", []egress.Secret{{Host: "api.example.com", Header: "Authorization", Value: testSecretValue}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = admin.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: EgressSecretName("sb-k8s"), Labels: map[string]string{LabelSandbox: "sb-k8s", LabelPurpose: PurposeEgress}},
+		Data:       data,
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "sb-k8s", Labels: map[string]string{LabelSandbox: "sb-k8s"},
+			Annotations: map[string]string{AnnotationNetwork: allowAllowed}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "sandbox", Image: "example.invalid/none"}}},
+	}
+	if pod, err = admin.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1", PodIPs: []corev1.PodIP{{IP: "127.0.0.1"}}}
+	if _, err = admin.CoreV1().Pods(ns).UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	u := startUpstream(t)
+	s, addr := startServer(t, u)
+	if err := Watch(ctx, proxyClient, ns, s); err != nil {
+		t.Fatal(err)
+	}
+	allowed := fmt.Sprintf("http://allowed.test:%d/hello", u.httpPort)
+	if code, body := get(t, addr, allowed, nil); code != 200 {
+		t.Fatalf("after the initial sync: %d %q", code, body)
+	}
+	trust := x509.NewCertPool()
+	trust.AppendCertsFromPEM(data[CACertKey])
+	if code, body := get(t, addr, fmt.Sprintf("https://api.example.com:%d/auth", u.httpsPort), trust); code != 200 {
+		t.Fatalf("injection: %d %q", code, body)
+	}
+
+	// A policy change made in the API reaches the proxy.
+	patch := []byte(`{"metadata":{"annotations":{"airlock.dev/network":"{\"mode\":\"allowlist\",\"allow\":[\"other.test\",\"127.0.0.1\"]}"}}}`)
+	if _, err := admin.CoreV1().Pods(ns).Patch(ctx, "sb-k8s", "application/merge-patch+json", patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the policy change", func() bool { code, _ := get(t, addr, allowed, nil); return code == 403 })
+
+	// The pod is deleted: its IP no longer identifies the sandbox.
+	if err := admin.CoreV1().Pods(ns).Delete(ctx, "sb-k8s", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the pod's deletion", func() bool {
+		_, body := get(t, addr, fmt.Sprintf("http://other.test:%d/hello", u.httpPort), nil)
+		return strings.Contains(body, "unknown source 127.0.0.1")
+	})
+}
+
+// waitFor polls cond for up to a minute (the watch is asynchronous).
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the proxy did not see %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
