@@ -84,7 +84,8 @@ type Config struct {
 	// tokens are still checked.
 	NoAuth bool
 	// SecretFile holds the key the per-sandbox access tokens are derived
-	// from; it is created (mode 0600) if missing. Empty means e2b.key in
+	// from; it is created (mode 0600) if missing. Empty means the key in
+	// the Store's shared database (store.Options.DatabaseURL) or e2b.key in
 	// the store's directory, or, without a Store, a key that lives as long
 	// as the process.
 	SecretFile string
@@ -147,11 +148,19 @@ func NewHandler(cfg Config) (*Handler, error) {
 	if cfg.Logf == nil {
 		cfg.Logf = log.Printf
 	}
-	if cfg.SecretFile == "" && cfg.Store != nil {
+	// Replicas on a shared database must verify each other's tokens: the
+	// key is then kept there.
+	shared := cfg.SecretFile == "" && cfg.Store != nil && cfg.Store.SharedDatabase() != ""
+	if cfg.SecretFile == "" && cfg.Store != nil && !shared {
 		cfg.SecretFile = filepath.Join(filepath.Dir(cfg.Store.Path()), "e2b.key")
 	}
 	secret := make([]byte, 32)
-	if cfg.SecretFile == "" {
+	if shared {
+		var err error
+		if secret, err = cfg.Store.SharedSecret(context.Background(), "e2b.token_key", 32); err != nil {
+			return nil, fmt.Errorf("e2b: token key: %w", err)
+		}
+	} else if cfg.SecretFile == "" {
 		if _, err := rand.Read(secret); err != nil {
 			return nil, fmt.Errorf("e2b: token key: %w", err)
 		}

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"crypto/rand"
 	"database/sql"
 	"encoding/json"
 	"errors"
@@ -97,6 +98,13 @@ CREATE INDEX sandbox_owners_owner ON sandbox_owners(owner);
 	// in files of its state directory (package approval).
 	`
 ALTER TABLE api_keys ADD COLUMN approval_policy TEXT;
+`,
+	// 3: random keys every server must hold the same (SharedSecret).
+	`
+CREATE TABLE secrets (
+	name  TEXT PRIMARY KEY,
+	value BYTEA NOT NULL
+);
 `,
 }
 
@@ -262,4 +270,30 @@ func (s *Store) KeyApprovalPolicy(ctx context.Context, id string) (json.RawMessa
 		return nil, fmt.Errorf("store: approval policy of key %q: %w", id, s.sharedErr(err))
 	}
 	return json.RawMessage(v.String), nil
+}
+
+// SharedSecret returns the random key called name that every server on the
+// shared database uses (such as the E2B token key, which a single server
+// keeps in its state directory), creating it with n random bytes on first
+// use; servers racing to create it all get the one that was stored. Without
+// a shared database it returns an error wrapping ErrNotShared.
+func (s *Store) SharedSecret(ctx context.Context, name string, n int) ([]byte, error) {
+	if !s.pg {
+		return nil, fmt.Errorf("store: secret %q: %w", name, ErrNotShared)
+	}
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		return nil, fmt.Errorf("store: secret %q: %w", name, err)
+	}
+	if _, err := s.kw.ExecContext(ctx, `INSERT INTO secrets (name, value) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING`, name, b); err != nil {
+		return nil, fmt.Errorf("store: secret %q: %w", name, s.sharedErr(err))
+	}
+	var v []byte
+	if err := s.kr.QueryRowContext(ctx, `SELECT value FROM secrets WHERE name = $1`, name).Scan(&v); err != nil {
+		return nil, fmt.Errorf("store: secret %q: %w", name, s.sharedErr(err))
+	}
+	if len(v) < n {
+		return nil, fmt.Errorf("store: secret %q is %d bytes, want at least %d", name, len(v), n)
+	}
+	return v, nil
 }

@@ -225,3 +225,32 @@ func TestPGKeyApprovalPolicy(t *testing.T) {
 		t.Errorf("SQLite store: %v, want ErrNotShared", err)
 	}
 }
+
+// Servers starting at once on one database agree on a shared secret.
+func TestPGSharedSecret(t *testing.T) {
+	b := backend{name: "postgres", url: pgtest.Shared(t).NewDatabase(t)}
+	const n = 4
+	stores := make([]*Store, n)
+	for i := range stores {
+		stores[i], _ = b.openTest(t)
+	}
+	got := make([][]byte, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i, s := range stores {
+		wg.Go(func() { got[i], errs[i] = s.SharedSecret(context.Background(), "e2b.token_key", 32) })
+	}
+	wg.Wait()
+	for i := range n {
+		if errs[i] != nil || len(got[i]) != 32 || string(got[i]) != string(got[0]) {
+			t.Fatalf("server %d: secret %x, %v; server 0: %x", i, got[i], errs[i], got[0])
+		}
+	}
+	if other, err := stores[0].SharedSecret(context.Background(), "other", 32); err != nil || string(other) == string(got[0]) {
+		t.Errorf("another name gave %x, %v", other, err)
+	}
+	local, _ := openTest(t)
+	if _, err := local.SharedSecret(context.Background(), "x", 32); !errors.Is(err, ErrNotShared) {
+		t.Errorf("SQLite store: %v, want ErrNotShared", err)
+	}
+}
