@@ -93,8 +93,9 @@ type Config struct {
 
 // Backend is a manager.Backend on a Kubernetes cluster.
 type Backend struct {
-	cfg Config
-	c   client.Client
+	cfg  Config
+	c    client.Client
+	port int // the agents' port (AgentPort; tests change it)
 
 	caMu sync.Mutex
 	ca   *agenttls.CA
@@ -137,7 +138,7 @@ func New(cfg Config) (*Backend, error) {
 	if cfg.Logf == nil {
 		cfg.Logf = func(string, ...any) {}
 	}
-	return &Backend{cfg: cfg, c: cfg.Client, conns: map[string]*conn{}}, nil
+	return &Backend{cfg: cfg, c: cfg.Client, port: AgentPort, conns: map[string]*conn{}}, nil
 }
 
 // Name implements manager.Backend.
@@ -628,7 +629,7 @@ func (b *Backend) Connect(ctx context.Context, owner, id string) (manager.Remote
 	if err != nil {
 		return rs, err
 	}
-	nc, err := agenttls.Dial(ctx, net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(AgentPort)), creds)
+	nc, err := agenttls.Dial(ctx, net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(b.port)), creds)
 	if err != nil {
 		return rs, err
 	}

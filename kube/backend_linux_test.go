@@ -372,8 +372,11 @@ func TestRefusals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.m.MemorySnapshot(ctx, "key-ref", in.ID); err == nil {
-		t.Error("memory snapshot of a pod succeeded")
+	if _, err := r.m.MemorySnapshot(ctx, "key-ref", in.ID); !errors.Is(err, manager.ErrPolicy) || !errors.Is(err, manager.ErrBackend) {
+		t.Errorf("memory snapshot: %v, want ErrPolicy (backend)", err)
+	}
+	if _, err := r.m.Snapshot(ctx, "key-ref", in.ID, ""); !errors.Is(err, manager.ErrPolicy) || !errors.Is(err, manager.ErrBackend) {
+		t.Errorf("image snapshot: %v, want ErrPolicy (backend)", err)
 	}
 	if _, err := r.m.SetNetwork(ctx, "key-ref", in.ID, policy.Network{Mode: policy.NetNone}); !errors.Is(err, manager.ErrPolicy) {
 		t.Errorf("set network: %v, want ErrPolicy", err)

@@ -143,6 +143,9 @@ const ActionSandboxSnapshot = "sandbox.snapshot"
 // created from plus everything the sandbox has changed in its root so far.
 // Files the sandbox writes meanwhile may or may not be in it.
 func (m *Manager) Snapshot(ctx context.Context, owner, id, name string) (*imagestore.Image, error) {
+	if m.remote() {
+		return nil, m.notRemote("image snapshots of a sandbox's root")
+	}
 	sb, err := m.Lookup(owner, id)
 	if err != nil {
 		return nil, err

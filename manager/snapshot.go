@@ -91,6 +91,9 @@ func (m *Manager) resolveSnapshot(req *CreateRequest) error {
 // Native sandboxes cannot be snapshotted (ErrPolicy); the images of all
 // snapshots together are capped by Config.SnapshotQuota (ErrLimit).
 func (m *Manager) MemorySnapshot(ctx context.Context, owner, id string) (SnapshotInfo, error) {
+	if m.remote() {
+		return SnapshotInfo{}, m.notRemote("memory snapshots")
+	}
 	sb, err := m.Lookup(owner, id)
 	if err != nil {
 		return SnapshotInfo{}, err
