@@ -46,9 +46,13 @@ type Cluster struct {
 	dbs  atomic.Int64
 }
 
-// binDir finds the newest Debian PostgreSQL server binaries.
-func binDir() (string, error) {
-	ms, _ := filepath.Glob("/usr/lib/postgresql/*/bin/postgres")
+// debianRoot is where Debian's postgresql packages put each version.
+const debianRoot = "/usr/lib/postgresql"
+
+// binDir finds the newest PostgreSQL server binaries under root (Debian's
+// layout: root/VERSION/bin).
+func binDir(root string) (string, error) {
+	ms, _ := filepath.Glob(filepath.Join(root, "*/bin/postgres"))
 	slices.SortFunc(ms, func(a, b string) int {
 		va, _ := strconv.Atoi(filepath.Base(filepath.Dir(filepath.Dir(a))))
 		vb, _ := strconv.Atoi(filepath.Base(filepath.Dir(filepath.Dir(b))))
@@ -60,12 +64,12 @@ func binDir() (string, error) {
 			return d, nil
 		}
 	}
-	return "", errors.New("pgtest: PostgreSQL server binaries not found in /usr/lib/postgresql/*/bin: run scripts/setup.sh (installs Debian's postgresql)")
+	return "", fmt.Errorf("pgtest: PostgreSQL server binaries not found in %s/*/bin: run scripts/setup.sh (installs Debian's postgresql)", root)
 }
 
 // Start creates and starts a new cluster.
 func Start() (*Cluster, error) {
-	bin, err := binDir()
+	bin, err := binDir(debianRoot)
 	if err != nil {
 		return nil, err
 	}
