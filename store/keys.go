@@ -164,6 +164,9 @@ func (s *Store) Authenticate(ctx context.Context, secret string) (*APIKey, error
 	}
 	h := sha256.Sum256([]byte(secret))
 	if s.pg {
+		// An unreachable database fails the request instead of holding it.
+		ctx, cancel := context.WithTimeout(ctx, pgTimeout)
+		defer cancel()
 		return s.keyByHash(ctx, h)
 	}
 	return s.authenticateCached(ctx, h)
