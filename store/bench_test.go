@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"testing"
+
+	"airlock/internal/pgtest"
 )
 
 // BenchmarkAuthenticate measures the per-request cost of checking an API key
@@ -103,6 +105,45 @@ func BenchmarkAudit(b *testing.B) {
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
 				if _, err := s.insAudit.ExecContext(ctx, int64(1), ev.KeyID, ev.SandboxID, ev.Action, string(ev.Detail)); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	})
+}
+
+// BenchmarkPostgres measures the shared database's per-request costs on a
+// local test cluster: a key check (one query, nothing cached) and audit
+// appends (one advisory-locked transaction per batch).
+func BenchmarkPostgres(b *testing.B) {
+	be := backend{name: "postgres", url: pgtest.Shared(b).NewDatabase(b)}
+	s, _ := be.openTest(b)
+	ctx := context.Background()
+	_, secret, err := s.CreateKey(ctx, "bench", 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("authenticate", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := s.Authenticate(ctx, secret); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	ev := AuditEvent{KeyID: "key_0123456789abcdef", SandboxID: "sb-0123", Action: ActionExec,
+		Detail: json.RawMessage(`{"argv":["python3","-c","print(1)"],"exit":0,"ms":12}`)}
+	b.Run("audit-serial", func(b *testing.B) {
+		for b.Loop() {
+			if err := s.Audit(ctx, ev); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("audit-parallel", func(b *testing.B) {
+		b.SetParallelism(16)
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if err := s.Audit(ctx, ev); err != nil {
 					b.Fatal(err)
 				}
 			}
