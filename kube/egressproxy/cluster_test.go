@@ -1,15 +1,20 @@
 package egressproxy
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -23,9 +28,11 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"airlock/egress"
+	"airlock/internal/testserver"
 )
 
 const manifest = "../../deploy/airlock/egress-proxy.yaml"
@@ -115,51 +122,115 @@ func assetsDir() string {
 	return filepath.Join(cache, "v1.34.4", "bin")
 }
 
+// The control plane shared by the tests that need one, started on first
+// use and stopped by TestMain.
+var (
+	envOnce sync.Once
+	testEnv *envtest.Environment
+	envCfg  *rest.Config
+	envErr  error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if testEnv != nil {
+		testEnv.Stop()
+	}
+	os.Exit(code)
+}
+
+// cluster returns the admin config of a real kube-apiserver (and etcd)
+// holding the namespaces and the proxy's RBAC from the manifest; it skips
+// the test when scripts/kube-assets.sh has not built the binaries.
+func cluster(t *testing.T) *rest.Config {
+	t.Helper()
+	dir := assetsDir()
+	if _, err := os.Stat(filepath.Join(dir, "kube-apiserver")); err != nil {
+		t.Skipf("no kube-apiserver in %s (run scripts/kube-assets.sh or set KUBEBUILDER_ASSETS): %v", dir, err)
+	}
+	envOnce.Do(func() {
+		testEnv = &envtest.Environment{BinaryAssetsDirectory: dir, ControlPlaneStartTimeout: 3 * time.Minute}
+		if envCfg, envErr = testEnv.Start(); envErr != nil {
+			envErr = fmt.Errorf("start kube-apiserver and etcd from %s: %w", dir, envErr)
+			return
+		}
+		envErr = applyProxyRBAC(envCfg, manifestObjects(t))
+	})
+	if envErr != nil {
+		t.Fatal(envErr)
+	}
+	return envCfg
+}
+
+// sandboxNS is the sandboxes' namespace of deploy/airlock.
+const sandboxNS = "airlock-sandboxes"
+
+// proxyUser is the identity of the proxy's ServiceAccount.
+const proxyUser = "system:serviceaccount:airlock:airlock-egress-proxy"
+
+// applyProxyRBAC creates the namespaces and the proxy's Role and
+// RoleBinding from the manifest, nothing else.
+func applyProxyRBAC(cfg *rest.Config, objs []*unstructured.Unstructured) error {
+	admin := kubernetes.NewForConfigOrDie(cfg)
+	ctx := context.Background()
+	for _, n := range []string{"airlock", sandboxNS} {
+		if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}}, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+	}
+	for _, u := range objs {
+		var err error
+		switch u.GetKind() {
+		case "Role":
+			var r rbacv1.Role
+			if err = runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &r); err == nil {
+				_, err = admin.RbacV1().Roles(r.Namespace).Create(ctx, &r, metav1.CreateOptions{})
+			}
+		case "RoleBinding":
+			var rb rbacv1.RoleBinding
+			if err = runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &rb); err == nil {
+				_, err = admin.RbacV1().RoleBindings(rb.Namespace).Create(ctx, &rb, metav1.CreateOptions{})
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", u.GetKind(), u.GetName(), err)
+		}
+	}
+	return nil
+}
+
+// runningPod creates a sandbox pod in the API and sets its status to
+// Running at 127.0.0.1 through the status subresource.
+func runningPod(ctx context.Context, t *testing.T, admin kubernetes.Interface, id, network string) {
+	t.Helper()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: id, Labels: map[string]string{LabelSandbox: id},
+			Annotations: map[string]string{AnnotationNetwork: network}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "sandbox", Image: "example.invalid/none"}}},
+	}
+	pod, err := admin.CoreV1().Pods(sandboxNS).Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1", PodIPs: []corev1.PodIP{{IP: "127.0.0.1"}}}
+	if _, err = admin.CoreV1().Pods(sandboxNS).UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestWatchRealAPIServer runs the proxy fed by a real kube-apiserver (and
 // etcd): pods and the egress Secret are created in the API, the pod's IP
 // and phase set through the status subresource, and the proxy, bound only
 // by the Role of deploy/airlock/egress-proxy.yaml, follows them.
 func TestWatchRealAPIServer(t *testing.T) {
-	dir := assetsDir()
-	if _, err := os.Stat(filepath.Join(dir, "kube-apiserver")); err != nil {
-		t.Skipf("no kube-apiserver in %s (run scripts/kube-assets.sh or set KUBEBUILDER_ASSETS): %v", dir, err)
-	}
-	env := &envtest.Environment{BinaryAssetsDirectory: dir, ControlPlaneStartTimeout: 3 * time.Minute}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatalf("start kube-apiserver and etcd from %s: %v", dir, err)
-	}
-	t.Cleanup(func() { env.Stop() })
+	cfg := cluster(t)
 	admin := kubernetes.NewForConfigOrDie(cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 
-	const ns = "airlock-sandboxes"
-	for _, n := range []string{"airlock", ns} {
-		if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// The proxy's RBAC from the manifest, nothing else.
-	for _, u := range manifestObjects(t) {
-		switch u.GetKind() {
-		case "Role":
-			var r rbacv1.Role
-			runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &r)
-			_, err = admin.RbacV1().Roles(r.Namespace).Create(ctx, &r, metav1.CreateOptions{})
-		case "RoleBinding":
-			var rb rbacv1.RoleBinding
-			runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &rb)
-			_, err = admin.RbacV1().RoleBindings(rb.Namespace).Create(ctx, &rb, metav1.CreateOptions{})
-		default:
-			continue
-		}
-		if err != nil {
-			t.Fatalf("%s %s: %v", u.GetKind(), u.GetName(), err)
-		}
-	}
+	const ns = sandboxNS
 	proxyCfg := rest.CopyConfig(cfg)
-	proxyCfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:airlock:airlock-egress-proxy"}
+	proxyCfg.Impersonate = rest.ImpersonationConfig{UserName: proxyUser}
 	proxyClient := kubernetes.NewForConfigOrDie(proxyCfg)
 	if _, err := proxyClient.CoreV1().Pods("default").List(ctx, metav1.ListOptions{}); err == nil {
 		t.Fatal("the proxy's identity may list pods outside the sandboxes' namespace")
@@ -177,18 +248,7 @@ func TestWatchRealAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "sb-k8s", Labels: map[string]string{LabelSandbox: "sb-k8s"},
-			Annotations: map[string]string{AnnotationNetwork: allowAllowed}},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "sandbox", Image: "example.invalid/none"}}},
-	}
-	if pod, err = admin.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1", PodIPs: []corev1.PodIP{{IP: "127.0.0.1"}}}
-	if _, err = admin.CoreV1().Pods(ns).UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	runningPod(ctx, t, admin, "sb-k8s", allowAllowed)
 
 	u := startUpstream(t)
 	s, addr := startServer(t, u)
@@ -232,4 +292,95 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// TestEgressProxyCommand runs `airlock egress-proxy` as a process against
+// the real kube-apiserver, as the proxy's ServiceAccount (a kubeconfig that
+// impersonates it), and proxies through it for a pod created in the API.
+func TestEgressProxyCommand(t *testing.T) {
+	cluster(t)
+	admin := kubernetes.NewForConfigOrDie(envCfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	kc, err := clientcmd.Load(testEnv.KubeConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ai := range kc.AuthInfos {
+		ai.Impersonate = proxyUser
+	}
+	kcFile := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, kcFile); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(testserver.Binary(t), "egress-proxy", "--kubeconfig", kcFile, "--namespace", sandboxNS,
+		"--http", "127.0.0.1:0", "--socks", "127.0.0.1:0", "-v")
+	var logs syncBuffer
+	pipe, _ := cmd.StderrPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	addrc := make(chan string, 2)
+	go func() {
+		sc := bufio.NewScanner(pipe)
+		for sc.Scan() {
+			fmt.Fprintln(&logs, sc.Text())
+			var rec struct{ Msg, Kind, Addr string }
+			if json.Unmarshal(sc.Bytes(), &rec) == nil && rec.Msg == "listening" && rec.Kind == "http" {
+				addrc <- rec.Addr
+			}
+		}
+		exited <- cmd.Wait()
+	}()
+	defer func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case err := <-exited:
+			if err != nil {
+				t.Errorf("egress-proxy exit: %v\n%s", err, logs.String())
+			}
+		case <-time.After(30 * time.Second):
+			cmd.Process.Kill()
+			t.Errorf("egress-proxy did not exit on SIGTERM")
+		}
+	}()
+	var addr string
+	select {
+	case addr = <-addrc:
+	case err := <-exited:
+		t.Fatalf("egress-proxy exited: %v\n%s", err, logs.String())
+	case <-time.After(time.Minute):
+		t.Fatalf("egress-proxy did not listen:\n%s", logs.String())
+	}
+
+	u := startUpstream(t)
+	target := fmt.Sprintf("http://127.0.0.1:%d/cmd", u.httpPort)
+	if code, body := get(t, addr, target, nil); code != 403 || !strings.Contains(body, "unknown source") {
+		t.Fatalf("before the pod: %d %q", code, body)
+	}
+	runningPod(ctx, t, admin, "sb-cmd", `{"mode":"allowlist","allow":["127.0.0.1"]}`)
+	defer admin.CoreV1().Pods(sandboxNS).Delete(ctx, "sb-cmd", metav1.DeleteOptions{})
+	waitFor(t, "the pod", func() bool { code, _ := get(t, addr, target, nil); return code == 200 })
+	waitFor(t, "the connection in its log", func() bool {
+		return strings.Contains(logs.String(), `"msg":"connection","sandbox":"sb-cmd","host":"127.0.0.1"`)
+	})
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
