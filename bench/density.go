@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -125,7 +126,7 @@ var densityProbe = []string{"/bin/true"}
 func Density(peers []Peer, argv []string, opts DensityOptions) Figure {
 	opts.defaults()
 	fig := Figure{Name: "density", Unit: UnitMiB, Command: append([]string(nil), argv...)}
-	fig.Note = fmt.Sprintf("per sandbox: PSS of its processes (sum of Pss in /proc/PID/smaps_rollup) + kernel memory of its own cgroup "+
+	fig.Note = fmt.Sprintf("per sandbox: PSS of its processes (sum of Pss in /proc/PID/smaps_rollup, once per address space: processes sharing one, as gVisor's systrap stubs do, are counted once) + kernel memory of its own cgroup "+
 		"(v1 memory.kmem.usage_in_bytes; else usage_in_bytes minus the processes' RSS; v2 memory.stat kernel); "+
 		"up to %d sandboxes or %s per peer, peers one after another (not alternated); at the end every sandbox must be alive "+
 		"and, where the peer can exec into it, run /bin/true; "+
@@ -362,11 +363,17 @@ func measureSandbox(idle *Idle, self string) cost {
 		pids[pid] = true
 	}
 	var rss int64
+	var counted []int // one process per address space
 	for pid := range pids {
+		if slices.ContainsFunc(counted, func(o int) bool { return sameMM(pid, o) }) {
+			c.procs++ // shares an address space already counted
+			continue
+		}
 		p, r, ok := smapsRollup(pid)
 		if !ok {
 			continue
 		}
+		counted = append(counted, pid)
 		c.pss += p
 		rss += r
 		c.procs++

@@ -153,3 +153,43 @@ func TestGVisorDensityFigure(t *testing.T) {
 		}
 	}
 }
+
+// TestDensityCountsAddressSpacesOnce: gVisor's systrap stubs share one
+// address space (clone with CLONE_VM) and each reports its whole PSS; the
+// density cost counts it once, so it is less than the naive sum over the
+// sandbox's processes.
+func TestDensityCountsAddressSpacesOnce(t *testing.T) {
+	srv := gvisorServer(t)
+	idle, err := srv.gvisorPeer().StartIdle(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idle.Stop()
+	if idle.Cgroup == "" {
+		t.Fatal("no cgroup for the gvisor sandbox")
+	}
+	pids := append(cgroupProcs(idle.Cgroup), descendants(idle.Root)...)
+	shared := false
+	var naive int64
+	seen := map[int]bool{}
+	for i, p := range pids {
+		if seen[p] {
+			continue
+		}
+		seen[p] = true
+		if pss, _, ok := smapsRollup(p); ok {
+			naive += pss
+		}
+		for _, q := range pids[i+1:] {
+			if q != p && sameMM(p, q) {
+				shared = true
+			}
+		}
+	}
+	if !shared {
+		t.Fatalf("no two processes of the gvisor sandbox (%v) share an address space", pids)
+	}
+	if c := measureSandbox(idle, memCgroup(os.Getpid())); c.pss <= 0 || c.pss >= naive {
+		t.Fatalf("measured pss %d, naive sum %d: the shared address space is not counted once", c.pss, naive)
+	}
+}

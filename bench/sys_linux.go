@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // nsThread is an OS thread in a private mount namespace from which commands
@@ -179,4 +181,15 @@ func cgroupLayout() string {
 		return "v1 + cgroup2 at /sys/fs/cgroup/unified (hybrid)"
 	}
 	return "v1"
+}
+
+// kcmpVM is kcmp(2)'s KCMP_VM: do two processes share one address space?
+const kcmpVM = 1
+
+// sameMM reports whether processes a and b share one address space (as
+// gVisor's systrap stubs do, clone(CLONE_VM) without CLONE_THREAD): each
+// then reports the whole space's PSS, which must be counted once.
+func sameMM(a, b int) bool {
+	r, _, e := syscall.Syscall6(unix.SYS_KCMP, uintptr(a), uintptr(b), kcmpVM, 0, 0, 0)
+	return e == 0 && r == 0
 }

@@ -30,3 +30,6 @@ func kernelRelease() string { return "unknown" }
 
 // cgroupLayout is "none" outside Linux.
 func cgroupLayout() string { return "none" }
+
+// sameMM is only known on Linux.
+func sameMM(a, b int) bool { return false }
