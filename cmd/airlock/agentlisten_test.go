@@ -14,7 +14,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -34,24 +33,7 @@ type listeningAgent struct {
 	home   string
 	bundle *agenttls.Bundle
 	cmd    *exec.Cmd
-	stderr *syncBuffer
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	stderr *testserver.Output
 }
 
 // startListeningAgent installs the binary with install-agent into a fresh
@@ -114,7 +96,7 @@ func startListeningAgent(t *testing.T) *listeningAgent {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	la := &listeningAgent{home: home, bundle: b, cmd: cmd, stderr: &syncBuffer{}}
+	la := &listeningAgent{home: home, bundle: b, cmd: cmd, stderr: &testserver.Output{}}
 	exited := make(chan struct{})
 	t.Cleanup(func() {
 		cmd.Process.Signal(syscall.SIGTERM) // outside a pid namespace: clean shutdown

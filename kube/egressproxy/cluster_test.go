@@ -314,9 +314,9 @@ func TestEgressProxyCommand(t *testing.T) {
 	if err := clientcmd.WriteToFile(*kc, kcFile); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(testserver.Binary(t), "egress-proxy", "--kubeconfig", kcFile, "--namespace", sandboxNS,
+	cmd := exec.Command(testserver.KubernetesBinary(t), "egress-proxy", "--kubeconfig", kcFile, "--namespace", sandboxNS,
 		"--http", "127.0.0.1:0", "--socks", "127.0.0.1:0", "-v")
-	var logs syncBuffer
+	var logs testserver.Output
 	pipe, _ := cmd.StderrPipe()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -366,21 +366,4 @@ func TestEgressProxyCommand(t *testing.T) {
 	waitFor(t, "the connection in its log", func() bool {
 		return strings.Contains(logs.String(), `"msg":"connection","sandbox":"sb-cmd","host":"127.0.0.1"`)
 	})
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
