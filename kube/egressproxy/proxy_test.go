@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"airlock/egress"
+	"airlock/internal/testserver"
 )
 
 // testSecretValue is the injected credential; it must reach the upstream
@@ -72,15 +73,23 @@ var testResolver = egress.StaticResolver{
 // startServer runs a Server's HTTP listener on 127.0.0.1: every test
 // connection comes from 127.0.0.1, the "pod IP" of the test pods.
 func startServer(t *testing.T, u *upstream) (*Server, string) {
+	s, addr, _ := startServerLog(t, u)
+	return s, addr
+}
+
+// startServerLog is startServer with the proxy's log (every level) kept.
+func startServerLog(t *testing.T, u *upstream) (*Server, string, *testserver.Output) {
 	t.Helper()
-	s := New(Config{Egress: egress.Config{Resolver: testResolver, RootCAs: u.roots, Logger: slog.New(slog.DiscardHandler)}})
+	logs := &testserver.Output{}
+	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	s := New(Config{Egress: egress.Config{Resolver: testResolver, RootCAs: u.roots, Logger: log}})
 	t.Cleanup(func() { s.Close() })
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	go s.Serve(l, egress.HTTP)
-	return s, l.Addr().String()
+	return s, l.Addr().String(), logs
 }
 
 // get fetches rawURL through the proxy at proxyAddr, trusting roots for
@@ -199,7 +208,7 @@ func TestServerByPodIP(t *testing.T) {
 // the sandbox side trusts that CA only and never sees the value.
 func TestServerInjects(t *testing.T) {
 	u := startUpstream(t)
-	s, addr := startServer(t, u)
+	s, addr, logs := startServerLog(t, u)
 	data, err := EgressSecretData("sb-inj", []egress.Secret{{Host: "api.example.com", Header: "Authorization", Value: testSecretValue}})
 	if err != nil {
 		t.Fatal(err)
@@ -228,5 +237,23 @@ func TestServerInjects(t *testing.T) {
 	}
 	if code, _ := get(t, addr, target, u.roots); code != 401 {
 		t.Fatalf("without the Secret: %d, want the upstream's 401", code)
+	}
+
+	// A malformed Secret fails closed, and neither the error nor the log
+	// quotes the value in it.
+	sec = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: EgressSecretName("sb-inj"), ResourceVersion: "2"},
+		Data: map[string][]byte{SecretsKey: []byte(`[{"host":"api.example.com","header":"Authorization","value":"` + testSecretValue + `"`)}}
+	err = s.SyncPod(sandboxPod("sb-inj", "uid-inj", allowAllowed), sec)
+	if err == nil || strings.Contains(err.Error(), testSecretValue) {
+		t.Fatalf("malformed Secret: %v", err)
+	}
+	if code, _ := get(t, addr, fmt.Sprintf("http://allowed.test:%d/hello", u.httpPort), nil); code != 403 {
+		t.Fatalf("malformed Secret: the sandbox still reaches its allowlist (%d)", code)
+	}
+	if strings.Contains(logs.String(), testSecretValue) || strings.Contains(logs.String(), strings.TrimPrefix(testSecretValue, "Bearer ")) {
+		t.Fatalf("the proxy's log holds the secret:\n%s", logs.String())
+	}
+	if !strings.Contains(logs.String(), "configuration refused") {
+		t.Fatalf("the refusal is not logged:\n%s", logs.String())
 	}
 }
