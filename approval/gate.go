@@ -67,6 +67,11 @@ type Config struct {
 	// SandboxPolicyDir, if set, keeps sandboxes' own policies on disk
 	// (DIR/SANDBOX_ID.json) so that they survive a server restart.
 	SandboxPolicyDir string
+	// SandboxPolicies, if set, keeps sandboxes' own policies instead of
+	// SandboxPolicyDir: in a database every server sharing it reads
+	// (store.Store with a shared database), so a sandbox created through
+	// one server is held to its rules by all.
+	SandboxPolicies SandboxPolicyStore
 	// Webhook, if set, is told about every pending approval.
 	Webhook *Webhook
 	// NoElicitation ignores Check's elicitor: MCP clients are not asked,
@@ -79,6 +84,13 @@ type Config struct {
 	Audit func(ctx context.Context, keyID, sandboxID, action string, detail any) error
 	// Logf logs delivery problems; log.Printf if nil.
 	Logf func(format string, args ...any)
+}
+
+// SandboxPolicyStore keeps sandboxes' own policies (JSON) for servers
+// sharing them. A sandbox without one reads back nil.
+type SandboxPolicyStore interface {
+	SetSandboxApprovalPolicy(ctx context.Context, sandboxID string, policy json.RawMessage) error
+	SandboxApprovalPolicy(ctx context.Context, sandboxID string) (json.RawMessage, error)
 }
 
 // Pending is an action waiting for a human.
@@ -145,7 +157,15 @@ func (g *Gate) SetSandboxPolicy(sandboxID string, p *Policy) error {
 	if g == nil || p.Empty() {
 		return nil
 	}
-	if g.cfg.SandboxPolicyDir != "" {
+	if g.cfg.SandboxPolicies != nil {
+		b, err := json.Marshal(p)
+		if err != nil {
+			return fmt.Errorf("approval policy of %s: %w", sandboxID, err)
+		}
+		if err := g.cfg.SandboxPolicies.SetSandboxApprovalPolicy(context.Background(), sandboxID, b); err != nil {
+			return err
+		}
+	} else if g.cfg.SandboxPolicyDir != "" {
 		b, err := json.Marshal(p)
 		if err != nil {
 			return fmt.Errorf("approval policy of %s: %w", sandboxID, err)
@@ -161,11 +181,25 @@ func (g *Gate) SetSandboxPolicy(sandboxID string, p *Policy) error {
 }
 
 // sandboxPolicy returns a sandbox's own policy, from memory or, after a
-// restart, from Config.SandboxPolicyDir.
-func (g *Gate) sandboxPolicy(sandboxID string) (*Policy, error) {
+// restart, from Config.SandboxPolicyDir; or from Config.SandboxPolicies,
+// where "none" is not remembered: another server may be setting it.
+func (g *Gate) sandboxPolicy(ctx context.Context, sandboxID string) (*Policy, error) {
 	g.mu.Lock()
 	p, ok := g.sandbox[sandboxID]
 	g.mu.Unlock()
+	if g.cfg.SandboxPolicies != nil && p == nil {
+		raw, err := g.cfg.SandboxPolicies.SandboxApprovalPolicy(ctx, sandboxID)
+		if err != nil || raw == nil {
+			return nil, err
+		}
+		if p, err = Parse(raw); err != nil {
+			return nil, err
+		}
+		g.mu.Lock()
+		g.sandbox[sandboxID] = p // a sandbox's policy never changes
+		g.mu.Unlock()
+		return p, nil
+	}
 	if ok || g.cfg.SandboxPolicyDir == "" {
 		return p, nil
 	}
@@ -196,7 +230,7 @@ func (g *Gate) Check(ctx context.Context, a Action, el Elicitor) error {
 		policies = append(policies, kp)
 	}
 	if a.Sandbox != "" {
-		sp, err := g.sandboxPolicy(a.Sandbox)
+		sp, err := g.sandboxPolicy(ctx, a.Sandbox)
 		if err != nil {
 			return &Error{Code: CodeDenied, Msg: fmt.Sprintf("approval policy of sandbox %s unreadable, refusing: %v", a.Sandbox, err)}
 		}

@@ -106,6 +106,14 @@ CREATE TABLE secrets (
 	value BYTEA NOT NULL
 );
 `,
+	// 4: sandboxes' own approval policies (JSON), which a single server
+	// keeps in files of its state directory (package approval).
+	`
+CREATE TABLE sandbox_approval_policies (
+	sandbox_id TEXT PRIMARY KEY,
+	policy     TEXT NOT NULL
+);
+`,
 }
 
 // openPG connects to the PostgreSQL database at rawURL and migrates its
@@ -296,4 +304,44 @@ func (s *Store) SharedSecret(ctx context.Context, name string, n int) ([]byte, e
 		return nil, fmt.Errorf("store: secret %q is %d bytes, want at least %d", name, len(v), n)
 	}
 	return v, nil
+}
+
+// SetSandboxApprovalPolicy stores a sandbox's own approval policy (JSON)
+// in the shared database, for every server (approval.SandboxPolicyStore).
+// A policy is set once, when the sandbox is created; setting it again
+// replaces it. Without a shared database it returns an error wrapping
+// ErrNotShared.
+func (s *Store) SetSandboxApprovalPolicy(ctx context.Context, sandboxID string, policy json.RawMessage) error {
+	if !s.pg {
+		return fmt.Errorf("store: set approval policy of sandbox %q: %w", sandboxID, ErrNotShared)
+	}
+	if len(policy) == 0 || !json.Valid(policy) {
+		return fmt.Errorf("store: set approval policy of sandbox %q: not JSON", sandboxID)
+	}
+	ctx, cancel := context.WithTimeout(ctx, pgTimeout)
+	defer cancel()
+	if _, err := s.kw.ExecContext(ctx, `INSERT INTO sandbox_approval_policies (sandbox_id, policy) VALUES ($1, $2)
+ON CONFLICT (sandbox_id) DO UPDATE SET policy = excluded.policy`, sandboxID, string(policy)); err != nil {
+		return fmt.Errorf("store: set approval policy of sandbox %q: %w", sandboxID, s.sharedErr(err))
+	}
+	return nil
+}
+
+// SandboxApprovalPolicy returns the policy SetSandboxApprovalPolicy stored
+// for a sandbox, nil for none. An error must refuse what it would judge.
+func (s *Store) SandboxApprovalPolicy(ctx context.Context, sandboxID string) (json.RawMessage, error) {
+	if !s.pg {
+		return nil, fmt.Errorf("store: approval policy of sandbox %q: %w", sandboxID, ErrNotShared)
+	}
+	ctx, cancel := context.WithTimeout(ctx, pgTimeout)
+	defer cancel()
+	var v string
+	err := s.kr.QueryRowContext(ctx, `SELECT policy FROM sandbox_approval_policies WHERE sandbox_id = $1`, sandboxID).Scan(&v)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store: approval policy of sandbox %q: %w", sandboxID, s.sharedErr(err))
+	}
+	return json.RawMessage(v), nil
 }

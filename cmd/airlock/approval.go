@@ -12,6 +12,7 @@ import (
 
 	"airlock/approval"
 	"airlock/manager"
+	"airlock/store"
 )
 
 // approvalFlags are serve's human-in-the-loop flags (docs/approvals.md).
@@ -79,10 +80,16 @@ func (f *approvalFlags) load() error {
 // gate makes the server's approval gate: always, since API keys may carry
 // policies of their own; with no policy anywhere it lets everything run.
 // Every exec the manager audits first (API, E2B) is put to it.
-func (f *approvalFlags) gate(m *manager.Manager, stateDir string, keyPolicy func(context.Context, string) (*approval.Policy, error), logf func(string, ...any)) (*approval.Gate, error) {
-	g, err := approval.New(approval.Config{Policy: f.policy, KeyPolicy: keyPolicy, Timeout: f.timeout,
+// Keys' and sandboxes' own policies are kept where every server sharing
+// st's database finds them, or in the state directory.
+func (f *approvalFlags) gate(m *manager.Manager, st *store.Store, stateDir string, logf func(string, ...any)) (*approval.Gate, error) {
+	cfg := approval.Config{SandboxPolicyDir: filepath.Join(stateDir, approval.SandboxPolicyDir)}
+	if st.SharedDatabase() != "" {
+		cfg = approval.Config{SandboxPolicies: st}
+	}
+	g, err := approval.New(approval.Config{Policy: f.policy, KeyPolicy: keyPolicies(st, stateDir), Timeout: f.timeout,
 		Webhook: f.webhook, Logf: logf, NoElicitation: f.noElicit,
-		SandboxPolicyDir: filepath.Join(stateDir, approval.SandboxPolicyDir),
+		SandboxPolicyDir: cfg.SandboxPolicyDir, SandboxPolicies: cfg.SandboxPolicies,
 		Audit: func(ctx context.Context, keyID, sandboxID, action string, detail any) error {
 			return m.AuditFirst(ctx, keyID, sandboxID, action, detail)
 		}})

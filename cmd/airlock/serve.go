@@ -186,7 +186,7 @@ func cmdServe(args []string) int {
 		fmt.Fprintf(os.Stderr, "airlock serve: %v\n", err)
 		return 1
 	}
-	gate, err := af.gate(m, *stateDir, keyPolicies(st, *stateDir), logger.Printf)
+	gate, err := af.gate(m, st, *stateDir, logger.Printf)
 	if err != nil {
 		m.Close()
 		fmt.Fprintf(os.Stderr, "airlock serve: %v\n", err)
