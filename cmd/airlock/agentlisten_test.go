@@ -234,6 +234,44 @@ func TestAgentListenTwoClients(t *testing.T) {
 		t.Fatalf("cell on client two: %+v", out)
 	}
 
+	// A port served by a process started through client one is reached
+	// through client two (the agent dials its own loopback).
+	pl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := pl.Addr().(*net.TCPAddr).Port
+	pl.Close()
+	srv, err := c1.Exec(ctxT(t), agent.ExecRequest{Argv: []string{"/usr/bin/python3", "-c",
+		fmt.Sprintf("import socket\ns=socket.socket()\ns.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\ns.bind(('127.0.0.1',%d))\ns.listen()\nprint('ready',flush=True)\nc,_=s.accept()\nc.sendall(b'port says '+c.recv(5))\nc.close()", port)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev := <-srv.Events(); string(ev.Data) != "ready\n" {
+		t.Fatalf("port server: %+v", ev)
+	}
+	pc, err := c2.Dial(ctxT(t), port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc.Write([]byte("hello"))
+	if b, _ := io.ReadAll(pc); string(b) != "port says hello" {
+		t.Fatalf("through the port: %q", b)
+	}
+	pc.Close()
+	srv.Close()
+
+	// A terminal through client two.
+	tp, err := c2.Exec(ctxT(t), agent.ExecRequest{Shell: "test -t 0 && stty size", Pty: &agent.PtySize{Cols: 91, Rows: 17}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tout, _, _, tst, err := tp.Collect(ctxT(t), 1<<20)
+	tp.Close()
+	if err != nil || tst.Code != 0 || strings.TrimSpace(string(tout)) != "17 91" {
+		t.Fatalf("pty: %q, %+v, %v", tout, tst, err)
+	}
+
 	// A background process started through client one outlives it.
 	p, err := c1.Exec(ctxT(t), agent.ExecRequest{Argv: []string{"sleep", "300"}, Background: true, Tag: "bg"})
 	if err != nil {
