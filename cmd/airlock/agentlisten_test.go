@@ -185,7 +185,8 @@ func runCell(t *testing.T, c *agent.Client, code string) agent.Collected {
 // TestAgentListenTwoClients runs `airlock agent --listen` as an
 // unprivileged process and drives it through two authenticated clients at
 // once, as two server replicas would: both see the same files, processes
-// and code context, and the second keeps working after the first closes.
+// and code context, a port served through one is reached through the
+// other, a PTY works, and the second keeps working after the first closes.
 func TestAgentListenTwoClients(t *testing.T) {
 	la := startListeningAgent(t)
 	c1, c2 := la.client(t), la.client(t)
