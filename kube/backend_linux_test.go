@@ -319,11 +319,16 @@ func TestLifecycle(t *testing.T) {
 	if err := admin.Get(ctx, client.ObjectKey{Namespace: sandboxNS, Name: agenttls.SecretName(id)}, &corev1.Secret{}); !apierrors.IsNotFound(err) {
 		t.Errorf("Secret after kill: %v", err)
 	}
-	if _, err := r.m.Get(ctx, "key-life", id); !errors.Is(err, manager.ErrNotFound) {
-		t.Errorf("get after kill: %v", err)
+	// The killing server still describes it (its store); another does
+	// not know it.
+	if in, err := r.m.Get(ctx, "key-life", id); err != nil || in.State != "killed" || in.EndedAt == nil {
+		t.Errorf("get after kill: %+v %v", in, err)
 	}
-	if err := r.m.Kill(ctx, "key-life", id); !errors.Is(err, manager.ErrNotFound) {
-		t.Errorf("second kill: %v", err)
+	if err := r.m.Kill(ctx, "key-life", id); !errors.Is(err, manager.ErrNotRunning) {
+		t.Errorf("second kill: %v, want ErrNotRunning", err)
+	}
+	if _, err := newReplica(t, nil).m.Get(ctx, "key-life", id); !errors.Is(err, manager.ErrNotFound) {
+		t.Errorf("get after kill from another replica: %v", err)
 	}
 
 	// An expired sandbox (agent-sandbox deletes it; until then) is not

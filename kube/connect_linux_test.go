@@ -35,10 +35,10 @@ type podAgent struct {
 }
 
 // startPodAgent runs sandbox id's agent with the data of its Secret (read
-// from the API) and publishes a Pod object for it, Running at 127.0.0.1,
-// made from the Sandbox's pod template, as agent-sandbox's controller and
-// the kubelet would.
-func startPodAgent(t *testing.T, id string) *podAgent {
+// from the API) on ip (a loopback address) and port (0: any), and
+// publishes a Pod object for it, Running at ip, made from the Sandbox's pod
+// template, as agent-sandbox's controller and the kubelet would.
+func startPodAgent(t *testing.T, id, ip string, port int) *podAgent {
 	t.Helper()
 	ctx := context.Background()
 	var sec corev1.Secret
@@ -64,7 +64,7 @@ func startPodAgent(t *testing.T, id string) *podAgent {
 		}
 		os.Chown(f, sandboxUID, sandboxUID)
 	}
-	cmd := exec.Command(testserver.Binary(t), "agent", "--listen", "127.0.0.1:0", "--tls-dir", tlsDir)
+	cmd := exec.Command(testserver.Binary(t), "agent", "--listen", net.JoinHostPort(ip, strconv.Itoa(port)), "--tls-dir", tlsDir)
 	cmd.Dir = work
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + work, "LC_ALL=C"}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: sandboxUID, Gid: sandboxUID, Groups: []uint32{}}}
@@ -107,7 +107,7 @@ func startPodAgent(t *testing.T, id string) *podAgent {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { admin.Delete(context.Background(), pod, client.GracePeriodSeconds(0)) })
-	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1", PodIPs: []corev1.PodIP{{IP: "127.0.0.1"}}}
+	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}}}
 	if err := admin.Status().Update(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +156,7 @@ func TestConnectAgentTwoReplicas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pa := startPodAgent(t, in.ID)
+	pa := startPodAgent(t, in.ID, "127.0.0.1", 0)
 	r1, r2 := newReplica(t, nil), newReplica(t, nil)
 	r1.b.port, r2.b.port = pa.port, pa.port
 

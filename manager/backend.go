@@ -210,6 +210,18 @@ func (remoteInst) stats() (cgroups.Stats, error) {
 }
 func (remoteInst) destroy() error { return nil }
 
+// getRemote is Get on a Backend: a sandbox it no longer has is described
+// from this server's store if this server ended it.
+func (m *Manager) getRemote(ctx context.Context, owner, id string) (Info, error) {
+	in, err := m.cfg.Backend.Get(ctx, owner, id)
+	if errors.Is(err, ErrNotFound) {
+		if rec, e := m.st.GetSandbox(ctx, id); e == nil && rec.Owner == owner && rec.State != store.StateRunning {
+			return infoFromRecord(rec), nil
+		}
+	}
+	return in, err
+}
+
 // setTimeoutRemote is SetTimeout on a Backend.
 func (m *Manager) setTimeoutRemote(ctx context.Context, owner, id string, d time.Duration) (Info, error) {
 	in, err := m.cfg.Backend.SetExpiry(ctx, owner, id, time.Now().Add(d).UTC())
@@ -220,10 +232,29 @@ func (m *Manager) setTimeoutRemote(ctx context.Context, owner, id string, d time
 	return in, nil
 }
 
-// killRemote is Kill on a Backend.
+// killRemote is Kill on a Backend. The killing server records the end in
+// its store, so that it can still describe the sandbox (Get, List of
+// ended states) once the backend has forgotten it.
 func (m *Manager) killRemote(ctx context.Context, owner, id string) error {
+	in, err := m.getRemote(ctx, owner, id)
+	if err != nil {
+		return err
+	}
+	if in.State != store.StateRunning {
+		return fmt.Errorf("%w: %s", ErrNotRunning, in.State)
+	}
 	if err := m.cfg.Backend.Kill(ctx, owner, id); err != nil {
 		return err
+	}
+	now := time.Now().UTC()
+	rt, _ := json.Marshal(map[string]string{"runtime": in.Runtime, "backend": m.cfg.Backend.Name()})
+	rec := &store.Sandbox{ID: id, Owner: owner, Profile: in.Profile, State: store.StateKilled, CreatedAt: in.CreatedAt,
+		EndedAt: &now, EndReason: "killed on request", Metadata: in.Metadata, Runtime: rt}
+	if in.ExpiresAt != nil {
+		rec.ExpiresAt = *in.ExpiresAt
+	}
+	if err := m.st.PutSandbox(context.WithoutCancel(ctx), rec); err != nil {
+		m.cfg.Logf("sandbox %s: record its end: %v", id, err)
 	}
 	m.count(func(c *Counters) { c.Killed++ })
 	m.Audit(ctx, owner, id, store.ActionSandboxKill, map[string]string{"reason": "request"})

@@ -727,7 +727,7 @@ func (m *Manager) lookupAny(owner, id string) (*Sandbox, error) {
 // Get describes a sandbox owned by owner, running or ended.
 func (m *Manager) Get(ctx context.Context, owner, id string) (Info, error) {
 	if m.remote() {
-		return m.cfg.Backend.Get(ctx, owner, id)
+		return m.getRemote(ctx, owner, id)
 	}
 	m.mu.Lock()
 	sb := m.live[id]

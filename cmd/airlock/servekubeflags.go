@@ -1,0 +1,32 @@
+package main
+
+import (
+	"flag"
+	"time"
+)
+
+// kubeFlags are serve's flags of the Kubernetes backend (docs/kubernetes.md).
+type kubeFlags struct {
+	backend      *string
+	kubeconfig   *string
+	namespace    *string
+	agentImage   *string
+	defaultImage *string
+	classes      *string
+	egressProxy  *string
+	readyTimeout *time.Duration
+}
+
+func (k *kubeFlags) register(fs *flag.FlagSet) {
+	k.backend = fs.String("backend", "native", "where sandboxes run: native (this host) or kubernetes (agent-sandbox Sandbox objects of a cluster; docs/kubernetes.md)")
+	k.kubeconfig = fs.String("kubeconfig", "", "with --backend kubernetes: kubeconfig file (default: the in-cluster service account)")
+	k.namespace = fs.String("namespace", "", "with --backend kubernetes: namespace of the sandboxes (default: the server pod's own)")
+	k.agentImage = fs.String("agent-image", "", "with --backend kubernetes: image holding the static airlock binary at /airlock, run as the sandboxes' init container (required)")
+	k.defaultImage = fs.String("default-image", "", "with --backend kubernetes: image of sandboxes created without one (required)")
+	k.classes = fs.String("runtime-class", "", "with --backend kubernetes: RuntimeClass of each tier, e.g. gvisor=gvisor,microvm=kata (the default; TIER= removes a tier)")
+	k.egressProxy = fs.String("kube-egress-proxy", "", "with --backend kubernetes: HOST:PORT of the cluster's egress proxy (airlock egress-proxy); without it only network mode none is allowed")
+	k.readyTimeout = fs.Duration("kube-ready-timeout", 2*time.Minute, "with --backend kubernetes: how long a create waits for the sandbox's pod and agent")
+}
+
+// enabled reports whether --backend kubernetes was given.
+func (k *kubeFlags) enabled() bool { return *k.backend == "kubernetes" }
