@@ -17,40 +17,64 @@ import (
 	"time"
 )
 
+// build is one build of the airlock binary, made once per test binary.
+type build struct {
+	once sync.Once
+	dir  string
+	path string
+	err  error
+}
+
 var (
-	buildOnce sync.Once
-	binDir    string
-	binPath   string
-	buildErr  error
+	plain build
+	kube  build // -tags kubernetes
 )
 
 // Binary builds the airlock binary (static, CGO-free) once per test binary
 // and returns its path. Call Cleanup from TestMain to remove it.
 func Binary(t testing.TB) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		binDir, buildErr = os.MkdirTemp("", "airlock-test-bin")
-		if buildErr != nil {
-			return
-		}
-		os.Chmod(binDir, 0o755) // unprivileged test users run it too
-		binPath = filepath.Join(binDir, "airlock")
-		cmd := exec.Command("go", "build", "-o", binPath, "airlock/cmd/airlock")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
+	return plain.get(t)
 }
 
-// Cleanup removes the binary Binary built; call it from TestMain.
+// KubernetesBinary is Binary built with -tags kubernetes: the commands that
+// need a Kubernetes client (serve --backend kubernetes, egress-proxy), which
+// the default build leaves out to keep client-go's package initialisation
+// out of every airlock process.
+func KubernetesBinary(t testing.TB) string {
+	t.Helper()
+	return kube.get(t, "-tags", "kubernetes")
+}
+
+func (b *build) get(t testing.TB, flags ...string) string {
+	t.Helper()
+	b.once.Do(func() {
+		b.dir, b.err = os.MkdirTemp("", "airlock-test-bin")
+		if b.err != nil {
+			return
+		}
+		os.Chmod(b.dir, 0o755) // unprivileged test users run it too
+		b.path = filepath.Join(b.dir, "airlock")
+		args := append(append([]string{"build"}, flags...), "-o", b.path, "airlock/cmd/airlock")
+		cmd := exec.Command("go", args...)
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.err = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	return b.path
+}
+
+// Cleanup removes the binaries Binary and KubernetesBinary built; call it
+// from TestMain.
 func Cleanup() {
-	if binDir != "" {
-		os.RemoveAll(binDir)
+	for _, b := range []*build{&plain, &kube} {
+		if b.dir != "" {
+			os.RemoveAll(b.dir)
+		}
 	}
 }
 
