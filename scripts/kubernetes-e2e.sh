@@ -1,0 +1,626 @@
+#!/usr/bin/env bash
+# End-to-end test of airlock's Kubernetes backend on a real single-node
+# cluster on this machine (no Docker, no kind/k3s): etcd (Debian's
+# etcd-server), kube-apiserver, kube-controller-manager, kube-scheduler and
+# kubelet (all k8s.io/kubernetes $KUBE_VERSION, built from the Go module proxy
+# and cached by version), Debian's containerd + runc, a bridge CNI network
+# (Debian's containernetworking-plugins) and agent-sandbox's own controller
+# (sigs.k8s.io/agent-sandbox $AGENT_SANDBOX_VERSION, built from its module), so
+# Sandbox objects are reconciled by the real thing. Images are built from this
+# host's files by scripts/kube-e2e (go-containerregistry) and imported with
+# `ctr images import`: nothing is pulled.
+#
+# Then two `airlock serve --backend kubernetes` replicas run against it and a
+# real client (scripts/kube-e2e drive, airlock's Go client package) checks,
+# through the HTTP API: create a sandbox -> a pod running the agent -> exec
+# returns output, a file written and read back, a Python code cell; one
+# replica killed, the other still serves the sandbox; the sandbox killed and
+# its pod gone.
+#
+#   sudo scripts/kubernetes-e2e.sh            # everything; exit 0 only if all passed
+#   KUBE_E2E_SMOKE_ONLY=1 scripts/kubernetes-e2e.sh   # the cluster and a plain pod only
+#   KUBE_E2E_KEEP=1 ...                       # leave the cluster running (Ctrl-C cleans up)
+#
+# Everything listens on 127.0.0.1 or on the address of the test's own bridge
+# (KUBE_E2E_SUBNET, a /24 that only exists on this host: pods have no default
+# route, so nothing they send can leave the machine). The run's state lives in
+# a fresh directory under /tmp; the EXIT trap kills what it started (by pid),
+# unmounts, removes cgroups, the bridge and the directory.
+#
+# Workarounds this host needs (hybrid cgroup v1, no systemd, no network) and
+# what showed the need are listed in docs/kubernetes.md ("Real-node e2e").
+set -euo pipefail
+# The whole script is one group, parsed before it runs: editing the file
+# during a run does not change what the run executes.
+{
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+# The versions the rest of the repository uses: kube-assets.sh's default
+# Kubernetes, go.mod's agent-sandbox (whose API types the backend speaks).
+KUBE_VERSION=${KUBE_VERSION:-$(sed -n 's/^KUBE_VERSION=${KUBE_VERSION:-\(v[0-9.]*\)}$/\1/p' "$ROOT/scripts/kube-assets.sh")}
+AGENT_SANDBOX_VERSION=${AGENT_SANDBOX_VERSION:-$(awk '$1 == "sigs.k8s.io/agent-sandbox" {print $2}' "$ROOT/go.mod")}
+CACHE=${AIRLOCK_KUBE_CACHE:-/var/cache/airlock/kube}
+SUBNET=${KUBE_E2E_SUBNET:-10.233.44}                 # /24 of the pod bridge; .1 is the node
+SERVICE_CIDR=${KUBE_E2E_SERVICE_CIDR:-10.233.45.0/24} # Service IPs: allocated, never routed (no kube-proxy)
+BRIDGE=airlk-e2e0
+NODE=airlock-e2e-node
+NODE_IP=$SUBNET.1
+CGROUP_ROOT=/airlock-e2e
+
+log() { printf '%s kubernetes-e2e: %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
+die() {
+	log "FAIL: $*"
+	exit 1
+}
+T0=$(date +%s)
+
+[ "$(id -u)" = 0 ] || die "run as root (kubelet, containerd and the bridge need it)"
+[ "$(uname -s)" = Linux ] || die "Linux only"
+[ -n "$KUBE_VERSION" ] || die "no Kubernetes version (KUBE_VERSION, or scripts/kube-assets.sh's default)"
+[ -n "$AGENT_SANDBOX_VERSION" ] || die "no agent-sandbox version (AGENT_SANDBOX_VERSION, or sigs.k8s.io/agent-sandbox in go.mod)"
+
+# ---------------------------------------------------------------- packages
+need_pkgs() {
+	local missing=()
+	command -v containerd >/dev/null || missing+=(containerd)
+	command -v runc >/dev/null || missing+=(runc)
+	command -v etcd >/dev/null || missing+=(etcd-server)
+	[ -x /usr/lib/cni/bridge ] || missing+=(containernetworking-plugins)
+	[ -x /bin/busybox ] || missing+=(busybox-static)
+	command -v openssl >/dev/null || missing+=(openssl)
+	command -v curl >/dev/null || missing+=(curl)
+	command -v iptables >/dev/null || missing+=(iptables)
+	command -v conntrack >/dev/null || missing+=(conntrack)
+	[ -x /usr/bin/python3 ] || missing+=(python3)
+	if [ ${#missing[@]} -gt 0 ]; then
+		log "installing Debian packages: ${missing[*]}"
+		export DEBIAN_FRONTEND=noninteractive
+		apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null ||
+			{ apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; }
+	fi
+	# Debian's packages start their daemons where an init system runs
+	# them; this test runs its own, on its own sockets and ports.
+	if command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then
+		systemctl disable --now containerd etcd >/dev/null 2>&1 || true
+	fi
+}
+
+# ---------------------------------------------------------------- binaries
+# kube_bins builds the node's components from k8s.io/kubernetes $KUBE_VERSION
+# the way scripts/kube-assets.sh builds kube-apiserver (one throwaway module
+# whose k8s.io/* staging modules are the published v0.x.y), in one go build,
+# into the same cache directory.
+kube_bins() {
+	local bin=$1
+	shift
+	local want=()
+	for name in "$@"; do
+		if [ -x "$bin/$name" ] && go version -m "$bin/$name" 2>/dev/null | grep -q "mod[[:space:]]*k8s.io/kubernetes[[:space:]]*$KUBE_VERSION"; then
+			log "$name $KUBE_VERSION cached at $bin/$name"
+		else
+			want+=("$name")
+		fi
+	done
+	[ ${#want[@]} -gt 0 ] || return 0
+	log "building ${want[*]} $KUBE_VERSION from the Go module proxy (minutes cold)"
+	local work
+	work=$(mktemp -d)
+	(
+		cd "$work"
+		export GOFLAGS=-mod=mod CGO_ENABLED=0 GOWORK=off
+		go mod init airlock.local/kube-node >/dev/null 2>&1
+		go mod edit -go=1.24 -require="k8s.io/kubernetes@$KUBE_VERSION"
+		gomod=$(go mod download -json "k8s.io/kubernetes@$KUBE_VERSION" | sed -n 's/.*"GoMod": "\(.*\)",*/\1/p')
+		for m in $(sed -n 's#^[[:space:]]*\(k8s.io/[a-z0-9-]*\) => ./staging/.*#\1#p' "$gomod"); do
+			go mod edit -replace="$m=$m@v0.${KUBE_VERSION#v1.}"
+		done
+		pkgs=()
+		for name in "${want[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$name"); done
+		mkdir out
+		go build -trimpath -ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$KUBE_VERSION" -o out/ "${pkgs[@]}"
+	) || {
+		rm -rf "$work"
+		die "building ${want[*]} failed"
+	}
+	for name in "${want[@]}"; do
+		install -m 0755 "$work/out/$name" "$bin/$name.tmp"
+		mv -f "$bin/$name.tmp" "$bin/$name"
+	done
+	rm -rf "$work"
+}
+
+# agent_sandbox_bin builds agent-sandbox's controller manager from its module.
+agent_sandbox_bin() {
+	local dir=$CACHE/agent-sandbox/$AGENT_SANDBOX_VERSION
+	AS_BIN=$dir/agent-sandbox-controller
+	if [ -x "$AS_BIN" ] && go version -m "$AS_BIN" 2>/dev/null | grep -q "sigs.k8s.io/agent-sandbox[[:space:]]*$AGENT_SANDBOX_VERSION"; then
+		log "agent-sandbox-controller $AGENT_SANDBOX_VERSION cached at $AS_BIN"
+		return
+	fi
+	log "building agent-sandbox-controller $AGENT_SANDBOX_VERSION from the Go module proxy"
+	mkdir -p "$dir"
+	local work
+	work=$(mktemp -d)
+	(
+		cd "$work"
+		export GOFLAGS=-mod=mod CGO_ENABLED=0 GOWORK=off
+		go mod init airlock.local/agent-sandbox-build >/dev/null 2>&1
+		# (go install pkg@version would need the proxy's version list,
+		# which it refuses for this module.)
+		go mod edit -go=1.24 -require="sigs.k8s.io/agent-sandbox@$AGENT_SANDBOX_VERSION"
+		go build -trimpath -ldflags="-s -w" -o out sigs.k8s.io/agent-sandbox/cmd/agent-sandbox-controller
+	) || {
+		rm -rf "$work"
+		die "building agent-sandbox-controller failed"
+	}
+	install -m 0755 "$work/out" "$AS_BIN.tmp"
+	mv -f "$AS_BIN.tmp" "$AS_BIN"
+	rm -rf "$work"
+}
+
+build_all() {
+	need_pkgs
+	log "kube-apiserver, etcd, kubectl: scripts/kube-assets.sh"
+	BIN=$(KUBE_VERSION=$KUBE_VERSION AIRLOCK_KUBE_CACHE=$CACHE KUBE_ASSETS_KUBECTL=1 "$ROOT/scripts/kube-assets.sh" | tail -1)
+	[ -x "$BIN/kube-apiserver" ] && [ -x "$BIN/kubectl" ] || die "scripts/kube-assets.sh gave no kube-apiserver/kubectl in '$BIN'"
+	kube_bins "$BIN" kubelet kube-scheduler kube-controller-manager
+	agent_sandbox_bin
+	log "airlock (static) and scripts/kube-e2e"
+	(cd "$ROOT" && CGO_ENABLED=0 go build -o "$S/airlock" ./cmd/airlock && go build -o "$S/kube-e2e" ./scripts/kube-e2e) ||
+		die "building airlock failed"
+	T_BUILT=$(date +%s)
+}
+
+# ---------------------------------------------------------------- helpers
+free_port() {
+	local p
+	for _ in $(seq 200); do
+		p=$((20000 + RANDOM % 30000))
+		if ! ss -Htan "( sport = :$p )" | grep -q . && ! grep -qx "$p" "$S/ports" 2>/dev/null; then
+			echo "$p" >>"$S/ports"
+			echo "$p"
+			return
+		fi
+	done
+	die "no free port"
+}
+
+PIDS=()
+# start NAME CMD...: runs CMD in the background, output in $S/logs/NAME.log.
+start() {
+	local name=$1
+	shift
+	"$@" >"$S/logs/$name.log" 2>&1 &
+	local pid=$!
+	PIDS+=("$pid")
+	echo "$pid" >"$S/pids/$name"
+	log "started $name (pid $pid, log $S/logs/$name.log)"
+}
+
+alive() { kill -0 "$(cat "$S/pids/$1")" 2>/dev/null; }
+
+# wait_for DESC SECONDS CMD...: polls CMD until it succeeds.
+wait_for() {
+	local desc=$1 secs=$2
+	shift 2
+	local end=$(($(date +%s) + secs))
+	until "$@" >/dev/null 2>&1; do
+		[ "$(date +%s)" -lt "$end" ] || return 1
+		sleep 1
+	done
+	log "ready: $desc"
+}
+
+tail_logs() {
+	for f in "$S"/logs/*.log; do
+		[ -f "$f" ] || continue
+		echo "----- last lines of $f" >&2
+		tail -n "${1:-25}" "$f" >&2
+	done
+}
+
+kc() { "$BIN/kubectl" --kubeconfig "$S/admin.kubeconfig" "$@"; }
+
+# kubeconfig FILE USER TOKEN
+kubeconfig() {
+	cat >"$1" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: e2e
+  cluster:
+    server: https://127.0.0.1:$API_PORT
+    certificate-authority: $S/pki/ca.crt
+users:
+- name: $2
+  user:
+    token: $3
+contexts:
+- name: e2e
+  context: {cluster: e2e, user: $2}
+current-context: e2e
+EOF
+	chmod 0600 "$1"
+}
+
+# ---------------------------------------------------------------- cleanup
+cleanup() {
+	local rc=$?
+	set +e
+	trap - EXIT INT TERM
+	# A signal may run this while a command's output is redirected.
+	exec 1>&"$OUT" 2>&"$ERR"
+	if [ "$rc" != 0 ] && [ -d "${S:-}/logs" ]; then tail_logs 30; fi
+	if [ "${KUBE_E2E_KEEP:-0}" = 1 ] && [ "$rc" = 0 ]; then
+		log "KUBE_E2E_KEEP=1: cluster left running; admin kubeconfig $S/admin.kubeconfig; press Ctrl-C to clean up"
+		trap 'exit 0' INT TERM
+		sleep infinity &
+		wait $!
+	fi
+	log "cleaning up"
+	# kubelet first, so it does not restart what is killed next.
+	for name in airlock-2 airlock-1 agent-sandbox kubelet kube-scheduler kube-controller-manager; do
+		[ -f "$S/pids/$name" ] && kill "$(cat "$S/pids/$name")" 2>/dev/null
+	done
+	sleep 1
+	if [ -S "$S/containerd.sock" ]; then
+		local ctr=(ctr -a "$S/containerd.sock" -n k8s.io)
+		for t in $("${ctr[@]}" tasks ls -q 2>/dev/null); do "${ctr[@]}" tasks kill -s KILL "$t" 2>/dev/null; done
+		sleep 1
+		for t in $("${ctr[@]}" tasks ls -q 2>/dev/null); do "${ctr[@]}" tasks delete -f "$t" >/dev/null 2>&1; done
+		for c in $("${ctr[@]}" containers ls -q 2>/dev/null); do "${ctr[@]}" containers delete "$c" >/dev/null 2>&1; done
+	fi
+	for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null; done
+	sleep 1
+	for pid in "${PIDS[@]}"; do kill -KILL "$pid" 2>/dev/null; done
+	# containerd's shims outlive it; they are ours when they serve our socket.
+	if [ -n "${S:-}" ]; then
+		for pid in $(pgrep -f -- "-address $S/containerd.sock" 2>/dev/null); do kill -KILL "$pid" 2>/dev/null; done
+	fi
+	wait 2>/dev/null
+	if [ -n "${S:-}" ] && [ -d "$S" ]; then
+		# Deepest first: pod volumes and netns inside rootfs mounts.
+		awk -v s="$S" 'index($2, s) == 1 {print $2}' /proc/self/mounts | sort -r | while read -r m; do
+			umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null
+		done
+	fi
+	for d in /sys/fs/cgroup/*"$CGROUP_ROOT"; do
+		[ -d "$d" ] && find "$d" -depth -type d -exec rmdir {} + 2>/dev/null
+	done
+	if [ "${BRIDGE_OURS:-0}" = 1 ]; then ip link del "$BRIDGE" 2>/dev/null; fi
+	rm -f /var/log/containers/*_airlock-e2e-smoke_* /var/log/containers/*_airlock-sandboxes_* 2>/dev/null
+	# Directories kubelet and containerd make in fixed places; removed
+	# only when empty (no other user).
+	rmdir /var/log/containers /run/containerd/s /run/containerd/fifo /run/containerd/runc /run/containerd 2>/dev/null
+	if [ -n "${S:-}" ] && [ -d "$S" ]; then rm -rf "$S"; fi
+	log "done (exit $rc, $(($(date +%s) - T0))s)"
+	exit "$rc"
+}
+
+exec {OUT}>&1 {ERR}>&2
+S=$(mktemp -d /tmp/ake2e.XXXXXX)
+mkdir -p "$S/logs" "$S/pids" "$S/pki"
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+build_all
+
+# ---------------------------------------------------------------- network
+if ip link show "$BRIDGE" >/dev/null 2>&1; then
+	die "bridge $BRIDGE already exists: another kubernetes-e2e run is going on (or left it: ip link del $BRIDGE)"
+fi
+# The node's address is the bridge's: kubelet refuses a loopback node IP,
+# and the host's own address would put kubelet's port on the outside.
+ip link add "$BRIDGE" type bridge
+BRIDGE_OURS=1
+ip addr add "$NODE_IP/24" dev "$BRIDGE"
+ip link set "$BRIDGE" up
+mkdir -p "$S/cni/net.d"
+cat >"$S/cni/net.d/10-airlock-e2e.conflist" <<EOF
+{
+  "cniVersion": "0.4.0",
+  "name": "airlock-e2e",
+  "plugins": [
+    {
+      "type": "bridge",
+      "bridge": "$BRIDGE",
+      "isGateway": true,
+      "ipMasq": false,
+      "ipam": {
+        "type": "host-local",
+        "ranges": [[{"subnet": "$SUBNET.0/24", "gateway": "$NODE_IP"}]],
+        "dataDir": "$S/cni/ipam"
+      }
+    }
+  ]
+}
+EOF
+
+# ---------------------------------------------------------------- PKI
+cd "$S/pki"
+openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=airlock-e2e-ca" -keyout ca.key -out ca.crt 2>/dev/null
+openssl req -newkey rsa:2048 -nodes -subj "/CN=kube-apiserver" -keyout apiserver.key -out apiserver.csr 2>/dev/null
+printf 'subjectAltName=IP:127.0.0.1,IP:%s,DNS:localhost,DNS:kubernetes.default.svc\n' "$NODE_IP" >apiserver.ext
+openssl x509 -req -in apiserver.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -extfile apiserver.ext -out apiserver.crt 2>/dev/null
+# The API server's client certificate for kubelet (logs, exec through the API).
+openssl req -newkey rsa:2048 -nodes -subj "/O=system:masters/CN=kube-apiserver-kubelet-client" -keyout kubelet-client.key -out kubelet-client.csr 2>/dev/null
+openssl x509 -req -in kubelet-client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -out kubelet-client.crt 2>/dev/null
+# kubelet's serving certificate, so the API server can verify it.
+openssl req -newkey rsa:2048 -nodes -subj "/O=system:nodes/CN=system:node:$NODE" -keyout kubelet.key -out kubelet.csr 2>/dev/null
+printf 'subjectAltName=IP:%s,DNS:%s\n' "$NODE_IP" "$NODE" >kubelet.ext
+openssl x509 -req -in kubelet.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -extfile kubelet.ext -out kubelet.crt 2>/dev/null
+openssl genrsa -out sa.key 2048 2>/dev/null
+openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
+tok() { openssl rand -hex 16; }
+ADMIN_TOKEN=$(tok) KUBELET_TOKEN=$(tok) SCHED_TOKEN=$(tok) CM_TOKEN=$(tok) AS_TOKEN=$(tok)
+cat >tokens.csv <<EOF
+$ADMIN_TOKEN,e2e-admin,e2e-admin,"system:masters"
+$KUBELET_TOKEN,system:node:$NODE,kubelet,"system:nodes"
+$SCHED_TOKEN,system:kube-scheduler,kube-scheduler
+$CM_TOKEN,system:kube-controller-manager,kube-controller-manager
+$AS_TOKEN,agent-sandbox-controller,agent-sandbox-controller
+EOF
+chmod 0600 ./*.key tokens.csv
+cd "$ROOT"
+
+# ---------------------------------------------------------------- etcd
+ETCD_PORT=$(free_port) ETCD_PEER=$(free_port) API_PORT=$(free_port)
+start etcd "$BIN/etcd" --name e2e --data-dir "$S/etcd" \
+	--listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
+	--listen-peer-urls "http://127.0.0.1:$ETCD_PEER" --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER" \
+	--initial-cluster "e2e=http://127.0.0.1:$ETCD_PEER"
+wait_for etcd 60 curl -sf "http://127.0.0.1:$ETCD_PORT/health" || die "etcd did not become healthy"
+
+# ---------------------------------------------------------------- kube-apiserver
+start kube-apiserver "$BIN/kube-apiserver" \
+	--etcd-servers "http://127.0.0.1:$ETCD_PORT" \
+	--bind-address 127.0.0.1 --secure-port "$API_PORT" --advertise-address 127.0.0.1 \
+	--endpoint-reconciler-type none \
+	--cert-dir "$S/apiserver" --tls-cert-file "$S/pki/apiserver.crt" --tls-private-key-file "$S/pki/apiserver.key" \
+	--client-ca-file "$S/pki/ca.crt" --token-auth-file "$S/pki/tokens.csv" \
+	--kubelet-client-certificate "$S/pki/kubelet-client.crt" --kubelet-client-key "$S/pki/kubelet-client.key" \
+	--kubelet-certificate-authority "$S/pki/ca.crt" --kubelet-preferred-address-types InternalIP \
+	--service-account-issuer "https://127.0.0.1:$API_PORT" --service-account-key-file "$S/pki/sa.pub" \
+	--service-account-signing-key-file "$S/pki/sa.key" \
+	--service-cluster-ip-range "$SERVICE_CIDR" \
+	--authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction \
+	--profiling=false
+kubeconfig "$S/admin.kubeconfig" e2e-admin "$ADMIN_TOKEN"
+wait_for kube-apiserver 180 kc get --raw /readyz || die "kube-apiserver did not become ready"
+
+# ---------------------------------------------------------------- controller-manager, scheduler
+kubeconfig "$S/cm.kubeconfig" system:kube-controller-manager "$CM_TOKEN"
+kubeconfig "$S/sched.kubeconfig" system:kube-scheduler "$SCHED_TOKEN"
+# Garbage collection (a Sandbox's pod goes with it), service accounts and
+# their tokens, namespaces: the controllers a pod's life needs here.
+start kube-controller-manager "$BIN/kube-controller-manager" --kubeconfig "$S/cm.kubeconfig" \
+	--authentication-kubeconfig "$S/cm.kubeconfig" --authorization-kubeconfig "$S/cm.kubeconfig" \
+	--bind-address 127.0.0.1 --secure-port "$(free_port)" --leader-elect=false \
+	--use-service-account-credentials --service-account-private-key-file "$S/pki/sa.key" --root-ca-file "$S/pki/ca.crt" \
+	--controllers 'serviceaccount,serviceaccount-token,garbagecollector,namespace,nodelifecycle,podgc' \
+	--cluster-signing-cert-file "$S/pki/ca.crt" --cluster-signing-key-file "$S/pki/ca.key" --profiling=false
+start kube-scheduler "$BIN/kube-scheduler" --kubeconfig "$S/sched.kubeconfig" \
+	--authentication-kubeconfig "$S/sched.kubeconfig" --authorization-kubeconfig "$S/sched.kubeconfig" \
+	--bind-address 127.0.0.1 --secure-port "$(free_port)" --leader-elect=false --profiling=false
+
+# ---------------------------------------------------------------- containerd
+# restrict_oom_score_adj: the runtime may not lower a container's
+# oom_score_adj below its own (containerd here runs with a raised one, and
+# runc fails "setting oom_score_adj ... permission denied" otherwise).
+# sandbox_image: the pause image imported below, so nothing is pulled.
+cat >"$S/containerd.toml" <<EOF
+version = 2
+root = "$S/containerd/root"
+state = "$S/containerd/state"
+[grpc]
+  address = "$S/containerd.sock"
+[ttrpc]
+  address = ""
+[debug]
+  address = ""
+[metrics]
+  address = ""
+[plugins."io.containerd.internal.v1.opt"]
+  path = "$S/containerd/opt"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "localhost/pause:e2e"
+  restrict_oom_score_adj = true
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  netns_mounts_under_state_dir = true
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "$S/cni/net.d"
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+        BinaryName = "$(command -v runc)"
+        Root = "$S/runc"
+EOF
+start containerd containerd --config "$S/containerd.toml"
+CTR=(ctr -a "$S/containerd.sock" -n k8s.io)
+wait_for containerd 60 "${CTR[@]}" version || die "containerd did not start"
+
+log "images: agent (static airlock at /airlock), sandbox (busybox + python3), pause"
+AGENT_IMAGE=localhost/airlock-agent:e2e
+SANDBOX_IMAGE=localhost/airlock-sandbox:e2e
+"$S/kube-e2e" image -kind agent -ref "$AGENT_IMAGE" -airlock "$S/airlock" -out "$S/agent.tar" &&
+	"$S/kube-e2e" image -kind sandbox -ref "$SANDBOX_IMAGE" -out "$S/sandbox.tar" &&
+	"$S/kube-e2e" image -kind pause -ref localhost/pause:e2e -out "$S/pause.tar" || die "building images failed"
+for t in agent sandbox pause; do
+	"${CTR[@]}" images import "$S/$t.tar" >/dev/null || die "ctr images import $t.tar failed"
+done
+rm -f "$S"/*.tar
+
+# ---------------------------------------------------------------- kubelet
+# failCgroupV1: false: this host mounts cgroup v1 controllers (hybrid), and
+# kubelet refuses v1 by default. cgroupRoot: every pod cgroup under one
+# directory per controller, removed at the end. address: the bridge's, so
+# kubelet's port is not on the host's outside interface.
+for d in /sys/fs/cgroup/*/; do
+	[ -f "$d/cgroup.procs" ] && mkdir -p "$d${CGROUP_ROOT#/}"
+done
+KUBELET_PORT=$(free_port)
+cat >"$S/kubelet.yaml" <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+failCgroupV1: false
+cgroupDriver: cgroupfs
+cgroupRoot: $CGROUP_ROOT
+address: $NODE_IP
+port: $KUBELET_PORT
+readOnlyPort: 0
+healthzPort: 0
+tlsCertFile: $S/pki/kubelet.crt
+tlsPrivateKeyFile: $S/pki/kubelet.key
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: true}
+  x509: {clientCAFile: $S/pki/ca.crt}
+authorization: {mode: Webhook}
+containerRuntimeEndpoint: unix://$S/containerd.sock
+podLogsDir: $S/pod-logs
+failSwapOn: false
+resolvConf: ""
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard: {memory.available: "100Mi", nodefs.available: "1%", imagefs.available: "1%", nodefs.inodesFree: "1%"}
+serializeImagePulls: false
+registerNode: true
+EOF
+kubeconfig "$S/kubelet.kubeconfig" "system:node:$NODE" "$KUBELET_TOKEN"
+start kubelet "$BIN/kubelet" --config "$S/kubelet.yaml" --kubeconfig "$S/kubelet.kubeconfig" \
+	--root-dir "$S/kubelet" --hostname-override "$NODE" --node-ip "$NODE_IP" \
+	--volume-plugin-dir "$S/kubelet-plugins" --cert-dir "$S/kubelet-pki"
+wait_for "node $NODE Ready" 180 kc wait --for=condition=Ready "node/$NODE" --timeout=2s || die "node $NODE did not become Ready"
+wait_for "default service account" 60 kc get serviceaccount default -n default || die "no default service account (kube-controller-manager)"
+
+# ---------------------------------------------------------------- agent-sandbox
+log "agent-sandbox $AGENT_SANDBOX_VERSION: CRDs, RBAC, controller"
+# The CRDs and RBAC users install: the copies vendored in deploy/.
+AS_DEPLOY=$ROOT/deploy/agent-sandbox
+grep -q "\*\*$AGENT_SANDBOX_VERSION\*\*" "$AS_DEPLOY/SOURCE.md" ||
+	die "deploy/agent-sandbox/SOURCE.md is not of agent-sandbox $AGENT_SANDBOX_VERSION (go.mod's): vendor the same version"
+kc apply -f "$AS_DEPLOY/crds/" >/dev/null || die "applying agent-sandbox CRDs failed"
+kc apply -f "$AS_DEPLOY/rbac.generated.yaml" -f "$AS_DEPLOY/extensions-rbac.generated.yaml" >/dev/null || die "applying agent-sandbox RBAC failed"
+kc create clusterrolebinding e2e-agent-sandbox --clusterrole agent-sandbox-controller --user agent-sandbox-controller >/dev/null
+kc create clusterrolebinding e2e-agent-sandbox-ext --clusterrole agent-sandbox-controller-extensions --user agent-sandbox-controller >/dev/null
+kc wait --for condition=Established crd --all --timeout=60s >/dev/null || die "agent-sandbox CRDs not established"
+kubeconfig "$S/as.kubeconfig" agent-sandbox-controller "$AS_TOKEN"
+start agent-sandbox env KUBECONFIG="$S/as.kubeconfig" "$AS_BIN" --leader-elect=false --extensions \
+	--metrics-bind-address 0 --health-probe-bind-address "127.0.0.1:$(free_port)"
+
+# ---------------------------------------------------------------- smoke: a plain pod
+# The pod shape airlock's backend makes (docs/kubernetes.md): the agent image's
+# init container installs the static agent into an emptyDir; the main
+# container (any image) runs it. Here it only proves the node runs it.
+kc create namespace airlock-e2e-smoke >/dev/null
+kc apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Pod
+metadata: {name: smoke, namespace: airlock-e2e-smoke}
+spec:
+  automountServiceAccountToken: false
+  restartPolicy: Never
+  volumes: [{name: airlock-bin, emptyDir: {}}]
+  initContainers:
+  - name: airlock-install
+    image: $AGENT_IMAGE
+    imagePullPolicy: Never
+    command: [/airlock, install-agent, /airlock-bin/airlock]
+    volumeMounts: [{name: airlock-bin, mountPath: /airlock-bin}]
+  containers:
+  - name: sandbox
+    image: $SANDBOX_IMAGE
+    imagePullPolicy: Never
+    command: [/bin/sh, -c, '/airlock-bin/airlock version && /usr/bin/python3 -c "print(6*7)" && exec sleep 3600']
+    volumeMounts: [{name: airlock-bin, mountPath: /airlock-bin, readOnly: true}]
+    securityContext:
+      runAsUser: 1000
+      runAsNonRoot: true
+      allowPrivilegeEscalation: false
+      readOnlyRootFilesystem: true
+      capabilities: {drop: [ALL]}
+      seccompProfile: {type: RuntimeDefault}
+EOF
+if ! wait_for "smoke pod Running" 180 kc wait --for=jsonpath='{.status.phase}'=Running pod/smoke -n airlock-e2e-smoke --timeout=2s; then
+	kc describe pod smoke -n airlock-e2e-smoke >&2
+	die "the smoke pod did not reach Running"
+fi
+wait_for "smoke pod output" 30 sh -c "'$BIN/kubectl' --kubeconfig '$S/admin.kubeconfig' logs smoke -n airlock-e2e-smoke | grep -qx 42" ||
+	{
+		kc logs smoke -n airlock-e2e-smoke >&2
+		die "the smoke pod's log lacks python's 42"
+	}
+log "smoke pod: $(kc get pod smoke -n airlock-e2e-smoke -o jsonpath='{.status.podIP}') ran the installed agent and python3 ($(($(date +%s) - T_BUILT))s after the build)"
+kc delete namespace airlock-e2e-smoke --wait=false >/dev/null
+if [ "${KUBE_E2E_SMOKE_ONLY:-0}" = 1 ]; then
+	log "PASS (smoke only): the cluster runs the agent's pod"
+	exit 0
+fi
+
+# ---------------------------------------------------------------- airlock
+# The shipped manifests: namespaces (airlock for the server,
+# airlock-sandboxes for the sandboxes, Pod Security "restricted" enforced)
+# and the server's least-privilege RBAC. The server runs outside the
+# cluster here, as the ServiceAccount of deploy/airlock/rbac.yaml, with a
+# token from the TokenRequest API.
+NS=airlock-sandboxes
+kc apply -f "$ROOT/deploy/airlock/namespace.yaml" -f "$ROOT/deploy/airlock/rbac.yaml" >/dev/null || die "applying deploy/airlock namespace.yaml and rbac.yaml failed"
+TOKEN=$(kc create token airlock-server -n airlock --duration 2h) || die "no token for the airlock-server ServiceAccount"
+kubeconfig "$S/airlock.kubeconfig" system:serviceaccount:airlock:airlock-server "$TOKEN"
+
+AIRLOCK_PORTS=()
+for i in 1 2; do
+	port=$(free_port)
+	AIRLOCK_PORTS+=("$port")
+	mkdir -p "$S/airlock-$i"
+	start "airlock-$i" "$S/airlock" serve --backend kubernetes --kubeconfig "$S/airlock.kubeconfig" \
+		--namespace "$NS" --agent-image "$AGENT_IMAGE" --default-image "$SANDBOX_IMAGE" \
+		--listen "127.0.0.1:$port" --state-dir "$S/airlock-$i" --no-auth
+done
+for i in 1 2; do
+	wait_for "airlock-$i" 60 curl -sf "http://127.0.0.1:${AIRLOCK_PORTS[$((i - 1))]}/v1/info" || die "airlock serve replica $i did not answer"
+done
+URL1=http://127.0.0.1:${AIRLOCK_PORTS[0]} URL2=http://127.0.0.1:${AIRLOCK_PORTS[1]}
+
+T_SB=$(date +%s)
+ID=$("$S/kube-e2e" drive create -url "$URL1" -state "$S/drive.json") || die "create/exec/files/code through replica 1 failed"
+log "sandbox $ID: created, exec, file and Python cell through replica 1 ($(($(date +%s) - T_SB))s)"
+
+# The sandbox is an agent-sandbox Sandbox whose pod runs the agent: checked
+# in the API server and, for the pod's confinement, on the host.
+kc get sandboxes.agents.x-k8s.io "$ID" -n "$NS" >/dev/null || die "no Sandbox object $ID"
+POD=$(kc get pods -n "$NS" -l "airlock.dev/sandbox=$ID" -o jsonpath='{.items[0].metadata.name}')
+[ -n "$POD" ] || die "no pod labelled airlock.dev/sandbox=$ID"
+POD_IP=$(kc get pod "$POD" -n "$NS" -o jsonpath='{.status.podIP}')
+case $POD_IP in "$SUBNET".*) ;; *) die "pod $POD has IP '$POD_IP', not on the test bridge $SUBNET.0/24" ;; esac
+CID=$(kc get pod "$POD" -n "$NS" -o jsonpath='{.status.containerStatuses[?(@.name=="sandbox")].containerID}')
+CID=${CID#containerd://}
+APID=$("${CTR[@]}" tasks ls | awk -v c="$CID" '$1 == c {print $2}')
+[ -n "$APID" ] && [ -r "/proc/$APID/status" ] || die "no host process for the sandbox container $CID"
+st=/proc/$APID/status
+uid=$(awk '/^Uid:/ {print $3}' "$st")
+[ "$uid" != 0 ] || die "the agent (host pid $APID) runs as root"
+grep -q '^NoNewPrivs:[[:space:]]*1' "$st" || die "the agent (host pid $APID) may gain privileges (NoNewPrivs 0)"
+grep -q '^Seccomp:[[:space:]]*2' "$st" || die "the agent (host pid $APID) has no seccomp filter"
+grep -q '^CapEff:[[:space:]]*0000000000000000' "$st" || die "the agent (host pid $APID) has capabilities: $(grep CapEff "$st")"
+tr '\0' ' ' <"/proc/$APID/cmdline" | grep -q 'airlock-bin/airlock agent' || die "the container's pid 1 is not the agent: $(tr '\0' ' ' <"/proc/$APID/cmdline")"
+log "pod $POD ($POD_IP): agent is the container's pid 1 (host pid $APID): uid $uid, no_new_privs, seccomp filter, no capabilities"
+
+# Two replicas: the one that made the sandbox dies, the other serves it.
+kill -KILL "$(cat "$S/pids/airlock-1")"
+log "replica 1 killed (SIGKILL)"
+"$S/kube-e2e" drive after -url "$URL2" -state "$S/drive.json" || die "replica 2 lost the sandbox after replica 1 died"
+"$S/kube-e2e" drive kill -url "$URL2" -state "$S/drive.json" || die "kill through replica 2 failed"
+kc wait --for=delete "sandboxes.agents.x-k8s.io/$ID" -n "$NS" --timeout=120s >/dev/null 2>&1 || die "Sandbox $ID still exists after kill"
+kc wait --for=delete "pod/$POD" -n "$NS" --timeout=120s >/dev/null 2>&1 || die "pod $POD still exists after kill"
+[ ! -d "/proc/$APID" ] || die "the agent's host process $APID outlived its sandbox"
+log "sandbox $ID killed: Sandbox, pod and host process gone"
+log "PASS: build $((T_BUILT - T0))s, cluster+e2e $(($(date +%s) - T_BUILT))s, total $(($(date +%s) - T0))s"
+exit 0
+}
