@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -183,10 +184,18 @@ func migratePG(ctx context.Context, db *sql.DB) error {
 	return nil
 }
 
+// dsnPassword matches the password of a keyword/value connection string
+// (host=db password='x y' ...), quoted or not.
+var dsnPassword = regexp.MustCompile(`(?i)(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|\S*)`)
+
 // RedactURL returns a database URL fit for logs and errors: the password,
-// in the user info or a password= parameter, replaced by "xxxxx". A string
-// that does not parse as a URL is replaced whole.
+// in the user info or a password= parameter (of a URL or of a keyword/value
+// connection string), replaced by "xxxxx". A URL that does not parse is
+// replaced whole.
 func RedactURL(raw string) string {
+	if !strings.Contains(raw, "://") {
+		return dsnPassword.ReplaceAllString(raw, "${1}xxxxx")
+	}
 	u, err := url.Parse(raw)
 	if err != nil || u.Scheme == "" {
 		return "(unparsable database URL)"

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -184,7 +186,9 @@ func TestRedactURL(t *testing.T) {
 	for in, want := range map[string]string{
 		"postgres://u:secret@db:5432/airlock?sslmode=require": "postgres://u:xxxxx@db:5432/airlock?sslmode=require",
 		"postgres://db/airlock?password=secret&user=u":        "postgres://db/airlock?password=xxxxx&user=u",
-		"host=db user=u password=secret":                      "(unparsable database URL)",
+		"host=db user=u password=secret":                      "host=db user=u password=xxxxx",
+		"host=db password = 'se cret\\' x' user=u":            "host=db password = xxxxx user=u",
+		"postgres://u:pa%zz@db/airlock":                       "(unparsable database URL)",
 		"postgres://u@db/airlock":                             "postgres://u@db/airlock",
 	} {
 		if got := RedactURL(in); got != want {
@@ -252,5 +256,29 @@ func TestPGSharedSecret(t *testing.T) {
 	local, _ := openTest(t)
 	if _, err := local.SharedSecret(context.Background(), "x", 32); !errors.Is(err, ErrNotShared) {
 		t.Errorf("SQLite store: %v, want ErrNotShared", err)
+	}
+}
+
+// A keyword/value connection string (libpq's other form) works too, and is
+// shown without its password.
+func TestPGKeywordDSN(t *testing.T) {
+	c := pgtest.Shared(t)
+	u, err := url.Parse(c.NewDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pw, _ := u.User.Password()
+	dsn := fmt.Sprintf("host=%s port=%s user=%s password='%s' dbname=%s sslmode=disable",
+		u.Hostname(), u.Port(), u.User.Username(), pw, strings.TrimPrefix(u.Path, "/"))
+	s, err := OpenOptions(t.TempDir(), Options{DatabaseURL: dsn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if d := s.SharedDatabase(); strings.Contains(d, pw) || !strings.Contains(d, "password='xxxxx'") && !strings.Contains(d, "password=xxxxx") {
+		t.Errorf("SharedDatabase() = %q", d)
+	}
+	if _, _, err := s.CreateKey(context.Background(), "k", 0); err != nil {
+		t.Fatal(err)
 	}
 }
