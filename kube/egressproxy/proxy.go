@@ -23,6 +23,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -100,7 +101,7 @@ type Server struct {
 type podEntry struct {
 	uid     types.UID
 	id      string
-	ip      netip.Addr
+	ips     []netip.Addr
 	network string // the annotation as read
 	secret  string // the egress Secret's resourceVersion ("" without one)
 	bad     bool   // its configuration was refused: registered deny-all
@@ -129,18 +130,28 @@ func (s *Server) Close() error {
 	return s.p.Close()
 }
 
-// eligible reports whether pod's IP may identify its sandbox: a sandbox pod
-// that runs, has an IP and is not being deleted.
-func eligible(pod *corev1.Pod) (id string, ip netip.Addr, ok bool) {
+// eligible reports whether pod's IPs may identify its sandbox: a sandbox
+// pod that runs, has an IP and is not being deleted. Every IP of a
+// dual-stack pod counts.
+func eligible(pod *corev1.Pod) (id string, ips []netip.Addr, ok bool) {
 	id = pod.Labels[LabelSandbox]
 	if id == "" || pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodRunning {
-		return "", netip.Addr{}, false
+		return "", nil, false
 	}
-	ip, err := netip.ParseAddr(pod.Status.PodIP)
-	if err != nil {
-		return "", netip.Addr{}, false
+	for _, s := range append([]string{pod.Status.PodIP}, podIPs(pod)...) {
+		if ip, err := netip.ParseAddr(s); err == nil && !slices.Contains(ips, ip.Unmap()) {
+			ips = append(ips, ip.Unmap())
+		}
 	}
-	return id, ip.Unmap(), true
+	return id, ips, len(ips) > 0
+}
+
+func podIPs(pod *corev1.Pod) []string {
+	var out []string
+	for _, p := range pod.Status.PodIPs {
+		out = append(out, p.IP)
+	}
+	return out
 }
 
 // SyncPod brings the proxy in line with pod and its egress Secret (nil if
@@ -148,12 +159,12 @@ func eligible(pod *corev1.Pod) (id string, ip netip.Addr, ok bool) {
 // pod when it no longer runs. A malformed annotation or Secret registers
 // the sandbox with everything denied (fail closed) and returns the error.
 func (s *Server) SyncPod(pod *corev1.Pod, secret *corev1.Secret) error {
-	id, ip, ok := eligible(pod)
+	id, ips, ok := eligible(pod)
 	if !ok {
 		s.ForgetPod(pod.UID)
 		return nil
 	}
-	e := &podEntry{uid: pod.UID, id: id, ip: ip, network: pod.Annotations[AnnotationNetwork]}
+	e := &podEntry{uid: pod.UID, id: id, ips: ips, network: pod.Annotations[AnnotationNetwork]}
 	if secret != nil {
 		e.secret = secret.ResourceVersion
 	}
@@ -192,9 +203,11 @@ func (s *Server) SyncPod(pod *corev1.Pod, secret *corev1.Secret) error {
 	e.bad = cfgErr != nil
 	s.pods[e.uid] = e
 	s.byID[id] = e
-	s.byIP[ip] = append(s.byIP[ip], e)
-	if len(s.byIP[ip]) > 1 {
-		s.log.Warn("egress-proxy: two live pods claim one IP; refusing its connections until one is gone", "ip", ip.String())
+	for _, ip := range ips {
+		s.byIP[ip] = append(s.byIP[ip], e)
+		if len(s.byIP[ip]) > 1 {
+			s.log.Warn("egress-proxy: two live pods claim one IP; refusing its connections until one is gone", "ip", ip.String())
+		}
 	}
 	if cfgErr != nil {
 		s.log.Error("egress-proxy: sandbox configuration refused, denying all its egress", "sandbox", id, "err", cfgErr)
@@ -222,17 +235,13 @@ func (s *Server) ForgetPod(uid types.UID) {
 // unindex removes e from the pod and IP maps.
 func (s *Server) unindex(e *podEntry) {
 	delete(s.pods, e.uid)
-	list := s.byIP[e.ip]
-	for i, x := range list {
-		if x == e {
-			list = append(list[:i:i], list[i+1:]...)
-			break
+	for _, ip := range e.ips {
+		list := slices.DeleteFunc(slices.Clone(s.byIP[ip]), func(x *podEntry) bool { return x == e })
+		if len(list) == 0 {
+			delete(s.byIP, ip)
+		} else {
+			s.byIP[ip] = list
 		}
-	}
-	if len(list) == 0 {
-		delete(s.byIP, e.ip)
-	} else {
-		s.byIP[e.ip] = list
 	}
 }
 

@@ -189,6 +189,21 @@ func TestServerByPodIP(t *testing.T) {
 		t.Fatalf("finished pod still served: %d", code)
 	}
 
+	// Every IP of a dual-stack pod identifies it.
+	d := sandboxPod("sb-d", "uid-d", allowAllowed)
+	d.Status.PodIP = "10.1.2.3"
+	d.Status.PodIPs = []corev1.PodIP{{IP: "10.1.2.3"}, {IP: "fd00::1:2:3"}}
+	s.SyncPod(d, nil)
+	for _, ip := range []string{"10.1.2.3", "fd00::1:2:3", "::ffff:10.1.2.3"} {
+		if id, reason := s.Lookup(netip.MustParseAddr(ip)); id != "sb-d" {
+			t.Fatalf("dual-stack pod at %s: %q %q", ip, id, reason)
+		}
+	}
+	s.ForgetPod("uid-d")
+	if id, _ := s.Lookup(netip.MustParseAddr("fd00::1:2:3")); id != "" {
+		t.Fatalf("forgotten dual-stack pod still maps: %q", id)
+	}
+
 	// A malformed annotation fails closed: registered, everything denied.
 	c := sandboxPod("sb-c", "uid-c", `{"mode":"open"`)
 	if err := s.SyncPod(c, nil); err == nil {
