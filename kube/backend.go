@@ -45,6 +45,7 @@ import (
 	"airlock/agent"
 	"airlock/egress"
 	"airlock/kube/agenttls"
+	"airlock/kube/egressproxy"
 	"airlock/manager"
 	"airlock/policy"
 	"airlock/store"
@@ -236,35 +237,39 @@ func (b *Backend) runtimeClass(ctx context.Context, tier string) (string, error)
 }
 
 // env is the sandbox's environment: the policy's, with the egress proxy
-// variables pointing at the cluster's proxy.
-func (b *Backend) env(p *policy.Policy) ([]string, error) {
+// variables pointing at the cluster's proxy by IP address (the
+// NetworkPolicy of deploy/airlock/egress-proxy.yaml leaves sandbox pods no
+// DNS, so the server resolves the proxy's Service name).
+func (b *Backend) env(ctx context.Context, p *policy.Policy) ([]string, error) {
 	mode := p.Network.Mode
 	if mode == "" || mode == policy.NetNone {
 		return p.Env, nil
 	}
 	if b.cfg.EgressProxy == "" {
-		return nil, fmt.Errorf("%w: network mode %q needs the cluster's egress proxy, and this server has none (--egress-proxy)", manager.ErrPolicy, mode)
+		return nil, fmt.Errorf("%w: network mode %q needs the cluster's egress proxy, and this server has none (--kube-egress-proxy)", manager.ErrPolicy, mode)
 	}
-	host, port, err := net.SplitHostPort(b.cfg.EgressProxy)
-	if err != nil {
-		return nil, fmt.Errorf("kube: egress proxy %q: %w", b.cfg.EgressProxy, err)
+	host, httpPort := b.cfg.EgressProxy, egressproxy.HTTPPort
+	if h, port, err := net.SplitHostPort(b.cfg.EgressProxy); err == nil {
+		if httpPort, err = strconv.Atoi(port); err != nil {
+			return nil, fmt.Errorf("kube: egress proxy %q: bad port", b.cfg.EgressProxy)
+		}
+		host = h
 	}
-	n, err := strconv.Atoi(port)
+	ip, err := resolveOne(ctx, host)
 	if err != nil {
-		return nil, fmt.Errorf("kube: egress proxy %q: bad port", b.cfg.EgressProxy)
+		return nil, fmt.Errorf("kube: resolve the egress proxy %q: %w", host, err)
 	}
 	proxy := map[string]string{}
-	for _, kv := range egress.ProxyEnv(n, 0) {
+	for _, kv := range egress.ProxyEnv(httpPort, egressproxy.SOCKSPort) {
 		k, v, _ := strings.Cut(kv, "=")
-		proxy[k] = strings.Replace(v, "127.0.0.1:"+port, net.JoinHostPort(host, port), 1)
+		proxy[k] = strings.ReplaceAll(v, "127.0.0.1:", ip+":")
 	}
 	var out []string
 	for _, kv := range p.Env {
 		k, _, _ := strings.Cut(kv, "=")
-		if _, ok := proxy[k]; ok || strings.EqualFold(k, "ALL_PROXY") {
-			continue // the host-side proxy's; replaced below
+		if _, ok := proxy[k]; !ok {
+			out = append(out, kv)
 		}
-		out = append(out, kv)
 	}
 	keys := make([]string, 0, len(proxy))
 	for k := range proxy {
@@ -277,6 +282,29 @@ func (b *Backend) env(p *policy.Policy) ([]string, error) {
 	return out, nil
 }
 
+// resolveOne returns host's first address, IPv4 preferred, bracketed if
+// IPv6 (as it goes before ":port").
+func resolveOne(ctx context.Context, host string) (string, error) {
+	addrs, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+	if err != nil {
+		return "", err
+	}
+	if len(addrs) == 0 {
+		return "", errors.New("no address")
+	}
+	best := addrs[0]
+	for _, a := range addrs {
+		if a.Unmap().Is4() {
+			best = a.Unmap()
+			break
+		}
+	}
+	if best.Is6() {
+		return "[" + best.String() + "]", nil
+	}
+	return best.String(), nil
+}
+
 // Create implements manager.Backend: the Sandbox, then its Secret (owned by
 // the Sandbox, so that the cluster's garbage collector removes it with the
 // Sandbox when agent-sandbox deletes it at its shutdownTime).
@@ -285,7 +313,7 @@ func (b *Backend) Create(ctx context.Context, spec manager.RemoteSpec) (manager.
 	if err != nil {
 		return manager.Info{}, err
 	}
-	env, err := b.env(&spec.Policy)
+	env, err := b.env(ctx, &spec.Policy)
 	if err != nil {
 		return manager.Info{}, err
 	}
