@@ -272,3 +272,62 @@ func TestServerInjects(t *testing.T) {
 		t.Fatalf("the refusal is not logged:\n%s", logs.String())
 	}
 }
+
+// socksConnect does a SOCKS5 CONNECT to host:port by name through the
+// proxy at addr and returns the reply code and the connection.
+func socksConnect(t *testing.T, addr, host string, port int) (byte, net.Conn) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetDeadline(time.Now().Add(30 * time.Second))
+	req := append([]byte{5, 1, 0, 5, 1, 0, 3, byte(len(host))}, host...)
+	req = append(req, byte(port>>8), byte(port))
+	c.Write(req)
+	var resp [12]byte // method reply (2) + CONNECT reply with an IPv4 address (10)
+	if _, err := io.ReadFull(c, resp[:4]); err != nil || resp[0] != 5 || resp[1] != 0 {
+		t.Fatalf("SOCKS5 greeting: % x, %v", resp[:4], err)
+	}
+	code := resp[3]
+	if code == 0 {
+		io.ReadFull(c, resp[4:]) // atyp IPv4 (4 bytes) + port
+	}
+	return code, c
+}
+
+// TestServerSOCKS: the SOCKS5 listener attributes connections by pod IP
+// and applies the same policy.
+func TestServerSOCKS(t *testing.T) {
+	u := startUpstream(t)
+	s := New(Config{Egress: egress.Config{Resolver: testResolver, Logger: slog.New(slog.DiscardHandler)}})
+	defer s.Close()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve(l, egress.SOCKS5)
+	addr := l.Addr().String()
+
+	if code, c := socksConnect(t, addr, "allowed.test", u.httpPort); code == 0 {
+		c.Close()
+		t.Fatal("unknown source connected")
+	}
+	if err := s.SyncPod(sandboxPod("sb-socks", "uid-socks", allowAllowed), nil); err != nil {
+		t.Fatal(err)
+	}
+	code, c := socksConnect(t, addr, "allowed.test", u.httpPort)
+	if code != 0 {
+		t.Fatalf("allowed host refused: reply %d", code)
+	}
+	fmt.Fprintf(c, "GET /socks HTTP/1.0\r\nHost: allowed.test\r\n\r\n")
+	b, _ := io.ReadAll(c)
+	c.Close()
+	if !strings.HasSuffix(string(b), "hello /socks") {
+		t.Fatalf("through SOCKS5: %q", b)
+	}
+	if code, c := socksConnect(t, addr, "other.test", u.httpPort); code != 2 {
+		c.Close()
+		t.Fatalf("host outside the allowlist: reply %d, want 2 (not allowed)", code)
+	}
+}
