@@ -365,7 +365,7 @@ func (b *Backend) Create(ctx context.Context, spec manager.RemoteSpec) (manager.
 	secret := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: agenttls.SecretName(spec.ID), Namespace: b.cfg.Namespace, Labels: labels,
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: sandboxv1.GroupVersion.String(), Kind: "Sandbox",
-				Name: sb.Name, UID: sb.UID, BlockOwnerDeletion: ptr.To(true)}}},
+				Name: sb.Name, UID: sb.UID}}},
 		Type:      corev1.SecretTypeOpaque,
 		Data:      bundle.SecretData(),
 		Immutable: ptr.To(true),

@@ -122,12 +122,15 @@ func podSpec(pp podParams) (corev1.PodSpec, error) {
 		return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{EmptyDir: ed}}
 	}
 	spec := corev1.PodSpec{
-		AutomountServiceAccountToken: ptr.To(false),
-		EnableServiceLinks:           ptr.To(false),
-		HostNetwork:                  false,
-		HostPID:                      false,
-		HostIPC:                      false,
-		Hostname:                     pp.policy.User.Hostname,
+		// The agent is PID 1 and, as on a single node, ignores SIGTERM:
+		// a deleted pod would only wait out the grace period.
+		TerminationGracePeriodSeconds: ptr.To(int64(2)),
+		AutomountServiceAccountToken:  ptr.To(false),
+		EnableServiceLinks:            ptr.To(false),
+		HostNetwork:                   false,
+		HostPID:                       false,
+		HostIPC:                       false,
+		Hostname:                      pp.policy.User.Hostname,
 		SecurityContext: &corev1.PodSecurityContext{
 			RunAsNonRoot:   ptr.To(true),
 			RunAsUser:      ptr.To(uid),

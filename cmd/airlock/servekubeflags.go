@@ -24,7 +24,7 @@ func (k *kubeFlags) register(fs *flag.FlagSet) {
 	k.agentImage = fs.String("agent-image", "", "with --backend kubernetes: image holding the static airlock binary at /airlock, run as the sandboxes' init container (required)")
 	k.defaultImage = fs.String("default-image", "", "with --backend kubernetes: image of sandboxes created without one (required)")
 	k.classes = fs.String("runtime-class", "", "with --backend kubernetes: RuntimeClass of each tier, e.g. gvisor=gvisor,microvm=kata (the default; TIER= removes a tier)")
-	k.egressProxy = fs.String("kube-egress-proxy", "", "with --backend kubernetes: HOST:PORT of the cluster's egress proxy (airlock egress-proxy); without it only network mode none is allowed")
+	k.egressProxy = fs.String("kube-egress-proxy", "", "with --backend kubernetes: HOST[:PORT] of the cluster's egress proxy Service (airlock egress-proxy; default port 3128, SOCKS on 1080); the server resolves it, as sandbox pods have no DNS; without it only network mode none is allowed")
 	k.readyTimeout = fs.Duration("kube-ready-timeout", 2*time.Minute, "with --backend kubernetes: how long a create waits for the sandbox's pod and agent")
 }
 
