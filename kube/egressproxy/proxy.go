@@ -25,6 +25,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -298,20 +299,22 @@ func sandboxConfig(id, annotation string, secret *corev1.Secret) (egress.Sandbox
 // Serve accepts connections on l, attributes each to a sandbox by its
 // source IP and serves it as kind (egress.HTTP or egress.SOCKS5). A
 // connection from an unknown IP is refused with the reason (an HTTP 403 or
-// a SOCKS5 failure). It returns when l is closed.
+// a SOCKS5 failure). It returns nil when l is closed; other accept errors
+// (out of file descriptors) are logged and retried with a backoff.
 func (s *Server) Serve(l net.Listener, kind egress.Kind) error {
+	backoff := 5 * time.Millisecond
 	for {
 		c, err := l.Accept()
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return nil
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
-			}
-			return fmt.Errorf("egressproxy: accept: %w", err)
+			s.log.Warn("egress-proxy: accept", "kind", kind.String(), "err", err)
+			time.Sleep(backoff)
+			backoff = min(2*backoff, time.Second)
+			continue
 		}
+		backoff = 5 * time.Millisecond
 		go s.serveConn(c, kind)
 	}
 }
