@@ -165,8 +165,8 @@ build_all() {
 	[ -x "$BIN/kube-apiserver" ] && [ -x "$BIN/kubectl" ] || die "scripts/kube-assets.sh gave no kube-apiserver/kubectl in '$BIN'"
 	kube_bins "$BIN" kubelet kube-scheduler kube-controller-manager
 	agent_sandbox_bin
-	log "airlock (static) and scripts/kube-e2e"
-	(cd "$ROOT" && CGO_ENABLED=0 go build -o "$S/airlock" ./cmd/airlock && go build -o "$S/kube-e2e" ./scripts/kube-e2e) ||
+	log "airlock (static, -tags kubernetes) and scripts/kube-e2e"
+	(cd "$ROOT" && CGO_ENABLED=0 go build -tags kubernetes -o "$S/airlock" ./cmd/airlock && go build -o "$S/kube-e2e" ./scripts/kube-e2e) ||
 		die "building airlock failed"
 	T_BUILT=$(date +%s)
 }
@@ -584,7 +584,8 @@ for i in 1 2; do
 		--listen "127.0.0.1:$port" --state-dir "$S/airlock-$i" --no-auth
 done
 for i in 1 2; do
-	wait_for "airlock-$i" 60 curl -sf "http://127.0.0.1:${AIRLOCK_PORTS[$((i - 1))]}/v1/info" || die "airlock serve replica $i did not answer"
+	wait_for "airlock-$i" 60 sh -c "kill -0 $(cat "$S/pids/airlock-$i") && curl -sf http://127.0.0.1:${AIRLOCK_PORTS[$((i - 1))]}/v1/info" ||
+		die "airlock serve replica $i did not answer: $(tail -n 3 "$S/logs/airlock-$i.log")"
 done
 URL1=http://127.0.0.1:${AIRLOCK_PORTS[0]} URL2=http://127.0.0.1:${AIRLOCK_PORTS[1]}
 
