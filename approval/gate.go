@@ -72,6 +72,10 @@ type Config struct {
 	// (store.Store with a shared database), so a sandbox created through
 	// one server is held to its rules by all.
 	SandboxPolicies SandboxPolicyStore
+	// PendingStore, if set, shares pending approvals with the other
+	// servers using it: any of them lists and answers an approval that
+	// one of them holds a request for.
+	PendingStore PendingStore
 	// Webhook, if set, is told about every pending approval.
 	Webhook *Webhook
 	// NoElicitation ignores Check's elicitor: MCP clients are not asked,
@@ -92,6 +96,27 @@ type SandboxPolicyStore interface {
 	SetSandboxApprovalPolicy(ctx context.Context, sandboxID string, policy json.RawMessage) error
 	SandboxApprovalPolicy(ctx context.Context, sandboxID string) (json.RawMessage, error)
 }
+
+// PendingStore keeps pending approvals where every server sharing it
+// sees them (store.Store with a shared database). The first answer wins.
+type PendingStore interface {
+	// PutPendingApproval records a pending approval (JSON of Pending).
+	PutPendingApproval(ctx context.Context, id string, pending json.RawMessage, expires time.Time) error
+	// AnswerPendingApproval records decision (JSON of Decision) if the
+	// approval exists and has none yet, reporting whether it did.
+	AnswerPendingApproval(ctx context.Context, id string, decision json.RawMessage) (bool, error)
+	// PendingApproval returns an approval and its decision (nil while
+	// undecided); pending is nil for an unknown one.
+	PendingApproval(ctx context.Context, id string) (pending, decision json.RawMessage, err error)
+	// PendingApprovals returns the undecided, unexpired approvals.
+	PendingApprovals(ctx context.Context) ([]json.RawMessage, error)
+	// DeletePendingApproval forgets an approval once its request ended.
+	DeletePendingApproval(ctx context.Context, id string) error
+}
+
+// pollInterval is how often a server holding a request shared through a
+// PendingStore looks for an answer another server recorded.
+const pollInterval = 200 * time.Millisecond
 
 // Pending is an action waiting for a human.
 type Pending struct {
@@ -261,6 +286,17 @@ func (g *Gate) wait(ctx context.Context, a Action, reason string, el Elicitor) e
 		"reason": reason, "expires_at": p.ExpiresAt}); err != nil {
 		return err
 	}
+	if ps := g.cfg.PendingStore; ps != nil {
+		b, err := json.Marshal(p)
+		if err == nil {
+			err = ps.PutPendingApproval(ctx, p.ID, b, p.ExpiresAt)
+		}
+		if err != nil {
+			// Fail closed: an approval the other servers cannot see
+			// could not be answered through them.
+			return g.finish(ctx, p, Decision{Decision: Deny, By: "server", Reason: "cannot share the pending approval: " + err.Error()})
+		}
+	}
 	g.mu.Lock()
 	if g.closed {
 		g.mu.Unlock()
@@ -278,6 +314,10 @@ func (g *Gate) wait(ctx context.Context, a Action, reason string, el Elicitor) e
 	}
 	g.mu.Unlock()
 
+	if ps := g.cfg.PendingStore; ps != nil {
+		defer ps.DeletePendingApproval(context.WithoutCancel(ctx), p.ID)
+		go g.poll(ps, p)
+	}
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
 	if g.cfg.Webhook != nil {
@@ -307,12 +347,24 @@ func (g *Gate) wait(ctx context.Context, a Action, reason string, el Elicitor) e
 	}
 	t := time.NewTimer(time.Until(p.ExpiresAt))
 	defer t.Stop()
+	var late Decision
 	select {
 	case <-p.done:
 	case <-t.C:
-		g.Answer(p.ID, Decision{Decision: Timeout, By: "timeout", Reason: fmt.Sprintf("no answer within %s", g.cfg.Timeout)})
+		late = Decision{Decision: Timeout, By: "timeout", Reason: fmt.Sprintf("no answer within %s", g.cfg.Timeout)}
 	case <-ctx.Done():
-		g.Answer(p.ID, Decision{Decision: Cancelled, By: "caller", Reason: "the caller went away"})
+		late = Decision{Decision: Cancelled, By: "caller", Reason: "the caller went away"}
+	}
+	if late.Decision != "" {
+		if err := g.Answer(p.ID, late); err != nil && g.cfg.PendingStore != nil {
+			// Another server's answer may have won in the store: the
+			// poller brings it, or else the late decision stands.
+			select {
+			case <-p.done:
+			case <-time.After(3 * pollInterval):
+				g.decide(p.ID, late)
+			}
+		}
 	}
 	<-p.done
 	return g.finish(ctx, p, p.decision)
@@ -342,6 +394,8 @@ func (g *Gate) finish(ctx context.Context, p *Pending, d Decision) error {
 
 // Answer decides a pending approval; the first answer wins. d.Decision
 // must be approve or deny (timeout and cancelled are the Gate's own).
+// With a PendingStore the answer is recorded there, so it also decides an
+// approval another server holds.
 func (g *Gate) Answer(id string, d Decision) error {
 	if g == nil {
 		return ErrNotFound
@@ -349,6 +403,54 @@ func (g *Gate) Answer(id string, d Decision) error {
 	if !slices.Contains([]string{Approve, Deny, Timeout, Cancelled}, d.Decision) {
 		return fmt.Errorf("approval: decision must be %s or %s", Approve, Deny)
 	}
+	ps := g.cfg.PendingStore
+	if ps == nil {
+		return g.decide(id, d)
+	}
+	d.At = time.Now().UTC()
+	b, err := json.Marshal(d)
+	if err != nil {
+		return fmt.Errorf("approval %s: %w", id, err)
+	}
+	ok, err := ps.AnswerPendingApproval(context.Background(), id, b)
+	if err != nil {
+		if d.Decision != Approve {
+			g.decide(id, d) // refusing needs no agreement (fail closed)
+		}
+		return fmt.Errorf("approval %s: %w", id, err)
+	}
+	if !ok {
+		return ErrNotFound // unknown, or already answered
+	}
+	g.decide(id, d) // at once when the request is held here
+	return nil
+}
+
+// poll waits for an answer to p recorded in ps by another server.
+func (g *Gate) poll(ps PendingStore, p *Pending) {
+	t := time.NewTicker(pollInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.done:
+			return
+		case <-t.C:
+		}
+		_, raw, err := ps.PendingApproval(context.Background(), p.ID)
+		if err != nil || raw == nil {
+			continue
+		}
+		var d Decision
+		if err := json.Unmarshal(raw, &d); err != nil || !slices.Contains([]string{Approve, Deny, Timeout, Cancelled}, d.Decision) {
+			d = Decision{Decision: Deny, By: "server", Reason: "unreadable answer in the shared store"}
+		}
+		g.decide(p.ID, d)
+		return
+	}
+}
+
+// decide ends the wait of a request held here; the first decision wins.
+func (g *Gate) decide(id string, d Decision) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	p := g.pending[id]
@@ -356,24 +458,38 @@ func (g *Gate) Answer(id string, d Decision) error {
 		return ErrNotFound
 	}
 	delete(g.pending, id)
-	d.At = time.Now().UTC()
+	if d.At.IsZero() {
+		d.At = time.Now().UTC()
+	}
 	p.decision = d
 	close(p.done)
 	return nil
 }
 
-// Get returns a pending approval.
+// Get returns a pending approval, held here or, with a PendingStore, by
+// another server.
 func (g *Gate) Get(id string) (Pending, bool) {
 	if g == nil {
 		return Pending{}, false
 	}
 	g.mu.Lock()
-	defer g.mu.Unlock()
 	p := g.pending[id]
-	if p == nil {
+	g.mu.Unlock()
+	if p != nil {
+		return *p, true
+	}
+	if g.cfg.PendingStore == nil {
 		return Pending{}, false
 	}
-	return *p, true
+	raw, dec, err := g.cfg.PendingStore.PendingApproval(context.Background(), id)
+	if err != nil || raw == nil || dec != nil {
+		return Pending{}, false
+	}
+	var sp Pending
+	if json.Unmarshal(raw, &sp) != nil || !time.Now().Before(sp.ExpiresAt) {
+		return Pending{}, false
+	}
+	return sp, true
 }
 
 // List returns the pending approvals, oldest first, that keep says to.
@@ -389,6 +505,24 @@ func (g *Gate) List(keep func(*Pending) bool) []Pending {
 		}
 	}
 	g.mu.Unlock()
+	if ps := g.cfg.PendingStore; ps != nil {
+		all, err := ps.PendingApprovals(context.Background())
+		if err != nil {
+			g.cfg.Logf("approvals of other servers: %v", err)
+		}
+		for _, raw := range all {
+			var sp Pending
+			if json.Unmarshal(raw, &sp) != nil || slices.ContainsFunc(out, func(o Pending) bool { return o.ID == sp.ID }) {
+				continue
+			}
+			g.mu.Lock()
+			_, here := g.pending[sp.ID]
+			g.mu.Unlock()
+			if !here && keep(&sp) {
+				out = append(out, sp)
+			}
+		}
+	}
 	slices.SortFunc(out, func(a, b Pending) int { return a.CreatedAt.Compare(b.CreatedAt) })
 	return out
 }

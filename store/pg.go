@@ -115,6 +115,17 @@ CREATE TABLE sandbox_approval_policies (
 	policy     TEXT NOT NULL
 );
 `,
+	// 5: approvals pending on one server, listed and answered through any
+	// (approval.PendingStore).
+	`
+CREATE TABLE pending_approvals (
+	id         TEXT PRIMARY KEY,
+	pending    TEXT NOT NULL,
+	expires_at BIGINT NOT NULL,
+	decision   TEXT
+);
+CREATE INDEX pending_approvals_expires ON pending_approvals(expires_at);
+`,
 }
 
 // openPG connects to the PostgreSQL database at rawURL and migrates its
@@ -353,4 +364,114 @@ func (s *Store) SandboxApprovalPolicy(ctx context.Context, sandboxID string) (js
 		return nil, fmt.Errorf("store: approval policy of sandbox %q: %w", sandboxID, s.sharedErr(err))
 	}
 	return json.RawMessage(v), nil
+}
+
+// pendingKeep is how long a pending approval's row outlives its expiry if
+// the server holding it died before deleting it.
+const pendingKeep = time.Hour
+
+// PutPendingApproval records an approval pending on this server, for the
+// others to list and answer (approval.PendingStore); rows of approvals
+// long expired are dropped on the way. Without a shared database it
+// returns an error wrapping ErrNotShared.
+func (s *Store) PutPendingApproval(ctx context.Context, id string, pending json.RawMessage, expires time.Time) error {
+	if !s.pg {
+		return fmt.Errorf("store: pending approval %s: %w", id, ErrNotShared)
+	}
+	ctx, cancel := context.WithTimeout(ctx, pgTimeout)
+	defer cancel()
+	if _, err := s.kw.ExecContext(ctx, `DELETE FROM pending_approvals WHERE expires_at < $1`,
+		time.Now().Add(-pendingKeep).UnixNano()); err != nil {
+		return fmt.Errorf("store: pending approval %s: %w", id, s.sharedErr(err))
+	}
+	if _, err := s.kw.ExecContext(ctx, `INSERT INTO pending_approvals (id, pending, expires_at) VALUES ($1, $2, $3)`,
+		id, string(pending), expires.UnixNano()); err != nil {
+		return fmt.Errorf("store: pending approval %s: %w", id, s.sharedErr(err))
+	}
+	return nil
+}
+
+// AnswerPendingApproval records the decision of an undecided approval,
+// reporting false when it is unknown or already decided (the first answer
+// wins).
+func (s *Store) AnswerPendingApproval(ctx context.Context, id string, decision json.RawMessage) (bool, error) {
+	if !s.pg {
+		return false, fmt.Errorf("store: answer approval %s: %w", id, ErrNotShared)
+	}
+	ctx, cancel := context.WithTimeout(ctx, pgTimeout)
+	defer cancel()
+	res, err := s.kw.ExecContext(ctx, `UPDATE pending_approvals SET decision = $1 WHERE id = $2 AND decision IS NULL`,
+		string(decision), id)
+	if err != nil {
+		return false, fmt.Errorf("store: answer approval %s: %w", id, s.sharedErr(err))
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, fmt.Errorf("store: answer approval %s: %w", id, s.sharedErr(err))
+	}
+	return n == 1, nil
+}
+
+// PendingApproval returns a pending approval and its decision (nil while
+// undecided); pending is nil when the approval is unknown.
+func (s *Store) PendingApproval(ctx context.Context, id string) (pending, decision json.RawMessage, err error) {
+	if !s.pg {
+		return nil, nil, fmt.Errorf("store: approval %s: %w", id, ErrNotShared)
+	}
+	ctx, cancel := context.WithTimeout(ctx, pgTimeout)
+	defer cancel()
+	var p string
+	var d sql.NullString
+	err = s.kr.QueryRowContext(ctx, `SELECT pending, decision FROM pending_approvals WHERE id = $1`, id).Scan(&p, &d)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("store: approval %s: %w", id, s.sharedErr(err))
+	}
+	if d.Valid {
+		decision = json.RawMessage(d.String)
+	}
+	return json.RawMessage(p), decision, nil
+}
+
+// PendingApprovals returns the undecided, unexpired approvals of every
+// server, oldest first.
+func (s *Store) PendingApprovals(ctx context.Context) ([]json.RawMessage, error) {
+	if !s.pg {
+		return nil, fmt.Errorf("store: pending approvals: %w", ErrNotShared)
+	}
+	ctx, cancel := context.WithTimeout(ctx, pgTimeout)
+	defer cancel()
+	rows, err := s.kr.QueryContext(ctx, `SELECT pending FROM pending_approvals
+WHERE decision IS NULL AND expires_at > $1 ORDER BY expires_at, id`, time.Now().UnixNano())
+	if err != nil {
+		return nil, fmt.Errorf("store: pending approvals: %w", s.sharedErr(err))
+	}
+	defer rows.Close()
+	out := []json.RawMessage{}
+	for rows.Next() {
+		var p string
+		if err := rows.Scan(&p); err != nil {
+			return nil, fmt.Errorf("store: pending approvals: %w", s.sharedErr(err))
+		}
+		out = append(out, json.RawMessage(p))
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: pending approvals: %w", s.sharedErr(err))
+	}
+	return out, nil
+}
+
+// DeletePendingApproval forgets an approval whose request has ended.
+func (s *Store) DeletePendingApproval(ctx context.Context, id string) error {
+	if !s.pg {
+		return fmt.Errorf("store: approval %s: %w", id, ErrNotShared)
+	}
+	ctx, cancel := context.WithTimeout(ctx, pgTimeout)
+	defer cancel()
+	if _, err := s.kw.ExecContext(ctx, `DELETE FROM pending_approvals WHERE id = $1`, id); err != nil {
+		return fmt.Errorf("store: approval %s: %w", id, s.sharedErr(err))
+	}
+	return nil
 }

@@ -85,11 +85,11 @@ func (f *approvalFlags) load() error {
 func (f *approvalFlags) gate(m *manager.Manager, st *store.Store, stateDir string, logf func(string, ...any)) (*approval.Gate, error) {
 	cfg := approval.Config{SandboxPolicyDir: filepath.Join(stateDir, approval.SandboxPolicyDir)}
 	if st.SharedDatabase() != "" {
-		cfg = approval.Config{SandboxPolicies: st}
+		cfg = approval.Config{SandboxPolicies: st, PendingStore: st}
 	}
 	g, err := approval.New(approval.Config{Policy: f.policy, KeyPolicy: keyPolicies(st, stateDir), Timeout: f.timeout,
 		Webhook: f.webhook, Logf: logf, NoElicitation: f.noElicit,
-		SandboxPolicyDir: cfg.SandboxPolicyDir, SandboxPolicies: cfg.SandboxPolicies,
+		SandboxPolicyDir: cfg.SandboxPolicyDir, SandboxPolicies: cfg.SandboxPolicies, PendingStore: cfg.PendingStore,
 		Audit: func(ctx context.Context, keyID, sandboxID, action string, detail any) error {
 			return m.AuditFirst(ctx, keyID, sandboxID, action, detail)
 		}})
