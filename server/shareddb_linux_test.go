@@ -108,6 +108,14 @@ func TestE2ESharedDatabase(t *testing.T) {
 		}
 	}
 
+	// `airlock audit` on either state directory shows the one log.
+	out, err := exec.Command(airlockBin(t), "audit", "--state-dir", stateC, "--action", "exec", "--json").Output()
+	var p auditPage
+	if err != nil || json.Unmarshal(out, &p) != nil || len(p.Events) != len(steps) ||
+		p.Events[0].SandboxID != sa.ID || p.Events[1].SandboxID != sb.ID {
+		t.Errorf("airlock audit with $AIRLOCK_DATABASE_URL: %v %s", err, out)
+	}
+
 	// The key's approval policy, given on A's state directory, holds on B.
 	_, err = cb.Exec(ctx, sb.ID, client.ExecRequest{Argv: []string{"pip", "install", "requests"}})
 	var ae *client.Error
@@ -116,7 +124,7 @@ func TestE2ESharedDatabase(t *testing.T) {
 	}
 
 	// Revoked through one replica's CLI: refused by both from the next request.
-	out, err := exec.Command(airlockBin(t), "keys", "revoke", "--state-dir", stateB, otherID).CombinedOutput()
+	out, err = exec.Command(airlockBin(t), "keys", "revoke", "--state-dir", stateB, otherID).CombinedOutput()
 	if err != nil {
 		t.Fatalf("keys revoke: %v\n%s", err, out)
 	}
