@@ -2,6 +2,7 @@ package manager
 
 import (
 	"context"
+	"sort"
 	"sync"
 	"time"
 )
@@ -35,7 +36,38 @@ type anomalyState struct {
 	mu     sync.Mutex
 	total  Anomalies
 	denied map[string]int64     // refused connections per sandbox, counted as they happen
-	seen   map[string]Anomalies // per sandbox, as of the last sample
+	seen   map[string]Anomalies // per sandbox, as of its last sample
+	cursor string               // the last sandbox sampled (anomalyBatch)
+}
+
+// anomalyBatch caps the sandboxes one sample reads (four cgroup files
+// each). With more alive, a sample takes the next anomalyBatch of them in
+// id order, so each is read every ceil(N/anomalyBatch) intervals: at 5,000
+// sandboxes every 40 s, instead of the watcher reading 20,000 files every
+// interval (measured: 28% of the server's CPU at 2,500 sandboxes, spent
+// while the host was otherwise idle).
+const anomalyBatch = 256
+
+// nextAnomalyBatch returns up to n of ids (sorted in place), starting
+// after cursor and wrapping around.
+func nextAnomalyBatch(ids []string, cursor string, n int) []string {
+	sort.Strings(ids)
+	if len(ids) <= n {
+		return ids
+	}
+	i := sort.SearchStrings(ids, cursor)
+	if i < len(ids) && ids[i] == cursor {
+		i++
+	}
+	out := make([]string, 0, n)
+	for len(out) < n {
+		if i >= len(ids) {
+			i = 0
+		}
+		out = append(out, ids[i])
+		i++
+	}
+	return out
 }
 
 // countEgressDenied records a connection the proxy refused.
@@ -82,22 +114,33 @@ func (m *Manager) WatchAnomalies(interval time.Duration) {
 
 func (m *Manager) sampleAnomalies() {
 	m.mu.Lock()
-	live := make([]*Sandbox, 0, len(m.live))
-	for _, sb := range m.live {
-		live = append(live, sb)
+	live := make(map[string]*Sandbox, len(m.live))
+	ids := make([]string, 0, len(m.live))
+	for id, sb := range m.live {
+		live[id] = sb
+		ids = append(ids, id)
 	}
 	m.mu.Unlock()
 	a := &m.anomalies
-	now := map[string]Anomalies{}
-	for _, sb := range live {
+	a.mu.Lock()
+	batch := nextAnomalyBatch(ids, a.cursor, anomalyBatch)
+	if len(batch) > 0 {
+		a.cursor = batch[len(batch)-1]
+	}
+	if a.seen == nil {
+		a.seen = map[string]Anomalies{}
+	}
+	a.mu.Unlock()
+	for _, id := range batch {
+		sb := live[id]
 		cur := Anomalies{OOMKills: max(sb.OOMKills(), 0), PidsLimitHits: pidsLimitHits(sb.ID)}
 		a.mu.Lock()
 		cur.EgressDenied = a.denied[sb.ID]
 		prev := a.seen[sb.ID]
 		a.total.OOMKills += max(cur.OOMKills-prev.OOMKills, 0)
 		a.total.PidsLimitHits += max(cur.PidsLimitHits-prev.PidsLimitHits, 0)
+		a.seen[sb.ID] = cur
 		a.mu.Unlock()
-		now[sb.ID] = cur
 		for _, d := range []struct {
 			action     string
 			prev, next int64
@@ -112,9 +155,13 @@ func (m *Manager) sampleAnomalies() {
 		}
 	}
 	a.mu.Lock()
-	a.seen = now
+	for id := range a.seen {
+		if _, ok := live[id]; !ok {
+			delete(a.seen, id) // ended
+		}
+	}
 	for id := range a.denied {
-		if _, ok := now[id]; !ok {
+		if _, ok := live[id]; !ok {
 			delete(a.denied, id) // ended
 		}
 	}
