@@ -110,6 +110,11 @@ func infoLocked(sb *Sandbox) Info {
 // is killed. "kill", or no label, kills it (the default).
 const OnTimeoutKey = "airlock.on_timeout"
 
+// pauseRetryWindow is how long after its TTL the reaper keeps trying to
+// pause a sandbox labelled OnTimeoutKey=pause whose pause failed for a
+// transient cause, before it kills it.
+const pauseRetryWindow = 30 * time.Second
+
 // pauseOnTimeout pauses an expired sandbox labelled OnTimeoutKey=pause and
 // reports whether it did; false means the sandbox is to be killed (no
 // label, already paused, ending, or the pause failed).
@@ -120,7 +125,16 @@ func (m *Manager) pauseOnTimeout(sb *Sandbox) bool {
 		return false
 	}
 	if err := m.setFrozen(sb, true); err != nil {
+		late := time.Since(sb.rec.ExpiresAt)
 		sb.mu.Unlock()
+		if !errors.Is(err, ErrPolicy) && late < pauseRetryWindow {
+			// A transient failure (a task that did not reach the
+			// freezer in time on a loaded host): the sandbox is intact
+			// and running; the reaper tries again on its next pass
+			// rather than kill it and lose its files.
+			m.cfg.Logf("sandbox %s: pause at the end of its timeout: %v; trying again", sb.ID, err)
+			return true
+		}
 		m.cfg.Logf("sandbox %s: pause at the end of its timeout: %v; killing it instead", sb.ID, err)
 		return false
 	}

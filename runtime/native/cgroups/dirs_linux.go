@@ -12,13 +12,18 @@ func (g *Group) Version() int { return g.version }
 
 // Freeze stops every process of the group where it stands (cgroup
 // freezer); their memory stays resident. It returns once the group is
-// frozen.
+// frozen. A group that does not reach the frozen state in time (a task
+// stuck in the kernel) is thawed again and the error says so: it is never
+// left half frozen.
 func (g *Group) Freeze() error {
 	if g.freezerDir == "" {
 		return fmt.Errorf("cgroups: freeze %s: %w (freezer)", g.name, ErrControllerMissing)
 	}
-	if !g.freeze(true) {
-		return fmt.Errorf("cgroups: freeze %s: the group did not reach the frozen state", g.name)
+	if !g.freezeWithin(true, pauseFreezeTimeout) {
+		if err := g.Thaw(); err != nil {
+			return fmt.Errorf("cgroups: freeze %s: the group did not reach the frozen state in %v, and thawing it back failed: %w", g.name, pauseFreezeTimeout, err)
+		}
+		return fmt.Errorf("cgroups: freeze %s: the group did not reach the frozen state in %v (thawed again)", g.name, pauseFreezeTimeout)
 	}
 	return nil
 }

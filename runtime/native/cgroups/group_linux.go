@@ -27,6 +27,11 @@ var (
 	// freezeTimeout bounds how long Kill waits for a group to freeze
 	// before signalling it anyway.
 	freezeTimeout = 100 * time.Millisecond
+	// pauseFreezeTimeout bounds how long Freeze (a pause) waits for the
+	// group to freeze. It is longer than Kill's: a task throttled by its
+	// CPU quota, or not scheduled on a loaded host, must run to enter
+	// the freezer, which can take several quota periods.
+	pauseFreezeTimeout = 5 * time.Second
 )
 
 // Create makes the group airlock/<name> (name = sandbox id, [a-z0-9-]) with
@@ -573,7 +578,10 @@ func (g *Group) waitEmpty(deadline time.Time) error {
 
 // freeze freezes (on) or thaws (off) the group, best effort. Freezing
 // reports whether the group reached the frozen state within freezeTimeout.
-func (g *Group) freeze(on bool) bool {
+func (g *Group) freeze(on bool) bool { return g.freezeWithin(on, freezeTimeout) }
+
+// freezeWithin is freeze with its own deadline for reaching the frozen state.
+func (g *Group) freezeWithin(on bool, timeout time.Duration) bool {
 	if g.freezerDir == "" {
 		return false
 	}
@@ -594,7 +602,7 @@ func (g *Group) freeze(on bool) bool {
 	if err := writeFile(file, state); err != nil || !on {
 		return false
 	}
-	deadline := time.Now().Add(freezeTimeout)
+	deadline := time.Now().Add(timeout)
 	wait := 20 * time.Microsecond
 	for {
 		var b [256]byte
