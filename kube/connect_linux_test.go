@@ -64,7 +64,9 @@ func startPodAgent(t *testing.T, id, ip string, port int) *podAgent {
 		}
 		os.Chown(f, sandboxUID, sandboxUID)
 	}
-	cmd := exec.Command(testserver.Binary(t), "agent", "--listen", net.JoinHostPort(ip, strconv.Itoa(port)), "--tls-dir", tlsDir)
+	// The tagged build, which TestServeBackendKubernetes needs anyway: one
+	// airlock build for the package.
+	cmd := exec.Command(testserver.KubernetesBinary(t), "agent", "--listen", net.JoinHostPort(ip, strconv.Itoa(port)), "--tls-dir", tlsDir)
 	cmd.Dir = work
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + work, "LC_ALL=C"}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: sandboxUID, Gid: sandboxUID, Groups: []uint32{}}}

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"airlock/internal/testserver"
 	"airlock/manager"
 	"airlock/store"
 )
@@ -39,6 +40,7 @@ const sandboxNS = "airlock-sandboxes"
 
 func TestMain(m *testing.M) {
 	code := func() int {
+		defer testserver.Cleanup()
 		dir, err := AssetsDir()
 		if err != nil {
 			if os.Geteuid() != 0 {

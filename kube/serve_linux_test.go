@@ -24,35 +24,6 @@ import (
 	"airlock/internal/testserver"
 )
 
-var (
-	kubeBinOnce sync.Once
-	kubeBin     string
-	kubeBinErr  error
-)
-
-// kubeBinary builds airlock with the Kubernetes backend (-tags kubernetes),
-// once per test binary.
-func kubeBinary(t *testing.T) string {
-	t.Helper()
-	kubeBinOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "airlock-kube-bin")
-		if err != nil {
-			kubeBinErr = err
-			return
-		}
-		kubeBin = filepath.Join(dir, "airlock")
-		cmd := exec.Command("go", "build", "-tags", "kubernetes", "-o", kubeBin, "airlock/cmd/airlock")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			kubeBinErr = fmt.Errorf("go build -tags kubernetes: %v\n%s", err, out)
-		}
-	})
-	if kubeBinErr != nil {
-		t.Fatal(kubeBinErr)
-	}
-	return kubeBin
-}
-
 // writeKubeconfig writes a kubeconfig file for cfg (client certificate).
 func writeKubeconfig(t *testing.T, cfg *rest.Config) string {
 	t.Helper()
@@ -92,7 +63,7 @@ type serveReplica struct {
 
 func startServe(t *testing.T, kubeconfig string) *serveReplica {
 	t.Helper()
-	cmd := exec.Command(kubeBinary(t), "serve", "--listen", "127.0.0.1:0", "--state-dir", t.TempDir(), "--no-auth",
+	cmd := exec.Command(testserver.KubernetesBinary(t), "serve", "--listen", "127.0.0.1:0", "--state-dir", t.TempDir(), "--no-auth",
 		"--backend", "kubernetes", "--kubeconfig", kubeconfig, "--namespace", sandboxNS,
 		"--agent-image", "registry.test/airlock:1", "--default-image", "registry.test/python:3", "--kube-ready-timeout", "90s")
 	out, err := cmd.StdoutPipe()
