@@ -297,11 +297,15 @@ func (s *Store) AuditLog(ctx context.Context, f AuditFilter) ([]AuditEvent, erro
 	}
 	if f.Scoped {
 		owned := `SELECT id FROM sandboxes WHERE owner = ?`
+		args = append(args, f.Owner, f.Owner)
 		if s.pg {
-			owned = `SELECT sandbox_id FROM sandbox_owners WHERE owner = ?`
+			// Owner rows of sandboxes on this host's kind of backend, and
+			// the creates the log itself records (any backend).
+			owned = `SELECT sandbox_id FROM sandbox_owners WHERE owner = ?
+	UNION SELECT sandbox_id FROM audit WHERE action = '` + ActionSandboxCreate + `' AND key_id = ?`
+			args = append(args, f.Owner)
 		}
 		conds = append(conds, `(key_id = ? OR sandbox_id IN (`+owned+`))`)
-		args = append(args, f.Owner, f.Owner)
 	}
 	q := `SELECT id, time, key_id, sandbox_id, action, detail FROM audit`
 	if len(conds) > 0 {

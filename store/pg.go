@@ -126,6 +126,12 @@ CREATE TABLE pending_approvals (
 );
 CREATE INDEX pending_approvals_expires ON pending_approvals(expires_at);
 `,
+	// 6: the sandboxes each key created, from the log itself, for the
+	// scoped view of sandboxes no server recorded an owner row for (a
+	// Kubernetes backend's: their records are the cluster's objects).
+	`
+CREATE INDEX audit_creates ON audit(key_id, sandbox_id) WHERE action = 'sandbox.create';
+`,
 }
 
 // openPG connects to the PostgreSQL database at rawURL and migrates its

@@ -98,10 +98,16 @@ func TestPGScopedAuditAcrossServers(t *testing.T) {
 	if err := a.PutSandbox(ctx, &Sandbox{ID: "sb-owned", Owner: "key_a", State: StateRunning}); err != nil {
 		t.Fatal(err)
 	}
+	// sb-remote has no owner row (a Kubernetes backend's sandbox): its
+	// create event in the log makes it key_a's.
+	if err := a.Audit(ctx, AuditEvent{KeyID: "key_a", SandboxID: "sb-remote", Action: ActionSandboxCreate}); err != nil {
+		t.Fatal(err)
+	}
 	for _, ev := range []AuditEvent{
 		{KeyID: "", SandboxID: "sb-owned", Action: "sandbox.lost"},
 		{KeyID: "key_a", Action: "volume.create"},
 		{KeyID: "key_b", SandboxID: "sb-other", Action: ActionExec},
+		{KeyID: "", SandboxID: "sb-remote", Action: "sandbox.expired"},
 	} {
 		if err := other.Audit(ctx, ev); err != nil {
 			t.Fatal(err)
@@ -115,8 +121,8 @@ func TestPGScopedAuditAcrossServers(t *testing.T) {
 	for _, e := range evs {
 		got = append(got, e.Action)
 	}
-	if strings.Join(got, ",") != "volume.create,sandbox.lost" {
-		t.Errorf("key_a's scoped log on the other server = %v, want volume.create,sandbox.lost", got)
+	if want := "sandbox.expired,volume.create,sandbox.lost,sandbox.create"; strings.Join(got, ",") != want {
+		t.Errorf("key_a's scoped log on the other server = %v, want %s", got, want)
 	}
 }
 
