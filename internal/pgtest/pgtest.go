@@ -110,15 +110,21 @@ func Start() (*Cluster, error) {
 		c.cleanup()
 		return nil, fmt.Errorf("pgtest: initdb: %v\n%s", err, out)
 	}
-	if c.port, err = freePort(); err != nil {
-		c.cleanup()
-		return nil, err
+	// The port was free a moment ago; another process (a test package
+	// running in parallel) may take it first, so try a few.
+	for try := 0; ; try++ {
+		if c.port, err = freePort(); err != nil {
+			c.cleanup()
+			return nil, err
+		}
+		if err = c.Resume(); err == nil {
+			return c, nil
+		}
+		if try == 2 {
+			c.cleanup()
+			return nil, err
+		}
 	}
-	if err := c.Resume(); err != nil {
-		c.cleanup()
-		return nil, err
-	}
-	return c, nil
 }
 
 // freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
