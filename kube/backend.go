@@ -48,6 +48,7 @@ import (
 	"airlock/kube/egressproxy"
 	"airlock/manager"
 	"airlock/policy"
+	rt "airlock/runtime"
 	"airlock/store"
 )
 
@@ -449,7 +450,46 @@ func info(sb *sandboxv1.Sandbox) manager.Info {
 		}
 	}
 	in.Paused = sb.Spec.Replicas != nil && *sb.Spec.Replicas == 0
+	in.Enforced = enforced(&sb.Spec.PodTemplate.Spec)
 	return in
+}
+
+// enforced reports what the pod spec asks the node to enforce (the
+// kubelet and the container runtime do; this server cannot see the node).
+// A pids limit is reported missing: a pod spec has no field for one.
+func enforced(ps *corev1.PodSpec) rt.Enforced {
+	var out rt.Enforced
+	add := func(name, state, detail string) {
+		out = append(out, rt.Layer{Name: name, State: state, Detail: detail})
+	}
+	class := "the cluster's default runtime"
+	if ps.RuntimeClassName != nil {
+		class = "RuntimeClass " + *ps.RuntimeClassName
+	}
+	add("runtime", rt.StateOK, "pod, "+class)
+	for _, c := range ps.Containers {
+		if c.Name != SandboxContainer {
+			continue
+		}
+		sc := c.SecurityContext
+		if sc != nil && sc.SeccompProfile != nil {
+			add("seccomp", rt.StateOK, string(sc.SeccompProfile.Type)+" (pod spec)")
+		} else {
+			add("seccomp", rt.StateMissing, "no seccomp profile in the pod spec")
+		}
+		if sc != nil && sc.Capabilities != nil && slices.Contains(sc.Capabilities.Drop, "ALL") && len(sc.Capabilities.Add) == 0 {
+			add("capabilities", rt.StateOK, "all dropped (pod spec)")
+		} else {
+			add("capabilities", rt.StateMissing, "not all dropped")
+		}
+		if sc != nil && sc.AllowPrivilegeEscalation != nil && !*sc.AllowPrivilegeEscalation {
+			add("no_new_privs", rt.StateOK, "allowPrivilegeEscalation: false (pod spec)")
+		}
+		lim := c.Resources.Limits
+		add("cgroup", rt.StateOK, fmt.Sprintf("pod limits: memory %s, cpu %s", lim.Memory(), lim.Cpu()))
+	}
+	add("pids", rt.StateMissing, "a pod spec has no pids limit: the nodes' kubelet podPidsLimit applies, if set")
+	return out
 }
 
 // Get implements manager.Backend.

@@ -54,6 +54,12 @@ func TestCreateSandboxObject(t *testing.T) {
 	if !strings.HasPrefix(in.ID, "sb-") || in.State != "running" || in.Runtime != RuntimeNative || in.Metadata["team"] != "red" {
 		t.Fatalf("info %+v", in)
 	}
+	if l, ok := in.Enforced.Get("pids"); !ok || l.State != "missing" {
+		t.Errorf("pids layer %+v: a pod has no pids limit, and the info must say so", l)
+	}
+	if l, ok := in.Enforced.Get("seccomp"); !ok || l.State != "ok" {
+		t.Errorf("seccomp layer %+v", l)
+	}
 	sb := getSandbox(t, in.ID)
 	for k, v := range map[string]string{LabelSandbox: in.ID, LabelOwner: OwnerLabel("key-a"), LabelManagedBy: "airlock"} {
 		if sb.Labels[k] != v || sb.Spec.PodTemplate.ObjectMeta.Labels[k] != v {
