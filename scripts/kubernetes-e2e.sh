@@ -34,7 +34,7 @@ set -euo pipefail
 # during a run does not change what the run executes.
 {
 
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
+ROOT=${AIRLOCK_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
 # The versions the rest of the repository uses: kube-assets.sh's default
 # Kubernetes, go.mod's agent-sandbox (whose API types the backend speaks).
 KUBE_VERSION=${KUBE_VERSION:-$(sed -n 's/^KUBE_VERSION=${KUBE_VERSION:-\(v[0-9.]*\)}$/\1/p' "$ROOT/scripts/kube-assets.sh")}
@@ -493,10 +493,21 @@ serializeImagePulls: false
 registerNode: true
 EOF
 kubeconfig "$S/kubelet.kubeconfig" "system:node:$NODE" "$KUBELET_TOKEN"
+# The Node object exists before kubelet starts: kubelet's CSINode set-up
+# gives up when the node is not registered within its ~30 s backoff (a
+# loaded host), and the node then stays NotReady ("failed to initialize
+# CSINode") for minutes.
+kc create -f - >/dev/null <<EOF || die "creating node $NODE failed"
+apiVersion: v1
+kind: Node
+metadata:
+  name: $NODE
+  labels: {kubernetes.io/hostname: $NODE, kubernetes.io/os: linux, kubernetes.io/arch: amd64}
+EOF
 start kubelet "$BIN/kubelet" --config "$S/kubelet.yaml" --kubeconfig "$S/kubelet.kubeconfig" \
 	--root-dir "$S/kubelet" --hostname-override "$NODE" --node-ip "$NODE_IP" \
 	--volume-plugin-dir "$S/kubelet-plugins" --cert-dir "$S/kubelet-pki"
-wait_for "node $NODE Ready" 180 kc wait --for=condition=Ready "node/$NODE" --timeout=2s || die "node $NODE did not become Ready"
+wait_for "node $NODE Ready" 300 kc wait --for=condition=Ready "node/$NODE" --timeout=2s || die "node $NODE did not become Ready"
 wait_for "default service account" 60 kc get serviceaccount default -n default || die "no default service account (kube-controller-manager)"
 
 # ---------------------------------------------------------------- agent-sandbox
