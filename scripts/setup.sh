@@ -5,11 +5,13 @@
 # clang + wasi-libc build the wasm tier's C test module (runtime/wasm/testdata/cguest).
 # chromium runs the dashboard's browser test (server/dashboard_browser_linux_test.go).
 # postgresql: the shared-database tests (internal/pgtest) start their own clusters with its binaries.
+# mmdebstrap: the Debian image of the images end-to-end test (imagestore/imagetest.DebianLayer, built
+# from the configured Debian mirror once and cached in /var/cache/airlock-test by content).
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 pkgs=(python3 python3-numpy python3-pandas python3-matplotlib python3-requests bubblewrap crun runc stress-ng strace
       libcap2-bin util-linux curl iproute2 ca-certificates busybox-static
-      clang lld wasi-libc libclang-rt-14-dev-wasm32 chromium postgresql)
+      clang lld wasi-libc libclang-rt-14-dev-wasm32 chromium postgresql mmdebstrap)
 missing=()
 for p in "${pkgs[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p"); done
 if ((${#missing[@]})); then

@@ -14,6 +14,7 @@ import (
 
 	"airlock/client"
 	it "airlock/imagestore/imagetest"
+	"airlock/internal/testserver"
 )
 
 // TestImagesAPI drives /v1/images against a registry on 127.0.0.1: pull
@@ -207,17 +208,7 @@ func TestImageSandbox(t *testing.T) {
 // post sends an authenticated JSON POST and decodes the JSON answer.
 func post(t *testing.T, url, key, body string) (int, map[string]any) {
 	t.Helper()
-	req, _ := http.NewRequest("POST", url, strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+key)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var v map[string]any
-	json.NewDecoder(resp.Body).Decode(&v)
-	return resp.StatusCode, v
+	return testserver.PostJSON(t, url, key, body)
 }
 
 // TestVolumes: a named volume written by one sandbox is read by another

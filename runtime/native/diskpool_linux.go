@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 
 	"golang.org/x/sys/unix"
@@ -76,7 +77,7 @@ func (p *DiskPool) take(key diskKey, dir string, base int) (string, bool) {
 	if ent == "" {
 		return "", false
 	}
-	defer os.RemoveAll(ent)
+	defer func() { go os.RemoveAll(ent) }() // the unlinked image lives on with its loop device
 	disk := filepath.Join(dir, "disk")
 	err := os.MkdirAll(disk, 0o700)
 	if err == nil {
@@ -103,6 +104,13 @@ func (p *DiskPool) fillLocked(key diskKey) {
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
+		// The fill runs beside the create that took a disk, on the same
+		// CPUs: at the lowest priority (nice is per thread on Linux, and
+		// mkfs inherits it), so that it takes what the create leaves. The
+		// thread is locked and never unlocked: it ends with the goroutine
+		// instead of going back to the runtime niced.
+		runtime.LockOSThread()
+		_ = unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), 19)
 		for {
 			p.mu.Lock()
 			if p.closed || len(p.ready[key]) >= p.size {

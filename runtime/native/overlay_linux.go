@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -106,9 +107,15 @@ func imageTree(t *treeBuilder, img *ImageRoot, base int, p *policy.Policy) (*tre
 	defer unix.Close(userns)
 	var fds []int
 	defer func() {
-		for _, fd := range fds {
-			unix.Close(fd)
-		}
+		// Closing a detached mount's fd unmounts it, which waits for an
+		// RCU grace period (milliseconds each, one per layer): the overlay
+		// holds its own references, so that wait is left to a goroutine
+		// instead of the create.
+		go func(fds []int) {
+			for _, fd := range fds {
+				unix.Close(fd)
+			}
+		}(fds)
 	}()
 	idmapped := func(dir string, ro bool) (string, error) {
 		fd, err := unix.OpenTree(unix.AT_FDCWD, dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
@@ -284,10 +291,50 @@ func fsLog(fd int) string {
 }
 
 // rangeUserns returns a user namespace fd whose uids and gids 0-65535 map
-// to host base..base+65535, for ID-mapped mounts (idmapUserns).
+// to host base..base+65535, for ID-mapped mounts (idmapUserns); the caller
+// closes it. Making one starts a helper process (a fork and an execve of
+// this binary: a large part of an image create), so the namespaces of the
+// last rangeUsernsCached bases are kept open and handed out as duplicates:
+// a namespace without processes is only a mapping, the same for every
+// sandbox of that range.
 func rangeUserns(base int) (int, error) {
-	m := []syscall.SysProcIDMap{{ContainerID: 0, HostID: base, Size: 65536}}
-	return idmapUserns(m, m)
+	usernsCache.Lock()
+	defer usernsCache.Unlock()
+	fd, ok := usernsCache.fds[base]
+	if !ok {
+		m := []syscall.SysProcIDMap{{ContainerID: 0, HostID: base, Size: 65536}}
+		var err error
+		if fd, err = idmapUserns(m, m); err != nil {
+			return -1, err
+		}
+		if usernsCache.fds == nil {
+			usernsCache.fds = map[int]int{}
+		}
+		if len(usernsCache.order) >= rangeUsernsCached {
+			old := usernsCache.order[0]
+			usernsCache.order = usernsCache.order[1:]
+			unix.Close(usernsCache.fds[old])
+			delete(usernsCache.fds, old)
+		}
+		usernsCache.fds[base] = fd
+		usernsCache.order = append(usernsCache.order, base)
+	}
+	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 3)
+	if err != nil {
+		return -1, fmt.Errorf("user namespace for ID-mapped mounts: %w", err)
+	}
+	return dup, nil
+}
+
+// rangeUsernsCached is how many ranges' user namespaces rangeUserns keeps.
+const rangeUsernsCached = 64
+
+// usernsCache holds rangeUserns's namespaces by range base, oldest first in
+// order.
+var usernsCache struct {
+	sync.Mutex
+	fds   map[int]int
+	order []int
 }
 
 // idmapUserns returns a user namespace fd with the given uid and gid maps,

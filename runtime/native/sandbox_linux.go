@@ -58,6 +58,7 @@ type Sandbox struct {
 	waitErr  error
 	waitDone chan struct{}
 	destroy  sync.Once
+	detached chan struct{} // closed once an image root's host mount is gone; nil without one
 }
 
 // NewID returns a random sandbox id.
@@ -238,11 +239,21 @@ func Start(cfg Config) (*Sandbox, error) {
 		return nil, &SetupError{Step: "root filesystem", Err: err}
 	}
 	var ov *overlayRoot // an image root: mounted on the host until the child has its copy
+	var detached chan struct{}
 	if cfg.Image != nil {
 		if tree, ov, err = imageTree(tree, cfg.Image, ids.hostUID-p.User.UID, &p); err != nil {
 			return nil, &SetupError{Step: "image root", Err: err}
 		}
-		defer ov.detach()
+		detached = make(chan struct{})
+		// The host's view goes once the child has its copy; the unmount
+		// waits for an RCU grace period (milliseconds), so it runs beside
+		// the sandbox instead of on the create path, and Wait waits for it.
+		defer func() {
+			go func() {
+				ov.detach()
+				close(detached)
+			}()
+		}()
 	}
 	guards := seccomp.Guards{NoSetID: hostDirs.mapped()}
 	if p.User.Root && cfg.Agent {
@@ -498,7 +509,7 @@ func Start(cfg Config) (*Sandbox, error) {
 		destroyGroup(group)
 		return nil, &SetupError{Step: "pidfd_open", Err: perr}
 	}
-	s := &Sandbox{ID: id, Pid: pid, pidfd: pidfd, group: group, enforced: enforced, waitDone: make(chan struct{})}
+	s := &Sandbox{ID: id, Pid: pid, pidfd: pidfd, group: group, enforced: enforced, waitDone: make(chan struct{}), detached: detached}
 	register(s)
 
 	fail := func(step string, err error) (*Sandbox, error) {
@@ -669,6 +680,9 @@ func (s *Sandbox) Wait() (*ExitState, error) {
 		s.waited = true
 		s.mu.Unlock()
 		st, err := s.waitInit()
+		if s.detached != nil {
+			<-s.detached
+		}
 		unregister(s)
 		s.mu.Lock()
 		s.state, s.waitErr = st, err
