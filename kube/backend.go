@@ -26,6 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"slices"
 	"sort"
 	"strconv"
@@ -83,6 +84,10 @@ type Config struct {
 	// HTTP proxy of `airlock egress-proxy`); "" refuses sandboxes whose
 	// network mode is not none.
 	EgressProxy string
+	// CABundle is the file of CA certificates a sandbox with injected
+	// secrets trusts besides its interception CA (the server's own, which
+	// the pod's image may lack); "" means /etc/ssl/certs/ca-certificates.crt.
+	CABundle string
 	// WaitReady makes Create wait until the sandbox's agent answers (as
 	// a native create does); false returns once the objects exist.
 	WaitReady bool
@@ -283,6 +288,55 @@ func (b *Backend) env(ctx context.Context, p *policy.Policy) ([]string, error) {
 	return out, nil
 }
 
+// egressCAPath and egressBundlePath are where a sandbox with injected
+// secrets finds its interception CA alone (NODE_EXTRA_CA_CERTS) and with
+// the server's CA bundle (SSL_CERT_FILE and the like).
+const (
+	egressCAPath     = EgressCADir + "/egress-ca.pem"
+	egressBundlePath = EgressCADir + "/ca-bundle.crt"
+)
+
+// egressSecretData is the data of the egress Secret of a sandbox with
+// injected secrets (egressproxy.EgressSecretData) plus EgressBundleKey: the
+// server's CA bundle followed by the sandbox's interception CA.
+func (b *Backend) egressSecretData(id string, spec manager.RemoteSpec) (map[string][]byte, error) {
+	if spec.Policy.Network.Mode == "" || spec.Policy.Network.Mode == policy.NetNone {
+		return nil, fmt.Errorf("%w: secrets need network mode allowlist or open (they are injected by the egress proxy)", manager.ErrPolicy)
+	}
+	bundle := b.cfg.CABundle
+	if bundle == "" {
+		bundle = manager.CABundlePath
+	}
+	roots, err := os.ReadFile(bundle)
+	if err != nil {
+		return nil, fmt.Errorf("kube: secrets need the server's CA bundle for the sandbox's trust store: %w", err)
+	}
+	data, err := egressproxy.EgressSecretData(id, spec.Secrets)
+	if err != nil {
+		return nil, fmt.Errorf("kube: egress secret of %s: %w", id, err)
+	}
+	data[EgressBundleKey] = append(append(append([]byte(nil), roots...), '\n'), data[egressproxy.CACertKey]...)
+	return data, nil
+}
+
+// trustEnv points the trust-store variables of env at the pod's egress CA
+// files (the manager set them to the single-node server's paths).
+func trustEnv(env []string) []string {
+	set := map[string]string{"SSL_CERT_FILE": egressBundlePath, "REQUESTS_CA_BUNDLE": egressBundlePath,
+		"CURL_CA_BUNDLE": egressBundlePath, "NODE_EXTRA_CA_CERTS": egressCAPath}
+	out := make([]string, 0, len(env)+len(set))
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		if _, ok := set[k]; !ok {
+			out = append(out, kv)
+		}
+	}
+	for _, k := range []string{"CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE"} {
+		out = append(out, k+"="+set[k])
+	}
+	return out
+}
+
 // resolveOne returns host's first address, IPv4 preferred, bracketed if
 // IPv6 (as it goes before ":port").
 func resolveOne(ctx context.Context, host string) (string, error) {
@@ -318,12 +372,19 @@ func (b *Backend) Create(ctx context.Context, spec manager.RemoteSpec) (manager.
 	if err != nil {
 		return manager.Info{}, err
 	}
+	var egressData map[string][]byte
+	if len(spec.Secrets) > 0 {
+		if egressData, err = b.egressSecretData(spec.ID, spec); err != nil {
+			return manager.Info{}, err
+		}
+		env = trustEnv(env)
+	}
 	image := spec.Image
 	if image == "" {
 		image = b.cfg.DefaultImage
 	}
 	ps, err := podSpec(podParams{id: spec.ID, policy: spec.Policy, image: image, agentImage: b.cfg.AgentImage,
-		runtimeClass: class, env: env})
+		runtimeClass: class, env: env, egressCA: egressData != nil})
 	if err != nil {
 		return manager.Info{}, err
 	}
@@ -375,6 +436,18 @@ func (b *Backend) Create(ctx context.Context, spec manager.RemoteSpec) (manager.
 		// Fail closed: no sandbox without its credentials.
 		b.deleteObjects(context.WithoutCancel(ctx), spec.ID)
 		return manager.Info{}, fmt.Errorf("kube: create Secret of %s: %w", spec.ID, err)
+	}
+	if egressData != nil {
+		es := &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: egressproxy.EgressSecretName(spec.ID), Namespace: b.cfg.Namespace,
+				Labels:          map[string]string{LabelSandbox: spec.ID, egressproxy.LabelPurpose: egressproxy.PurposeEgress, LabelManagedBy: ManagedBy},
+				OwnerReferences: secret.OwnerReferences},
+			Type: corev1.SecretTypeOpaque, Data: egressData, Immutable: ptr.To(true),
+		}
+		if err := b.c.Create(ctx, es); err != nil {
+			b.deleteObjects(context.WithoutCancel(ctx), spec.ID)
+			return manager.Info{}, fmt.Errorf("kube: create the egress Secret of %s: %w", spec.ID, err)
+		}
 	}
 	if b.cfg.WaitReady {
 		wctx, cancel := context.WithTimeout(ctx, b.cfg.ReadyTimeout)
@@ -584,9 +657,11 @@ func (b *Backend) deleteObjects(ctx context.Context, id string) error {
 	if err := b.c.Delete(ctx, sb, fg); err != nil && !apierrors.IsNotFound(err) {
 		errs = append(errs, fmt.Errorf("kube: delete Sandbox %s: %w", id, err))
 	}
-	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: agenttls.SecretName(id), Namespace: b.cfg.Namespace}}
-	if err := b.c.Delete(ctx, s); err != nil && !apierrors.IsNotFound(err) {
-		errs = append(errs, fmt.Errorf("kube: delete Secret of %s: %w", id, err))
+	for _, name := range []string{agenttls.SecretName(id), egressproxy.EgressSecretName(id)} {
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: b.cfg.Namespace}}
+		if err := b.c.Delete(ctx, s); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("kube: delete Secret %s: %w", name, err))
+		}
 	}
 	return errors.Join(errs...)
 }

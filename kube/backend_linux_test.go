@@ -364,12 +364,13 @@ func TestRefusals(t *testing.T) {
 	ctx := context.Background()
 	before := countSandboxes(t)
 	for name, req := range map[string]manager.CreateRequest{
-		"fork":      {Snapshot: "snap-0123"},
-		"volumes":   {Volumes: []manager.VolumeRef{{Name: "v", Path: "/data"}}},
-		"secrets":   {Network: policy.Network{Mode: policy.NetAllowlist, Allow: []string{"api.example.com"}}, Secrets: []egress.Secret{{Host: "api.example.com", Header: "X-Key", Value: "v"}}},
-		"pause-ttl": {Metadata: map[string]string{manager.OnTimeoutKey: "pause"}},
-		"no-egress": {Network: policy.Network{Mode: policy.NetAllowlist, Allow: []string{"example.com"}}},
-		"wasm":      {Runtime: "wasm"},
+		"fork":               {Snapshot: "snap-0123"},
+		"volumes":            {Volumes: []manager.VolumeRef{{Name: "v", Path: "/data"}}},
+		"user-root":          {User: "root"},
+		"secrets-no-network": {Secrets: []egress.Secret{{Host: "api.example.com", Header: "X-Key", Value: "v"}}},
+		"pause-ttl":          {Metadata: map[string]string{manager.OnTimeoutKey: "pause"}},
+		"no-egress":          {Network: policy.Network{Mode: policy.NetAllowlist, Allow: []string{"example.com"}}},
+		"wasm":               {Runtime: "wasm"},
 	} {
 		req.Owner = "key-ref"
 		if _, err := r.m.Create(ctx, req); !errors.Is(err, manager.ErrPolicy) {

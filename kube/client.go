@@ -3,6 +3,9 @@ package kube
 import (
 	"fmt"
 	"os"
+	"sync"
+
+	"github.com/go-logr/logr"
 
 	corev1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
@@ -12,6 +15,7 @@ import (
 	sandboxv1 "sigs.k8s.io/agent-sandbox/api/v1alpha1"
 	extv1 "sigs.k8s.io/agent-sandbox/extensions/api/v1alpha1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 )
 
 // Scheme returns the types the backend reads and writes: core (pods,
@@ -47,6 +51,9 @@ func RESTConfig(kubeconfig string) (*rest.Config, error) {
 // NewClient returns a controller-runtime client for cfg with Scheme's
 // types (uncached: every read asks the API server, the state of record).
 func NewClient(cfg *rest.Config) (client.Client, error) {
+	// controller-runtime logs through a global logger and, when none is
+	// set, prints a warning with a stack trace to stderr after 30 s.
+	quietOnce.Do(func() { ctrllog.SetLogger(logr.Discard()) })
 	s, err := Scheme()
 	if err != nil {
 		return nil, err
@@ -57,6 +64,8 @@ func NewClient(cfg *rest.Config) (client.Client, error) {
 	}
 	return c, nil
 }
+
+var quietOnce sync.Once
 
 // InClusterNamespace returns the namespace of the pod this process runs in
 // ("" outside a cluster).

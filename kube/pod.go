@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"path"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -11,6 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"airlock/kube/agenttls"
+	"airlock/kube/egressproxy"
 	"airlock/policy"
 )
 
@@ -74,7 +76,19 @@ type podParams struct {
 	agentImage   string
 	runtimeClass string // "" for the cluster's default
 	env          []string
+	egressCA     bool // mount the egress Secret's CA and bundle at EgressCADir
 }
+
+// The egress Secret's files in the pod (only these keys: never ca.key).
+const (
+	// EgressCAVolume is the volume of the sandbox's egress Secret.
+	EgressCAVolume = "airlock-egress-ca"
+	// EgressCADir is where its CA files are mounted, read-only.
+	EgressCADir = "/etc/airlock"
+	// EgressBundleKey holds the server's CA bundle plus the sandbox's
+	// interception CA, in the egress Secret.
+	EgressBundleKey = "ca-bundle.crt"
+)
 
 // sandboxUID runs the sandbox's processes: not root, as in native
 // sandboxes (policy.User's uid is 1000 in every preset).
@@ -177,6 +191,13 @@ func podSpec(pp podParams) (corev1.PodSpec, error) {
 	}
 	if pp.runtimeClass != "" {
 		spec.RuntimeClassName = ptr.To(pp.runtimeClass)
+	}
+	if pp.egressCA {
+		spec.Volumes = append(spec.Volumes, corev1.Volume{Name: EgressCAVolume, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+			SecretName: egressproxy.EgressSecretName(pp.id), DefaultMode: ptr.To(int32(0o444)),
+			Items: []corev1.KeyToPath{{Key: egressproxy.CACertKey, Path: path.Base(egressCAPath)}, {Key: EgressBundleKey, Path: path.Base(egressBundlePath)}}}}})
+		c := &spec.Containers[0]
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: EgressCAVolume, MountPath: EgressCADir, ReadOnly: true})
 	}
 	return spec, nil
 }

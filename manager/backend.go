@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"airlock/agent"
+	"airlock/egress"
 	"airlock/policy"
 	"airlock/runtime/native/cgroups"
 	"airlock/store"
@@ -25,7 +26,7 @@ import (
 // die. The Manager keeps the policy checks, the per-key limits and the
 // audit log; what a backend cannot do (memory snapshots and forks, images
 // and volumes of the host's stores, changing the network of a running
-// sandbox, injected secrets) is refused with ErrPolicy.
+// sandbox) is refused with ErrPolicy.
 type Backend interface {
 	// Name names the backend in errors ("kubernetes").
 	Name() string
@@ -68,6 +69,8 @@ type RemoteSpec struct {
 	Image string
 	// Metadata labels the sandbox.
 	Metadata map[string]string
+	// Secrets are the headers the egress proxy injects (validated).
+	Secrets []egress.Secret
 	// ExpiresAt is when the sandbox ends.
 	ExpiresAt time.Time
 }
@@ -114,8 +117,8 @@ func (m *Manager) createRemote(ctx context.Context, req CreateRequest) (Info, er
 		return Info{}, m.notRemote("forks of memory snapshots")
 	case len(req.Volumes) > 0:
 		return Info{}, m.notRemote("volumes")
-	case len(req.Secrets) > 0:
-		return Info{}, m.notRemote("secrets injected by the egress proxy")
+	case req.User != "":
+		return Info{}, m.notRemote("user " + req.User + " (image sandboxes of this server's native runtime)")
 	}
 	ttl, err := m.ttl(req.Timeout)
 	if err != nil {
@@ -158,7 +161,7 @@ func (m *Manager) createRemote(ctx context.Context, req CreateRequest) (Info, er
 		return Info{}, fmt.Errorf("%w: this API key may run at most %d sandboxes", ErrLimit, req.OwnerLimit)
 	}
 	spec := RemoteSpec{ID: newRemoteID(), Owner: req.Owner, Policy: p, Runtime: tier, Image: req.Image,
-		Metadata: maps.Clone(req.Metadata), ExpiresAt: time.Now().Add(ttl).UTC()}
+		Metadata: maps.Clone(req.Metadata), ExpiresAt: time.Now().Add(ttl).UTC(), Secrets: req.Secrets}
 	info, err := m.cfg.Backend.Create(ctx, spec)
 	if err != nil {
 		m.count(func(c *Counters) { c.CreateErrors++ })
@@ -167,7 +170,7 @@ func (m *Manager) createRemote(ctx context.Context, req CreateRequest) (Info, er
 	m.count(func(c *Counters) { c.Created++ })
 	m.Audit(ctx, req.Owner, info.ID, store.ActionSandboxCreate, map[string]any{
 		"profile": p.Profile, "metadata": req.Metadata, "timeout_s": ttl.Seconds(), "limits": req.Limits,
-		"network": p.Network, "image": req.Image, "runtime": tier, "backend": m.cfg.Backend.Name()})
+		"network": p.Network, "secrets": secretRefs(req.Secrets), "image": req.Image, "runtime": tier, "backend": m.cfg.Backend.Name()})
 	return info, nil
 }
 
