@@ -201,3 +201,72 @@ func TestConnectAgentTwoReplicas(t *testing.T) {
 		t.Error("the killing replica kept its connection to the killed sandbox")
 	}
 }
+
+// TestConnectAfterPodReplaced: when a sandbox's pod is replaced (a resume
+// after a pause, which is replicas 0 then 1, or a pod recreated), a replica
+// holding a connection to the old pod dials the new one: the connection is
+// kept per pod UID. The new pod starts empty, as docs/kubernetes.md says of
+// pause.
+func TestConnectAfterPodReplaced(t *testing.T) {
+	needEnv(t)
+	testserver.NeedRoot(t)
+	r := newReplica(t, nil)
+	ctx := context.Background()
+	in, err := r.m.Create(ctx, manager.CreateRequest{Owner: "key-repl"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pa := startPodAgent(t, in.ID, "127.0.0.1", 0)
+	r.b.port = pa.port
+	sb, err := r.m.Lookup("key-repl", in.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	execOut(t, sb.Agent(), pa.work, "echo one > f")
+	old := sb.Agent()
+
+	if _, err := r.m.Pause(ctx, "key-repl", in.ID); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-old.Done():
+	case <-time.After(10 * time.Second):
+		t.Error("pausing kept the connection to the old pod")
+	}
+	// agent-sandbox's controller deletes the pod at replicas 0 ...
+	pa.stop()
+	if err := admin.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: sandboxNS, Name: in.ID}}, client.GracePeriodSeconds(0)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.m.Resume(ctx, "key-repl", in.ID); err != nil {
+		t.Fatal(err)
+	}
+	// ... and makes a new one at replicas 1.
+	pb := startPodAgent(t, in.ID, "127.0.0.1", 0)
+	r.b.port = pb.port
+	sb2, err := r.m.Lookup("key-repl", in.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sb2.Agent() == old {
+		t.Fatal("the replica reused its connection to the old pod")
+	}
+	if got := execOut(t, sb2.Agent(), pb.work, "test -e f && echo kept || echo fresh"); got != "fresh\n" {
+		t.Errorf("the new pod's workspace: %q", got)
+	}
+	// Replaced again without a pause (a pod recreated): the cached
+	// connection is to another pod UID, so it is dialed anew.
+	pb.stop()
+	if err := admin.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: sandboxNS, Name: in.ID}}, client.GracePeriodSeconds(0)); err != nil {
+		t.Fatal(err)
+	}
+	pc := startPodAgent(t, in.ID, "127.0.0.1", 0)
+	r.b.port = pc.port
+	sb3, err := r.m.Lookup("key-repl", in.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := execOut(t, sb3.Agent(), pc.work, "echo third"); got != "third\n" {
+		t.Errorf("third pod: %q", got)
+	}
+}
