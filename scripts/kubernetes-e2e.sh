@@ -28,7 +28,7 @@
 # unmounts, removes cgroups, the bridge and the directory.
 #
 # Workarounds this host needs (hybrid cgroup v1, no systemd, no network) and
-# what showed the need are listed in docs/kubernetes.md ("Real-node e2e").
+# what showed the need are listed in docs/kubernetes-e2e.md.
 set -euo pipefail
 # The whole script is one group, parsed before it runs: editing the file
 # during a run does not change what the run executes.
@@ -192,6 +192,7 @@ start() {
 	shift
 	"$@" >"$S/logs/$name.log" 2>&1 &
 	local pid=$!
+	disown "$pid" # no job notices; cleanup kills by pid
 	PIDS+=("$pid")
 	echo "$pid" >"$S/pids/$name"
 	log "started $name (pid $pid, log $S/logs/$name.log)"
@@ -277,7 +278,7 @@ cleanup() {
 	if [ -n "${S:-}" ]; then
 		for pid in $(pgrep -f -- "-address $S/containerd.sock" 2>/dev/null); do kill -KILL "$pid" 2>/dev/null; done
 	fi
-	wait 2>/dev/null
+	sleep 1
 	if [ -n "${S:-}" ] && [ -d "$S" ]; then
 		# Deepest first: pod volumes and netns inside rootfs mounts.
 		awk -v s="$S" 'index($2, s) == 1 {print $2}' /proc/self/mounts | sort -r | while read -r m; do
@@ -491,6 +492,9 @@ imageGCLowThresholdPercent: 99
 evictionHard: {memory.available: "100Mi", nodefs.available: "1%", imagefs.available: "1%", nodefs.inodesFree: "1%"}
 serializeImagePulls: false
 registerNode: true
+# What a node running sandboxes should set (docs/kubernetes.md: the pod
+# spec has no pids limit).
+podPidsLimit: 4096
 EOF
 kubeconfig "$S/kubelet.kubeconfig" "system:node:$NODE" "$KUBELET_TOKEN"
 # The Node object exists before kubelet starts: kubelet's CSINode set-up
@@ -622,7 +626,15 @@ grep -q '^NoNewPrivs:[[:space:]]*1' "$st" || die "the agent (host pid $APID) may
 grep -q '^Seccomp:[[:space:]]*2' "$st" || die "the agent (host pid $APID) has no seccomp filter"
 grep -q '^CapEff:[[:space:]]*0000000000000000' "$st" || die "the agent (host pid $APID) has capabilities: $(grep CapEff "$st")"
 tr '\0' ' ' <"/proc/$APID/cmdline" | grep -q 'airlock-bin/airlock agent' || die "the container's pid 1 is not the agent: $(tr '\0' ' ' <"/proc/$APID/cmdline")"
-log "pod $POD ($POD_IP): agent is the container's pid 1 (host pid $APID): uid $uid, no_new_privs, seccomp filter, no capabilities"
+# Its cgroups (v1 here): the pod's pids limit from kubelet's podPidsLimit,
+# the container's memory limit from the sandbox's policy.
+pids_cg=$(awk -F: '$2 == "pids" {print $3}' "/proc/$APID/cgroup")
+mem_cg=$(awk -F: '$2 == "memory" {print $3}' "/proc/$APID/cgroup")
+pids_max=$(cat "/sys/fs/cgroup/pids$(dirname "$pids_cg")/pids.max" 2>/dev/null)
+mem_max=$(cat "/sys/fs/cgroup/memory$mem_cg/memory.limit_in_bytes" 2>/dev/null)
+[ "$pids_max" = 4096 ] || die "the sandbox pod's pids.max is '$pids_max' (cgroup $(dirname "$pids_cg")), want kubelet's podPidsLimit 4096"
+[ -n "$mem_max" ] && [ "$mem_max" -lt $((1 << 40)) ] || die "the sandbox container has no memory limit (memory.limit_in_bytes '$mem_max', cgroup $mem_cg)"
+log "pod $POD ($POD_IP): agent is the container's pid 1 (host pid $APID): uid $uid, no_new_privs, seccomp filter, no capabilities; pod pids.max $pids_max, container memory limit $((mem_max >> 20)) MiB"
 
 # Two replicas: the one that made the sandbox dies, the other serves it.
 kill -KILL "$(cat "$S/pids/airlock-1")"

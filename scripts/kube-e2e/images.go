@@ -5,6 +5,7 @@ package main
 import (
 	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"debug/elf"
 	"errors"
 	"flag"
@@ -87,7 +88,9 @@ func buildImage(kind, ref, out, airlock, busybox, python string) error {
 	if err != nil {
 		return err
 	}
-	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(raw)), nil })
+	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(raw)), nil },
+		// Fast compression: the tarball is imported once, on this host.
+		tarball.WithCompressionLevel(gzip.BestSpeed))
 	if err != nil {
 		return fmt.Errorf("layer: %w", err)
 	}
