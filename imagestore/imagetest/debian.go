@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -77,6 +78,19 @@ func DebianLayer(t testing.TB) (path string, cached bool) {
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
+	}
+	// One builder at a time (test binaries of several packages may ask at
+	// once); the others wait and take the result.
+	lock, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(layer); err == nil {
+		return layer, true
 	}
 	raw := filepath.Join(dir, "rootfs.tar")
 	cmd := exec.Command(mm, mmdebstrapArgs(raw)...)
