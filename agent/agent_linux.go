@@ -95,7 +95,8 @@ func Main() {
 	os.Exit(code)
 }
 
-// setup prepares the agent process before it serves: memory tuning, its
+// setup prepares the agent process before it serves: memory tuning, the
+// tmpfs mounts the gvisor runtime asks for (mountTmpfs), its
 // identity (secureIdentity), the spawner thread and the spare threads, and
 // close-on-exec on every inherited fd above stderr. It exits on failure.
 func setup() {
@@ -106,6 +107,10 @@ func setup() {
 	// and sockets, and fork/exec blocks an M, not a P.
 	if runtime.GOMAXPROCS(0) > 2 {
 		runtime.GOMAXPROCS(2)
+	}
+	if err := mountTmpfs(os.Args); err != nil {
+		fmt.Fprintf(os.Stderr, "airlock agent: %v\n", err)
+		os.Exit(1)
 	}
 	if err := secureIdentity(os.Args); err != nil {
 		fmt.Fprintf(os.Stderr, "airlock agent: %v\n", err)

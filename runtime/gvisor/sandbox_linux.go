@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -142,13 +143,30 @@ func start(cfg native.Config, image string) (*Sandbox, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The agent mounts the tmpfs with their inode limit itself (runsc
+	// drops nr_inodes from OCI mounts): it starts privileged and drops.
+	var mounts []string
+	inodes := rt.Layer{Name: "inodes", State: rt.StateDegraded, Detail: fmt.Sprintf("limits.inodes (%d) is not enforced: runsc passes only mode, size, uid and gid to gVisor's tmpfs (nr_inodes is dropped); "+
+		"a flood of files is stopped by the memory limit instead, which OOM-kills the whole sandbox (about 2-3 KiB of sentry memory per empty file)", p.Limits.Inodes)}
+	if cfg.Agent {
+		var capped bool
+		if mounts, capped = agentTmpfs(layout); capped {
+			var targets []string
+			for _, a := range mounts {
+				t, _, _ := strings.Cut(strings.TrimPrefix(a, "--tmpfs="), "=")
+				targets = append(targets, t)
+			}
+			inodes = rt.Layer{Name: "inodes", State: rt.StateOK, Detail: fmt.Sprintf("tmpfs %s mounted by the agent inside gVisor with nr_inodes (%d for /workspace and /tmp; runsc drops it from OCI mounts) before it drops its privileges", strings.Join(targets, ", "), p.Limits.Inodes)}
+		}
+		cfg.Args = append(append([]string{}, cfg.Args...), mounts...)
+	}
 
 	enforced := rt.Enforced{
 		{Name: "gvisor", State: rt.StateOK, Detail: fmt.Sprintf("runsc %s, platform %s: the program's system calls are served by gVisor's sentry (a user-space kernel), not the host kernel", rs.Version, Platform)},
 		{Name: "seccomp", State: rt.StateOK, Detail: "gVisor's sentry and gofer filters (the host kernel sees only the sentry's own short list; airlock's native per-call list is not needed)"},
 		{Name: "filesystem", State: rt.StateOK, Detail: "replaces Landlock: files are served by gVisor's gofer; read-only root template, read-only host binds, writable /workspace and /tmp only"},
 		{Name: "pidns", State: rt.StateOK, Detail: "gVisor's own"},
-		{Name: "capabilities", State: rt.StateOK, Detail: "none inside; no_new_privs"},
+		{Name: "capabilities", State: rt.StateOK, Detail: capsDetail(len(mounts) > 0)},
 	}
 
 	var group *cgroups.Group
@@ -184,8 +202,7 @@ func start(cfg native.Config, image string) (*Sandbox, error) {
 	enforced = append(enforced,
 		rt.Layer{Name: "rlimits", State: rt.StateOK, Detail: fmt.Sprintf("nofile %d, fsize %d, core 0, cpu %s (applied by gVisor)", p.Limits.OpenFiles, p.Limits.FileSizeBytes, p.Limits.CPUTime)},
 		rt.Layer{Name: "tmpfs", State: rt.StateOK, Detail: fmt.Sprintf("/tmp and /workspace: gVisor tmpfs capped at %d bytes each (inside the sentry's memory)", p.Limits.DiskBytes)},
-		rt.Layer{Name: "inodes", State: rt.StateDegraded, Detail: fmt.Sprintf("limits.inodes (%d) is not enforced: runsc passes only mode, size, uid and gid to gVisor's tmpfs (nr_inodes is dropped); "+
-			"a flood of files is stopped by the memory limit instead, which OOM-kills the whole sandbox (about 2-3 KiB of sentry memory per empty file)", p.Limits.Inodes)},
+		inodes,
 	)
 
 	s := &Sandbox{ID: id, runsc: rs, group: group, enforced: enforced, waitDone: make(chan struct{})}
@@ -228,7 +245,7 @@ func start(cfg native.Config, image string) (*Sandbox, error) {
 	if err := os.Mkdir(bundle, 0o700); err != nil {
 		return fail("bundle", err)
 	}
-	spec := buildSpec(&p, &cfg, layout, cgPath, netnsPath)
+	spec := buildSpec(&p, &cfg, layout, cgPath, netnsPath, len(mounts) > 0)
 	data, err := json.Marshal(spec)
 	if err != nil {
 		return fail("bundle", err)
@@ -314,6 +331,36 @@ func (s *Sandbox) Snapshot(image string) error {
 		return fmt.Errorf("gvisor: runsc checkpoint --leave-running: %v: %s", err, strings.TrimSpace(string(out)))
 	}
 	return dropCache(image)
+}
+
+// agentTmpfs returns the agent's "--tmpfs=TARGET=OPTIONS" arguments for
+// the layout's tmpfs mounts that carry an inode limit (/workspace, /tmp,
+// /dev/shm), and whether every one of them got one. A tmpfs with other
+// mounts under it (binds into /workspace) is left to runsc, without its
+// inode limit: a tmpfs the agent mounts over it would hide them.
+func agentTmpfs(l *native.Layout) ([]string, bool) {
+	var args []string
+	all := true
+	for _, m := range l.Mounts {
+		if m.Type != "tmpfs" || !slices.ContainsFunc(m.Options, func(o string) bool { return strings.HasPrefix(o, "nr_inodes=") }) {
+			continue
+		}
+		if slices.ContainsFunc(l.Mounts, func(o native.LayoutMount) bool { return strings.HasPrefix(o.Target, m.Target+"/") }) {
+			all = false
+			continue
+		}
+		args = append(args, "--tmpfs="+m.Target+"="+strings.Join(m.Options, ","))
+	}
+	return args, all && len(args) > 0
+}
+
+// capsDetail describes the capabilities inside: the agent's when it
+// starts privileged to mount its tmpfs.
+func capsDetail(agentPrivileged bool) string {
+	if agentPrivileged {
+		return "none inside once the agent serves (it starts as root with sys_admin, setpcap, setuid and setgid to mount its tmpfs, then becomes the workload's user with an empty bounding set); no_new_privs"
+	}
+	return "none inside; no_new_privs"
 }
 
 // checkpointFlags are `runsc checkpoint`'s flags (after the subcommand)
@@ -576,7 +623,14 @@ func runscCgroupPath(g *cgroups.Group) (string, error) {
 }
 
 // buildSpec translates the policy and the native root layout to an OCI spec.
-func buildSpec(p *policy.Policy, cfg *native.Config, l *native.Layout, cgPath, netnsPath string) *specs.Spec {
+//
+// A privileged agent (mountsByAgent: it mounts the tmpfs itself, see
+// agentTmpfs) starts as uid 0 inside gVisor with CAP_SYS_ADMIN,
+// CAP_SETPCAP, CAP_SETUID and CAP_SETGID only, and before it serves
+// becomes the workload's user with an empty bounding set and no
+// capabilities (the agent's mountTmpfs), as an unprivileged agent is from
+// the start.
+func buildSpec(p *policy.Policy, cfg *native.Config, l *native.Layout, cgPath, netnsPath string, mountsByAgent bool) *specs.Spec {
 	lim := p.Limits
 	rl := func(typ string, v uint64) specs.POSIXRlimit { return specs.POSIXRlimit{Type: typ, Hard: v, Soft: v} }
 	oom := native.OOMScoreAdj
@@ -602,6 +656,11 @@ func buildSpec(p *policy.Policy, cfg *native.Config, l *native.Layout, cgPath, n
 				{Type: specs.IPCNamespace}, {Type: specs.UTSNamespace}, {Type: specs.NetworkNamespace, Path: netnsPath}},
 			CgroupsPath: cgPath,
 		},
+	}
+	if mountsByAgent {
+		caps := []string{"CAP_SYS_ADMIN", "CAP_SETPCAP", "CAP_SETUID", "CAP_SETGID"}
+		spec.Process.User = specs.User{UID: 0, GID: 0}
+		spec.Process.Capabilities = &specs.LinuxCapabilities{Bounding: caps, Effective: caps, Permitted: caps}
 	}
 	for _, m := range l.Mounts {
 		switch {

@@ -1,0 +1,59 @@
+package server_test
+
+import (
+	"strings"
+	"testing"
+
+	"airlock/client"
+)
+
+// TestE2EGVisorInodeLimit: a live gvisor sandbox's /workspace and /tmp
+// carry the policy's inode limit (runsc drops nr_inodes from OCI mounts,
+// so the agent mounts them itself inside gVisor and then drops to the
+// workload's user with no capabilities): a flood of empty files ends with
+// ENOSPC at the limit, not with the sandbox OOM-killed. From the host: no
+// OOM kill in the sandbox's cgroup, its processes are still there, and it
+// answers the next exec. Inside, the agent (PID 1) has no capability
+// left, and `enforced` says the inode limit holds.
+func TestE2EGVisorInodeLimit(t *testing.T) {
+	_, key, s, sb := gvisorSandbox(t)
+	c := client.New(s.URL, key)
+	ctx := ctxT(t)
+	inodes := "missing"
+	for _, l := range sb.Enforced {
+		if l.Name == "inodes" {
+			inodes = l.State
+		}
+	}
+	if inodes != "ok" {
+		t.Fatalf("inodes layer %s in %+v", inodes, sb.Enforced)
+	}
+	flood := `import os
+i = 0
+try:
+    while True:
+        open(f"/workspace/f{i}", "w").close()
+        i += 1
+except OSError as e:
+    print(i, e.errno)
+`
+	if _, err := c.WriteFile(ctx, sb.ID, "/tmp/flood.py", strings.NewReader(flood), 0); err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Exec(ctx, sb.ID, client.ExecRequest{Argv: []string{"python3", "/tmp/flood.py"}, Timeout: 120})
+	// strict: 16384 inodes, one of them the directory itself; ENOSPC is 28.
+	if err != nil || res.Status != "ok" || res.Stdout != "16383 28\n" {
+		t.Fatalf("file flood: %+v %v, want ENOSPC after 16383 files", res, err)
+	}
+	m, err := c.Metrics(ctx, sb.ID)
+	if err != nil || m.OOMKills != 0 {
+		t.Fatalf("metrics after the flood: %+v %v, want no OOM kill", m, err)
+	}
+	if pids := pidsInCgroup(t, sb.ID); len(pids) == 0 {
+		t.Fatal("no process left in the sandbox's cgroup after the flood")
+	}
+	res, err = c.Exec(ctx, sb.ID, client.ExecRequest{Shell: "grep -E '^Cap(Prm|Eff|Bnd|Amb):' /proc/1/status; grep -c nr_inodes=16384 /proc/mounts"})
+	if err != nil || res.Status != "ok" || strings.Count(res.Stdout, "0000000000000000") != 4 || !strings.HasSuffix(res.Stdout, "\n2\n") {
+		t.Fatalf("agent capabilities and mounts: %+v %v", res, err)
+	}
+}
