@@ -254,9 +254,11 @@ cleanup() {
 	if [ "$rc" != 0 ] && [ -d "${S:-}/logs" ]; then tail_logs 30; fi
 	if [ "${KUBE_E2E_KEEP:-0}" = 1 ] && [ "$rc" = 0 ]; then
 		log "KUBE_E2E_KEEP=1: cluster left running; admin kubeconfig $S/admin.kubeconfig; press Ctrl-C to clean up"
-		trap 'exit 0' INT TERM
 		sleep infinity &
-		wait $!
+		local sp=$!
+		trap 'kill $sp 2>/dev/null' INT TERM
+		wait "$sp"
+		trap - INT TERM
 	fi
 	log "cleaning up"
 	# kubelet first, so it does not restart what is killed next.
@@ -626,6 +628,12 @@ grep -q '^NoNewPrivs:[[:space:]]*1' "$st" || die "the agent (host pid $APID) may
 grep -q '^Seccomp:[[:space:]]*2' "$st" || die "the agent (host pid $APID) has no seccomp filter"
 grep -q '^CapEff:[[:space:]]*0000000000000000' "$st" || die "the agent (host pid $APID) has capabilities: $(grep CapEff "$st")"
 tr '\0' ' ' <"/proc/$APID/cmdline" | grep -q 'airlock-bin/airlock agent' || die "the container's pid 1 is not the agent: $(tr '\0' ' ' <"/proc/$APID/cmdline")"
+# Its network: an address on the test bridge and no route beyond it (seen
+# from the host, in the pod's network namespace).
+routes=$(nsenter -t "$APID" -n ip -4 route show)
+default=$(nsenter -t "$APID" -n ip -4 route show default)
+[ -z "$default" ] || die "the sandbox pod has a default route: $default"
+echo "$routes" | grep -qv "^$SUBNET.0/24 " && die "the sandbox pod has a route off the test bridge: $routes"
 # Its cgroups (v1 here): the pod's pids limit from kubelet's podPidsLimit,
 # the container's memory limit from the sandbox's policy.
 pids_cg=$(awk -F: '$2 == "pids" {print $3}' "/proc/$APID/cgroup")
@@ -634,7 +642,7 @@ pids_max=$(cat "/sys/fs/cgroup/pids$(dirname "$pids_cg")/pids.max" 2>/dev/null)
 mem_max=$(cat "/sys/fs/cgroup/memory$mem_cg/memory.limit_in_bytes" 2>/dev/null)
 [ "$pids_max" = 4096 ] || die "the sandbox pod's pids.max is '$pids_max' (cgroup $(dirname "$pids_cg")), want kubelet's podPidsLimit 4096"
 [ -n "$mem_max" ] && [ "$mem_max" -lt $((1 << 40)) ] || die "the sandbox container has no memory limit (memory.limit_in_bytes '$mem_max', cgroup $mem_cg)"
-log "pod $POD ($POD_IP): agent is the container's pid 1 (host pid $APID): uid $uid, no_new_privs, seccomp filter, no capabilities; pod pids.max $pids_max, container memory limit $((mem_max >> 20)) MiB"
+log "pod $POD ($POD_IP): agent is the container's pid 1 (host pid $APID): uid $uid, no_new_privs, seccomp filter, no capabilities; pod pids.max $pids_max, container memory limit $((mem_max >> 20)) MiB; routes: $routes"
 
 # Two replicas: the one that made the sandbox dies, the other serves it.
 kill -KILL "$(cat "$S/pids/airlock-1")"
