@@ -433,3 +433,28 @@ func TestEgressProxyEnv(t *testing.T) {
 		t.Errorf("network annotation %q: %v", sb.Spec.PodTemplate.ObjectMeta.Annotations[AnnotationNetwork], err)
 	}
 }
+
+// TestCeilings: the server's own size is no ceiling of a cluster's
+// sandboxes (a single-node server caps limits at its host's RAM and CPUs);
+// configured ceilings still apply.
+func TestCeilings(t *testing.T) {
+	needEnv(t)
+	ctx := context.Background()
+	host, err := policy.HostCeilings()
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := manager.Limits{MemoryBytes: 2 * host.MemoryBytes, CPUs: 2 * host.CPUs}
+	in, err := newReplica(t, nil).m.Create(ctx, manager.CreateRequest{Owner: "key-ceil", Limits: big})
+	if err != nil {
+		t.Fatalf("limits above this host's size on a cluster: %v", err)
+	}
+	c := getSandbox(t, in.ID).Spec.PodTemplate.Spec.Containers[0]
+	if c.Resources.Limits.Memory().Value() != big.MemoryBytes {
+		t.Errorf("memory limit %v", c.Resources.Limits.Memory())
+	}
+	r := newReplicaCeilings(t, nil, policy.Ceilings{MemoryBytes: 1 << 30})
+	if _, err := r.m.Create(ctx, manager.CreateRequest{Owner: "key-ceil", Limits: manager.Limits{MemoryBytes: 2 << 30}}); !errors.Is(err, manager.ErrInvalid) {
+		t.Errorf("above the configured ceiling: %v, want ErrInvalid", err)
+	}
+}

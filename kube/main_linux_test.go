@@ -19,6 +19,7 @@ import (
 
 	"airlock/internal/testserver"
 	"airlock/manager"
+	"airlock/policy"
 	"airlock/store"
 )
 
@@ -150,6 +151,12 @@ type replica struct {
 
 func newReplica(t *testing.T, mut func(*Config)) *replica {
 	t.Helper()
+	return newReplicaCeilings(t, mut, policy.Ceilings{})
+}
+
+// newReplicaCeilings is newReplica with the server's ceilings (--max-memory...).
+func newReplicaCeilings(t *testing.T, mut func(*Config), ceil policy.Ceilings) *replica {
+	t.Helper()
 	cfg := Config{Client: serverClient(t), Namespace: sandboxNS, AgentImage: "registry.test/airlock:1",
 		DefaultImage: "registry.test/python:3", Logf: t.Logf}
 	if mut != nil {
@@ -164,7 +171,7 @@ func newReplica(t *testing.T, mut func(*Config)) *replica {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := manager.Open(manager.Config{StateDir: dir, Store: st, AgentBinary: "/airlock", Backend: b, Logf: t.Logf})
+	m, err := manager.Open(manager.Config{StateDir: dir, Store: st, AgentBinary: "/airlock", Backend: b, Logf: t.Logf, Ceilings: ceil})
 	if err != nil {
 		st.Close()
 		t.Fatal(err)

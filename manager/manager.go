@@ -324,8 +324,13 @@ func Open(cfg Config) (*Manager, error) {
 		cfg.MaxTimeout = 24 * time.Hour
 	}
 	var err error
-	if cfg.Ceilings, err = hostCeilings(cfg.Ceilings); err != nil {
-		return nil, err
+	// A backend's sandboxes run on other machines: this host's size is
+	// no ceiling of theirs (the configured ceilings are, and the
+	// cluster's own quotas).
+	if cfg.Backend == nil {
+		if cfg.Ceilings, err = hostCeilings(cfg.Ceilings); err != nil {
+			return nil, err
+		}
 	}
 	if cfg.ReapInterval <= 0 {
 		cfg.ReapInterval = time.Second
