@@ -821,7 +821,9 @@ func (b *Backend) runningPod(ctx context.Context, sb *sandboxv1.Sandbox) (*corev
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("kube: sandbox %s is not running: %s: %w", sb.Name, last, ctx.Err())
+			// 409: the sandbox exists but cannot serve yet (a pod starting,
+			// pending or being replaced).
+			return nil, fmt.Errorf("%w: sandbox %s has no running pod: %s (%v)", manager.ErrNotRunning, sb.Name, last, ctx.Err())
 		case <-time.After(250 * time.Millisecond):
 		}
 	}

@@ -458,3 +458,19 @@ func TestCeilings(t *testing.T) {
 		t.Errorf("above the configured ceiling: %v, want ErrInvalid", err)
 	}
 }
+
+// TestLookupWithoutPod: a sandbox whose pod does not run (yet) cannot
+// serve: a lookup waits for it at most the ready timeout, then says the
+// sandbox is not running (409), naming what it saw.
+func TestLookupWithoutPod(t *testing.T) {
+	needEnv(t)
+	r := newReplica(t, func(c *Config) { c.ReadyTimeout = time.Second })
+	in, err := r.m.Create(context.Background(), manager.CreateRequest{Owner: "key-nopod"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = r.m.Lookup("key-nopod", in.ID)
+	if !errors.Is(err, manager.ErrNotRunning) || !strings.Contains(err.Error(), "does not exist yet") {
+		t.Errorf("lookup without a pod: %v, want ErrNotRunning saying the pod does not exist", err)
+	}
+}
