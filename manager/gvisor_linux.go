@@ -158,7 +158,10 @@ func (m *Manager) adoptPausedGVisor(rec *store.Sandbox, rs *runtimeState) (*Sand
 	if _, err := os.Stat(m.checkpointDone(rec.ID)); err != nil {
 		return nil, "gvisor sandboxes are not reattached after a restart unless paused (their agent was connected to the previous server over a socketpair)"
 	}
-	gsb, err := gvisor.Adopt(rec.ID, rs.Enforced)
+	// With network, its egress namespace went with the previous server:
+	// adoption opens the proxy's listeners in a new one (netReattach
+	// serves them).
+	gsb, err := gvisor.Adopt(rec.ID, rs.Enforced, []string{ProxyHTTPAddr, ProxySOCKSAddr})
 	if err != nil {
 		return nil, "paused gvisor sandbox: " + err.Error()
 	}
@@ -169,8 +172,26 @@ func (m *Manager) adoptPausedGVisor(rec *store.Sandbox, rs *runtimeState) (*Sand
 	h.conn.hold()
 	client := agent.ContinueClient(h.conn, agent.Config{Home: "/workspace"})
 	inst := &ownInst{id: rec.ID, sb: h, wait: func() { <-h.Done() }}
-	return &Sandbox{ID: rec.ID, m: m, inst: inst, client: client, reattached: true, enforced: rs.Enforced,
-		ended: make(chan struct{}), rec: *rec, paused: true}, ""
+	sb := &Sandbox{ID: rec.ID, m: m, inst: inst, client: client, reattached: true, enforced: rs.Enforced,
+		ended: make(chan struct{}), rec: *rec, paused: true}
+	m.netReattach(sb, rs.Secrets)
+	if sb.net.listeners == nil {
+		for _, l := range gsb.Listeners() { // not served: the sandbox has no network
+			l.Close()
+		}
+	}
+	return sb, ""
+}
+
+// gvisorListeners returns the proxy listeners that the adoption of a
+// paused gvisor sandbox opened in its new egress namespace, if any.
+func gvisorListeners(sb *Sandbox) ([]net.Listener, bool) {
+	h, ok := gvisorOf(sb)
+	if !ok {
+		return nil, false
+	}
+	ls := h.current().Listeners()
+	return ls, len(ls) > 0
 }
 
 // snapshotImage snapshots gvisor sandbox sb to image, leaving it running.

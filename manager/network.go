@@ -373,9 +373,13 @@ func (m *Manager) netReattach(sb *Sandbox, refs []SecretRef) {
 		return
 	}
 	sb.net.registered = true
-	ls, err := listenIn(sb.inst.pid(), []string{ProxyHTTPAddr, ProxySOCKSAddr})
-	if err != nil {
-		m.cfg.Logf("sandbox %s: egress listeners: %v; the sandbox has no network until its policy is set again", sb.ID, err)
+	ls, ok := gvisorListeners(sb) // an adopted paused gvisor sandbox's, in its new namespace
+	var lerr error
+	if !ok {
+		ls, lerr = listenIn(sb.inst.pid(), []string{ProxyHTTPAddr, ProxySOCKSAddr})
+	}
+	if lerr != nil {
+		m.cfg.Logf("sandbox %s: egress listeners: %v; the sandbox has no network until its policy is set again", sb.ID, lerr)
 		return
 	}
 	sb.net.listeners = ls

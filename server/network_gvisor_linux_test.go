@@ -15,7 +15,8 @@ import (
 // local server through the egress proxy and gets the proxy's refusal for
 // another name; the refused name's server sees nothing; the sentry runs
 // in a network namespace of its own, not the host's, also after a pause
-// and resume (checkpoint and restore); it cannot be snapshotted for a
+// and resume (checkpoint and restore), and after a server restart while
+// paused (a new egress namespace); it cannot be snapshotted for a
 // fork (422); a gvisor sandbox
 // created with network none cannot be given one later (its namespace is
 // runsc's netstack: listeners "in" it would open in the host's).
@@ -85,6 +86,35 @@ curl -sS -w 'code=%%{http_code}\n' %s`, e.url("http", "web.test", "/resumed"), e
 		ns, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/ns/net")
 		if err == nil && ns == host {
 			t.Errorf("restored sandbox process %d is in the host's network namespace %s", pid, ns)
+		}
+	}
+
+	// Paused when the server is killed (SIGKILL), it is taken over paused
+	// by the next server, which gives it a new egress namespace with the
+	// proxy's listeners: after resume the same policy holds there.
+	if _, err := e.c.Pause(ctxT(t), sb.ID); err != nil {
+		t.Fatalf("pause before the restart: %v", err)
+	}
+	e.srv.crash()
+	e.srv = startServer(t, e.state, append(e.serveArgs(), "--default-runtime", "gvisor")...)
+	e.c = client.New(e.srv.URL, e.key)
+	if got, err := e.c.Get(ctxT(t), sb.ID); err != nil || !got.Paused || !got.Reattached || got.State != "running" {
+		t.Fatalf("after the restart: %+v %v", got, err)
+	}
+	if _, err := e.c.Resume(ctxT(t), sb.ID); err != nil {
+		t.Fatalf("resume after the restart: %v", err)
+	}
+	res = e.sh(t, sb.ID, fmt.Sprintf(`curl -sS %s
+curl -sS -w 'code=%%{http_code}\n' %s`, e.url("http", "web.test", "/restarted"), e.url("http", "other.test", "/")))
+	want(t, "gvisor egress after a restart while paused", res, "http-ok host=web.test:",
+		"airlock: other.test is not in network.allow; add other.test to network.allow to permit it", "code=403")
+	if n := e.httpHits.Load(); n != 4 {
+		t.Errorf("the HTTP server got %d requests, want 4 (the allowed ones)", n)
+	}
+	for _, pid := range pidsInCgroup(t, sb.ID) {
+		ns, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/ns/net")
+		if err == nil && ns == host {
+			t.Errorf("sandbox process %d restored after the restart is in the host's network namespace %s", pid, ns)
 		}
 	}
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -155,17 +156,7 @@ for line in sys.stdin:
 	}
 	defer ls[0].Close()
 	var served atomic.Int32
-	go func() {
-		for {
-			c, err := ls[0].Accept()
-			if err != nil {
-				return
-			}
-			n := served.Add(1)
-			c.Write([]byte(fmt.Sprintf("proxy-%d", n)))
-			go func() { defer c.Close(); io.Copy(io.Discard, c) }()
-		}
-	}()
+	serve(ls[0], "proxy", &served)
 	if got := sayLine(t, host, "new"); got != "proxy-2" {
 		sb.Destroy()
 		t.Fatalf("before checkpoint: %q", got)
@@ -183,10 +174,6 @@ for line in sys.stdin:
 		sb.Destroy()
 		t.Fatalf("after checkpoint the sandbox's cgroup holds %d tasks (%v)", st.Pids, err)
 	}
-	if _, err := gvisor.Adopt(sb.ID, nil); !errors.Is(err, gvisor.ErrNetworkAdopt) {
-		sb.Destroy()
-		t.Fatalf("adopt of a paused sandbox with network: %v", err)
-	}
 	host2, inside2 := socketPair(t)
 	defer host2.Close()
 	sb2, err := sb.Restore(image, inside2, inside2, nil)
@@ -195,14 +182,72 @@ for line in sys.stdin:
 		sb.Destroy()
 		t.Fatal(err)
 	}
-	defer sb2.Destroy()
 	if got := sayLine(t, host2, "new"); got != "proxy-3" {
+		sb2.Destroy()
 		t.Fatalf("a new connection after restore: %q", got)
 	}
 	if got := sayLine(t, host2, "old"); !strings.HasPrefix(got, "error") && got != "eof" {
+		sb2.Destroy()
 		t.Fatalf("the connection open across the checkpoint: %q, want it broken", got)
 	}
 	if n := served.Load(); n != 3 {
+		sb2.Destroy()
 		t.Fatalf("the listener served %d connections, want 3", n)
 	}
+
+	// A later process (as after a server restart) adopts it paused: its
+	// namespace is gone with the process that held it, so adoption makes a
+	// new one with new proxy listeners, where the restore lands.
+	image = t.TempDir()
+	if err := sb2.Checkpoint(image); err != nil {
+		sb2.Destroy()
+		t.Fatal(err)
+	}
+	if _, err := gvisor.Adopt(sb.ID, nil, nil); !errors.Is(err, gvisor.ErrNetworkAdopt) {
+		sb2.Destroy()
+		t.Fatalf("adopt of a paused sandbox with network, no listener addresses: %v", err)
+	}
+	a, err := gvisor.Adopt(sb.ID, nil, []string{"127.0.0.1:3128"})
+	if err != nil {
+		sb2.Destroy()
+		t.Fatalf("adopt of a paused sandbox with network: %v", err)
+	}
+	als := a.Listeners()
+	if len(als) != 1 {
+		sb2.Destroy()
+		t.Fatalf("adopted listeners %v", als)
+	}
+	defer als[0].Close()
+	var served2 atomic.Int32
+	serve(als[0], "adopted", &served2)
+	host3, inside3 := socketPair(t)
+	defer host3.Close()
+	sb3, err := a.Restore(image, inside3, inside3, nil)
+	inside3.Close()
+	if err != nil {
+		sb2.Destroy()
+		t.Fatal(err)
+	}
+	defer sb3.Destroy()
+	if got := sayLine(t, host3, "new"); got != "adopted-1" {
+		t.Fatalf("a new connection after the adopted restore: %q, want the new namespace's listener", got)
+	}
+	if n := served.Load(); n != 3 {
+		t.Fatalf("the old namespace's listener served %d connections, want still 3", n)
+	}
+}
+
+// serve answers every connection on l with "NAME-N" (N counts them in n)
+// and then reads it to its end.
+func serve(l net.Listener, name string, n *atomic.Int32) {
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Write([]byte(fmt.Sprintf("%s-%d", name, n.Add(1))))
+			go func() { defer c.Close(); io.Copy(io.Discard, c) }()
+		}
+	}()
 }

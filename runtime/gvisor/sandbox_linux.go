@@ -39,10 +39,11 @@ var runscRoot = filepath.Join(StateBase, "root")
 // proxy's listeners still are.)
 var ErrNetworkSnapshot = errors.New("gvisor: a sandbox with network cannot be snapshotted or forked (its sockets are host sockets of its own egress namespace, which a fork would not have)")
 
-// ErrNetworkAdopt is returned by Adopt for a paused sandbox with network:
-// the egress namespace its restore must join was held by the process that
+// ErrNetworkAdopt is returned by Adopt for a paused sandbox with network
+// when no proxy listener addresses are given to open in a new egress
+// namespace: the one its restore joined was held by the process that
 // paused it, and went with that process.
-var ErrNetworkAdopt = errors.New("a paused gvisor sandbox with network does not survive the server that paused it (its egress network namespace, which the restore must join, was held by that server)")
+var ErrNetworkAdopt = errors.New("a paused gvisor sandbox with network needs a new egress namespace with the proxy's listeners to be adopted (the one it had was held by the server that paused it)")
 
 // Platform is the gVisor platform airlock uses: systrap works without
 // /dev/kvm and inside VMs.
@@ -444,7 +445,14 @@ func (s *Sandbox) Restore(image string, stdin, stdout, stderr *os.File) (*Sandbo
 // process that is gone, for Restore: its bundle and its cgroup, which
 // the checkpoint left, are kept; nothing runs. enforced is what that
 // process reported for it.
-func Adopt(id string, enforced rt.Enforced) (*Sandbox, error) {
+//
+// A sandbox with network had its egress namespace held by that process,
+// gone with it: Adopt makes a fresh one with the proxy's listeners at
+// listen (as Start does; the caller serves them, Listeners) and points the
+// bundle at it, which runsc restore allows (a namespace's path may change
+// across a restore). Without listen such a sandbox is refused
+// (ErrNetworkAdopt).
+func Adopt(id string, enforced rt.Enforced, listen []string) (*Sandbox, error) {
 	if !validID(id) {
 		return nil, fmt.Errorf("gvisor: bad sandbox id %q", id)
 	}
@@ -461,16 +469,48 @@ func Adopt(id string, enforced rt.Enforced) (*Sandbox, error) {
 	if err := json.Unmarshal(data, &spec); err != nil || spec.Linux == nil {
 		return nil, fmt.Errorf("gvisor: adopt %s: bad bundle: %v", id, err)
 	}
-	for _, ns := range spec.Linux.Namespaces {
-		if ns.Type == specs.NetworkNamespace && ns.Path != "" {
-			return nil, fmt.Errorf("gvisor: adopt %s: %w", id, ErrNetworkAdopt)
-		}
+	netIdx := slices.IndexFunc(spec.Linux.Namespaces, func(ns specs.LinuxNamespace) bool {
+		return ns.Type == specs.NetworkNamespace && ns.Path != ""
+	})
+	if netIdx >= 0 && len(listen) == 0 {
+		return nil, fmt.Errorf("gvisor: adopt %s: %w", id, ErrNetworkAdopt)
 	}
 	group, err := cgroups.Lookup(id)
 	if err != nil {
 		return nil, fmt.Errorf("gvisor: adopt %s: %w", id, err)
 	}
-	return &Sandbox{ID: id, runsc: rs, dir: dir, group: group, enforced: enforced, waitDone: make(chan struct{})}, nil
+	s := &Sandbox{ID: id, runsc: rs, dir: dir, group: group, enforced: enforced, waitDone: make(chan struct{})}
+	if netIdx >= 0 {
+		if s.netns, s.listeners, err = egressNetns(listen); err != nil {
+			return nil, fmt.Errorf("gvisor: adopt %s: egress namespace: %w", id, err)
+		}
+		spec.Linux.Namespaces[netIdx].Path = fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), s.netns.Fd())
+		if err := writeSpec(filepath.Join(dir, "bundle"), &spec); err != nil {
+			s.closeNet()
+			for _, l := range s.listeners {
+				l.Close()
+			}
+			return nil, fmt.Errorf("gvisor: adopt %s: %w", id, err)
+		}
+	}
+	return s, nil
+}
+
+// writeSpec replaces bundle/config.json with spec, atomically.
+func writeSpec(bundle string, spec *specs.Spec) error {
+	data, err := json.Marshal(spec)
+	if err != nil {
+		return fmt.Errorf("bundle: %w", err)
+	}
+	tmp := filepath.Join(bundle, "config.json.tmp")
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return fmt.Errorf("bundle: %w", err)
+	}
+	if err := os.Rename(tmp, filepath.Join(bundle, "config.json")); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("bundle: %w", err)
+	}
+	return nil
 }
 
 // PidsOverhead is added to the policy's pids limit in the sandbox's host
