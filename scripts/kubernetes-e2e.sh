@@ -71,6 +71,8 @@ need_pkgs() {
 	command -v curl >/dev/null || missing+=(curl)
 	command -v iptables >/dev/null || missing+=(iptables)
 	command -v conntrack >/dev/null || missing+=(conntrack)
+	command -v ss >/dev/null && command -v ip >/dev/null || missing+=(iproute2)
+	command -v nsenter >/dev/null || missing+=(util-linux)
 	[ -x /usr/bin/python3 ] || missing+=(python3)
 	if [ ${#missing[@]} -gt 0 ]; then
 		log "installing Debian packages: ${missing[*]}"
