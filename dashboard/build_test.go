@@ -11,12 +11,12 @@ import (
 
 // TestCommittedBuildIsReproducible: dist/ (embedded, committed so that go
 // build needs no npm) is what web/build.mjs makes from the sources with the
-// pinned esbuild and xterm.js (web/package-lock.json; scripts/setup.sh runs
+// pinned esbuild and xterm.js (web/package-lock.json; scripts/setup.sh --tests runs
 // npm ci). Rebuild with `cd dashboard/web && npm ci && node build.mjs`.
 func TestCommittedBuildIsReproducible(t *testing.T) {
 	node, err := exec.LookPath("node")
 	if err != nil {
-		t.Skip("no node on PATH (scripts/setup.sh installs the dashboard's build tools)")
+		t.Skip("no node on PATH (scripts/setup.sh --tests installs the dashboard's build tools)")
 	}
 	if _, err := os.Stat("web/node_modules/esbuild"); err != nil {
 		t.Skip("dashboard/web/node_modules missing: run scripts/setup.sh (npm ci in dashboard/web)")

@@ -34,7 +34,7 @@ func AssetsDir() (string, error) {
 		}
 	}
 	if len(missing) > 0 {
-		return "", fmt.Errorf("%w: %v not in %s: run scripts/setup.sh (or scripts/kube-assets.sh, which builds kube-apiserver %s from the Go module proxy and installs Debian's etcd-server), or set KUBEBUILDER_ASSETS",
+		return "", fmt.Errorf("%w: %v not in %s: run scripts/setup.sh --tests (or scripts/kube-assets.sh, which builds kube-apiserver %s from the Go module proxy and installs Debian's etcd-server), or set KUBEBUILDER_ASSETS",
 			errNoAssets, missing, dir, AssetsVersion)
 	}
 	return dir, nil

@@ -14,7 +14,7 @@ import (
 )
 
 // jsDir is the Node project with the official MCP TypeScript SDK,
-// installed by scripts/setup.sh.
+// installed by scripts/setup.sh --tests.
 const jsDir = "../tests/mcp-js"
 
 // jsSummary is the last line mcp-scenario.mjs prints.
@@ -30,7 +30,7 @@ type jsSummary struct {
 func runScenario(t *testing.T, env []string, args ...string) jsSummary {
 	t.Helper()
 	if _, err := os.Stat(filepath.Join(jsDir, "node_modules", "@modelcontextprotocol", "sdk")); err != nil {
-		t.Skipf("%s/node_modules lacks @modelcontextprotocol/sdk (run scripts/setup.sh): %v", jsDir, err)
+		t.Skipf("%s/node_modules lacks @modelcontextprotocol/sdk (run scripts/setup.sh --tests): %v", jsDir, err)
 	}
 	node, err := exec.LookPath("node")
 	if err != nil {

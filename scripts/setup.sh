@@ -1,32 +1,56 @@
 #!/usr/bin/env bash
-# Installs what airlock and its tests need on a fresh Debian 12 machine (as root):
-# Debian's python3 with numpy/pandas/matplotlib (the sandbox's interpreter),
-# the peers `airlock bench` compares against, and the tools hostile tests use.
-# clang + wasi-libc build the wasm tier's C test module (runtime/wasm/testdata/cguest).
-# chromium runs the dashboard's browser test (server/dashboard_browser_linux_test.go).
-# postgresql: the shared-database tests (internal/pgtest) start their own clusters with its binaries.
-# mmdebstrap: the Debian image of the images end-to-end test (imagestore/imagetest.DebianLayer, built
-# from the configured Debian mirror once and cached in /var/cache/airlock-test by content).
+# Installs what airlock needs on a fresh Debian 12 machine (as root): Debian's
+# python3 with numpy/pandas/matplotlib (the sandbox's interpreter), gVisor's
+# runsc (--runtime gvisor), and the peers `airlock bench` compares against.
+#
+# With --tests it also installs what the test suite needs (the README's test
+# command and .ci/run pass it):
+#   clang + wasi-libc build the wasm tier's C test module (runtime/wasm/testdata/cguest);
+#   chromium runs the dashboard's browser test (server/dashboard_browser_linux_test.go);
+#   postgresql: the shared-database tests (internal/pgtest) start their own clusters with its binaries;
+#   mmdebstrap: the Debian image of the images end-to-end test (imagestore/imagetest.DebianLayer, built
+#     from the configured Debian mirror once and cached in /var/cache/airlock-test by content);
+#   etcd-server + a kube-apiserver built from the Go module proxy (scripts/kube-assets.sh, cached by
+#     version, several minutes cold; built in the background while the rest installs): the
+#     Kubernetes backend's control-plane tests;
+#   the pinned npm packages of the E2B/MCP JavaScript scenarios and the dashboard's build check.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
+tests=0
+for a in "$@"; do
+  case $a in
+    --tests) tests=1 ;;
+    *) echo "usage: $0 [--tests]" >&2; exit 2 ;;
+  esac
+done
 pkgs=(python3 python3-numpy python3-pandas python3-matplotlib python3-requests bubblewrap crun runc stress-ng strace
-      libcap2-bin util-linux curl iproute2 ca-certificates busybox-static
-      clang lld wasi-libc libclang-rt-14-dev-wasm32 chromium postgresql mmdebstrap)
+      libcap2-bin util-linux curl iproute2 ca-certificates busybox-static)
+if ((tests)); then
+  pkgs+=(clang lld wasi-libc libclang-rt-14-dev-wasm32 chromium postgresql mmdebstrap etcd-server)
+fi
 missing=()
 for p in "${pkgs[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p"); done
 if ((${#missing[@]})); then
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-if [ -f tests/js/package.json ]; then
+kube_pid=
+if ((tests)); then
+  # The longest step (a kube-apiserver build when not cached) runs while the
+  # rest installs.
+  kube_out=$(mktemp)
+  "$(dirname "$0")/kube-assets.sh" >"$kube_out" &
+  kube_pid=$!
+fi
+if ((tests)) && [ -f tests/js/package.json ]; then
   (cd tests/js && npm ci --no-audit --no-fund --loglevel=error)
 fi
 # The dashboard's pinned build tools (esbuild, xterm.js): dashboard/dist is
 # committed, and go test ./dashboard checks it is what these build.
-if [ -f dashboard/web/package.json ]; then
+if ((tests)) && [ -f dashboard/web/package.json ]; then
   (cd dashboard/web && npm ci --no-audit --no-fund --loglevel=error)
 fi
-if [ -f tests/mcp-js/package.json ]; then
+if ((tests)) && [ -f tests/mcp-js/package.json ]; then
   (cd tests/mcp-js && npm ci --no-audit --no-fund --loglevel=error)
 fi
 # gVisor's runsc for --runtime gvisor, pinned (keep in step with
@@ -43,6 +67,12 @@ echo "setup: runsc $RUNSC_VERSION at /usr/local/bin/runsc"
 # The Kubernetes backend's control-plane tests (package kube): kube-apiserver
 # built from the Go module proxy (cached by version under
 # /var/cache/airlock/kube, ~7+ minutes cold) and Debian's etcd-server.
-kube_assets=$("$(dirname "$0")/kube-assets.sh")
-echo "setup: kube test assets at $kube_assets"
+if [ -n "$kube_pid" ]; then
+  if ! wait "$kube_pid"; then
+    echo "setup: scripts/kube-assets.sh failed (its messages are above)" >&2
+    exit 1
+  fi
+  echo "setup: kube test assets at $(tail -n1 "$kube_out")"
+  rm -f "$kube_out"
+fi
 echo "setup: ok"

@@ -18,7 +18,7 @@ import (
 	"airlock/client"
 )
 
-// chromiumPath is Debian's chromium (scripts/setup.sh installs it).
+// chromiumPath is Debian's chromium (scripts/setup.sh --tests installs it).
 const chromiumPath = "/usr/bin/chromium"
 
 // browser is a headless Chromium on a fresh profile that records console
@@ -32,7 +32,7 @@ type browser struct {
 func newBrowser(t *testing.T) *browser {
 	t.Helper()
 	if _, err := os.Stat(chromiumPath); err != nil {
-		t.Skipf("no %s (apt-get install chromium; scripts/setup.sh does): %v", chromiumPath, err)
+		t.Skipf("no %s (apt-get install chromium; scripts/setup.sh --tests does): %v", chromiumPath, err)
 	}
 	opts := []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(chromiumPath), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,

@@ -49,7 +49,7 @@ func CacheDir() string {
 // came from the cache. It is built once and cached in CacheDir() under a
 // key of the mmdebstrap version, its arguments and the apt sources, so a
 // changed mirror snapshot or package list builds a new one. Building takes
-// a minute or two and needs root and mmdebstrap (scripts/setup.sh).
+// a minute or two and needs root and mmdebstrap (scripts/setup.sh --tests).
 func DebianLayer(t testing.TB) (path string, cached bool) {
 	t.Helper()
 	if os.Geteuid() != 0 {
@@ -57,7 +57,7 @@ func DebianLayer(t testing.TB) (path string, cached bool) {
 	}
 	mm, err := exec.LookPath("mmdebstrap")
 	if err != nil {
-		t.Fatalf("mmdebstrap is not installed (apt-get install mmdebstrap; scripts/setup.sh does): %v", err)
+		t.Fatalf("mmdebstrap is not installed (apt-get install mmdebstrap; scripts/setup.sh --tests does): %v", err)
 	}
 	h := sha256.New()
 	ver, _ := exec.Command(mm, "--version").Output()

@@ -64,7 +64,7 @@ func binDir(root string) (string, error) {
 			return d, nil
 		}
 	}
-	return "", fmt.Errorf("pgtest: PostgreSQL server binaries not found in %s/*/bin: run scripts/setup.sh (installs Debian's postgresql)", root)
+	return "", fmt.Errorf("pgtest: PostgreSQL server binaries not found in %s/*/bin: run scripts/setup.sh --tests (installs Debian's postgresql)", root)
 }
 
 // Start creates and starts a new cluster.
@@ -84,7 +84,7 @@ func Start() (*Cluster, error) {
 		u, err := user.Lookup("postgres")
 		if err != nil {
 			c.cleanup()
-			return nil, fmt.Errorf("pgtest: PostgreSQL refuses to run as root and there is no postgres user (%v): run scripts/setup.sh", err)
+			return nil, fmt.Errorf("pgtest: PostgreSQL refuses to run as root and there is no postgres user (%v): run scripts/setup.sh --tests", err)
 		}
 		uid, _ := strconv.Atoi(u.Uid)
 		gid, _ := strconv.Atoi(u.Gid)
@@ -265,7 +265,7 @@ var (
 )
 
 // Shared returns the test package's cluster, starting it on first use; t
-// fails if PostgreSQL cannot run (with "run scripts/setup.sh" when it is not
+// fails if PostgreSQL cannot run (with "run scripts/setup.sh --tests" when it is not
 // installed): tests never skip silently. Stop it with StopShared from
 // TestMain.
 func Shared(t testing.TB) *Cluster {

@@ -21,7 +21,7 @@ var (
 )
 
 // cGuest builds testdata/cguest with Debian's clang and wasi-libc
-// (scripts/setup.sh installs clang, lld, wasi-libc and
+// (scripts/setup.sh --tests installs clang, lld, wasi-libc and
 // libclang-rt-14-dev-wasm32), once per test binary run.
 func cGuest(t *testing.T) Module {
 	t.Helper()
@@ -38,7 +38,7 @@ func cGuest(t *testing.T) Module {
 		cMod, cErr = ReadModule(out)
 	})
 	if cErr != nil {
-		t.Skipf("no C toolchain for wasm32-wasi (scripts/setup.sh installs clang, lld, wasi-libc, libclang-rt-14-dev-wasm32): %v", cErr)
+		t.Skipf("no C toolchain for wasm32-wasi (scripts/setup.sh --tests installs clang, lld, wasi-libc, libclang-rt-14-dev-wasm32): %v", cErr)
 	}
 	return cMod
 }
