@@ -89,6 +89,42 @@ func TestDebianPipE2E(t *testing.T) {
 	}
 	c.Kill(ctx, sb2.ID)
 
+	// dpkg as the image's root: a package built inside the sandbox whose
+	// postinst chowns a file to another user installs with "user": "root"
+	// (root's capabilities in its own user namespace) and fails without.
+	deb := `set -e
+mkdir -p /tmp/pkg/DEBIAN /tmp/pkg/usr/local/bin /tmp/pkg/srv/demo
+printf 'Package: airlock-demo-deb\nVersion: 1.0\nArchitecture: all\nMaintainer: airlock <t@example.com>\nDescription: airlock test\n' > /tmp/pkg/DEBIAN/control
+printf '#!/bin/sh\nset -e\nchown 1234:1234 /srv/demo\n' > /tmp/pkg/DEBIAN/postinst
+printf '#!/bin/sh\necho deb-ok\n' > /tmp/pkg/usr/local/bin/demo-deb
+chmod 755 /tmp/pkg/DEBIAN/postinst /tmp/pkg/usr/local/bin/demo-deb
+dpkg-deb --build --root-owner-group /tmp/pkg /tmp/demo.deb >/dev/null
+dpkg -i /tmp/demo.deb >/dev/null
+demo-deb
+stat -c %u:%g /srv/demo
+dpkg-query -W -f='${Status}\n' airlock-demo-deb`
+	for _, root := range []bool{true, false} {
+		req := client.CreateRequest{Image: ref}
+		if root {
+			req.User = "root"
+		}
+		sb, err := c.Create(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := c.Exec(ctx, sb.ID, client.ExecRequest{Argv: []string{"/bin/sh", "-c", deb}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := "deb-ok\n1234:1234\ninstall ok installed\n"; root && (res.ExitCode != 0 || res.Stdout != want) {
+			t.Fatalf("dpkg -i as root: %+v, want %q", res, want)
+		}
+		if !root && res.ExitCode == 0 {
+			t.Fatalf("dpkg -i with a chowning postinst worked without user root: %+v", res)
+		}
+		c.Kill(ctx, sb.ID)
+	}
+
 	// The CLI: a template whose RUN pip installs from the index.
 	cliState := t.TempDir()
 	ctxDir := t.TempDir()
