@@ -650,6 +650,18 @@ log "pod $POD ($POD_IP): agent is the container's pid 1 (host pid $APID): uid $u
 kill -KILL "$(cat "$S/pids/airlock-1")"
 log "replica 1 killed (SIGKILL)"
 "$S/kube-e2e" drive after -url "$URL2" -state "$S/drive.json" || die "replica 2 lost the sandbox after replica 1 died"
+# Pause is agent-sandbox's replicas 0 (the pod goes), resume a new pod.
+POD_UID=$(kc get pod "$POD" -n "$NS" -o jsonpath='{.metadata.uid}')
+"$S/kube-e2e" drive pause -url "$URL2" -state "$S/drive.json" || die "pause through replica 2 failed"
+[ "$(kc get sandboxes.agents.x-k8s.io "$ID" -n "$NS" -o jsonpath='{.spec.replicas}')" = 0 ] || die "paused Sandbox $ID does not have replicas 0"
+wait_for "paused sandbox's pod gone" 120 sh -c "! '$BIN/kubectl' --kubeconfig '$S/admin.kubeconfig' get pod -n '$NS' -o jsonpath='{.items[*].metadata.uid}' | grep -q '$POD_UID'" ||
+	die "the pod of paused sandbox $ID is still there"
+"$S/kube-e2e" drive resume -url "$URL2" -state "$S/drive.json" || die "resume through replica 2 failed"
+POD=$(kc get pods -n "$NS" -l "airlock.dev/sandbox=$ID" -o jsonpath='{.items[0].metadata.name}')
+[ -n "$POD" ] && [ "$(kc get pod "$POD" -n "$NS" -o jsonpath='{.metadata.uid}')" != "$POD_UID" ] || die "resumed sandbox $ID has no new pod"
+CID=$(kc get pod "$POD" -n "$NS" -o jsonpath='{.status.containerStatuses[?(@.name=="sandbox")].containerID}')
+APID=$("${CTR[@]}" tasks ls | awk -v c="${CID#containerd://}" '$1 == c {print $2}')
+log "sandbox $ID paused (pod deleted) and resumed (new pod $POD, agent host pid $APID)"
 "$S/kube-e2e" drive kill -url "$URL2" -state "$S/drive.json" || die "kill through replica 2 failed"
 kc wait --for=delete "sandboxes.agents.x-k8s.io/$ID" -n "$NS" --timeout=120s >/dev/null 2>&1 || die "Sandbox $ID still exists after kill"
 kc wait --for=delete "pod/$POD" -n "$NS" --timeout=120s >/dev/null 2>&1 || die "pod $POD still exists after kill"

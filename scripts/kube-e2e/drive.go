@@ -27,10 +27,11 @@ type driveState struct {
 
 // cmdDrive is "kube-e2e drive STEP": create (a sandbox, exec, a file, a
 // Python cell; leaves -state), after (through another replica: the same
-// sandbox, file and Python variable) or kill (the sandbox ends).
+// sandbox, file and Python variable), pause, resume (exec works again) or
+// kill (the sandbox ends).
 func cmdDrive(args []string) error {
 	if len(args) == 0 {
-		return errors.New("usage: kube-e2e drive create|after|kill -url URL [-key KEY] -state FILE")
+		return errors.New("usage: kube-e2e drive create|after|pause|resume|kill -url URL [-key KEY] -state FILE")
 	}
 	step := args[0]
 	fs := flag.NewFlagSet("drive", flag.ContinueOnError)
@@ -51,7 +52,7 @@ func cmdDrive(args []string) error {
 	switch step {
 	case "create":
 		return driveCreate(ctx, c, *statePath, *dir)
-	case "after", "kill":
+	case "after", "pause", "resume", "kill":
 		b, err := os.ReadFile(*statePath)
 		if err != nil {
 			return fmt.Errorf("state: %w", err)
@@ -60,12 +61,17 @@ func cmdDrive(args []string) error {
 		if err := json.Unmarshal(b, &st); err != nil {
 			return fmt.Errorf("state %s: %w", *statePath, err)
 		}
-		if step == "after" {
+		switch step {
+		case "after":
 			return driveAfter(ctx, c, st)
+		case "pause":
+			return drivePause(ctx, c, st)
+		case "resume":
+			return driveResume(ctx, c, st)
 		}
 		return driveKill(ctx, c, st)
 	}
-	return fmt.Errorf("drive: unknown step %q (create, after, kill)", step)
+	return fmt.Errorf("drive: unknown step %q (create, after, pause, resume, kill)", step)
 }
 
 func step(format string, a ...any) {
@@ -173,6 +179,43 @@ func driveAfter(ctx context.Context, c *client.Client, st driveState) error {
 		return fmt.Errorf("python cell through the surviving replica: stdout %q, error %+v (the kernel's x should be 42)", r.Stdout, r.Error)
 	}
 	step("surviving replica: sandbox %s listed and running, exec, file and the Python variable intact", st.ID)
+	return nil
+}
+
+// drivePause pauses the sandbox: the API reports it paused and refuses
+// exec with 409 (the script checks that its pod is gone).
+func drivePause(ctx context.Context, c *client.Client, st driveState) error {
+	sb, err := c.Pause(ctx, st.ID)
+	if err != nil {
+		return fmt.Errorf("pause %s: %w", st.ID, err)
+	}
+	if sb, err = c.Get(ctx, st.ID); err != nil || !sb.Paused {
+		return fmt.Errorf("pause %s: get says paused=%v (%v)", st.ID, sb != nil && sb.Paused, err)
+	}
+	_, err = c.Exec(ctx, st.ID, client.ExecRequest{Argv: []string{"/bin/true"}})
+	var apiErr *client.Error
+	if !errors.As(err, &apiErr) || apiErr.Status != http.StatusConflict {
+		return fmt.Errorf("exec in paused %s: %v, want 409", st.ID, err)
+	}
+	step("paused %s: exec refused (%d %s)", st.ID, apiErr.Status, apiErr.Code)
+	return nil
+}
+
+// driveResume resumes the sandbox (a new pod) and runs a command in it.
+func driveResume(ctx context.Context, c *client.Client, st driveState) error {
+	t0 := time.Now()
+	if _, err := c.Resume(ctx, st.ID); err != nil {
+		return fmt.Errorf("resume %s: %w", st.ID, err)
+	}
+	res, err := c.Exec(ctx, st.ID, client.ExecRequest{Argv: []string{"/bin/sh", "-c", "echo resumed; id -u"}})
+	if err != nil {
+		return fmt.Errorf("exec after resume: %w", err)
+	}
+	lines := strings.Split(strings.TrimSpace(res.Stdout), "\n")
+	if res.ExitCode != 0 || len(lines) != 2 || lines[0] != "resumed" || lines[1] == "0" {
+		return fmt.Errorf("exec after resume: exit %d, stdout %q, stderr %q", res.ExitCode, res.Stdout, res.Stderr)
+	}
+	step("resumed %s: exec in the new pod (uid %s) %v after the resume call", st.ID, lines[1], time.Since(t0).Round(time.Millisecond))
 	return nil
 }
 
