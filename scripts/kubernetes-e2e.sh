@@ -72,7 +72,8 @@ need_pkgs() {
 	command -v iptables >/dev/null || missing+=(iptables)
 	command -v conntrack >/dev/null || missing+=(conntrack)
 	command -v ss >/dev/null && command -v ip >/dev/null || missing+=(iproute2)
-	command -v nsenter >/dev/null || missing+=(util-linux)
+	command -v nsenter >/dev/null && command -v setpriv >/dev/null || missing+=(util-linux)
+	compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null || missing+=(postgresql)
 	[ -x /usr/bin/python3 ] || missing+=(python3)
 	if [ ${#missing[@]} -gt 0 ]; then
 		log "installing Debian packages: ${missing[*]}"
@@ -267,6 +268,8 @@ cleanup() {
 	for name in airlock-2 airlock-1 agent-sandbox kubelet kube-scheduler kube-controller-manager; do
 		[ -f "$S/pids/$name" ] && kill "$(cat "$S/pids/$name")" 2>/dev/null
 	done
+	# PostgreSQL's fast shutdown (its children follow the postmaster).
+	[ -f "$S/pids/postgres" ] && kill -INT "$(cat "$S/pids/postgres")" 2>/dev/null
 	sleep 1
 	if [ -S "$S/containerd.sock" ]; then
 		local ctr=(ctr -a "$S/containerd.sock" -n k8s.io)
@@ -593,23 +596,51 @@ kc apply -f "$ROOT/deploy/airlock/namespace.yaml" -f "$ROOT/deploy/airlock/rbac.
 TOKEN=$(kc create token airlock-server -n airlock --duration 2h) || die "no token for the airlock-server ServiceAccount"
 kubeconfig "$S/airlock.kubeconfig" system:serviceaccount:airlock:airlock-server "$TOKEN"
 
+# The replicas share API keys and the audit log in PostgreSQL (Debian's
+# server, a throwaway cluster on 127.0.0.1 with a password; it refuses to
+# run as root, so as Debian's postgres user), each with its own state
+# directory. One key, made once, works on both.
+PG_BIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
+[ -x "$PG_BIN/postgres" ] || die "no PostgreSQL server in /usr/lib/postgresql/*/bin (Debian's postgresql)"
+PG_PORT=$(free_port)
+PG_PW=$(tok)
+chmod 0711 "$S"
+mkdir -p "$S/pg"
+echo "$PG_PW" >"$S/pg/pw"
+chown -R postgres: "$S/pg"
+chmod 0700 "$S/pg"
+as_pg() { setpriv --reuid postgres --regid postgres --init-groups -- "$@"; }
+as_pg "$PG_BIN/initdb" -D "$S/pg/data" -U postgres --auth=scram-sha-256 --pwfile="$S/pg/pw" -E UTF8 --locale=C --no-sync >"$S/logs/initdb.log" 2>&1 ||
+	die "initdb failed: $(tail -n 5 "$S/logs/initdb.log")"
+start postgres setpriv --reuid postgres --regid postgres --init-groups -- "$PG_BIN/postgres" -D "$S/pg/data" \
+	-c listen_addresses=127.0.0.1 -c port="$PG_PORT" -c unix_socket_directories= -c fsync=off
+wait_for postgres 60 "$PG_BIN/pg_isready" -q -h 127.0.0.1 -p "$PG_PORT" || die "PostgreSQL did not start"
+export AIRLOCK_DATABASE_URL="postgres://postgres:$PG_PW@127.0.0.1:$PG_PORT/postgres?sslmode=disable"
+mkdir -p "$S/airlock-1" "$S/airlock-2"
+KEY=$("$S/airlock" keys create --state-dir "$S/airlock-1" --name kubernetes-e2e 2>"$S/logs/keys.log") ||
+	die "airlock keys create failed: $(cat "$S/logs/keys.log")"
+
 AIRLOCK_PORTS=()
 for i in 1 2; do
 	port=$(free_port)
 	AIRLOCK_PORTS+=("$port")
-	mkdir -p "$S/airlock-$i"
 	start "airlock-$i" "$S/airlock" serve --backend kubernetes --kubeconfig "$S/airlock.kubeconfig" \
 		--namespace "$NS" --agent-image "$AGENT_IMAGE" --default-image "$SANDBOX_IMAGE" \
-		--listen "127.0.0.1:$port" --state-dir "$S/airlock-$i" --no-auth
+		--listen "127.0.0.1:$port" --state-dir "$S/airlock-$i"
 done
 for i in 1 2; do
-	wait_for "airlock-$i" 60 sh -c "kill -0 $(cat "$S/pids/airlock-$i") && curl -sf http://127.0.0.1:${AIRLOCK_PORTS[$((i - 1))]}/v1/info" ||
+	wait_for "airlock-$i" 60 sh -c "kill -0 $(cat "$S/pids/airlock-$i") && curl -sf -H 'Authorization: Bearer $KEY' http://127.0.0.1:${AIRLOCK_PORTS[$((i - 1))]}/v1/info" ||
 		die "airlock serve replica $i did not answer: $(tail -n 3 "$S/logs/airlock-$i.log")"
+done
+# A request without the key is refused (401), on either replica.
+for port in "${AIRLOCK_PORTS[@]}"; do
+	code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/v1/sandboxes")
+	[ "$code" = 401 ] || die "replica on $port answered $code without an API key, want 401"
 done
 URL1=http://127.0.0.1:${AIRLOCK_PORTS[0]} URL2=http://127.0.0.1:${AIRLOCK_PORTS[1]}
 
 T_SB=$(date +%s)
-ID=$("$S/kube-e2e" drive create -url "$URL1" -state "$S/drive.json") || die "create/exec/files/code through replica 1 failed"
+ID=$("$S/kube-e2e" drive create -url "$URL1" -key "$KEY" -state "$S/drive.json") || die "create/exec/files/code through replica 1 failed"
 log "sandbox $ID: created, exec, file and Python cell through replica 1 ($(($(date +%s) - T_SB))s)"
 
 # The sandbox is an agent-sandbox Sandbox whose pod runs the agent: checked
@@ -649,24 +680,32 @@ log "pod $POD ($POD_IP): agent is the container's pid 1 (host pid $APID): uid $u
 # Two replicas: the one that made the sandbox dies, the other serves it.
 kill -KILL "$(cat "$S/pids/airlock-1")"
 log "replica 1 killed (SIGKILL)"
-"$S/kube-e2e" drive after -url "$URL2" -state "$S/drive.json" || die "replica 2 lost the sandbox after replica 1 died"
+"$S/kube-e2e" drive after -url "$URL2" -key "$KEY" -state "$S/drive.json" || die "replica 2 lost the sandbox after replica 1 died"
 # Pause is agent-sandbox's replicas 0 (the pod goes), resume a new pod.
 POD_UID=$(kc get pod "$POD" -n "$NS" -o jsonpath='{.metadata.uid}')
-"$S/kube-e2e" drive pause -url "$URL2" -state "$S/drive.json" || die "pause through replica 2 failed"
+"$S/kube-e2e" drive pause -url "$URL2" -key "$KEY" -state "$S/drive.json" || die "pause through replica 2 failed"
 [ "$(kc get sandboxes.agents.x-k8s.io "$ID" -n "$NS" -o jsonpath='{.spec.replicas}')" = 0 ] || die "paused Sandbox $ID does not have replicas 0"
 wait_for "paused sandbox's pod gone" 120 sh -c "! '$BIN/kubectl' --kubeconfig '$S/admin.kubeconfig' get pod -n '$NS' -o jsonpath='{.items[*].metadata.uid}' | grep -q '$POD_UID'" ||
 	die "the pod of paused sandbox $ID is still there"
-"$S/kube-e2e" drive resume -url "$URL2" -state "$S/drive.json" || die "resume through replica 2 failed"
+"$S/kube-e2e" drive resume -url "$URL2" -key "$KEY" -state "$S/drive.json" || die "resume through replica 2 failed"
 POD=$(kc get pods -n "$NS" -l "airlock.dev/sandbox=$ID" -o jsonpath='{.items[0].metadata.name}')
 [ -n "$POD" ] && [ "$(kc get pod "$POD" -n "$NS" -o jsonpath='{.metadata.uid}')" != "$POD_UID" ] || die "resumed sandbox $ID has no new pod"
 CID=$(kc get pod "$POD" -n "$NS" -o jsonpath='{.status.containerStatuses[?(@.name=="sandbox")].containerID}')
 APID=$("${CTR[@]}" tasks ls | awk -v c="${CID#containerd://}" '$1 == c {print $2}')
 log "sandbox $ID paused (pod deleted) and resumed (new pod $POD, agent host pid $APID)"
-"$S/kube-e2e" drive kill -url "$URL2" -state "$S/drive.json" || die "kill through replica 2 failed"
+"$S/kube-e2e" drive kill -url "$URL2" -key "$KEY" -state "$S/drive.json" || die "kill through replica 2 failed"
 kc wait --for=delete "sandboxes.agents.x-k8s.io/$ID" -n "$NS" --timeout=120s >/dev/null 2>&1 || die "Sandbox $ID still exists after kill"
 kc wait --for=delete "pod/$POD" -n "$NS" --timeout=120s >/dev/null 2>&1 || die "pod $POD still exists after kill"
 [ ! -d "/proc/$APID" ] || die "the agent's host process $APID outlived its sandbox"
 log "sandbox $ID killed: Sandbox, pod and host process gone"
+# The shared audit log has what the dead replica recorded (create, file
+# write) next to what the survivor did (kill).
+mkdir -p "$S/audit"
+AUDIT=$("$S/airlock" audit --state-dir "$S/audit" --sandbox "$ID" --json 2>&1) || die "airlock audit failed: $AUDIT"
+for a in sandbox.create file.write exec sandbox.kill; do
+	echo "$AUDIT" | grep -q "\"$a\"" || die "the shared audit log lacks $a for $ID: $AUDIT"
+done
+log "shared audit log: $(echo "$AUDIT" | grep -c '"'"$ID"'"') events of $ID, from both replicas"
 log "PASS: build $((T_BUILT - T0))s, cluster+e2e $(($(date +%s) - T_BUILT))s, total $(($(date +%s) - T0))s"
 exit 0
 }
