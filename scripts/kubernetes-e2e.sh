@@ -10,12 +10,17 @@
 # host's files by scripts/kube-e2e (go-containerregistry) and imported with
 # `ctr images import`: nothing is pulled.
 #
-# Then two `airlock serve --backend kubernetes` replicas run against it and a
-# real client (scripts/kube-e2e drive, airlock's Go client package) checks,
-# through the HTTP API: create a sandbox -> a pod running the agent -> exec
-# returns output, a file written and read back, a Python code cell; one
-# replica killed, the other still serves the sandbox; the sandbox killed and
-# its pod gone.
+# Then two `airlock serve --backend kubernetes` replicas (API keys and audit
+# log in a throwaway PostgreSQL they share) run against it and a real client
+# (scripts/kube-e2e drive, airlock's Go client package) checks, through the
+# HTTP API: create a sandbox -> a pod running the agent -> exec returns
+# output, a file written and read back, a Python code cell; the pod's
+# confinement from the host (uid, no_new_privs, seccomp, capabilities, routes,
+# cgroup limits); one replica SIGKILLed, the other still serves the sandbox
+# (file and Python variable intact); pause (pod gone) and resume (new pod);
+# the sandbox killed and its Sandbox, pod and process gone; the shared audit
+# log has both replicas' events. Takes about 1-3 minutes warm; see
+# docs/kubernetes-e2e.md for the cold build times.
 #
 #   sudo scripts/kubernetes-e2e.sh            # everything; exit 0 only if all passed
 #   KUBE_E2E_SMOKE_ONLY=1 scripts/kubernetes-e2e.sh   # the cluster and a plain pod only
