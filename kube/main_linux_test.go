@@ -100,24 +100,36 @@ func startEnv(dir string) error {
 
 // applyFile creates every object of a multi-document YAML file.
 func applyFile(ctx context.Context, c client.Client, path string) error {
-	data, err := os.ReadFile(path)
+	objs, err := decodeFile(path)
 	if err != nil {
 		return err
 	}
+	for _, u := range objs {
+		if err := c.Create(ctx, u); err != nil {
+			return fmt.Errorf("%s: create %s %s: %w", path, u.GetKind(), u.GetName(), err)
+		}
+	}
+	return nil
+}
+
+// decodeFile returns the objects of a multi-document YAML file.
+func decodeFile(path string) ([]*unstructured.Unstructured, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var out []*unstructured.Unstructured
 	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
 	for {
-		var u unstructured.Unstructured
+		u := &unstructured.Unstructured{}
 		if err := dec.Decode(&u.Object); err != nil {
 			if errors.Is(err, io.EOF) {
-				return nil
+				return out, nil
 			}
-			return fmt.Errorf("%s: %w", path, err)
+			return nil, fmt.Errorf("%s: %w", path, err)
 		}
-		if len(u.Object) == 0 {
-			continue
-		}
-		if err := c.Create(ctx, &u); err != nil {
-			return fmt.Errorf("%s: create %s %s: %w", path, u.GetKind(), u.GetName(), err)
+		if len(u.Object) > 0 {
+			out = append(out, u)
 		}
 	}
 }
