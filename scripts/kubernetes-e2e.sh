@@ -25,6 +25,7 @@
 #   sudo scripts/kubernetes-e2e.sh            # everything; exit 0 only if all passed
 #   KUBE_E2E_SMOKE_ONLY=1 scripts/kubernetes-e2e.sh   # the cluster and a plain pod only
 #   KUBE_E2E_KEEP=1 ...                       # leave the cluster running (Ctrl-C cleans up)
+#   KUBE_E2E_BUILD_ONLY=1 ...                 # only build/cache the binaries (e.g. in a setup step)
 #
 # Everything listens on 127.0.0.1 or on the address of the test's own bridge
 # (KUBE_E2E_SUBNET, a /24 that only exists on this host: pods have no default
@@ -317,6 +318,10 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 build_all
+if [ "${KUBE_E2E_BUILD_ONLY:-0}" = 1 ]; then
+	log "KUBE_E2E_BUILD_ONLY=1: built in $((T_BUILT - T0))s"
+	exit 0
+fi
 
 # ---------------------------------------------------------------- network
 if ip link show "$BRIDGE" >/dev/null 2>&1; then
