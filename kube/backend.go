@@ -574,6 +574,19 @@ func (b *Backend) Get(ctx context.Context, owner, id string) (manager.Info, erro
 	return info(sb), nil
 }
 
+// Policy implements manager.Backend: the policy annotation of the Sandbox.
+func (b *Backend) Policy(ctx context.Context, owner, id string) (policy.Policy, error) {
+	var p policy.Policy
+	sb, err := b.sandbox(ctx, owner, id)
+	if err != nil {
+		return p, err
+	}
+	if err := json.Unmarshal([]byte(sb.Annotations[AnnotationPolicy]), &p); err != nil {
+		return p, fmt.Errorf("kube: sandbox %s: policy annotation: %w", id, err)
+	}
+	return p, nil
+}
+
 // list returns the Sandboxes of airlock in the namespace, of owner when
 // byOwner.
 func (b *Backend) list(ctx context.Context, owner string, byOwner bool) ([]sandboxv1.Sandbox, error) {

@@ -427,6 +427,12 @@ func TestEgressProxyEnv(t *testing.T) {
 			t.Errorf("%s=%q names the proxy instead of its address", k, v)
 		}
 	}
+	if ni, err := r.m.Network(context.Background(), "key-net", in.ID); err != nil || ni.Mode != "allowlist" || !slices.Equal(ni.Allow, []string{"pypi.org"}) {
+		t.Errorf("network of the sandbox: %+v %v", ni, err)
+	}
+	if _, err := r.m.Network(context.Background(), "key-other", in.ID); !errors.Is(err, manager.ErrNotFound) {
+		t.Errorf("network of another key's sandbox: %v", err)
+	}
 	var n policy.Network
 	if err := json.Unmarshal([]byte(sb.Spec.PodTemplate.ObjectMeta.Annotations[AnnotationNetwork]), &n); err != nil ||
 		n.Mode != policy.NetAllowlist || !slices.Contains(n.Allow, "pypi.org") {

@@ -36,6 +36,8 @@ type Backend interface {
 	Create(ctx context.Context, spec RemoteSpec) (Info, error)
 	// Get describes sandbox id of owner (ErrNotFound if there is none).
 	Get(ctx context.Context, owner, id string) (Info, error)
+	// Policy returns the policy of sandbox id of owner.
+	Policy(ctx context.Context, owner, id string) (policy.Policy, error)
 	// List returns owner's sandboxes matching opts, by id.
 	List(ctx context.Context, owner string, opts ListOptions) ([]Info, error)
 	// Count returns how many running sandboxes there are in all and how
@@ -223,6 +225,21 @@ func (m *Manager) getRemote(ctx context.Context, owner, id string) (Info, error)
 		}
 	}
 	return in, err
+}
+
+// networkRemote is Network on a Backend: the policy's network section
+// (secrets are not named: the backend keeps them in the egress proxy's
+// Secret only).
+func (m *Manager) networkRemote(ctx context.Context, owner, id string) (NetworkInfo, error) {
+	p, err := m.cfg.Backend.Policy(ctx, owner, id)
+	if err != nil {
+		return NetworkInfo{}, err
+	}
+	n := p.Network
+	if n.Mode == "" {
+		n.Mode = policy.NetNone
+	}
+	return NetworkInfo{Mode: string(n.Mode), Allow: nonNil(n.Allow), Deny: nonNil(n.Deny)}, nil
 }
 
 // setTimeoutRemote is SetTimeout on a Backend.

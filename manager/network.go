@@ -493,6 +493,9 @@ func (sb *Sandbox) runtime() policy.Runtime {
 // Network describes a sandbox's network policy: the one in force for a
 // running sandbox, the last stored one for an ended sandbox.
 func (m *Manager) Network(ctx context.Context, owner, id string) (NetworkInfo, error) {
+	if m.remote() {
+		return m.networkRemote(ctx, owner, id)
+	}
 	m.mu.Lock()
 	sb := m.live[id]
 	m.mu.Unlock()
