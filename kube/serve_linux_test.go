@@ -192,6 +192,12 @@ func TestServeBackendKubernetes(t *testing.T) {
 	if data, err := ca.ReadFile(ctx, id, filepath.Join(pa.work, "f")); err != nil || string(data) != "from-b\n" {
 		t.Errorf("read through replica a: %q %v", data, err)
 	}
+	if _, err := cb.Metrics(ctx, id); err != nil {
+		t.Errorf("metrics through replica b: %v", err)
+	}
+	if sb, err := cb.SetTimeout(ctx, id, 30*time.Minute); err != nil || sb.ExpiresAt == nil || time.Until(*sb.ExpiresAt) < 29*time.Minute {
+		t.Errorf("timeout through replica b: %+v %v", sb, err)
+	}
 	a.kill()
 	if got := run(cb, "cat f"); got != "from-b\n" {
 		t.Errorf("after replica a died: %q", got)
