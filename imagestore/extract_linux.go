@@ -4,7 +4,6 @@ import (
 	"archive/tar"
 	"bufio"
 	"bytes"
-	"compress/gzip"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +11,7 @@ import (
 	"path"
 	"strings"
 
+	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
 	"golang.org/x/sys/unix"
 )
@@ -91,6 +91,79 @@ func (c *capReader) Close() error {
 type extractor struct {
 	root int
 	bud  *budget
+	// parent caches the fd of the directory the previous entry went into
+	// (entries of a layer come directory by directory): parentRel names it,
+	// parentFd is -1 when nothing is cached. Any unlink in the layer marks
+	// it stale (the next entry opens its directory afresh), so a cached fd
+	// always names the directory a fresh openat2 of parentRel would find.
+	parentRel   string
+	parentFd    int
+	parentStale bool
+	// ownIDs: a new file is already owned by this uid:gid (the
+	// extracting process's, and no directory of the tree is set-gid), so
+	// an entry with these owners needs no chown.
+	ownUID, ownGID int
+	ownIDs         bool
+	buf            []byte // write's copy buffer
+}
+
+// parent returns the fd of directory rel, cached for the next entry; the
+// caller must not close it.
+func (x *extractor) parent(rel string) (int, error) {
+	if x.parentFd >= 0 && !x.parentStale && x.parentRel == rel {
+		return x.parentFd, nil
+	}
+	x.dropParent()
+	fd, err := x.dir(rel)
+	if err != nil {
+		return -1, err
+	}
+	x.parentRel, x.parentFd = rel, fd
+	return fd, nil
+}
+
+// dropParent forgets the cached directory fd.
+func (x *extractor) dropParent() {
+	if x.parentFd >= 0 {
+		unix.Close(x.parentFd)
+	}
+	x.parentRel, x.parentFd, x.parentStale = "", -1, false
+}
+
+// clear is clearEntry that also marks the cached directory fd stale when
+// it removed something (the removed thing may be that directory or above
+// it); the fd stays open for the current entry, which may be using it.
+func (x *extractor) clear(fd int, base string, keepDir bool) (bool, error) {
+	isDir, removed, err := clearEntry(fd, base, keepDir)
+	if removed {
+		x.parentStale = true
+	}
+	return isDir, err
+}
+
+// chown sets the owner of base in fd (never following a symlink) unless a
+// new entry is owned by uid:gid already.
+func (x *extractor) chown(fd int, base string, uid, gid int) error {
+	if x.ownIDs && uid == x.ownUID && gid == x.ownGID {
+		return nil
+	}
+	return unix.Fchownat(fd, base, uid, gid, unix.AT_SYMLINK_NOFOLLOW)
+}
+
+// create makes base in fd with mk, which must fail with EEXIST rather
+// than follow or reuse anything there (O_EXCL, mkdirat, symlinkat,
+// mknodat); only if something is there is it cleared (clearEntry) and mk
+// tried again. For a directory entry an existing directory is kept
+// (existed reports it).
+func (x *extractor) create(fd int, base string, keepDir bool, mk func() error) (existed bool, err error) {
+	if err := mk(); !errors.Is(err, unix.EEXIST) {
+		return false, err
+	}
+	isDir, err := x.clear(fd, base, keepDir)
+	if err != nil || isDir {
+		return isDir, err
+	}
+	return false, mk()
 }
 
 // cleanName turns a tar entry name into a path relative to the layer root:
@@ -146,26 +219,30 @@ func (x *extractor) dir(rel string) (int, error) {
 	return -1, fmt.Errorf("open %s: %w", rel, err)
 }
 
-// clear removes whatever the layer put at base in directory fd earlier, so
-// that a later entry replaces it; a directory is kept when keepDir.
-func clearEntry(fd int, base string, keepDir bool) (isDir bool, err error) {
+// clearEntry removes whatever the layer put at base in directory fd
+// earlier, so that a later entry replaces it; a directory is kept when
+// keepDir. removed reports whether anything was unlinked.
+func clearEntry(fd int, base string, keepDir bool) (isDir, removed bool, err error) {
 	var st unix.Stat_t
 	if err := unix.Fstatat(fd, base, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		if errors.Is(err, unix.ENOENT) {
-			return false, nil
+			return false, false, nil
 		}
-		return false, err
+		return false, false, err
 	}
 	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
 		if keepDir {
-			return true, nil
+			return true, false, nil
 		}
 		if err := unix.Unlinkat(fd, base, unix.AT_REMOVEDIR); err != nil {
-			return false, fmt.Errorf("replace directory %s: %w", base, err)
+			return false, false, fmt.Errorf("replace directory %s: %w", base, err)
 		}
-		return false, nil
+		return false, true, nil
 	}
-	return false, unix.Unlinkat(fd, base, 0)
+	if err := unix.Unlinkat(fd, base, 0); err != nil {
+		return false, false, err
+	}
+	return false, true, nil
 }
 
 // owner maps a tar entry's owner into the id range images may use.
@@ -189,7 +266,15 @@ func extract(r io.Reader, root string, bud *budget) error {
 		return fmt.Errorf("open layer root: %w", err)
 	}
 	defer unix.Close(rfd)
-	x := &extractor{root: rfd, bud: bud}
+	x := &extractor{root: rfd, bud: bud, parentFd: -1}
+	defer x.dropParent()
+	var st unix.Stat_t
+	if err := unix.Fstat(rfd, &st); err != nil {
+		return fmt.Errorf("stat layer root: %w", err)
+	}
+	// Directories made here inherit set-gid only from the root (entries'
+	// modes never carry it), so without it new entries get our ids.
+	x.ownUID, x.ownGID, x.ownIDs = os.Geteuid(), os.Getegid(), st.Mode&unix.S_ISGID == 0
 	tr := tar.NewReader(r)
 	for {
 		hdr, err := tr.Next()
@@ -231,11 +316,10 @@ func (x *extractor) entry(hdr *tar.Header, tr io.Reader) error {
 		}
 		return nil
 	}
-	pfd, err := x.dir(path.Dir(rel))
+	pfd, err := x.parent(path.Dir(rel))
 	if err != nil {
 		return fmt.Errorf("entry %q: %w", hdr.Name, err)
 	}
-	defer unix.Close(pfd)
 	base := path.Base(rel)
 
 	if strings.HasPrefix(base, whiteoutPrefix) {
@@ -245,38 +329,31 @@ func (x *extractor) entry(hdr *tar.Header, tr io.Reader) error {
 	mode := perm(hdr.Mode)
 	switch hdr.Typeflag {
 	case tar.TypeDir:
-		isDir, err := clearEntry(pfd, base, true)
-		if err != nil {
-			return fmt.Errorf("entry %q: %w", hdr.Name, err)
+		if _, err := x.create(pfd, base, true, func() error { return unix.Mkdirat(pfd, base, 0o700) }); err != nil {
+			return fmt.Errorf("entry %q: mkdir: %w", hdr.Name, err)
 		}
-		if !isDir {
-			if err := unix.Mkdirat(pfd, base, 0o700); err != nil {
-				return fmt.Errorf("entry %q: mkdir: %w", hdr.Name, err)
-			}
-		}
-		if err := unix.Fchownat(pfd, base, uid, gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		if err := x.chown(pfd, base, uid, gid); err != nil {
 			return fmt.Errorf("entry %q: chown: %w", hdr.Name, err)
 		}
 		if err := unix.Fchmodat(pfd, base, mode, 0); err != nil {
 			return fmt.Errorf("entry %q: chmod: %w", hdr.Name, err)
 		}
 	case tar.TypeReg, tar.TypeRegA, tar.TypeGNUSparse:
-		if _, err := clearEntry(pfd, base, false); err != nil {
-			return fmt.Errorf("entry %q: %w", hdr.Name, err)
-		}
-		fd, err := unix.Openat(pfd, base, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
-		if err != nil {
+		fd := -1
+		if _, err := x.create(pfd, base, false, func() (err error) {
+			fd, err = unix.Openat(pfd, base, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+			return err
+		}); err != nil {
 			return fmt.Errorf("entry %q: create: %w", hdr.Name, err)
 		}
-		f := os.NewFile(uintptr(fd), rel)
-		_, err = io.CopyN(f, tr, hdr.Size)
-		if err == nil {
-			err = f.Chown(uid, gid)
+		err := x.write(fd, tr, hdr.Size)
+		if err == nil && (!x.ownIDs || uid != x.ownUID || gid != x.ownGID) {
+			err = unix.Fchown(fd, uid, gid)
 		}
 		if err == nil {
-			err = f.Chmod(os.FileMode(mode&0o777) | stickyBit(mode)) // after chown, which clears set-id bits anyway
+			err = unix.Fchmod(fd, mode) // after chown, which clears set-id bits anyway (perm has none)
 		}
-		if cerr := f.Close(); err == nil {
+		if cerr := unix.Close(fd); err == nil {
 			err = cerr
 		}
 		if err != nil {
@@ -294,27 +371,21 @@ func (x *extractor) entry(hdr *tar.Header, tr io.Reader) error {
 		if strings.IndexByte(hdr.Linkname, 0) >= 0 || hdr.Linkname == "" {
 			return fmt.Errorf("entry %q: bad symlink target", hdr.Name)
 		}
-		if _, err := clearEntry(pfd, base, false); err != nil {
-			return fmt.Errorf("entry %q: %w", hdr.Name, err)
-		}
 		// The target is stored, never followed here; inside a sandbox it
 		// resolves within the sandbox's own root.
-		if err := unix.Symlinkat(hdr.Linkname, pfd, base); err != nil {
+		if _, err := x.create(pfd, base, false, func() error { return unix.Symlinkat(hdr.Linkname, pfd, base) }); err != nil {
 			return fmt.Errorf("entry %q: symlink: %w", hdr.Name, err)
 		}
-		if err := unix.Fchownat(pfd, base, uid, gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		if err := x.chown(pfd, base, uid, gid); err != nil {
 			return fmt.Errorf("entry %q: chown: %w", hdr.Name, err)
 		}
 	case tar.TypeLink:
 		return x.hardlink(hdr, pfd, base)
 	case tar.TypeFifo:
-		if _, err := clearEntry(pfd, base, false); err != nil {
-			return fmt.Errorf("entry %q: %w", hdr.Name, err)
-		}
-		if err := unix.Mknodat(pfd, base, unix.S_IFIFO|mode&0o777, 0); err != nil {
+		if _, err := x.create(pfd, base, false, func() error { return unix.Mknodat(pfd, base, unix.S_IFIFO|mode&0o777, 0) }); err != nil {
 			return fmt.Errorf("entry %q: mkfifo: %w", hdr.Name, err)
 		}
-		if err := unix.Fchownat(pfd, base, uid, gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		if err := x.chown(pfd, base, uid, gid); err != nil {
 			return fmt.Errorf("entry %q: chown: %w", hdr.Name, err)
 		}
 	case tar.TypeChar, tar.TypeBlock:
@@ -325,11 +396,36 @@ func (x *extractor) entry(hdr *tar.Header, tr io.Reader) error {
 	return nil
 }
 
-func stickyBit(mode uint32) os.FileMode {
-	if mode&0o1000 != 0 {
-		return os.ModeSticky
+// write copies size bytes of r to fd.
+func (x *extractor) write(fd int, r io.Reader, size int64) error {
+	if x.buf == nil {
+		x.buf = make([]byte, 128<<10)
 	}
-	return 0
+	for size > 0 {
+		b := x.buf
+		if int64(len(b)) > size {
+			b = b[:size]
+		}
+		n, err := io.ReadFull(r, b)
+		size -= int64(n)
+		for p := b[:n]; len(p) > 0; {
+			k, werr := unix.Write(fd, p)
+			if werr == unix.EINTR {
+				continue
+			}
+			if werr != nil {
+				return werr
+			}
+			p = p[k:]
+		}
+		if err == io.ErrUnexpectedEOF || (err == io.EOF && size > 0) {
+			return io.ErrUnexpectedEOF
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // hardlink links base in pfd to an earlier entry of the same layer. The
@@ -356,7 +452,7 @@ func (x *extractor) hardlink(hdr *tar.Header, pfd int, base string) error {
 	if t := st.Mode & unix.S_IFMT; t != unix.S_IFREG && t != unix.S_IFLNK {
 		return fmt.Errorf("hard link %q refused: target %q is not a regular file", hdr.Name, hdr.Linkname)
 	}
-	if _, err := clearEntry(pfd, base, false); err != nil {
+	if _, err := x.clear(pfd, base, false); err != nil {
 		return fmt.Errorf("entry %q: %w", hdr.Name, err)
 	}
 	if err := unix.Linkat(tfd, tbase, pfd, base, 0); err != nil {
@@ -387,7 +483,7 @@ func (x *extractor) whiteout(pfd int, rel, base string) error {
 	if hidden == "" || hidden == "." || hidden == ".." {
 		return fmt.Errorf("whiteout %q refused: no name to hide", rel)
 	}
-	if _, err := clearEntry(pfd, hidden, false); err != nil {
+	if _, err := x.clear(pfd, hidden, false); err != nil {
 		return fmt.Errorf("whiteout %q: %w", rel, err)
 	}
 	if err := unix.Mknodat(pfd, hidden, unix.S_IFCHR, 0); err != nil {

@@ -316,6 +316,7 @@ func TestHostileLayers(t *testing.T) {
 			}},
 		{Name: "symlink-parent-abs", ents: []it.Entry{{Name: "evil", Type: tar.TypeSymlink, Link: outside}, {Name: "evil/pwned", Type: tar.TypeReg, Data: "x"}}, wantErr: "symlink"},
 		{Name: "symlink-parent-rel", ents: []it.Entry{{Name: "a/", Type: tar.TypeDir, Mode: 0o755}, {Name: "a/evil", Type: tar.TypeSymlink, Link: up}, {Name: "a/evil/" + strings.TrimPrefix(outside, "/") + "/pwned", Type: tar.TypeReg, Data: "x"}}, wantErr: "symlink"},
+		{Name: "dir-then-symlink", ents: []it.Entry{{Name: "a/", Type: tar.TypeDir, Mode: 0o755}, {Name: "a/.wh..wh..opq", Type: tar.TypeReg}, {Name: "a", Type: tar.TypeSymlink, Link: outside}, {Name: "a/pwned", Type: tar.TypeReg, Data: "x"}}, wantErr: "symlink"},
 		{Name: "symlink-then-dir", ents: []it.Entry{{Name: "evil", Type: tar.TypeSymlink, Link: outside}, {Name: "evil/sub/", Type: tar.TypeDir, Mode: 0o755}}, wantErr: "symlink"},
 		{Name: "file-over-symlink", ents: []it.Entry{{Name: "evil", Type: tar.TypeSymlink, Link: outside + "/secret"}, {Name: "evil", Type: tar.TypeReg, Data: "overwritten"}},
 			check: func(t *testing.T, root string) {
