@@ -492,16 +492,20 @@ func (s *Store) unpackLayer(desc v1.Descriptor, diffID v1.Hash, bud *budget) err
 	defer rd.Close()
 	hh := sha256.New()
 	before := *bud
-	if err := extract(io.TeeReader(rd, hh), root, bud); err != nil {
+	// Decompression and the diff-id hash run ahead on their own goroutine.
+	ra := readAhead(io.TeeReader(rd, hh), 8, 128<<10)
+	defer ra.Close()
+	if err := extract(ra, root, bud); err != nil {
 		if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) {
 			return fmt.Errorf("layer %s: %w", desc.Digest, err)
 		}
 		return &invalidError{fmt.Errorf("layer %s: %w", desc.Digest, err)}
 	}
 	// Read the tar's trailing padding so the digest covers the whole stream.
-	if _, err := io.Copy(hh, rd); err != nil {
+	if _, err := io.Copy(io.Discard, ra); err != nil {
 		return fmt.Errorf("layer %s: %w", desc.Digest, err)
 	}
+	ra.Close() // the goroutine has hashed its last byte
 	if got := hex.EncodeToString(hh.Sum(nil)); got != diffID.Hex {
 		return &invalidError{fmt.Errorf("layer %s: uncompressed content has digest sha256:%s, the image config says %s", desc.Digest, got, diffID)}
 	}
