@@ -251,12 +251,19 @@ func newHash(h v1.Hash) (hash.Hash, error) {
 // writeBlob stores the blob h read from rc, verifying its digest, unless it
 // is already there. done is called with the bytes read so far.
 func (s *Store) writeBlob(h v1.Hash, open func() (io.ReadCloser, error), done func(int64)) error {
+	return s.writeBlobTee(h, open, done, nil)
+}
+
+// writeBlobTee is writeBlob that also writes the blob's bytes, as they
+// arrive and before its digest is checked, to tee (when not nil; then the
+// blob is fetched even if stored already).
+func (s *Store) writeBlobTee(h v1.Hash, open func() (io.ReadCloser, error), done func(int64), tee io.Writer) error {
 	hh, err := newHash(h)
 	if err != nil {
 		return err
 	}
 	dst := s.blobPath(h)
-	if _, err := os.Stat(dst); err == nil {
+	if _, err := os.Stat(dst); err == nil && tee == nil {
 		return nil
 	}
 	rc, err := open()
@@ -279,6 +286,11 @@ func (s *Store) writeBlob(h v1.Hash, open func() (io.ReadCloser, error), done fu
 				return fmt.Errorf("image store: write blob %s: %w", h, err)
 			}
 			hh.Write(buf[:k])
+			if tee != nil {
+				if _, err := tee.Write(buf[:k]); err != nil {
+					return fmt.Errorf("image store: unpack blob %s: %w", h, err)
+				}
+			}
 			n += int64(k)
 			if done != nil {
 				done(n)
@@ -389,6 +401,11 @@ func (s *Store) add(ctx context.Context, img v1.Image, refName string, progress 
 	for _, l := range m.Layers {
 		total += l.Size
 	}
+	// A layer neither stored nor unpacked yet is unpacked while it
+	// downloads; the others after the downloads, within the image's caps.
+	var bud budget
+	bud.maxBytes, bud.maxFiles = s.lim.MaxBytes, s.lim.MaxFiles
+	streamed := make([]bool, len(m.Layers))
 	for i, desc := range m.Layers {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -399,7 +416,12 @@ func (s *Store) add(ctx context.Context, img v1.Image, refName string, progress 
 				progress(Progress{Layer: desc.Digest.String(), Done: base + n, Total: total})
 			}
 		}
-		if err := s.writeBlob(desc.Digest, l.Compressed, cb); err != nil {
+		if s.canStream(desc, cf.RootFS.DiffIDs[i]) {
+			if err := s.fetchUnpack(desc, cf.RootFS.DiffIDs[i], l.Compressed, cb, &bud); err != nil {
+				return nil, err
+			}
+			streamed[i] = true
+		} else if err := s.writeBlob(desc.Digest, l.Compressed, cb); err != nil {
 			return nil, err
 		}
 		base += desc.Size
@@ -413,11 +435,12 @@ func (s *Store) add(ctx context.Context, img v1.Image, refName string, progress 
 		return nil, err
 	}
 	// Unpack every layer not unpacked yet, within the image's caps.
-	var bud budget
-	bud.maxBytes, bud.maxFiles = s.lim.MaxBytes, s.lim.MaxFiles
 	for i, desc := range m.Layers {
 		if err := ctx.Err(); err != nil {
 			return nil, err
+		}
+		if streamed[i] {
+			continue
 		}
 		if err := s.unpackLayer(desc, cf.RootFS.DiffIDs[i], &bud); err != nil {
 			return nil, err
@@ -476,6 +499,60 @@ func (s *Store) unpackLayer(desc v1.Descriptor, diffID v1.Hash, bud *budget) err
 		return fmt.Errorf("layer %s: %w", desc.Digest, err)
 	}
 	defer f.Close()
+	return s.unpackFrom(desc, diffID, f, bud, nil)
+}
+
+// errUnpackStopped is what a download streamed into a failed unpack gets.
+var errUnpackStopped = errors.New("unpacking stopped")
+
+// errBlobRefused is what an unpack streamed from a failed download ends with.
+var errBlobRefused = errors.New("the blob's download failed")
+
+// canStream reports whether layer desc is neither stored nor unpacked, so
+// fetchUnpack should fetch and unpack it at once.
+func (s *Store) canStream(desc v1.Descriptor, diffID v1.Hash) bool {
+	if _, err := os.Stat(s.blobPath(desc.Digest)); err == nil {
+		return false
+	}
+	_, err := os.Stat(filepath.Join(s.dir, "layers", diffID.Hex, "meta.json"))
+	return err != nil
+}
+
+// fetchUnpack downloads blob desc and unpacks it as its bytes arrive; the
+// unpacked layer is installed only once the blob's digest checked out as
+// well as its diff id. An unpack error wins over the download error it
+// caused.
+func (s *Store) fetchUnpack(desc v1.Descriptor, diffID v1.Hash, open func() (io.ReadCloser, error), done func(int64), bud *budget) error {
+	if _, err := newHash(diffID); err != nil {
+		return fmt.Errorf("layer %s: %w", desc.Digest, err)
+	}
+	pr, pw := io.Pipe()
+	ready := make(chan error, 1)
+	unpacked := make(chan error, 1)
+	go func() {
+		err := s.unpackFrom(desc, diffID, pr, bud, ready)
+		pr.CloseWithError(errUnpackStopped)
+		unpacked <- err
+	}()
+	derr := s.writeBlobTee(desc.Digest, open, done, pw)
+	if derr != nil {
+		pw.CloseWithError(errBlobRefused)
+		ready <- derr
+	} else {
+		pw.Close()
+		ready <- nil
+	}
+	uerr := <-unpacked
+	if derr != nil && (uerr == nil || !errors.Is(derr, errUnpackStopped)) {
+		return derr
+	}
+	return uerr
+}
+
+// unpackFrom unpacks the layer blob read from src; with ready, it reads
+// src to its end and installs the layer only if ready then yields nil.
+func (s *Store) unpackFrom(desc v1.Descriptor, diffID v1.Hash, src io.Reader, bud *budget, ready <-chan error) error {
+	dst := filepath.Join(s.dir, "layers", diffID.Hex)
 	tmp, err := os.MkdirTemp(filepath.Join(s.dir, "tmp"), "layer-")
 	if err != nil {
 		return fmt.Errorf("image store: %w", err)
@@ -485,7 +562,7 @@ func (s *Store) unpackLayer(desc v1.Descriptor, diffID v1.Hash, bud *budget) err
 	if err := os.Mkdir(root, 0o755); err != nil {
 		return fmt.Errorf("image store: %w", err)
 	}
-	rd, err := decompress(f, bud)
+	rd, err := decompress(src, bud)
 	if err != nil {
 		return &invalidError{fmt.Errorf("layer %s: %w", desc.Digest, err)}
 	}
@@ -512,6 +589,15 @@ func (s *Store) unpackLayer(desc v1.Descriptor, diffID v1.Hash, bud *budget) err
 	meta, _ := json.Marshal(layerMeta{Bytes: bud.bytes - before.bytes, Files: bud.files - before.files})
 	if err := os.WriteFile(filepath.Join(tmp, "meta.json"), meta, 0o600); err != nil {
 		return fmt.Errorf("image store: %w", err)
+	}
+	if ready != nil {
+		// Whatever follows the compressed stream, then the blob's verdict.
+		if _, err := io.Copy(io.Discard, src); err != nil {
+			return fmt.Errorf("layer %s: %w", desc.Digest, err)
+		}
+		if err := <-ready; err != nil {
+			return fmt.Errorf("layer %s: %w", desc.Digest, errBlobRefused)
+		}
 	}
 	if err := os.Chmod(tmp, 0o755); err != nil {
 		return err

@@ -5,8 +5,15 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -436,5 +443,63 @@ func TestCommitUpper(t *testing.T) {
 		if bytes.Contains(data, []byte("host secret")) {
 			t.Fatalf("host secret in blob %s", b)
 		}
+	}
+}
+
+// TestStreamedUnpackWaitsForDigest: a layer is unpacked while it
+// downloads, but a blob whose digest fails (here a registry that changes
+// the OS byte of the gzip header, which no checksum covers, so the size,
+// the unpacked content and its diff id are still right) leaves no unpacked
+// layer behind and fails the pull.
+func TestStreamedUnpackWaitsForDigest(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	reg := it.Registry(t)
+	img := it.Image(t, it.TarLayer(t, it.Entry{Name: "etc/marker", Type: tar.TypeReg, Data: "x"}))
+	ref := it.Push(t, reg, "tamper/img:v1", img)
+	ls, err := img.Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ld, _ := ls[0].Digest()
+	target, _ := url.Parse("http://" + reg)
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	proxy.ModifyResponse = func(resp *http.Response) error {
+		if resp.Request.Method != http.MethodGet || !strings.HasSuffix(resp.Request.URL.Path, "/blobs/"+ld.String()) {
+			return nil
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return err
+		}
+		if len(body) < 10 || body[0] != 0x1f || body[1] != 0x8b {
+			return fmt.Errorf("layer blob is not gzip")
+		}
+		body[9] ^= 0xff // gzip header OS byte
+		resp.Body = io.NopCloser(bytes.NewReader(body))
+		resp.ContentLength = int64(len(body))
+		resp.Header.Set("Content-Length", strconv.Itoa(len(body)))
+		return nil
+	}
+	srv := httptest.NewServer(proxy)
+	defer srv.Close()
+	s, dir := openStore(t, imagestore.Limits{})
+	tampered := strings.Replace(ref, reg, strings.TrimPrefix(srv.URL, "http://"), 1)
+	if _, err := s.Pull(context.Background(), tampered, imagestore.PullOptions{}); err == nil || !strings.Contains(err.Error(), "sha256") {
+		t.Fatalf("pull of a blob with a wrong digest: %v, want a sha256 mismatch", err)
+	}
+	if n := countDir(t, filepath.Join(dir, "layers")); n != 0 {
+		t.Fatalf("%d layers unpacked from a blob whose digest failed", n)
+	}
+	if n := countDir(t, filepath.Join(dir, "tmp")); n != 0 {
+		t.Fatalf("%d leftovers in the store's tmp", n)
+	}
+	if _, err := s.Pull(context.Background(), ref, imagestore.PullOptions{}); err != nil {
+		t.Fatalf("pull of the untampered image: %v", err)
+	}
+	if n := countDir(t, filepath.Join(dir, "layers")); n != 1 {
+		t.Fatalf("%d layers after the good pull, want 1", n)
 	}
 }
