@@ -311,7 +311,7 @@ func (p *Proxy) CACertPEM(id string) []byte {
 	if sb == nil || sb.ca == nil {
 		return nil
 	}
-	return append([]byte(nil), sb.ca.certPEM...)
+	return append([]byte(nil), sb.ca.CertPEM...)
 }
 
 // BytesUsed returns the bytes a sandbox has exchanged through the proxy.

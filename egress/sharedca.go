@@ -1,13 +1,12 @@
 package egress
 
 import (
-	"crypto/ecdsa"
 	"crypto/tls"
-	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"time"
+
+	"airlock/internal/pki"
 )
 
 // SandboxCA is a sandbox's interception CA in PEM form: the certificate
@@ -45,36 +44,23 @@ func NewSandboxCA(sandboxID string, secrets []Secret, validity time.Duration) (*
 	if err != nil {
 		return nil, err
 	}
-	der, err := x509.MarshalPKCS8PrivateKey(a.key)
+	keyPEM, err := pki.KeyPEM(a.Key)
 	if err != nil {
-		return nil, fmt.Errorf("egress: encode CA key: %w", err)
+		return nil, fmt.Errorf("egress: CA for %q: %w", sandboxID, err)
 	}
-	return &SandboxCA{CertPEM: a.certPEM, KeyPEM: pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})}, nil
+	return &SandboxCA{CertPEM: a.CertPEM, KeyPEM: keyPEM}, nil
 }
 
 // parseAuthority loads a CA made by NewSandboxCA. It must be a CA whose
 // names are constrained, as NewSandboxCA makes them, and its key must
 // match.
 func parseAuthority(c *SandboxCA) (*authority, error) {
-	cb, _ := pem.Decode(c.CertPEM)
-	kb, _ := pem.Decode(c.KeyPEM)
-	if cb == nil || cb.Type != "CERTIFICATE" || kb == nil || kb.Type != "PRIVATE KEY" {
-		return nil, errors.New("CA: want a PEM CERTIFICATE and a PEM PRIVATE KEY")
-	}
-	cert, err := x509.ParseCertificate(cb.Bytes)
+	a, err := pki.ParseAuthority(c.CertPEM, c.KeyPEM)
 	if err != nil {
-		return nil, fmt.Errorf("CA certificate: %w", err)
+		return nil, err
 	}
-	if !cert.IsCA || !cert.PermittedDNSDomainsCritical || len(cert.PermittedDNSDomains) == 0 {
+	if !a.Cert.PermittedDNSDomainsCritical || len(a.Cert.PermittedDNSDomains) == 0 {
 		return nil, errors.New("CA certificate: not a name-constrained CA (make it with NewSandboxCA)")
 	}
-	k, err := x509.ParsePKCS8PrivateKey(kb.Bytes)
-	if err != nil {
-		return nil, fmt.Errorf("CA key: %w", err)
-	}
-	key, ok := k.(*ecdsa.PrivateKey)
-	if !ok || !key.PublicKey.Equal(cert.PublicKey) {
-		return nil, errors.New("CA key: does not match the certificate")
-	}
-	return &authority{cert: cert, certDER: cb.Bytes, certPEM: pem.EncodeToMemory(cb), key: key, leaves: make(map[string]*tls.Certificate)}, nil
+	return &authority{Authority: a, leaves: make(map[string]*tls.Certificate)}, nil
 }

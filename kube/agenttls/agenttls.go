@@ -20,17 +20,13 @@
 package agenttls
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/hex"
 	"encoding/pem"
-	"errors"
 	"fmt"
-	"math/big"
 	"time"
+
+	"airlock/internal/pki"
 )
 
 // Names of the Kubernetes objects and their keys.
@@ -69,9 +65,7 @@ const tokenBytes = 32
 
 // CA is the cluster's certificate authority for agent certificates.
 type CA struct {
-	cert    *x509.Certificate
-	certPEM []byte
-	key     *ecdsa.PrivateKey
+	a *pki.Authority
 }
 
 // NewCA creates a CA (ECDSA P-256) valid for validity (CAValidity if zero).
@@ -79,66 +73,33 @@ func NewCA(validity time.Duration) (*CA, error) {
 	if validity <= 0 {
 		validity = CAValidity
 	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	a, err := pki.NewAuthority("airlock agent CA", validity, nil)
 	if err != nil {
-		return nil, fmt.Errorf("agenttls: generate CA key: %w", err)
+		return nil, fmt.Errorf("agenttls: %w", err)
 	}
-	serial, err := randomSerial()
-	if err != nil {
-		return nil, err
-	}
-	now := time.Now()
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial,
-		Subject:               pkix.Name{Organization: []string{"airlock"}, CommonName: "airlock agent CA"},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(validity),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-		MaxPathLenZero:        true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return nil, fmt.Errorf("agenttls: sign CA certificate: %w", err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		return nil, fmt.Errorf("agenttls: parse CA certificate: %w", err)
-	}
-	return &CA{cert: cert, certPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), key: key}, nil
+	return &CA{a: a}, nil
 }
 
 // CertPEM returns the CA certificate in PEM form.
-func (ca *CA) CertPEM() []byte { return append([]byte(nil), ca.certPEM...) }
+func (ca *CA) CertPEM() []byte { return append([]byte(nil), ca.a.CertPEM...) }
 
 // SecretData returns the data of the Secret CASecretName: the certificate
 // and the private key.
 func (ca *CA) SecretData() (map[string][]byte, error) {
-	keyPEM, err := marshalKey(ca.key)
+	keyPEM, err := pki.KeyPEM(ca.a.Key)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("agenttls: %w", err)
 	}
 	return map[string][]byte{CACertKey: ca.CertPEM(), CAKeyKey: keyPEM}, nil
 }
 
 // ParseCA reads a CA from the data of the Secret CASecretName.
 func ParseCA(data map[string][]byte) (*CA, error) {
-	cert, err := parseCert(data[CACertKey])
+	a, err := pki.ParseAuthority(data[CACertKey], data[CAKeyKey])
 	if err != nil {
-		return nil, fmt.Errorf("agenttls: CA secret %s: %w", CACertKey, err)
+		return nil, fmt.Errorf("agenttls: CA secret (%s, %s): %w", CACertKey, CAKeyKey, err)
 	}
-	if !cert.IsCA {
-		return nil, fmt.Errorf("agenttls: CA secret %s: not a CA certificate", CACertKey)
-	}
-	key, err := parseKey(data[CAKeyKey])
-	if err != nil {
-		return nil, fmt.Errorf("agenttls: CA secret %s: %w", CAKeyKey, err)
-	}
-	if !key.PublicKey.Equal(cert.PublicKey) {
-		return nil, errors.New("agenttls: CA secret: the key does not match the certificate")
-	}
-	return &CA{cert: cert, certPEM: append([]byte(nil), data[CACertKey]...), key: key}, nil
+	return &CA{a: a}, nil
 }
 
 // Bundle is what one sandbox's Secret holds.
@@ -161,35 +122,13 @@ func (ca *CA) Issue(id string, validity time.Duration) (*Bundle, error) {
 	if validity <= 0 {
 		validity = LeafValidity
 	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	leaf, err := ca.a.Issue(id, validity)
 	if err != nil {
-		return nil, fmt.Errorf("agenttls: generate key: %w", err)
+		return nil, fmt.Errorf("agenttls: %w", err)
 	}
-	serial, err := randomSerial()
+	keyPEM, err := pki.KeyPEM(leaf.Key)
 	if err != nil {
-		return nil, err
-	}
-	now := time.Now()
-	notAfter := now.Add(validity)
-	if notAfter.After(ca.cert.NotAfter) {
-		notAfter = ca.cert.NotAfter
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      pkix.Name{Organization: []string{"airlock"}, CommonName: id},
-		DNSNames:     []string{id},
-		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     notAfter,
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		return nil, fmt.Errorf("agenttls: sign certificate for %q: %w", id, err)
-	}
-	keyPEM, err := marshalKey(key)
-	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("agenttls: %w", err)
 	}
 	tok := make([]byte, tokenBytes)
 	if _, err := rand.Read(tok); err != nil {
@@ -198,7 +137,7 @@ func (ca *CA) Issue(id string, validity time.Duration) (*Bundle, error) {
 	return &Bundle{
 		SandboxID: id,
 		CACert:    ca.CertPEM(),
-		Cert:      pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		Cert:      pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: leaf.DER}),
 		Key:       keyPEM,
 		Token:     hex.EncodeToString(tok),
 	}, nil
@@ -225,50 +164,6 @@ func (b *Bundle) String() string { return fmt.Sprintf("agenttls.Bundle{SandboxID
 
 // GoString describes b without its key or token.
 func (b *Bundle) GoString() string { return b.String() }
-
-func randomSerial() (*big.Int, error) {
-	s, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
-	if err != nil {
-		return nil, fmt.Errorf("agenttls: serial number: %w", err)
-	}
-	return s, nil
-}
-
-func marshalKey(k *ecdsa.PrivateKey) ([]byte, error) {
-	der, err := x509.MarshalPKCS8PrivateKey(k)
-	if err != nil {
-		return nil, fmt.Errorf("agenttls: encode key: %w", err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), nil
-}
-
-func parseKey(p []byte) (*ecdsa.PrivateKey, error) {
-	b, _ := pem.Decode(p)
-	if b == nil || b.Type != "PRIVATE KEY" {
-		return nil, errors.New("no PEM PRIVATE KEY block")
-	}
-	k, err := x509.ParsePKCS8PrivateKey(b.Bytes)
-	if err != nil {
-		return nil, fmt.Errorf("parse key: %w", err)
-	}
-	ek, ok := k.(*ecdsa.PrivateKey)
-	if !ok {
-		return nil, fmt.Errorf("key is %T, want ECDSA", k)
-	}
-	return ek, nil
-}
-
-func parseCert(p []byte) (*x509.Certificate, error) {
-	b, _ := pem.Decode(p)
-	if b == nil || b.Type != "CERTIFICATE" {
-		return nil, errors.New("no PEM CERTIFICATE block")
-	}
-	c, err := x509.ParseCertificate(b.Bytes)
-	if err != nil {
-		return nil, fmt.Errorf("parse certificate: %w", err)
-	}
-	return c, nil
-}
 
 // checkName accepts a DNS name of lower-case labels (RFC 1123).
 func checkName(id string) error {

@@ -14,6 +14,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"airlock/internal/pki"
 )
 
 // The token preamble: the client sends preambleMagic and the raw token; the
@@ -58,7 +60,7 @@ func NewClientCreds(id string, data map[string][]byte) (*ClientCreds, error) {
 	if err := checkName(id); err != nil {
 		return nil, err
 	}
-	ca, err := parseCert(data[CACertKey])
+	ca, err := pki.ParseCertPEM(data[CACertKey])
 	if err != nil {
 		return nil, fmt.Errorf("agenttls: credentials of %q: %s: %w", id, CACertKey, err)
 	}
@@ -194,7 +196,7 @@ func NewServer(data map[string][]byte) (*Server, error) {
 			return nil, fmt.Errorf("agenttls: %s: %w", CertKey, err)
 		}
 	}
-	ca, err := parseCert(data[CACertKey])
+	ca, err := pki.ParseCertPEM(data[CACertKey])
 	if err != nil {
 		return nil, fmt.Errorf("agenttls: %s: %w", CACertKey, err)
 	}
