@@ -63,35 +63,43 @@ func (p *DiskPool) Ready(size, inodes int64) int {
 
 // take moves a ready disk of key to dir (mounted at dir/disk; its image
 // file, unlinked from the pool, lives as long as the loop device) with its
-// upper directory owned by base, and starts a refill. It reports false when
-// none was ready or the move failed (the caller then makes the disk
-// itself).
-func (p *DiskPool) take(key diskKey, dir string, base int) (string, bool) {
+// upper directory owned by base. It reports false when none was ready or
+// the move failed (the caller then makes the disk itself). Either way the
+// caller calls refill once its sandbox runs: a refill (mkfs, a loop
+// device, a mount) started beside the create would compete with it for
+// the CPUs and the kernel's mount and RCU work (docs/images.md).
+func (p *DiskPool) take(key diskKey, dir string, base int) (disk string, ok bool, refill func()) {
 	p.mu.Lock()
 	var ent string
 	if l := p.ready[key]; len(l) > 0 {
 		ent, p.ready[key] = l[len(l)-1], l[:len(l)-1]
 	}
-	p.fillLocked(key)
 	p.mu.Unlock()
-	if ent == "" {
-		return "", false
+	refill = func() {
+		p.mu.Lock()
+		p.fillLocked(key)
+		p.mu.Unlock()
+		if ent != "" {
+			_ = os.RemoveAll(ent) // the unlinked image lives on with its loop device
+		}
 	}
-	defer func() { go os.RemoveAll(ent) }() // the unlinked image lives on with its loop device
-	disk := filepath.Join(dir, "disk")
+	if ent == "" {
+		return "", false, refill
+	}
+	disk = filepath.Join(dir, "disk")
 	err := os.MkdirAll(disk, 0o700)
 	if err == nil {
 		err = unix.Mount(filepath.Join(ent, "disk"), disk, "", unix.MS_MOVE, "")
 	}
 	if err != nil {
 		_ = unix.Unmount(filepath.Join(ent, "disk"), unix.MNT_DETACH)
-		return "", false
+		return "", false, refill
 	}
 	if err := os.Chown(filepath.Join(disk, "upper"), base, base); err != nil {
 		_ = unix.Unmount(disk, unix.MNT_DETACH)
-		return "", false
+		return "", false, refill
 	}
-	return disk, true
+	return disk, true, refill
 }
 
 // fillLocked starts filling key's list up to the pool's size, unless a

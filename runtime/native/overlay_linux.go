@@ -30,6 +30,12 @@ type overlayRoot struct {
 	quota     string   // its size, for the enforced layer
 	workspace bool     // /workspace is on it, not a tmpfs
 	dirs      []string // top-level directories of the root the sandbox may write
+	// fds are the detached ID-mapped layer mounts and the overlay's mount
+	// fd: closing one unmounts it, which waits for an expedited RCU grace
+	// period, so they are closed by detach, once the sandbox runs.
+	fds []int
+	// after, when set, runs in detach too (the disk pool's refill).
+	after func()
 }
 
 // detach removes the host's view of the root once the child has its own
@@ -39,8 +45,17 @@ type overlayRoot struct {
 // after a server restart; RemoveImageRoot unmounts it, and the loop device
 // clears itself once the sandbox's mounts are gone too.
 func (o *overlayRoot) detach() {
-	if o != nil {
-		_ = unix.Unmount(o.merged, unix.MNT_DETACH)
+	if o == nil {
+		return
+	}
+	_ = unix.Unmount(o.merged, unix.MNT_DETACH)
+	for _, fd := range o.fds {
+		unix.Close(fd)
+	}
+	o.fds = nil
+	if o.after != nil {
+		go o.after()
+		o.after = nil
 	}
 }
 
@@ -88,11 +103,14 @@ func imageTree(t *treeBuilder, img *ImageRoot, base int, p *policy.Policy) (*tre
 	if err := os.MkdirAll(merged, 0o755); err != nil {
 		return nil, nil, err
 	}
-	disk, err := quotaDisk(img.Dir, lim.DiskBytes, lim.Inodes, base, img.Disks)
+	disk, after, err := quotaDisk(img.Dir, lim.DiskBytes, lim.Inodes, base, img.Disks)
 	if err != nil {
+		if after != nil {
+			go after()
+		}
 		return nil, nil, err
 	}
-	ov := &overlayRoot{merged: merged, disk: disk, quota: fmt.Sprintf("%d bytes, %d inodes", max(lim.DiskBytes, minQuotaDisk), max(lim.Inodes, 64))}
+	ov := &overlayRoot{merged: merged, disk: disk, after: after, quota: fmt.Sprintf("%d bytes, %d inodes", max(lim.DiskBytes, minQuotaDisk), max(lim.Inodes, 64))}
 	ok := false
 	defer func() {
 		if !ok {
@@ -105,24 +123,12 @@ func imageTree(t *treeBuilder, img *ImageRoot, base int, p *policy.Policy) (*tre
 		return nil, nil, err
 	}
 	defer unix.Close(userns)
-	var fds []int
-	defer func() {
-		// Closing a detached mount's fd unmounts it, which waits for an
-		// RCU grace period (milliseconds each, one per layer): the overlay
-		// holds its own references, so that wait is left to a goroutine
-		// instead of the create.
-		go func(fds []int) {
-			for _, fd := range fds {
-				unix.Close(fd)
-			}
-		}(fds)
-	}()
 	idmapped := func(dir string, ro bool) (string, error) {
 		fd, err := unix.OpenTree(unix.AT_FDCWD, dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
 		if err != nil {
 			return "", fmt.Errorf("open_tree %s: %w", dir, err)
 		}
-		fds = append(fds, fd)
+		ov.fds = append(ov.fds, fd)
 		attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV, Userns_fd: uint64(userns)}
 		if ro {
 			attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
@@ -162,6 +168,40 @@ func imageTree(t *treeBuilder, img *ImageRoot, base int, p *policy.Policy) (*tre
 	// which a mapping onto the sandbox's range cannot represent
 	// (EOVERFLOW). Files there carry host ids of the sandbox's range; its
 	// root directory belongs to the sandbox's root (quotaDisk).
+	// The top-level directories the layers lack (see below), and
+	// /workspace on the disk, are made in the still empty upper directory
+	// before the overlay is mounted when the layers are known: an upper
+	// directory with nothing below it is what a mkdir through the overlay
+	// would leave, and ext4 alone makes it faster than the overlay's
+	// create and copy-up.
+	key := strings.Join(lowers, "\x00")
+	rootListings.Lock()
+	lst, known := rootListings.m[key]
+	rootListings.Unlock()
+	diskWorkspace := p.Filesystem.Workspace == ""
+	if known {
+		upper := filepath.Join(disk, "upper")
+		mk := func(name string, uid, gid int) error {
+			d := filepath.Join(upper, name)
+			if err := os.Mkdir(d, 0o755); err != nil {
+				return fmt.Errorf("image root: %w", err)
+			}
+			if err := os.Lchown(d, uid, gid); err != nil {
+				return fmt.Errorf("image root: %w", err)
+			}
+			return nil
+		}
+		for _, d := range lst.missing {
+			if err := mk(d, base, base); err != nil {
+				return nil, nil, err
+			}
+		}
+		if diskWorkspace {
+			if err := mk("workspace", base+p.User.UID, base+p.User.GID); err != nil {
+				return nil, nil, err
+			}
+		}
+	}
 	if err := set("upperdir", filepath.Join(disk, "upper")); err != nil {
 		return nil, nil, err
 	}
@@ -175,16 +215,24 @@ func imageTree(t *treeBuilder, img *ImageRoot, base int, p *policy.Policy) (*tre
 	if err != nil {
 		return nil, nil, fmt.Errorf("overlayfs mount: %w%s", err, fsLog(fsfd))
 	}
-	fds = append(fds, mfd)
+	ov.fds = append(ov.fds, mfd)
 	if err := unix.MoveMount(mfd, "", unix.AT_FDCWD, merged, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
 		return nil, nil, fmt.Errorf("attach overlayfs at %s: %w", merged, err)
 	}
 	// Landlock rules are fixed before the program starts, so the usual
 	// top-level directories exist (made in the upper directory, owned by
-	// the sandbox's root) for the sandbox to write under.
-	for _, d := range imageRootDirs {
-		p := filepath.Join(merged, d)
-		if _, err := os.Lstat(p); os.IsNotExist(err) {
+	// the sandbox's root) for the sandbox to write under. Which are
+	// missing, and the root's directories after, depend only on the
+	// (immutable) lower layers, since every upper directory starts empty:
+	// they are looked up once per set of layers.
+	if !known {
+		for _, d := range imageRootDirs {
+			if _, err := os.Lstat(filepath.Join(merged, d)); os.IsNotExist(err) {
+				lst.missing = append(lst.missing, d)
+			}
+		}
+		for _, d := range lst.missing {
+			p := filepath.Join(merged, d)
 			if err := os.Mkdir(p, 0o755); err != nil {
 				return nil, nil, fmt.Errorf("image root: %w", err)
 			}
@@ -192,27 +240,36 @@ func imageTree(t *treeBuilder, img *ImageRoot, base int, p *policy.Policy) (*tre
 				return nil, nil, fmt.Errorf("image root: %w", err)
 			}
 		}
-	}
-	ents, err := os.ReadDir(merged)
-	if err != nil {
-		return nil, nil, err
-	}
-	for _, e := range ents {
-		if e.IsDir() && !imageRootFixed[e.Name()] {
-			ov.dirs = append(ov.dirs, "/"+e.Name())
+		ents, err := os.ReadDir(merged)
+		if err != nil {
+			return nil, nil, err
 		}
+		for _, e := range ents {
+			if e.IsDir() && !imageRootFixed[e.Name()] {
+				lst.dirs = append(lst.dirs, "/"+e.Name())
+			}
+		}
+		rootListings.Lock()
+		if len(rootListings.m) >= 1024 {
+			clear(rootListings.m)
+		}
+		if rootListings.m == nil {
+			rootListings.m = map[string]rootListing{}
+		}
+		rootListings.m[key] = lst
+		rootListings.Unlock()
 	}
+	ov.dirs = lst.dirs
 
 	// /workspace is a directory of the root, on the capped disk, instead
 	// of a tmpfs charged to the memory limit (unless a host directory is
 	// bound there).
-	diskWorkspace := p.Filesystem.Workspace == ""
-	if diskWorkspace {
+	if diskWorkspace && !known {
 		if err := os.Lchown(filepath.Join(merged, "workspace"), base+p.User.UID, base+p.User.GID); err != nil {
 			return nil, nil, fmt.Errorf("image root: /workspace: %w", err)
 		}
-		ov.workspace = true
 	}
+	ov.workspace = diskWorkspace
 
 	// The same mounts, on the overlay instead of the template.
 	n := *t
@@ -240,6 +297,19 @@ func imageTree(t *treeBuilder, img *ImageRoot, base int, p *policy.Policy) (*tre
 	n.rsteps[last] = "remount / (image overlay) nosuid,nodev"
 	ok = true
 	return &n, ov, nil
+}
+
+// rootListing is what imageTree finds at the top of a fresh image root:
+// the imageRootDirs its layers lack, and its directories once those are
+// made.
+type rootListing struct{ missing, dirs []string }
+
+// rootListings caches rootListing by the root's lower layers (top first,
+// NUL-separated): layer directories and root templates never change once
+// made.
+var rootListings struct {
+	sync.Mutex
+	m map[string]rootListing
 }
 
 // layer describes the image root in a sandbox's enforced layers.

@@ -25,25 +25,29 @@ var mkfsPaths = []string{"/usr/sbin/mkfs.ext4", "/sbin/mkfs.ext4"}
 // upper/ (owned by the sandbox's root, host uid base) and work/ in it. The
 // sandbox reaches it only through the kernel's ext4 and overlayfs, never
 // the image file, so it cannot craft the filesystem it runs on. A ready
-// disk of pool (if any) is taken when there is one.
-func quotaDisk(dir string, size, inodes int64, base int, pool *DiskPool) (string, error) {
-	disk := filepath.Join(dir, "disk")
+// disk of pool (if any) is taken when there is one; then after is not nil
+// and the caller calls it once the sandbox runs (it starts the pool's
+// refill).
+func quotaDisk(dir string, size, inodes int64, base int, pool *DiskPool) (disk string, after func(), err error) {
+	disk = filepath.Join(dir, "disk")
 	_ = unix.Unmount(disk, unix.MNT_DETACH) // leftovers of a crashed launcher
 	_ = os.Remove(filepath.Join(dir, "disk.img"))
 	key := diskKey{max(size, minQuotaDisk), max(inodes, 64)}
 	if pool != nil {
-		if d, ok := pool.take(key, dir, base); ok {
-			return d, nil
+		d, ok, refill := pool.take(key, dir, base)
+		if ok {
+			return d, refill, nil
 		}
+		after = refill
 	}
 	if err := makeUpperDisk(dir, key.size, key.inodes); err != nil {
-		return "", err
+		return "", after, err
 	}
 	if err := os.Chown(filepath.Join(disk, "upper"), base, base); err != nil {
 		unix.Unmount(disk, unix.MNT_DETACH)
-		return "", err
+		return "", after, err
 	}
-	return disk, nil
+	return disk, after, nil
 }
 
 // MakeDisk creates img (which must not exist): a sparse file of size
