@@ -14,9 +14,10 @@ import (
 // they run: cold (cold start, cold python, cold start in-process), pooled
 // (pooled start, live start without a pool), exec, cell (code cell),
 // throughput, density, wasm (the wasm tier's cold start, against node)
-// and gvisor (the gvisor tier's cold start, against runsc's own run, and
-// exec in a live gvisor sandbox, against a native one and runsc exec).
-var Keys = []string{"cold", "pooled", "exec", "cell", "throughput", "density", "wasm", "gvisor"}
+// gvisor (the gvisor tier's cold start, against runsc's own run, and
+// exec in a live gvisor sandbox, against a native one and runsc exec) and
+// image (create from an image against the default root).
+var Keys = []string{"cold", "pooled", "exec", "cell", "throughput", "density", "wasm", "gvisor", "image"}
 
 // ParseOnly splits a comma-separated --only value into keys, checking each
 // against Keys. Empty means every key.
@@ -178,6 +179,13 @@ func Run(cfg Config) *Report {
 		case "wasm":
 			progress("wasm: %d rounds of a hello-world module", cfg.Runs)
 			rep.Figures = append(rep.Figures, WasmFigures(cfg.Airlock, cfg.Peers.ScratchDir, cfg.Runs, cfg.Peers.Timeout)...)
+		case "image":
+			progress("create from an image: %d rounds", cfg.Runs)
+			scratch := cfg.Peers.ScratchDir
+			if scratch == "" {
+				scratch = os.TempDir()
+			}
+			rep.Figures = append(rep.Figures, ImageCreateFigure(scratch, cfg.Runs))
 		case "gvisor":
 			progress("gvisor cold start: %d rounds of /bin/true", cfg.Runs)
 			rep.Figures = append(rep.Figures, GVisorFigure(cfg.Airlock, others, cfg.Runs, cfg.Peers.Timeout))

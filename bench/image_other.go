@@ -1,0 +1,13 @@
+//go:build !linux
+
+package bench
+
+// ImageDefaultPeer is the peer of the image create figure that starts
+// the same program from the default (host-derived) root.
+const ImageDefaultPeer = "default root"
+
+// ImageCreateFigure measures creating a sandbox from an image; airlock
+// sandboxes need Linux.
+func ImageCreateFigure(scratch string, runs int) Figure {
+	return Unavailable("create from an image (in-process)", "airlock sandboxes need Linux")
+}
