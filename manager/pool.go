@@ -57,6 +57,11 @@ const poolOwner = "\x00pool"
 // poolRetry is how long the filler waits after a failure or a full server.
 const poolRetry = time.Second
 
+// poolRefillDelay is how long after a take the pool starts replacing the
+// sandbox taken, so that the replacement's start does not compete with
+// the taker's first commands.
+const poolRefillDelay = 250 * time.Millisecond
+
 type pool struct {
 	m   *Manager
 	cfg PoolConfig
@@ -350,7 +355,11 @@ func (m *Manager) createPooled(ctx context.Context, req *CreateRequest, ttl time
 	if sb == nil {
 		return Info{}, false, nil
 	}
-	p.kick()
+	// The refill waits a moment: starting a sandbox (the clone and
+	// mount work in this process, the agent's start before its weight
+	// is lowered) beside the taker's first commands made a first Python
+	// cell take 20-27 ms instead of 5 (docs/benchmarks.md).
+	time.AfterFunc(poolRefillDelay, p.kick)
 	if err := sb.background(false); err != nil {
 		// It would run at a fraction of a fresh sandbox's CPU share: give
 		// it up and let the caller create one instead.
