@@ -39,7 +39,7 @@ func (m *Manager) resolveImage(req *CreateRequest, p *policy.Policy) (*imagestor
 	if p.Runtime != "" && p.Runtime != policy.RuntimeNative {
 		return nil, fmt.Errorf("%w: image roots work with the native runtime only", ErrPolicy)
 	}
-	if err := checkStaticAgent(m.cfg.AgentBinary); err != nil {
+	if err := checkStaticAgent(m.agentBinary(p)); err != nil {
 		return nil, err
 	}
 	img, err := m.cfg.Images.Get(req.Image)

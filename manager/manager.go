@@ -74,6 +74,12 @@ type Config struct {
 	// AgentBinary is the airlock binary, bound into each sandbox and run
 	// as its agent. Required.
 	AgentBinary string
+	// LeanAgent, if set, is an agent-only build (cmd/airlock-agent) of
+	// the same source, bound and run instead of AgentBinary in every
+	// sandbox but the wasm runtime's (whose commands run the full
+	// binary's wasm-exec): a sandbox's agent then starts faster and holds
+	// less memory. The caller checks that it matches (agent.BuildStamp).
+	LeanAgent string
 	// MaxSandboxes caps running sandboxes on this server; 0 means 100.
 	MaxSandboxes int
 	// AllowDegraded starts sandboxes even when cgroups are unavailable.
@@ -984,4 +990,14 @@ func (m *Manager) Close() error {
 		}
 	}
 	return nil
+}
+
+// agentBinary is the binary bound as the agent of a sandbox with policy
+// p: the lean agent when there is one, except for the wasm runtime, whose
+// commands run the full binary's wasm-exec.
+func (m *Manager) agentBinary(p *policy.Policy) string {
+	if m.cfg.LeanAgent != "" && p.Runtime != policy.RuntimeWasm {
+		return m.cfg.LeanAgent
+	}
+	return m.cfg.AgentBinary
 }

@@ -291,7 +291,7 @@ func (m *Manager) start(ctx context.Context, req *CreateRequest, p policy.Policy
 		launch = func(cfg native.Config) (*ownInst, []net.Listener, error) { return m.launchFork(cfg, req.snap.image) }
 	}
 	inst, listeners, err := launch(native.Config{ID: id, Policy: p, Args: args, Stdin: stdin, Stdout: logf, Stderr: logf, Agent: true,
-		AgentBinary: m.cfg.AgentBinary, AllowDegraded: m.cfg.AllowDegraded, SurviveParent: !connected, Listen: ns.listen,
+		AgentBinary: m.agentBinary(&p), AllowDegraded: m.cfg.AllowDegraded, SurviveParent: !connected, Listen: ns.listen,
 		HostIDBase: ids.base(), Image: root, Volumes: vols})
 	if err != nil {
 		if hostEnd != nil {

@@ -1,12 +1,18 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
 
 	"airlock/agent"
 	"airlock/kube/agenttls"
@@ -21,6 +27,10 @@ func init() {
 	}
 	hidden["agent"] = cmdAgent
 	hidden["install-agent"] = cmdInstallAgent
+	hidden[agent.StampArg] = func([]string) int {
+		fmt.Println(agent.BuildStamp())
+		return 0
+	}
 }
 
 // cmdAgent runs the agent as the init process of a container that airlock
@@ -100,4 +110,83 @@ func installSelf(dest string) error {
 		return fmt.Errorf("install %s: %w", dest, err)
 	}
 	return nil
+}
+
+// agentBinaryUsage documents --agent-binary of serve and mcp.
+const agentBinaryUsage = "agent-only binary (cmd/airlock-agent, built from the same checkout) run as each sandbox's agent: faster starts, less memory per sandbox; default: " + leanAgentName + " next to this binary when its build stamp matches, else this binary; \"none\": this binary"
+
+// leanAgentName is the agent-only binary `airlock serve` and `airlock mcp`
+// look for next to their own executable when --agent-binary is not given.
+const leanAgentName = "airlock-agent"
+
+// leanAgent picks the agent-only binary (cmd/airlock-agent) that sandboxes
+// get instead of self, or "" for self. flagValue is --agent-binary: "none"
+// means self; "" means airlock-agent next to self when it is there and
+// checks out (otherwise self, said through logf); a path must check out, or
+// leanAgent fails. A binary checks out when it is a regular file that only
+// its owner (root or us) can write, and its build stamp equals this
+// binary's (agent.BuildStamp: the same revision of an unmodified tree, or
+// the same -X airlock/agent.stampOverride): it is bound into every
+// sandbox as PID 1 and speaks this server's protocol.
+func leanAgent(self, flagValue string, logf func(string, ...any)) (string, error) {
+	if flagValue == "none" {
+		return "", nil
+	}
+	explicit := flagValue != ""
+	cand := flagValue
+	if !explicit {
+		cand = filepath.Join(filepath.Dir(self), leanAgentName)
+		if _, err := os.Lstat(cand); err != nil {
+			return "", nil // not built: the whole binary is the agent, as before
+		}
+	}
+	path, err := checkLeanAgent(cand)
+	if err != nil {
+		if explicit {
+			return "", fmt.Errorf("--agent-binary %s: %w", cand, err)
+		}
+		logf("agent: not using %s (%v); sandboxes run this binary as their agent (slower to start, more memory per sandbox)", cand, err)
+		return "", nil
+	}
+	logf("agent: %s (agent-only build, same source)", path)
+	return path, nil
+}
+
+// checkLeanAgent checks an agent-only binary for leanAgent and returns its
+// resolved path.
+func checkLeanAgent(cand string) (string, error) {
+	path, err := filepath.EvalSymlinks(cand)
+	if err != nil {
+		return "", err
+	}
+	if path, err = filepath.Abs(path); err != nil {
+		return "", err
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return "", err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	switch {
+	case !fi.Mode().IsRegular():
+		return "", errors.New("not a regular file")
+	case fi.Mode().Perm()&0o022 != 0:
+		return "", fmt.Errorf("writable by group or others (mode %v)", fi.Mode().Perm())
+	case !ok || (st.Uid != 0 && int(st.Uid) != os.Geteuid()):
+		return "", errors.New("owned by another user")
+	}
+	want := agent.BuildStamp()
+	if want == "" {
+		return "", errors.New("this airlock binary carries no build stamp to match (built outside a git checkout or from a modified tree; build both from a clean checkout, or with the same -ldflags \"-X airlock/agent.stampOverride=ID\")")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, path, agent.StampArg).Output()
+	if err != nil {
+		return "", fmt.Errorf("asking for its build stamp: %w", err)
+	}
+	if got := strings.TrimSpace(string(out)); got != want {
+		return "", fmt.Errorf("built from other source: its stamp %q, this binary's %q (build both from the same checkout)", got, want)
+	}
+	return path, nil
 }

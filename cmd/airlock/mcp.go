@@ -48,6 +48,7 @@ e.g. AIRLOCK_PROFILE=standard or AIRLOCK_SANDBOX_TIMEOUT=2h.
 // mcpFlags are the flags of airlock mcp.
 type mcpFlags struct {
 	profile, memory, disk, maxOutput, stateDir string
+	agentBinary                                string
 	runtime                                    string
 	cpus                                       float64
 	pids                                       int64
@@ -72,6 +73,7 @@ func (f *mcpFlags) register(fs *flag.FlagSet) {
 	f.net.register(fs)
 	// The proxy's caps, as airlock serve's defaults.
 	f.net.egress.maxConns, f.net.egress.maxBytes = 64, "4G"
+	fs.StringVar(&f.agentBinary, "agent-binary", "", agentBinaryUsage)
 	fs.BoolVar(&f.allowDegraded, "allow-degraded", true, "run even when cgroups are unavailable to this user (memory, process and CPU limits then fall back to rlimits; a warning is logged); false refuses instead")
 }
 
@@ -223,6 +225,11 @@ func cmdMCP(args []string) int {
 		logger.Printf("locate own binary: %v", err)
 		return 1
 	}
+	lean, err := leanAgent(self, f.agentBinary, logger.Printf)
+	if err != nil {
+		logger.Printf("%v", err)
+		return exitSetup
+	}
 	dir, unlock, err := lockStateSlot(f.stateDir)
 	if err != nil {
 		logger.Printf("%v", err)
@@ -236,7 +243,7 @@ func cmdMCP(args []string) int {
 		return 1
 	}
 	defer st.Close()
-	m, err := manager.Open(manager.Config{StateDir: dir, Store: st, AgentBinary: self, MaxSandboxes: f.maxSandboxes,
+	m, err := manager.Open(manager.Config{StateDir: dir, Store: st, AgentBinary: self, LeanAgent: lean, MaxSandboxes: f.maxSandboxes,
 		AllowDegraded: f.allowDegraded, DefaultTimeout: f.sandboxTimeout, MaxTimeout: max(24*time.Hour, f.sandboxTimeout),
 		Egress: egressCfg, Logf: logger.Printf, DefaultRuntime: rtm})
 	if err != nil {

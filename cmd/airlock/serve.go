@@ -44,6 +44,7 @@ func cmdServe(args []string) int {
 	dbURL := databaseURLFlag(fs)
 	noAuth := fs.Bool("no-auth", false, "disable authentication (only on a loopback listener)")
 	maxSB := fs.Int("max-sandboxes", 100, "sandboxes this server runs at once")
+	agentBin := fs.String("agent-binary", "", agentBinaryUsage)
 	allowDegraded := fs.Bool("allow-degraded", false, "start sandboxes even when cgroups are unavailable (no memory/pids/cpu limits)")
 	defTimeout := fs.Duration("default-timeout", 15*time.Minute, "TTL of a sandbox created without a timeout")
 	maxTimeout := fs.Duration("max-timeout", 24*time.Hour, "largest TTL a client may ask for")
@@ -133,6 +134,13 @@ func cmdServe(args []string) int {
 		fmt.Fprintf(os.Stderr, "airlock serve: locate own binary: %v\n", err)
 		return 1
 	}
+	logger := log.New(os.Stderr, "airlock: ", log.LstdFlags)
+	lean, err := leanAgent(self, *agentBin, logger.Printf)
+	if err != nil {
+		ln.Close()
+		fmt.Fprintf(os.Stderr, "airlock serve: %v\n", err)
+		return exitSetup
+	}
 	// One server per state directory: a second one would reattach (and
 	// break) the first one's sandboxes.
 	if err := os.MkdirAll(*stateDir, 0o700); err != nil {
@@ -151,7 +159,6 @@ func cmdServe(args []string) int {
 		return 1
 	}
 	defer st.Close()
-	logger := log.New(os.Stderr, "airlock: ", log.LstdFlags)
 	if d := st.SharedDatabase(); d != "" {
 		logger.Printf("API keys, audit log and network log in %s", d)
 	}
@@ -173,7 +180,7 @@ func cmdServe(args []string) int {
 		fmt.Fprintf(os.Stderr, "airlock serve: %v\n", err)
 		return exitUsage
 	}
-	m, err := manager.Open(manager.Config{Backend: backend, StateDir: *stateDir, Store: st, Images: images, Volumes: volumes, AgentBinary: self, MaxSandboxes: *maxSB,
+	m, err := manager.Open(manager.Config{Backend: backend, StateDir: *stateDir, Store: st, Images: images, Volumes: volumes, AgentBinary: self, LeanAgent: lean, MaxSandboxes: *maxSB,
 		AllowDegraded: *allowDegraded, DefaultTimeout: *defTimeout, MaxTimeout: *maxTimeout, ReapInterval: *reap,
 		AgentGrace: *grace, KeepOnShutdown: *keep, Logf: logger.Printf, Egress: egressCfg, Ceilings: cf.ceilings(),
 		DefaultRuntime: rtm, SnapshotQuota: int64(snapQuota)})

@@ -30,8 +30,13 @@ var (
 	kube  build // -tags kubernetes
 )
 
-// Binary builds the airlock binary (static, CGO-free) once per test binary
-// and returns its path. Call Cleanup from TestMain to remove it.
+// TestStamp is the build stamp (airlock/agent.stampOverride) of the
+// binaries Binary builds.
+const TestStamp = "airlock-test-build"
+
+// Binary builds the airlock binary (static, CGO-free) once per test binary,
+// with the agent-only airlock-agent next to it, and returns its path. Call
+// Cleanup from TestMain to remove them.
 func Binary(t testing.TB) string {
 	t.Helper()
 	return plain.get(t)
@@ -55,7 +60,11 @@ func (b *build) get(t testing.TB, flags ...string) string {
 		}
 		os.Chmod(b.dir, 0o755) // unprivileged test users run it too
 		b.path = filepath.Join(b.dir, "airlock")
-		args := append(append([]string{"build"}, flags...), "-o", b.path, "airlock/cmd/airlock")
+		// The agent-only binary beside it, with the same build stamp, as
+		// the README builds them: every server the tests start runs its
+		// sandboxes' agents from it (the wasm runtime's from airlock).
+		flags = append(flags, "-ldflags", "-X airlock/agent.stampOverride="+TestStamp)
+		args := append(append([]string{"build"}, flags...), "-o", b.dir+"/", "airlock/cmd/airlock", "airlock/cmd/airlock-agent")
 		cmd := exec.Command("go", args...)
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {

@@ -1,0 +1,198 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"airlock/internal/testserver"
+)
+
+// agentProcs counts the processes whose executable is the file at path
+// (its device and inode: a sandbox's agent runs it through a bind mount).
+func agentProcs(t *testing.T, path string) int {
+	t.Helper()
+	var want syscall.Stat_t
+	if err := syscall.Stat(path, &want); err != nil {
+		t.Fatal(err)
+	}
+	ents, _ := os.ReadDir("/proc")
+	n := 0
+	for _, e := range ents {
+		var st syscall.Stat_t
+		if syscall.Stat("/proc/"+e.Name()+"/exe", &st) == nil && st.Dev == want.Dev && st.Ino == want.Ino {
+			n++
+		}
+	}
+	return n
+}
+
+var listeningLine = regexp.MustCompile(`listening on (http://\S+)`)
+
+// startServe runs bin serve with args until it listens; it returns its URL
+// and a function that stops it and returns its stderr.
+func startServe(t *testing.T, bin string, args ...string) (string, func() string) {
+	t.Helper()
+	state := testserver.StateDir(t)
+	logPath := filepath.Join(state, "serve.log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, append([]string{"serve", "--no-auth", "--listen", "127.0.0.1:0", "--state-dir", state}, args...)...)
+	cmd.Stderr = logf
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	logf.Close()
+	urlc := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if m := listeningLine.FindStringSubmatch(sc.Text()); m != nil {
+				urlc <- m[1]
+			}
+		}
+	}()
+	stop := func() string {
+		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Wait()
+		b, _ := os.ReadFile(logPath)
+		return string(b)
+	}
+	select {
+	case u := <-urlc:
+		t.Cleanup(func() { stop() })
+		return u, stop
+	case <-time.After(30 * time.Second):
+		t.Fatalf("serve did not start: %s", stop())
+	}
+	return "", nil
+}
+
+// refusedServe runs bin serve with args, which should refuse to start;
+// a server that starts anyway is killed after 30 s (the caller's check of
+// the exit then fails).
+func refusedServe(t *testing.T, bin string, args ...string) ([]byte, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return exec.CommandContext(ctx, bin, append([]string{"serve", "--no-auth", "--listen", "127.0.0.1:0", "--state-dir", testserver.StateDir(t)}, args...)...).CombinedOutput()
+}
+
+// execTrue creates a sandbox on url and runs /bin/true in it.
+func execTrue(t *testing.T, url string) string {
+	t.Helper()
+	code, sb := testserver.PostJSON(t, url+"/v1/sandboxes", "", `{}`)
+	if code != 201 {
+		t.Fatalf("create: %d %v", code, sb)
+	}
+	id, _ := sb["id"].(string)
+	code, res := testserver.PostJSON(t, url+"/v1/sandboxes/"+id+"/exec", "", `{"argv":["/bin/true"]}`)
+	if code != 200 || res["status"] != "ok" {
+		t.Fatalf("exec: %d %v", code, res)
+	}
+	return id
+}
+
+// TestLeanAgent: serve runs its sandboxes' agents from airlock-agent next
+// to it when its build stamp matches (from the airlock binary with
+// --agent-binary none), and never from an agent-only binary it cannot
+// trust: another source's build (explicit: refuses to start; found next to
+// it: falls back to itself, saying so), or one others may write.
+func TestLeanAgent(t *testing.T) {
+	testserver.NeedRoot(t)
+	bin := airlockBin(t)
+	lean := filepath.Join(filepath.Dir(bin), leanAgentName)
+
+	t.Run("found next to airlock", func(t *testing.T) {
+		before := agentProcs(t, lean)
+		url, stop := startServe(t, bin)
+		execTrue(t, url)
+		execTrue(t, url)
+		if n := agentProcs(t, lean) - before; n < 2 {
+			t.Errorf("%d processes run %s after two creates, want the two agents", n, lean)
+		}
+		if log := stop(); !strings.Contains(log, "agent: "+lean) {
+			t.Errorf("serve did not say which agent it uses:\n%s", log)
+		}
+	})
+
+	t.Run("none", func(t *testing.T) {
+		before, selfBefore := agentProcs(t, lean), agentProcs(t, bin)
+		url, _ := startServe(t, bin, "--agent-binary", "none")
+		execTrue(t, url)
+		if n := agentProcs(t, lean) - before; n != 0 {
+			t.Errorf("--agent-binary none: %d sandboxes run %s", n, lean)
+		}
+		if n := agentProcs(t, bin) - selfBefore; n < 2 { // the server and the agent
+			t.Errorf("--agent-binary none: %d new processes run airlock, want the server and its agent", n)
+		}
+	})
+
+	// An agent built from other source (another stamp).
+	other := filepath.Join(t.TempDir(), "other")
+	if err := os.Mkdir(other, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	build := exec.Command("go", "build", "-ldflags", "-X airlock/agent.stampOverride=some-other-build", "-o", filepath.Join(other, leanAgentName), "airlock/cmd/airlock-agent")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	copyFile := func(src, dst string, mode os.FileMode) {
+		t.Helper()
+		b, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(dst, b, mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(dst, mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	otherAgent := filepath.Join(other, leanAgentName)
+
+	t.Run("other source, explicit", func(t *testing.T) {
+		out, err := refusedServe(t, bin, "--agent-binary", otherAgent)
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != exitSetup || !strings.Contains(string(out), "built from other source") {
+			t.Fatalf("serve with a mismatched --agent-binary: %v %s", err, out)
+		}
+	})
+
+	t.Run("other source, found next to airlock", func(t *testing.T) {
+		self := filepath.Join(other, "airlock")
+		copyFile(bin, self, 0o755)
+		before := agentProcs(t, otherAgent)
+		url, stop := startServe(t, self)
+		execTrue(t, url)
+		if n := agentProcs(t, otherAgent) - before; n != 0 {
+			t.Errorf("%d sandboxes run the mismatched agent", n)
+		}
+		if n := agentProcs(t, self); n < 2 {
+			t.Errorf("%d processes run airlock, want the server and its sandbox's agent", n)
+		}
+		if log := stop(); !strings.Contains(log, "agent: not using "+otherAgent) || !strings.Contains(log, "built from other source") {
+			t.Errorf("serve did not say why it does not use %s:\n%s", otherAgent, log)
+		}
+	})
+
+	t.Run("writable by others", func(t *testing.T) {
+		w := filepath.Join(t.TempDir(), leanAgentName)
+		copyFile(lean, w, 0o775)
+		out, err := refusedServe(t, bin, "--agent-binary", w)
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != exitSetup || !strings.Contains(string(out), "writable by group or others") {
+			t.Fatalf("serve with a group-writable --agent-binary: %v %s", err, out)
+		}
+	})
+}
