@@ -423,6 +423,7 @@ func (s *Server) info(w http.ResponseWriter, r *http.Request) error {
 		s.layersOnce.Store(&l)
 		layers = &l
 	}
+	agentBin, _ := s.m.AgentBinaries()
 	writeJSON(w, 200, map[string]any{
 		"version":  s.cfg.Version,
 		"runtimes": s.m.Runtimes(),
@@ -436,6 +437,9 @@ func (s *Server) info(w http.ResponseWriter, r *http.Request) error {
 		// The runtime of sandboxes created without one (airlock serve
 		// --default-runtime).
 		"default_runtime": s.m.DefaultRuntime(),
+		// The binary each sandbox runs as its agent: the agent-only
+		// airlock-agent when serve found a matching one, else airlock.
+		"agent_binary": agentBin,
 	})
 	return nil
 }

@@ -3,6 +3,8 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -88,6 +90,23 @@ func refusedServe(t *testing.T, bin string, args ...string) ([]byte, error) {
 	return exec.CommandContext(ctx, bin, append([]string{"serve", "--no-auth", "--listen", "127.0.0.1:0", "--state-dir", testserver.StateDir(t)}, args...)...).CombinedOutput()
 }
 
+// infoAgent reads agent_binary from url's /v1/info.
+func infoAgent(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url + "/v1/info")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var info struct {
+		AgentBinary string `json:"agent_binary"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&info); err != nil {
+		t.Fatal(err)
+	}
+	return info.AgentBinary
+}
+
 // execTrue creates a sandbox on url and runs /bin/true in it.
 func execTrue(t *testing.T, url string) string {
 	t.Helper()
@@ -118,6 +137,9 @@ func TestLeanAgent(t *testing.T) {
 		url, stop := startServe(t, bin)
 		execTrue(t, url)
 		execTrue(t, url)
+		if got := infoAgent(t, url); got != lean {
+			t.Errorf("/v1/info agent_binary %q, want %q", got, lean)
+		}
 		if n := agentProcs(t, lean) - before; n < 2 {
 			t.Errorf("%d processes run %s after two creates, want the two agents", n, lean)
 		}
@@ -130,6 +152,9 @@ func TestLeanAgent(t *testing.T) {
 		before, selfBefore := agentProcs(t, lean), agentProcs(t, bin)
 		url, _ := startServe(t, bin, "--agent-binary", "none")
 		execTrue(t, url)
+		if got := infoAgent(t, url); got != bin {
+			t.Errorf("--agent-binary none: /v1/info agent_binary %q, want %q", got, bin)
+		}
 		if n := agentProcs(t, lean) - before; n != 0 {
 			t.Errorf("--agent-binary none: %d sandboxes run %s", n, lean)
 		}
