@@ -1,14 +1,12 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -36,48 +34,15 @@ func agentProcs(t *testing.T, path string) int {
 	return n
 }
 
-var listeningLine = regexp.MustCompile(`listening on (http://\S+)`)
-
-// startServe runs bin serve with args until it listens; it returns its URL
-// and a function that stops it and returns its stderr.
+// startServe runs bin serve --no-auth with args until it listens; it
+// returns its URL and a function that stops it and returns its log.
 func startServe(t *testing.T, bin string, args ...string) (string, func() string) {
 	t.Helper()
-	state := testserver.StateDir(t)
-	logPath := filepath.Join(state, "serve.log")
-	logf, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
+	srv := testserver.StartBinary(t, bin, testserver.StateDir(t), append([]string{"--no-auth"}, args...)...)
+	return srv.URL, func() string {
+		srv.Stop()
+		return srv.ReadLog()
 	}
-	cmd := exec.Command(bin, append([]string{"serve", "--no-auth", "--listen", "127.0.0.1:0", "--state-dir", state}, args...)...)
-	cmd.Stderr = logf
-	out, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	logf.Close()
-	urlc := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if m := listeningLine.FindStringSubmatch(sc.Text()); m != nil {
-				urlc <- m[1]
-			}
-		}
-	}()
-	stop := func() string {
-		cmd.Process.Signal(syscall.SIGTERM)
-		cmd.Wait()
-		b, _ := os.ReadFile(logPath)
-		return string(b)
-	}
-	select {
-	case u := <-urlc:
-		t.Cleanup(func() { stop() })
-		return u, stop
-	case <-time.After(30 * time.Second):
-		t.Fatalf("serve did not start: %s", stop())
-	}
-	return "", nil
 }
 
 // refusedServe runs bin serve with args, which should refuse to start;

@@ -123,7 +123,13 @@ var listening = regexp.MustCompile(`listening on (http://\S+)`)
 // log if t failed.
 func Start(t testing.TB, state string, args ...string) *Server {
 	t.Helper()
-	cmd := exec.Command(Binary(t), append([]string{"serve", "--listen", "127.0.0.1:0", "--state-dir", state}, args...)...)
+	return StartBinary(t, Binary(t), state, args...)
+}
+
+// StartBinary is Start with another airlock binary, bin.
+func StartBinary(t testing.TB, bin, state string, args ...string) *Server {
+	t.Helper()
+	cmd := exec.Command(bin, append([]string{"serve", "--listen", "127.0.0.1:0", "--state-dir", state}, args...)...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
