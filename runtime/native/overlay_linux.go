@@ -163,11 +163,6 @@ func imageTree(t *treeBuilder, img *ImageRoot, base int, p *policy.Policy) (*tre
 			return nil, nil, err
 		}
 	}
-	// The upper directory is not ID-mapped: overlayfs creates its work
-	// directory and copies up with the mounter's credentials (host root),
-	// which a mapping onto the sandbox's range cannot represent
-	// (EOVERFLOW). Files there carry host ids of the sandbox's range; its
-	// root directory belongs to the sandbox's root (quotaDisk).
 	// The top-level directories the layers lack (see below), and
 	// /workspace on the disk, are made in the still empty upper directory
 	// before the overlay is mounted when the layers are known: an upper
@@ -202,6 +197,11 @@ func imageTree(t *treeBuilder, img *ImageRoot, base int, p *policy.Policy) (*tre
 			}
 		}
 	}
+	// The upper directory is not ID-mapped: overlayfs creates its work
+	// directory and copies up with the mounter's credentials (host root),
+	// which a mapping onto the sandbox's range cannot represent
+	// (EOVERFLOW). Files there carry host ids of the sandbox's range; its
+	// root directory belongs to the sandbox's root (quotaDisk).
 	if err := set("upperdir", filepath.Join(disk, "upper")); err != nil {
 		return nil, nil, err
 	}
