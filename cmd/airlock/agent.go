@@ -126,8 +126,9 @@ const leanAgentName = "airlock-agent"
 // leanAgent fails. A binary checks out when it is a regular file that only
 // its owner (root or us) can write, and its build stamp equals this
 // binary's (agent.BuildStamp: the same revision of an unmodified tree, or
-// the same -X airlock/agent.stampOverride): it is bound into every
-// sandbox as PID 1 and speaks this server's protocol.
+// the same -X airlock/agent.stampOverride), and its directory is not
+// writable by group or others either: it is bound into every sandbox as
+// PID 1 and speaks this server's protocol.
 func leanAgent(self, flagValue string, logf func(string, ...any)) (string, error) {
 	if flagValue == "none" {
 		return "", nil
@@ -153,7 +154,8 @@ func leanAgent(self, flagValue string, logf func(string, ...any)) (string, error
 }
 
 // checkLeanAgent checks an agent-only binary for leanAgent and returns its
-// resolved path.
+// resolved path. A file only its owner can write must also sit in a
+// directory only its owner can write.
 func checkLeanAgent(cand string) (string, error) {
 	path, err := filepath.EvalSymlinks(cand)
 	if err != nil {
@@ -174,6 +176,12 @@ func checkLeanAgent(cand string) (string, error) {
 		return "", fmt.Errorf("writable by group or others (mode %v)", fi.Mode().Perm())
 	case !ok || (st.Uid != 0 && int(st.Uid) != os.Geteuid()):
 		return "", errors.New("owned by another user")
+	}
+	// Whoever can write its directory can put another file in its place.
+	if di, err := os.Stat(filepath.Dir(path)); err != nil {
+		return "", err
+	} else if di.Mode().Perm()&0o022 != 0 {
+		return "", fmt.Errorf("its directory %s is writable by group or others (mode %v)", filepath.Dir(path), di.Mode().Perm())
 	}
 	want := agent.BuildStamp()
 	if want == "" {

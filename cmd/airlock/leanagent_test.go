@@ -177,6 +177,22 @@ func TestLeanAgent(t *testing.T) {
 		}
 	})
 
+	t.Run("in a directory writable by others", func(t *testing.T) {
+		d := filepath.Join(t.TempDir(), "shared")
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		w := filepath.Join(d, leanAgentName)
+		copyFile(lean, w, 0o755)
+		if err := os.Chmod(d, 0o777); err != nil {
+			t.Fatal(err)
+		}
+		out, err := refusedServe(t, bin, "--agent-binary", w)
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != exitSetup || !strings.Contains(string(out), "is writable by group or others") {
+			t.Fatalf("serve with --agent-binary in a world-writable directory: %v %s", err, out)
+		}
+	})
+
 	t.Run("writable by others", func(t *testing.T) {
 		w := filepath.Join(t.TempDir(), leanAgentName)
 		copyFile(lean, w, 0o775)
