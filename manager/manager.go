@@ -1002,12 +1002,13 @@ func (m *Manager) agentBinary(p *policy.Policy) string {
 	return m.cfg.AgentBinary
 }
 
-// AgentBinaries reports the host binary run as the agent of native and
-// gvisor sandboxes (the agent-only build when there is one) and of wasm
-// ones; both are "" with a Backend, whose sandboxes bring their own.
-func (m *Manager) AgentBinaries() (agent, wasm string) {
+// AgentBinary reports the host binary run as the agent of native and
+// gvisor sandboxes: the agent-only build when there is one (wasm
+// sandboxes always run Config.AgentBinary). It is "" with a Backend, whose
+// sandboxes bring their own.
+func (m *Manager) AgentBinary() string {
 	if m.cfg.Backend != nil {
-		return "", ""
+		return ""
 	}
-	return m.agentBinary(&policy.Policy{}), m.cfg.AgentBinary
+	return m.agentBinary(&policy.Policy{})
 }

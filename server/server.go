@@ -423,7 +423,6 @@ func (s *Server) info(w http.ResponseWriter, r *http.Request) error {
 		s.layersOnce.Store(&l)
 		layers = &l
 	}
-	agentBin, _ := s.m.AgentBinaries()
 	writeJSON(w, 200, map[string]any{
 		"version":  s.cfg.Version,
 		"runtimes": s.m.Runtimes(),
@@ -439,7 +438,7 @@ func (s *Server) info(w http.ResponseWriter, r *http.Request) error {
 		"default_runtime": s.m.DefaultRuntime(),
 		// The binary each sandbox runs as its agent: the agent-only
 		// airlock-agent when serve found a matching one, else airlock.
-		"agent_binary": agentBin,
+		"agent_binary": s.m.AgentBinary(),
 	})
 	return nil
 }

@@ -155,7 +155,7 @@ func leanAgent(self, flagValue string, logf func(string, ...any)) (string, error
 
 // checkLeanAgent checks an agent-only binary for leanAgent and returns its
 // resolved path. A file only its owner can write must also sit in a
-// directory only its owner can write.
+// directory only its owner (root or us) can write.
 func checkLeanAgent(cand string) (string, error) {
 	path, err := filepath.EvalSymlinks(cand)
 	if err != nil {
@@ -178,10 +178,17 @@ func checkLeanAgent(cand string) (string, error) {
 		return "", errors.New("owned by another user")
 	}
 	// Whoever can write its directory can put another file in its place.
-	if di, err := os.Stat(filepath.Dir(path)); err != nil {
+	dir := filepath.Dir(path)
+	di, err := os.Stat(dir)
+	if err != nil {
 		return "", err
-	} else if di.Mode().Perm()&0o022 != 0 {
-		return "", fmt.Errorf("its directory %s is writable by group or others (mode %v)", filepath.Dir(path), di.Mode().Perm())
+	}
+	dst, ok := di.Sys().(*syscall.Stat_t)
+	switch {
+	case di.Mode().Perm()&0o022 != 0:
+		return "", fmt.Errorf("its directory %s is writable by group or others (mode %v)", dir, di.Mode().Perm())
+	case !ok || (dst.Uid != 0 && int(dst.Uid) != os.Geteuid()):
+		return "", fmt.Errorf("its directory %s is owned by another user", dir)
 	}
 	want := agent.BuildStamp()
 	if want == "" {

@@ -193,6 +193,22 @@ func TestLeanAgent(t *testing.T) {
 		}
 	})
 
+	t.Run("in a directory another user owns", func(t *testing.T) {
+		d := filepath.Join(t.TempDir(), "theirs")
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		w := filepath.Join(d, leanAgentName)
+		copyFile(lean, w, 0o755)
+		if err := os.Chown(d, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+		out, err := refusedServe(t, bin, "--agent-binary", w)
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != exitSetup || !strings.Contains(string(out), "is owned by another user") {
+			t.Fatalf("serve with --agent-binary in another user's directory: %v %s", err, out)
+		}
+	})
+
 	t.Run("writable by others", func(t *testing.T) {
 		w := filepath.Join(t.TempDir(), leanAgentName)
 		copyFile(lean, w, 0o775)
