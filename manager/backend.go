@@ -14,6 +14,7 @@ import (
 	"airlock/agent"
 	"airlock/egress"
 	"airlock/policy"
+	"airlock/runtime"
 	"airlock/runtime/native/cgroups"
 	"airlock/store"
 )
@@ -208,12 +209,13 @@ func (m *Manager) lookupRemote(owner, id string) (*Sandbox, error) {
 // process or cgroup of it (OOMKills reports unknown).
 type remoteInst struct{}
 
-func (remoteInst) pid() int              { return 0 }
-func (remoteInst) done() <-chan struct{} { return nil }
-func (remoteInst) stats() (cgroups.Stats, error) {
+func (remoteInst) Pid() int              { return 0 }
+func (remoteInst) Done() <-chan struct{} { return nil }
+func (remoteInst) Stats() (cgroups.Stats, error) {
 	return cgroups.Stats{}, errors.New("a remote sandbox's accounting is its backend's")
 }
-func (remoteInst) destroy() error { return nil }
+func (remoteInst) Enforced() runtime.Enforced { return nil }
+func (remoteInst) Destroy() error             { return nil }
 
 // getRemote is Get on a Backend: a sandbox it no longer has is described
 // from this server's store if this server ended it.

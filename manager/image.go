@@ -36,8 +36,10 @@ func (m *Manager) resolveImage(req *CreateRequest, p *policy.Policy) (*imagestor
 	if m.cfg.Images == nil {
 		return nil, fmt.Errorf("%w: this server has no image store", ErrInvalid)
 	}
-	if p.Runtime != "" && p.Runtime != policy.RuntimeNative {
-		return nil, fmt.Errorf("%w: image roots work with the native runtime only", ErrPolicy)
+	if t, err := tierOf(p.Runtime); err != nil {
+		return nil, err
+	} else if !t.Caps().ImageRoots {
+		return nil, refuse(t, "an image or template root", "image_roots")
 	}
 	if err := checkStaticAgent(m.agentBinary(p)); err != nil {
 		return nil, err

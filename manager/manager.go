@@ -32,7 +32,7 @@ import (
 	"airlock/policy"
 	"airlock/runtime"
 	"airlock/runtime/native"
-	"airlock/runtime/native/cgroups"
+	"airlock/runtime/tier"
 	"airlock/store"
 	"airlock/volume"
 )
@@ -203,25 +203,13 @@ type Counters struct {
 	Running, Created, Killed, Expired, Lost, Reattached, CreateErrors int64
 }
 
-// instance is a running sandbox as seen by the runtime.
-type instance interface {
-	// pid is the host pid of the sandbox's init (the agent).
-	pid() int
-	// done is closed when the init has exited.
-	done() <-chan struct{}
-	// stats reads the sandbox's cgroup accounting.
-	stats() (cgroups.Stats, error)
-	// destroy kills everything, waits, and removes the cgroup. Idempotent.
-	destroy() error
-}
-
 // Sandbox is a running sandbox held by the Manager.
 type Sandbox struct {
 	// ID is the sandbox's id.
 	ID string
 
 	m          *Manager
-	inst       instance
+	inst       tier.Instance
 	client     *agent.Client
 	enforced   runtime.Enforced
 	reattached bool
@@ -649,7 +637,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (Info, error) {
 // watch ends the sandbox's record when its init exits on its own.
 func (m *Manager) watch(sb *Sandbox) {
 	select {
-	case <-sb.inst.done():
+	case <-sb.inst.Done():
 		m.finish(sb, store.StateExited, "the sandbox's agent exited")
 	case <-sb.ended:
 	}
@@ -666,7 +654,7 @@ func (m *Manager) finish(sb *Sandbox, state, reason string) bool {
 		}
 		m.netEnd(sb)
 		sb.thawForEnd()
-		if err := sb.inst.destroy(); err != nil {
+		if err := sb.inst.Destroy(); err != nil {
 			m.cfg.Logf("sandbox %s: destroy: %v", sb.ID, err)
 		}
 		m.freeIDs(sb.rec.UIDBase)
@@ -893,7 +881,7 @@ func (m *Manager) Metrics(ctx context.Context, owner, id string) (Metrics, error
 		return Metrics{}, err
 	}
 	var out Metrics
-	if st, err := sb.inst.stats(); err == nil {
+	if st, err := sb.inst.Stats(); err == nil {
 		out.CPUSeconds = st.CPUTime.Seconds()
 		out.MemoryBytes, out.PeakMemoryBytes, out.Pids, out.OOMKills = st.MemoryBytes, st.PeakMemoryBytes, st.Pids, st.OOMKills
 	}
@@ -996,7 +984,7 @@ func (m *Manager) Close() error {
 // p: the lean agent when there is one, except for the wasm runtime, whose
 // commands run the full binary's wasm-exec.
 func (m *Manager) agentBinary(p *policy.Policy) string {
-	if m.cfg.LeanAgent != "" && p.Runtime != policy.RuntimeWasm {
+	if t, err := tier.Lookup(p.Runtime); m.cfg.LeanAgent != "" && (err != nil || !t.Caps().FullAgent) {
 		return m.cfg.LeanAgent
 	}
 	return m.cfg.AgentBinary

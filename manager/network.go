@@ -18,6 +18,7 @@ import (
 
 	"airlock/egress"
 	"airlock/policy"
+	"airlock/runtime/tier"
 	"airlock/store"
 )
 
@@ -373,10 +374,10 @@ func (m *Manager) netReattach(sb *Sandbox, refs []SecretRef) {
 		return
 	}
 	sb.net.registered = true
-	ls, ok := gvisorListeners(sb) // an adopted paused gvisor sandbox's, in its new namespace
+	ls, ok := instListeners(sb) // an adopted paused sandbox's, in its new namespace
 	var lerr error
 	if !ok {
-		ls, lerr = listenIn(sb.inst.pid(), []string{ProxyHTTPAddr, ProxySOCKSAddr})
+		ls, lerr = listenIn(sb.inst.Pid(), []string{ProxyHTTPAddr, ProxySOCKSAddr})
 	}
 	if lerr != nil {
 		m.cfg.Logf("sandbox %s: egress listeners: %v; the sandbox has no network until its policy is set again", sb.ID, lerr)
@@ -420,10 +421,15 @@ func (m *Manager) SetNetwork(ctx context.Context, owner, id string, n policy.Net
 		return NetworkInfo{}, fmt.Errorf("%w: ended", ErrNotRunning)
 	}
 	old := sb.net.network
-	if n.Mode != policy.NetNone && len(sb.net.listeners) == 0 && sb.runtime() == policy.RuntimeGVisor {
-		// Its network namespace is runsc's netstack, out of the host's reach;
-		// opening listeners by its pid would open them in the host's.
-		return NetworkInfo{}, fmt.Errorf("%w: a gvisor sandbox created with network none cannot be given a network; create it with one", ErrPolicy)
+	if n.Mode != policy.NetNone && len(sb.net.listeners) == 0 {
+		// A tier whose network namespace is out of the host's reach (gVisor's
+		// netstack): opening listeners by its pid would open them in the host's.
+		if t, err := tier.Lookup(sb.runtime()); err != nil || !t.Caps().AttachNetwork {
+			if err != nil {
+				return NetworkInfo{}, fmt.Errorf("%w: %w", ErrPolicy, err)
+			}
+			return NetworkInfo{}, refuse(t, "a network given to a sandbox created with network none (create it with one)", "attach_network")
+		}
 	}
 	added := false
 	if sb.net.registered {
@@ -440,7 +446,7 @@ func (m *Manager) SetNetwork(ctx context.Context, owner, id string, n policy.Net
 		sb.net.registered, added = true, true
 	}
 	if n.Mode != policy.NetNone && len(sb.net.listeners) == 0 {
-		ls, err := listenIn(sb.inst.pid(), []string{ProxyHTTPAddr, ProxySOCKSAddr})
+		ls, err := listenIn(sb.inst.Pid(), []string{ProxyHTTPAddr, ProxySOCKSAddr})
 		if err != nil {
 			if added {
 				m.egress.RemoveSandbox(id)

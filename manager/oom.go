@@ -12,7 +12,7 @@ func (s *Sandbox) OOMKills() int64 {
 		}
 		return n
 	}
-	st, err := s.inst.stats()
+	st, err := s.inst.Stats()
 	if err != nil {
 		return -1
 	}

@@ -4,28 +4,26 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"time"
 
-	"airlock/runtime/gvisor"
 	"airlock/runtime/native/cgroups"
+	"airlock/runtime/tier"
 )
 
-// setFrozen pauses (on) or resumes sb: a gvisor sandbox this process
-// started is checkpointed to disk and restored; any other is frozen and
+// setFrozen pauses (on) or resumes sb as its tier does: a Checkpointer
+// (PauseCheckpoint) is saved to disk and restored; any other is frozen and
 // thawed.
 func (m *Manager) setFrozen(sb *Sandbox, on bool) error {
-	h, ok := gvisorOf(sb)
+	ck, ok := sb.inst.(tier.Checkpointer)
 	if !ok {
 		return freeze(sb.ID, on)
 	}
 	image := m.checkpointDir(sb.ID)
 	if on {
-		if err := h.suspend(image); err != nil {
-			if errors.Is(err, gvisor.ErrNetworkSnapshot) {
-				return fmt.Errorf("%w: %w", ErrPolicy, err)
-			}
+		if err := ck.Suspend(image); err != nil {
 			return err
 		}
 		// The image is whole: a server restarted from here can resume it.
@@ -40,8 +38,8 @@ func (m *Manager) setFrozen(sb *Sandbox, on bool) error {
 		return err
 	}
 	defer log.Close()
-	if err := h.resume(image, log); err != nil {
-		h.end() // nothing runs any more: the sandbox ends as exited
+	if err := ck.Resume(image, log); err != nil {
+		ck.End() // nothing runs any more: the sandbox ends as exited
 		return fmt.Errorf("manager: restore sandbox %s: %w", sb.ID, err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -52,8 +50,53 @@ func (m *Manager) setFrozen(sb *Sandbox, on bool) error {
 	return os.RemoveAll(image)
 }
 
+// checkpointDir is where a suspended sandbox's checkpoint image lives.
+func (m *Manager) checkpointDir(id string) string { return filepath.Join(m.dir, id, "checkpoint") }
+
+// checkpointDone marks the checkpoint image of a paused sandbox as
+// complete.
+func (m *Manager) checkpointDone(id string) string {
+	return filepath.Join(m.dir, id, "checkpoint.done")
+}
+
+// instListeners returns the proxy listeners that the adoption of a paused
+// sandbox opened in its new egress namespace, if any.
+func instListeners(sb *Sandbox) ([]net.Listener, bool) {
+	l, ok := sb.inst.(tier.Listening)
+	if !ok {
+		return nil, false
+	}
+	ls := l.Listeners()
+	return ls, len(ls) > 0
+}
+
+// snapshotImage snapshots sb to image, leaving it running, if its tier
+// declares MemorySnapshot.
+func (m *Manager) snapshotImage(sb *Sandbox, image string) error {
+	ck, ok := sb.inst.(tier.Checkpointer)
+	if !ok || ck.Conn() == nil {
+		return fmt.Errorf("%w: sandbox %s has no memory snapshot (its runtime does not checkpoint, or another server started it)", ErrPolicy, sb.ID)
+	}
+	sb.mu.Lock()
+	defer sb.mu.Unlock() // no pause meanwhile
+	if sb.paused || sb.ending {
+		return fmt.Errorf("%w: paused or ending", ErrNotRunning)
+	}
+	if err := os.MkdirAll(filepath.Dir(image), 0o700); err != nil {
+		return fmt.Errorf("manager: snapshot: %w", err)
+	}
+	if err := ck.Snapshot(image); err != nil {
+		os.RemoveAll(image)
+		if errors.Is(err, tier.ErrNotSupported) {
+			return fmt.Errorf("%w: %w", ErrPolicy, err)
+		}
+		return fmt.Errorf("manager: snapshot of %s: %w", sb.ID, err)
+	}
+	return nil
+}
+
 // freeze freezes (on) or thaws the sandbox's cgroup, named after its id
-// for both runtimes.
+// for every tier.
 func freeze(id string, on bool) error {
 	g, err := cgroups.Lookup(id)
 	if err != nil {

@@ -10,4 +10,4 @@ func (m *Manager) setFrozen(sb *Sandbox, on bool) error { return errNotLinux }
 
 func (m *Manager) snapshotImage(sb *Sandbox, image string) error { return errNotLinux }
 
-func gvisorListeners(sb *Sandbox) ([]net.Listener, bool) { return nil, false }
+func instListeners(sb *Sandbox) ([]net.Listener, bool) { return nil, false }

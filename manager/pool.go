@@ -10,6 +10,7 @@ import (
 
 	"airlock/agent"
 	"airlock/policy"
+	"airlock/runtime/tier"
 	"airlock/store"
 )
 
@@ -133,8 +134,19 @@ func poolKey(profile string) string {
 func poolable(req *CreateRequest) bool {
 	return req.Limits == (Limits{}) && len(req.Env) == 0 && len(req.Secrets) == 0 && req.Image == "" && len(req.Volumes) == 0 &&
 		(req.Network.Mode == "" || req.Network.Mode == policy.NetNone) &&
-		(req.Runtime == "" || req.Runtime == string(policy.RuntimeNative)) // the pool holds native sandboxes
+		pooledTier(req.Runtime)
 
+}
+
+// pooledTier reports whether sandboxes of runtime name are what the pool
+// holds: those of the default tier (""), if it declares Pooled.
+func pooledTier(name string) bool {
+	t, err := tier.Lookup(policy.Runtime(name))
+	if err != nil {
+		return false
+	}
+	def, err := tier.Lookup("")
+	return err == nil && t == def && t.Caps().Pooled
 }
 
 // fill keeps profile's idle list at Size.
@@ -250,7 +262,7 @@ func (p *pool) remove(profile string, sb *Sandbox) bool {
 // watchIdle drops an idle sandbox whose agent exits.
 func (p *pool) watchIdle(profile string, sb *Sandbox) {
 	select {
-	case <-sb.inst.done():
+	case <-sb.inst.Done():
 		if p.remove(profile, sb) {
 			p.m.finish(sb, store.StateExited, "pool: the sandbox's agent exited")
 			p.release()

@@ -1,7 +1,6 @@
 package manager
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,9 +8,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
-	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -19,9 +15,9 @@ import (
 	"airlock/agent"
 	"airlock/policy"
 	rt "airlock/runtime"
-	"airlock/runtime/gvisor"
 	"airlock/runtime/native"
 	"airlock/runtime/native/cgroups"
+	"airlock/runtime/tier"
 	"airlock/store"
 )
 
@@ -44,152 +40,6 @@ type runtimeState struct {
 // connectedMode starts agents on a connected socketpair instead of a
 // listening socket. Such sandboxes cannot be reattached after a restart.
 var connectedMode = false
-
-// procStartTime returns field 22 of /proc/pid/stat.
-func procStartTime(pid int) (uint64, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, err
-	}
-	// The command name may contain spaces and parentheses: split after
-	// the last ')'.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, errors.New("malformed stat")
-	}
-	f := strings.Fields(string(b[i+1:]))
-	// f[0] is field 3 (state); field 22 is f[19].
-	if len(f) < 20 {
-		return 0, errors.New("short stat")
-	}
-	return strconv.ParseUint(f[19], 10, 64)
-}
-
-// startedSandbox is a sandbox of either runtime (*native.Sandbox,
-// *gvisor.Sandbox) as this process holds it.
-type startedSandbox interface {
-	Done() <-chan struct{}
-	Stats() (cgroups.Stats, error)
-	Enforced() rt.Enforced
-	Destroy() error
-}
-
-// ownInst is a sandbox this process started (and so can reap).
-type ownInst struct {
-	id   string
-	p    int
-	sb   startedSandbox
-	wait func()
-	once sync.Once
-}
-
-func (n *ownInst) pid() int { return n.p }
-func (n *ownInst) done() <-chan struct{} {
-	n.once.Do(func() { go n.wait() })
-	return n.sb.Done()
-}
-func (n *ownInst) stats() (cgroups.Stats, error) { return n.sb.Stats() }
-func (n *ownInst) destroy() error {
-	if err := n.sb.Destroy(); err != nil {
-		return fmt.Errorf("destroy sandbox %s: %w", n.id, err)
-	}
-	return nil
-}
-
-// launch starts the agent under the policy's runtime. A gVisor sandbox
-// always gets its agent on a connected socketpair (stdin): gVisor cannot
-// accept on a listening socket donated by the host.
-func (m *Manager) launch(cfg native.Config) (*ownInst, []net.Listener, error) {
-	if cfg.Policy.Runtime == policy.RuntimeGVisor {
-		cfg.SurviveParent = false
-		gsb, err := gvisor.Start(cfg)
-		if err != nil {
-			return nil, nil, err
-		}
-		h := newGVisorHandle(gsb)
-		return &ownInst{id: gsb.ID, p: gsb.Pid, sb: h, wait: func() { <-h.Done() }}, gsb.Listeners(), nil
-	}
-	if cfg.Policy.Runtime == policy.RuntimeWasm {
-		cfg.Policy.Runtime = policy.RuntimeNative // it hosts the modules: see Sandbox.ExecArgv
-	}
-	nsb, err := native.Start(cfg)
-	if err != nil {
-		return nil, nil, err
-	}
-	return &ownInst{id: nsb.ID, p: nsb.Pid, sb: nsb, wait: func() { nsb.Wait() }}, nsb.Listeners(), nil
-}
-
-// adoptedInst is a sandbox started by a previous server process and
-// reattached: it is known by a pidfd, and its cgroup by name.
-type adoptedInst struct {
-	id     string
-	p      int
-	pidfd  int
-	exited chan struct{}
-	once   sync.Once
-	err    error
-}
-
-func adopt(id string, pid int, start uint64) (*adoptedInst, error) {
-	fd, err := unix.PidfdOpen(pid, 0)
-	if err != nil {
-		return nil, fmt.Errorf("pidfd_open %d: %w", pid, err)
-	}
-	// Verify after opening: the pidfd now pins this exact process.
-	if st, err := procStartTime(pid); err != nil || st != start {
-		unix.Close(fd)
-		return nil, fmt.Errorf("pid %d is no longer the sandbox's init", pid)
-	}
-	a := &adoptedInst{id: id, p: pid, pidfd: fd, exited: make(chan struct{})}
-	go func() {
-		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-		for {
-			n, err := unix.Poll(fds, -1)
-			if err == unix.EINTR || (err == nil && n == 0) {
-				continue
-			}
-			break
-		}
-		close(a.exited)
-	}()
-	return a, nil
-}
-
-func (a *adoptedInst) pid() int              { return a.p }
-func (a *adoptedInst) done() <-chan struct{} { return a.exited }
-func (a *adoptedInst) stats() (cgroups.Stats, error) {
-	return readStats(a.id)
-}
-func (a *adoptedInst) destroy() error {
-	a.once.Do(func() {
-		unix.PidfdSendSignal(a.pidfd, unix.SIGKILL, nil, 0)
-		select {
-		case <-a.exited:
-		case <-time.After(10 * time.Second):
-		}
-		_, a.err = destroyCgroup(a.id)
-		// Unblock the poller if it is still waiting, then release the fd.
-		unix.Close(a.pidfd)
-	})
-	return a.err
-}
-
-// destroyCgroup kills what is in the named airlock cgroup and removes it.
-func destroyCgroup(id string) ([]string, error) {
-	return cgroups.CleanupStale(func(name string) bool { return name != id })
-}
-
-// readStats reads the accounting of the sandbox's cgroup, named after
-// its id, as the live instance's Group.Stats does: on a hybrid host the
-// v2 line of /proc/PID/cgroup must not be read as if v2 were mounted at
-// /sys/fs/cgroup.
-func readStats(id string) (cgroups.Stats, error) {
-	g, err := cgroups.Lookup(id)
-	if err != nil {
-		return cgroups.Stats{}, err
-	}
-	return g.Stats()
-}
 
 // sockPath is where the agent of sandbox id listens.
 func (m *Manager) sockPath(id string) string { return filepath.Join(m.dir, id, "agent.sock") }
@@ -244,8 +94,13 @@ func (m *Manager) start(ctx context.Context, req *CreateRequest, p policy.Policy
 	}
 	defer logf.Close()
 
+	t, err := tierOf(p.Runtime)
+	if err != nil {
+		return fail(err)
+	}
+	caps := t.Caps()
 	var stdin, hostEnd *os.File
-	connected := connectedMode || p.Runtime == policy.RuntimeGVisor
+	connected := connectedMode || caps.ConnectedAgent
 	if connected {
 		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 		if err != nil {
@@ -286,13 +141,21 @@ func (m *Manager) start(ctx context.Context, req *CreateRequest, p policy.Policy
 	if err != nil {
 		return fail(err)
 	}
-	launch := m.launch
-	if req.snap != nil {
-		launch = func(cfg native.Config) (*ownInst, []net.Listener, error) { return m.launchFork(cfg, req.snap.image) }
-	}
-	inst, listeners, err := launch(native.Config{ID: id, Policy: p, Args: args, Stdin: stdin, Stdout: logf, Stderr: logf, Agent: true,
+	cfg := native.Config{ID: id, Policy: p, Args: args, Stdin: stdin, Stdout: logf, Stderr: logf, Agent: true,
 		AgentBinary: m.agentBinary(&p), AllowDegraded: m.cfg.AllowDegraded, SurviveParent: !connected, Listen: ns.listen,
-		HostIDBase: ids.base(), Image: root, Volumes: vols})
+		HostIDBase: ids.base(), Image: root, Volumes: vols}
+	var inst tier.Instance
+	var listeners []net.Listener
+	if req.snap != nil {
+		f, ok := t.(tier.Forker)
+		if !ok {
+			err = refuse(t, "a fork of a memory snapshot", "memory_snapshot")
+		} else {
+			inst, listeners, err = f.Fork(cfg, req.snap.image)
+		}
+	} else {
+		inst, listeners, err = t.Start(cfg)
+	}
 	if err != nil {
 		if hostEnd != nil {
 			hostEnd.Close()
@@ -300,16 +163,16 @@ func (m *Manager) start(ctx context.Context, req *CreateRequest, p policy.Policy
 		return fail(fmt.Errorf("manager: start sandbox: %w", err))
 	}
 	stdin.Close()
-	if err := ids.handTo(inst.p); err != nil {
-		inst.destroy()
+	if err := ids.handTo(inst.Pid()); err != nil {
+		inst.Destroy()
 		return fail(err)
 	}
 	var conn net.Conn
 	if connected {
 		conn, err = net.FileConn(hostEnd)
 		hostEnd.Close()
-		if h, ok := inst.sb.(*gvisorHandle); ok && err == nil {
-			conn = h.wrap(conn) // survives checkpoint and restore
+		if c, ok := inst.(tier.Checkpointer); ok && err == nil {
+			conn = c.WrapConn(conn) // survives checkpoint and restore
 		}
 	} else {
 		conn, err = dialAgent(ctx, sock)
@@ -328,36 +191,29 @@ func (m *Manager) start(ctx context.Context, req *CreateRequest, p policy.Policy
 		client, err = agent.NewClientConfig(conn, agent.Config{Home: "/workspace"})
 	}
 	if err != nil {
-		inst.destroy()
+		inst.Destroy()
 		return fail(fmt.Errorf("manager: connect to agent: %w", err))
 	}
 	// The agent's threads leave the workload's cgroup (native runtime,
 	// cgroup v1); fail closed if they cannot.
-	if r, ok := inst.sb.(interface{ ReserveAgent(int) error }); ok {
+	if r, ok := inst.(interface{ ReserveAgent(int) error }); ok {
 		if err := r.ReserveAgent(client.SpawnerTid()); err != nil {
 			client.Close()
-			inst.destroy()
+			inst.Destroy()
 			return fail(fmt.Errorf("manager: %w", err))
 		}
 	}
-	startTime, _ := procStartTime(inst.p)
-	rs, _ := json.Marshal(runtimeState{Runtime: string(orNative(p.Runtime)), Pid: inst.p, StartTime: startTime, Socket: sock, Enforced: inst.sb.Enforced(), Secrets: ns.refs})
-	rec.InitPID, rec.Runtime = inst.p, rs
+	startTime, _ := native.ProcStartTime(inst.Pid())
+	rs, _ := json.Marshal(runtimeState{Runtime: string(t.Name()), Pid: inst.Pid(), StartTime: startTime, Socket: sock, Enforced: inst.Enforced(), Secrets: ns.refs})
+	rec.InitPID, rec.Runtime = inst.Pid(), rs
 	if err := m.st.PutSandbox(ctx, &rec); err != nil {
 		client.Close()
-		inst.destroy()
+		inst.Destroy()
 		return fail(fmt.Errorf("manager: record sandbox: %w", err))
 	}
-	sb := &Sandbox{ID: id, m: m, inst: inst, client: client, enforced: inst.sb.Enforced(), ended: make(chan struct{}), rec: rec}
+	sb := &Sandbox{ID: id, m: m, inst: inst, client: client, enforced: inst.Enforced(), ended: make(chan struct{}), rec: rec}
 	m.netStart(sb, p.Network, ns, listeners)
 	return sb, nil
-}
-
-func orNative(r policy.Runtime) policy.Runtime {
-	if r == "" {
-		return policy.RuntimeNative
-	}
-	return r
 }
 
 // dialAgent connects to an agent's listening socket.
@@ -424,21 +280,38 @@ func (m *Manager) recover(ctx context.Context) error {
 	return nil
 }
 
-// reattach tries to take over a sandbox a previous server started.
+// reattach tries to take over a sandbox a previous server started, through
+// its tier's Adopter: a running one if the tier declares AdoptRunning, a
+// paused one (its checkpoint complete) if it pauses by checkpoint.
 func (m *Manager) reattach(ctx context.Context, rec *store.Sandbox) (*Sandbox, string) {
 	var rs runtimeState
 	if len(rec.Runtime) == 0 || json.Unmarshal(rec.Runtime, &rs) != nil || rs.Pid <= 0 {
 		return nil, "server crashed before the sandbox was started"
 	}
-	if rs.Runtime == string(policy.RuntimeGVisor) {
-		return m.adoptPausedGVisor(rec, &rs)
-	}
-	inst, err := adopt(rec.ID, rs.Pid, rs.StartTime)
+	t, err := tier.Lookup(policy.Runtime(rs.Runtime))
 	if err != nil {
-		return nil, "sandbox init is gone: " + err.Error()
+		return nil, err.Error()
+	}
+	ad, ok := t.(tier.Adopter)
+	if !ok {
+		return nil, fmt.Sprintf("runtime %s does not take over sandboxes after a restart", t.Name())
+	}
+	_, err = os.Stat(m.checkpointDone(rec.ID))
+	paused := err == nil
+	inst, err := ad.Adopt(tier.AdoptInfo{ID: rec.ID, Pid: rs.Pid, StartTime: rs.StartTime, Enforced: rs.Enforced,
+		Paused: paused, Listen: []string{ProxyHTTPAddr, ProxySOCKSAddr}})
+	if err != nil {
+		return nil, err.Error()
+	}
+	if ck, ok := inst.(tier.Checkpointer); ok && paused {
+		return m.adoptSuspended(rec, &rs, inst, ck), ""
+	}
+	if !t.Caps().AdoptRunning {
+		inst.Destroy()
+		return nil, fmt.Sprintf("runtime %s does not take over running sandboxes after a restart", t.Name())
 	}
 	if err := reclaimIDs(rec.UIDBase, rs.Pid); err != nil {
-		inst.destroy()
+		inst.Destroy()
 		return nil, err.Error()
 	}
 	// A sandbox paused when the previous server stopped is thawed: a
@@ -457,7 +330,7 @@ func (m *Manager) reattach(ctx context.Context, rec *store.Sandbox) (*Sandbox, s
 		}
 	}
 	if err != nil {
-		inst.destroy()
+		inst.Destroy()
 		return nil, "agent does not answer: " + err.Error()
 	}
 	sb := &Sandbox{ID: rec.ID, m: m, inst: inst, client: client, reattached: true, enforced: rs.Enforced,
@@ -466,20 +339,37 @@ func (m *Manager) reattach(ctx context.Context, rec *store.Sandbox) (*Sandbox, s
 	return sb, ""
 }
 
+// adoptSuspended takes over a sandbox that a previous server paused by
+// checkpoint and did not resume: it comes back paused, and Resume restores
+// it, where a client continues the agent's session without a hello
+// (agent.ContinueClient) on the connection the instance holds.
+func (m *Manager) adoptSuspended(rec *store.Sandbox, rs *runtimeState, inst tier.Instance, ck tier.Checkpointer) *Sandbox {
+	client := agent.ContinueClient(ck.Conn(), agent.Config{Home: "/workspace"})
+	sb := &Sandbox{ID: rec.ID, m: m, inst: inst, client: client, reattached: true, enforced: rs.Enforced,
+		ended: make(chan struct{}), rec: *rec, paused: true}
+	m.netReattach(sb, rs.Secrets)
+	if l, ok := inst.(tier.Listening); ok && sb.net.listeners == nil {
+		for _, l := range l.Listeners() { // not served: the sandbox has no network
+			l.Close()
+		}
+	}
+	return sb
+}
+
 // killRemains kills the init of a lost sandbox if it is still the process
 // recorded, removes its cgroup and its state directory.
 func (m *Manager) killRemains(rec *store.Sandbox) {
 	var rs runtimeState
 	if json.Unmarshal(rec.Runtime, &rs) == nil && rs.Pid > 0 {
 		if fd, err := unix.PidfdOpen(rs.Pid, 0); err == nil {
-			if st, err := procStartTime(rs.Pid); err == nil && st == rs.StartTime {
+			if st, err := native.ProcStartTime(rs.Pid); err == nil && st == rs.StartTime {
 				unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
 			}
 			unix.Close(fd)
 		}
 	}
-	if rs.Runtime == string(policy.RuntimeGVisor) {
-		gvisor.Remove(rec.ID) // runsc's state and the cgroups runsc made
+	if t, err := tier.Lookup(policy.Runtime(rs.Runtime)); err == nil {
+		t.Remove(rec.ID) // what the tier keeps on the host (runsc's state)
 	}
 	if _, err := destroyCgroup(rec.ID); err != nil {
 		m.cfg.Logf("sandbox %s: remove cgroup: %v", rec.ID, err)
@@ -506,4 +396,9 @@ func diskUsage(ctx context.Context, c *agent.Client) (used, total int64, err err
 		return 0, 0, fmt.Errorf("statfs via agent: %q: %w", out, err)
 	}
 	return (blocks - free) * bsize, blocks * bsize, nil
+}
+
+// destroyCgroup kills what is in the named airlock cgroup and removes it.
+func destroyCgroup(id string) ([]string, error) {
+	return cgroups.CleanupStale(func(name string) bool { return name != id })
 }

@@ -71,15 +71,15 @@ func (m *Manager) snapshotUse() int64 {
 	return n
 }
 
-// resolveSnapshot finds req.Snapshot for a create: a fork runs under
-// gvisor with the snapshotted sandbox's policy.
+// resolveSnapshot finds req.Snapshot for a create: a fork runs under the
+// snapshotted sandbox's runtime with its policy.
 func (m *Manager) resolveSnapshot(req *CreateRequest) error {
 	v, ok := m.snaps.Load(req.Snapshot)
 	if !ok || v.(*snapshot).owner != req.Owner || !v.(*snapshot).live() {
 		return fmt.Errorf("%w: %q", ErrNoSnapshot, req.Snapshot)
 	}
 	req.snap = v.(*snapshot)
-	req.Runtime = string(policy.RuntimeGVisor)
+	req.Runtime = string(req.snap.policy.Runtime)
 	req.Image, req.Volumes, req.Network, req.Secrets = "", nil, policy.Network{}, nil
 	return nil
 }
@@ -99,8 +99,13 @@ func (m *Manager) MemorySnapshot(ctx context.Context, owner, id string) (Snapsho
 		return SnapshotInfo{}, err
 	}
 	var p policy.Policy
-	if err := json.Unmarshal(sb.rec.Policy, &p); err != nil || p.Runtime != policy.RuntimeGVisor {
-		return SnapshotInfo{}, fmt.Errorf("%w: snapshots and forks need the gvisor runtime (a native sandbox has no memory snapshot; pause freezes it instead)", ErrPolicy)
+	if err := json.Unmarshal(sb.rec.Policy, &p); err != nil {
+		return SnapshotInfo{}, fmt.Errorf("manager: policy of %s: %w", id, err)
+	}
+	if t, err := tierOf(p.Runtime); err != nil {
+		return SnapshotInfo{}, err
+	} else if !t.Caps().MemorySnapshot {
+		return SnapshotInfo{}, refuse(t, "memory snapshots and forks (pause freezes it instead)", "memory_snapshot")
 	}
 	if used, quota := m.snapshotUse(), m.snapshotQuota(); used >= quota {
 		return SnapshotInfo{}, fmt.Errorf("%w: snapshot images use %d bytes of the server's quota of %d (--snapshot-quota); kill sandboxes whose snapshots are not needed", ErrLimit, used, quota)

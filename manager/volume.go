@@ -5,6 +5,7 @@ import (
 	"path"
 	"strings"
 
+	"airlock/policy"
 	"airlock/runtime/native"
 	"airlock/volume"
 )
@@ -33,8 +34,10 @@ func (m *Manager) checkVolumes(req *CreateRequest) error {
 	if len(req.Volumes) > maxVolumes {
 		return fmt.Errorf("%w: at most %d volumes", ErrInvalid, maxVolumes)
 	}
-	if req.Runtime != "" && req.Runtime != "native" {
-		return fmt.Errorf("%w: volumes work with the native runtime only", ErrPolicy)
+	if t, err := tierOf(policy.Runtime(req.Runtime)); err != nil {
+		return err
+	} else if !t.Caps().Volumes {
+		return refuse(t, "volumes", "volumes")
 	}
 	seen := map[string]bool{}
 	for _, v := range req.Volumes {

@@ -3,29 +3,34 @@ package manager
 import (
 	"encoding/json"
 	"fmt"
-	"strconv"
 
 	"airlock/policy"
-	"airlock/runtime/native"
+	"airlock/runtime/tier"
 )
 
-// ExecArgv returns what an exec of argv runs in this sandbox. A sandbox
-// with runtime wasm is a native sandbox whose execs run WASI modules:
-// argv (MODULE.wasm ARGS, MODULE a file in the sandbox) is run by the
-// in-sandbox airlock's wasm-exec, with the sandbox's memory limit as the
-// module's linear memory cap, and a shell command is refused. Other
-// sandboxes run argv as it is.
+// ExecArgv returns what an exec of argv runs in this sandbox: argv as it
+// is, unless the sandbox's tier rewrites execs (tier.ExecRewriter: a wasm
+// sandbox runs MODULE.wasm ARGS with its agent's wasm-exec, and refuses a
+// shell command).
 func (s *Sandbox) ExecArgv(argv []string, shell bool) ([]string, error) {
 	s.mu.Lock()
 	raw := s.rec.Policy
 	s.mu.Unlock()
 	var p policy.Policy
-	if len(raw) == 0 || json.Unmarshal(raw, &p) != nil || p.Runtime != policy.RuntimeWasm {
+	if len(raw) == 0 || json.Unmarshal(raw, &p) != nil {
 		return argv, nil
 	}
-	if shell || len(argv) == 0 {
-		return nil, fmt.Errorf("%w: a wasm sandbox runs WASI modules: give argv [\"MODULE.wasm\", ARGS...], not a shell command", ErrInvalid)
+	t, err := tier.Lookup(p.Runtime)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrPolicy, err)
 	}
-	out := []string{native.AgentPath, "wasm-exec", "--memory", strconv.FormatInt(p.Limits.MemoryBytes, 10), "--"}
-	return append(out, argv...), nil
+	rw, ok := t.(tier.ExecRewriter)
+	if !ok {
+		return argv, nil
+	}
+	out, err := rw.ExecArgv(&p, argv, shell)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return out, nil
 }

@@ -75,7 +75,7 @@ func e2eLifecycle(t *testing.T, runtime string) {
 	}
 	if runtime == "gvisor" {
 		_, err := c.Create(ctx, client.CreateRequest{Image: "alpine"})
-		if client.StatusOf(err) != 422 || !strings.Contains(err.Error(), "images and volumes are not available with runtime gvisor") {
+		if client.StatusOf(err) != 422 || !strings.Contains(err.Error(), "runtime gvisor does not support an image or template root (capability image_roots") {
 			t.Fatalf("gvisor create with an image: %v", err)
 		}
 	}

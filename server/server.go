@@ -426,6 +426,9 @@ func (s *Server) info(w http.ResponseWriter, r *http.Request) error {
 	writeJSON(w, 200, map[string]any{
 		"version":  s.cfg.Version,
 		"runtimes": s.m.Runtimes(),
+		// What each runtime can do beyond exec and files (runtime/tier.Caps):
+		// a request for what a runtime lacks is refused with 422 naming it.
+		"runtime_capabilities": s.m.RuntimeCaps(),
 		"enforced": *layers,
 		"auth":     !s.cfg.NoAuth,
 		// Ready sandboxes in the warm pool (airlock serve --pool).

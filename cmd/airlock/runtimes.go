@@ -6,6 +6,8 @@ import (
 	"airlock/policy"
 	"airlock/runtime/gvisor"
 	"airlock/runtime/native"
+	"airlock/runtime/tier"
+	_ "airlock/runtime/tiers" // the built-in tiers, for serve and mcp
 	"airlock/runtime/wasm"
 )
 
@@ -16,10 +18,12 @@ func selectRuntime(name string) (policy.Runtime, error) {
 	if err != nil {
 		return "", err
 	}
-	if r == policy.RuntimeGVisor {
-		if _, err := gvisor.Available(); err != nil {
-			return "", err
-		}
+	t, err := tier.Lookup(r)
+	if err != nil {
+		return "", err
+	}
+	if err := t.Available(); err != nil {
+		return "", err
 	}
 	return r, nil
 }

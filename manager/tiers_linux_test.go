@@ -1,0 +1,4 @@
+package manager
+
+// The built-in tiers, as cmd/airlock registers them.
+import _ "airlock/runtime/tiers"

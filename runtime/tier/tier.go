@@ -1,0 +1,221 @@
+// Package tier is the one interface every isolation tier (native, gvisor,
+// wasm, ...) implements, and the registry the manager finds them in.
+//
+// A tier is given a native.Config: the policy, the agent binary and its
+// arguments, stdio, the root (host-derived, or an image's layers with a
+// per-sandbox upper directory), volumes, the listeners to open in the
+// sandbox's network namespace, and the uid range leased for it. It returns
+// an Instance: wait (Done), kill (Destroy), stats, and the layers it
+// enforced. What a tier can do beyond that is declared twice, each in one
+// place: as Caps, which the manager reads to refuse a request up front with
+// an error naming the tier (Refuse), and as the optional interfaces below
+// (Forker, Adopter, Checkpointer, ExecRewriter), which carry the operations.
+//
+// Tiers register themselves by name (Register), from cmd/ or a test, so
+// that the manager imports no tier.
+package tier
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sort"
+	"sync"
+
+	"airlock/policy"
+	rt "airlock/runtime"
+	"airlock/runtime/native"
+	"airlock/runtime/native/cgroups"
+)
+
+// PauseKind is how a tier pauses a sandbox.
+type PauseKind string
+
+// Pause kinds.
+const (
+	// PauseFreeze stops every process with the cgroup freezer; memory
+	// stays resident.
+	PauseFreeze PauseKind = "freeze"
+	// PauseCheckpoint saves the whole sandbox to disk and stops it, which
+	// frees its memory; resume restores it (the instance is a
+	// Checkpointer).
+	PauseCheckpoint PauseKind = "checkpoint"
+)
+
+// Caps declares what a tier can do beyond start, wait, kill and stats.
+type Caps struct {
+	// ImageRoots: the root may be an image's (or template's) layers.
+	ImageRoots bool `json:"image_roots"`
+	// Volumes: named volumes and host directories may be mounted.
+	Volumes bool `json:"volumes"`
+	// Pause is how Pause works; "" means it cannot pause.
+	Pause PauseKind `json:"pause,omitempty"`
+	// MemorySnapshot: a running sandbox's memory and files can be saved
+	// while it runs and forked into new sandboxes (the instance is a
+	// Checkpointer and the tier a Forker).
+	MemorySnapshot bool `json:"memory_snapshot"`
+	// ForkWithNetwork: a sandbox with network can be snapshotted and
+	// forked.
+	ForkWithNetwork bool `json:"fork_with_network"`
+	// AttachNetwork: a sandbox created with network none can be given a
+	// network later (PUT /network).
+	AttachNetwork bool `json:"attach_network"`
+	// AdoptRunning: a running sandbox is taken over by the next server
+	// process after a restart (the tier is an Adopter); without it only a
+	// paused one is, if the tier is an Adopter at all.
+	AdoptRunning bool `json:"adopt_running"`
+	// Pooled: idle sandboxes of this tier can be kept warm in the pool.
+	Pooled bool `json:"pooled"`
+	// ConnectedAgent: the agent must be given a connected socket (stdin)
+	// rather than a listening one to accept on.
+	ConnectedAgent bool `json:"-"`
+	// FullAgent: the agent must be the whole airlock binary, not the
+	// agent-only build.
+	FullAgent bool `json:"-"`
+}
+
+// Tier is one isolation tier.
+type Tier interface {
+	// Name is the runtime name a request gives ("native", "gvisor"...).
+	Name() policy.Runtime
+	// Available returns nil if this host can run the tier, else why not
+	// and how to fix it.
+	Available() error
+	// Caps declares what the tier can do.
+	Caps() Caps
+	// Start starts cfg's agent under the tier. The listeners are those of
+	// cfg.Listen, opened in the sandbox's network namespace.
+	Start(cfg native.Config) (Instance, []net.Listener, error)
+	// Remove removes what the tier keeps on the host for sandbox id once
+	// its processes are gone (state a restart left behind); idempotent.
+	Remove(id string)
+}
+
+// Instance is one running sandbox of a tier, as this process holds it.
+type Instance interface {
+	// Pid is the sandbox's init on the host (or the process that holds it).
+	Pid() int
+	// Done is closed when the sandbox has ended (not when a checkpoint
+	// stops it for a while); the tier reaps its processes.
+	Done() <-chan struct{}
+	// Stats reads its resource accounting.
+	Stats() (cgroups.Stats, error)
+	// Enforced lists the layers applied.
+	Enforced() rt.Enforced
+	// Destroy kills everything of it and removes what it held.
+	Destroy() error
+}
+
+// Forker is a tier that starts new sandboxes from a memory snapshot.
+type Forker interface {
+	Fork(cfg native.Config, image string) (Instance, []net.Listener, error)
+}
+
+// AdoptInfo is what a restarted server knows of a sandbox the previous one
+// started.
+type AdoptInfo struct {
+	ID        string
+	Pid       int
+	StartTime uint64 // /proc/PID/stat field 22 when it started
+	Enforced  rt.Enforced
+	// Paused: it was paused (checkpointed, for a PauseCheckpoint tier)
+	// when the previous server stopped, and its image is complete.
+	Paused bool
+	// Listen are the addresses to open in its (new) network namespace,
+	// for a tier whose namespace went with the previous server.
+	Listen []string
+}
+
+// Adopter is a tier whose sandboxes a restarted server can take over.
+type Adopter interface {
+	// Adopt returns the sandbox as an Instance. For an instance that is a
+	// Checkpointer and info.Paused, it comes back suspended: resume it.
+	Adopt(info AdoptInfo) (Instance, error)
+}
+
+// Checkpointer is an instance that can be saved to disk: for PauseCheckpoint
+// (Suspend, Resume) and MemorySnapshot (Snapshot) tiers. It owns the agent's
+// connection (WrapConn) so that the stream goes on across a restore.
+type Checkpointer interface {
+	// WrapConn makes c the agent's connection, replaceable on restore,
+	// and returns what the client must use.
+	WrapConn(c net.Conn) net.Conn
+	// Conn is the agent's connection as WrapConn returned it (for an
+	// adopted suspended instance, one that waits for Resume).
+	Conn() net.Conn
+	// Suspend saves the sandbox to image and stops it; its memory is freed.
+	Suspend(image string) error
+	// Resume restores it from image; log receives the agent's output.
+	Resume(image string, log *os.File) error
+	// Snapshot saves it to image and leaves it running.
+	Snapshot(image string) error
+	// End marks it ended (a failed resume: nothing runs any more).
+	End()
+}
+
+// Listening is an instance that holds listeners of its own, opened by its
+// adoption in a new network namespace.
+type Listening interface {
+	Listeners() []net.Listener
+}
+
+// ExecRewriter is a tier whose execs run something other than argv as it
+// is (wasm: a module run by the agent's wasm-exec).
+type ExecRewriter interface {
+	ExecArgv(p *policy.Policy, argv []string, shell bool) ([]string, error)
+}
+
+// ErrUnknown is returned for a runtime no tier is registered for.
+var ErrUnknown = errors.New("unknown runtime")
+
+// ErrNotSupported is wrapped by Refuse.
+var ErrNotSupported = errors.New("not supported by this runtime")
+
+var (
+	mu    sync.RWMutex
+	tiers = map[policy.Runtime]Tier{}
+)
+
+// Register makes t available under t.Name(). It panics on a duplicate.
+func Register(t Tier) {
+	mu.Lock()
+	defer mu.Unlock()
+	if _, dup := tiers[t.Name()]; dup {
+		panic("tier: " + string(t.Name()) + " registered twice")
+	}
+	tiers[t.Name()] = t
+}
+
+// Lookup returns the tier registered as name ("" is native).
+func Lookup(name policy.Runtime) (Tier, error) {
+	if name == "" {
+		name = policy.RuntimeNative
+	}
+	mu.RLock()
+	t, ok := tiers[name]
+	mu.RUnlock()
+	if !ok {
+		return nil, fmt.Errorf("%w %q (this build has %v)", ErrUnknown, name, Names())
+	}
+	return t, nil
+}
+
+// Names lists the registered tiers, sorted.
+func Names() []policy.Runtime {
+	mu.RLock()
+	defer mu.RUnlock()
+	out := make([]policy.Runtime, 0, len(tiers))
+	for n := range tiers {
+		out = append(out, n)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
+// Refuse is the error for what tier t cannot do: what names the request
+// ("images", "a fork of a sandbox with network"), cap the capability it
+// lacks. Every such refusal reads the same, naming the tier.
+func Refuse(t Tier, what, capability string) error {
+	return fmt.Errorf("runtime %s does not support %s (capability %s; GET /v1/info lists each runtime's capabilities): %w", t.Name(), what, capability, ErrNotSupported)
+}

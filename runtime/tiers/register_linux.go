@@ -1,0 +1,12 @@
+package tiers
+
+import (
+	"airlock/runtime/gvisor"
+	"airlock/runtime/tier"
+)
+
+func init() {
+	tier.Register(Native{})
+	tier.Register(Wasm{})
+	tier.Register(gvisor.Tier{})
+}
