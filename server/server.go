@@ -429,8 +429,8 @@ func (s *Server) info(w http.ResponseWriter, r *http.Request) error {
 		// What each runtime can do beyond exec and files (runtime/tier.Caps):
 		// a request for what a runtime lacks is refused with 422 naming it.
 		"runtime_capabilities": s.m.RuntimeCaps(),
-		"enforced": *layers,
-		"auth":     !s.cfg.NoAuth,
+		"enforced":             *layers,
+		"auth":                 !s.cfg.NoAuth,
 		// Ready sandboxes in the warm pool (airlock serve --pool).
 		"pool_idle": s.m.PoolIdle(),
 		// The largest limits a sandbox may ask for (airlock serve --max-*);

@@ -21,6 +21,7 @@ import (
 	"net"
 	"os"
 	"sort"
+	"strings"
 	"sync"
 
 	"airlock/policy"
@@ -170,7 +171,7 @@ type ExecRewriter interface {
 var ErrUnknown = errors.New("unknown runtime")
 
 // ErrNotSupported is wrapped by Refuse.
-var ErrNotSupported = errors.New("not supported by this runtime")
+var ErrNotSupported = errors.New("not supported")
 
 var (
 	mu    sync.RWMutex
@@ -213,9 +214,44 @@ func Names() []policy.Runtime {
 	return out
 }
 
+// Has reports whether c has the capability named as in its JSON form
+// ("image_roots", "pause", ...).
+func (c Caps) Has(name string) bool {
+	switch name {
+	case "image_roots":
+		return c.ImageRoots
+	case "volumes":
+		return c.Volumes
+	case "pause":
+		return c.Pause != ""
+	case "memory_snapshot":
+		return c.MemorySnapshot
+	case "fork_with_network":
+		return c.ForkWithNetwork
+	case "attach_network":
+		return c.AttachNetwork
+	case "adopt_running":
+		return c.AdoptRunning
+	case "pooled":
+		return c.Pooled
+	}
+	return false
+}
+
 // Refuse is the error for what tier t cannot do: what names the request
-// ("images", "a fork of a sandbox with network"), cap the capability it
-// lacks. Every such refusal reads the same, naming the tier.
+// ("volumes", "an image or template root"), capability the Caps field it
+// lacks (its JSON name). Every such refusal reads the same: it names the
+// tier, the capability and the registered tiers that have it.
 func Refuse(t Tier, what, capability string) error {
-	return fmt.Errorf("runtime %s does not support %s (capability %s; GET /v1/info lists each runtime's capabilities): %w", t.Name(), what, capability, ErrNotSupported)
+	var have []string
+	for _, n := range Names() {
+		if o, err := Lookup(n); err == nil && o.Caps().Has(capability) {
+			have = append(have, string(n))
+		}
+	}
+	alt := "no runtime of this build has it"
+	if len(have) > 0 {
+		alt = "runtimes that have it: " + strings.Join(have, ", ")
+	}
+	return fmt.Errorf("%w: runtime %s does not support %s (capability %s; %s)", ErrNotSupported, t.Name(), what, capability, alt)
 }

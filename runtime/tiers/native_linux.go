@@ -104,10 +104,10 @@ func adopt(info tier.AdoptInfo) (*adoptedInst, error) {
 	return a, nil
 }
 
-func (a *adoptedInst) Pid() int               { return a.p }
-func (a *adoptedInst) Done() <-chan struct{}  { return a.exited }
-func (a *adoptedInst) Enforced() rt.Enforced  { return a.enforced }
-func (a *adoptedInst) String() string         { return "sandbox " + a.id + " (pid " + strconv.Itoa(a.p) + ")" }
+func (a *adoptedInst) Pid() int              { return a.p }
+func (a *adoptedInst) Done() <-chan struct{} { return a.exited }
+func (a *adoptedInst) Enforced() rt.Enforced { return a.enforced }
+func (a *adoptedInst) String() string        { return "sandbox " + a.id + " (pid " + strconv.Itoa(a.p) + ")" }
 func (a *adoptedInst) OOMKills() (int64, error) {
 	st, err := a.Stats()
 	return st.OOMKills, err
