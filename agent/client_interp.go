@@ -24,6 +24,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	"time"
+
+	"airlock/interp/lang"
 )
 
 // Interpreter frame types.
@@ -143,7 +145,8 @@ type CodeRequest struct {
 	// Language.
 	ContextID string
 	// Language is python (the default), javascript or bash; used when
-	// ContextID is empty.
+	// ContextID is empty. With ContextID, a context of another language
+	// is refused (CodeInvalidArgument): the host gated that language.
 	Language string
 	// Timeout stops the cell (TimeoutError) after this long; 0 means
 	// none.
@@ -227,6 +230,31 @@ func (c *Client) Contexts(ctx context.Context) ([]ContextInfo, error) {
 		return nil, err
 	}
 	return m.Contexts, nil
+}
+
+// CellLanguage is the language a cell of req would run: its context's when
+// it names one (an error of code CodeNotFound without such a context),
+// else its Language, canonical when the agent knows it. A context keeps
+// its language for life and its id is never reused for another, so an
+// approval gate decides on what will really run; RunCode, given this
+// language with the context, also refuses a context of another one.
+func (c *Client) CellLanguage(ctx context.Context, req CodeRequest) (string, error) {
+	if req.ContextID == "" {
+		if l, ok := lang.Canonical(req.Language); ok {
+			return l, nil
+		}
+		return req.Language, nil
+	}
+	list, err := c.Contexts(ctx)
+	if err != nil {
+		return "", err
+	}
+	for _, cx := range list {
+		if cx.ID == req.ContextID {
+			return cx.Language, nil
+		}
+	}
+	return "", &Error{Code: CodeNotFound, Message: fmt.Sprintf("no code context %q", req.ContextID)}
 }
 
 // RestartContext replaces a context's kernel with a fresh one, keeping its

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"airlock/interp"
+	"airlock/interp/lang"
 )
 
 // contextStartTimeout bounds the start of a kernel.
@@ -59,19 +60,8 @@ func (a *agent) code() *codeState {
 }
 
 func parseLanguage(s string) (interp.Language, error) {
-	switch l := interp.Language(strings.ToLower(s)); l {
-	case "":
-		return interp.Python, nil
-	case "py", "python3":
-		return interp.Python, nil
-	case "js", "node":
-		return interp.JavaScript, nil
-	case "ts":
-		return interp.TypeScript, nil
-	case "sh", "shell":
-		return interp.Bash, nil
-	case interp.Python, interp.JavaScript, interp.TypeScript, interp.Bash:
-		return l, nil
+	if l, ok := lang.Canonical(s); ok {
+		return interp.Language(l), nil
 	}
 	return "", &Error{Code: CodeUnsupported, Message: fmt.Sprintf("language %q is not supported (python, javascript, typescript, bash)", s)}
 }
@@ -234,7 +224,16 @@ func kernelErr(err error) error {
 func (c *hostConn) resolveCell(req *runCodeMsg) (*codeContext, error) {
 	cs := c.code()
 	if req.ContextID != "" {
-		return cs.lookup(req.ContextID)
+		cc, err := cs.lookup(req.ContextID)
+		if err != nil || req.Language == "" {
+			return cc, err
+		}
+		// The host names the language it gated the cell on: a context
+		// of another language would run what it did not allow.
+		if l, _ := lang.Canonical(req.Language); l != cc.info.Language {
+			return nil, &Error{Code: CodeInvalidArgument, Message: fmt.Sprintf("code context %q runs %s, not %s", req.ContextID, cc.info.Language, req.Language)}
+		}
+		return cc, nil
 	}
 	lang, err := parseLanguage(req.Language)
 	if err != nil {

@@ -97,6 +97,28 @@ func TestAgentCodeContexts(t *testing.T) {
 	if out := cell(t, c, agent.CodeRequest{ContextID: sh.ID, Code: "echo $GREETING $V $(basename $PWD)"}); out.Stdout != "hello 7 sub\n" {
 		t.Fatalf("bash: %+v", out)
 	}
+	// The host names the language it gated: a context of another one
+	// refuses the cell (and runs nothing); CellLanguage reports the
+	// context's.
+	if l, err := c.CellLanguage(ctxT(t), agent.CodeRequest{ContextID: sh.ID, Language: "python"}); err != nil || l != "bash" {
+		t.Fatalf("CellLanguage of the bash context: %q %v", l, err)
+	}
+	if _, err := c.CellLanguage(ctxT(t), agent.CodeRequest{ContextID: "ctx-none"}); !isAgentCode(err, agent.CodeNotFound) {
+		t.Fatalf("CellLanguage of no context: %v", err)
+	}
+	if l, _ := c.CellLanguage(ctxT(t), agent.CodeRequest{Language: "SH"}); l != "bash" {
+		t.Fatalf("CellLanguage of SH: %q", l)
+	}
+	cl, err = c.RunCode(ctxT(t), agent.CodeRequest{ContextID: sh.ID, Language: "python", Code: "V=8"})
+	if err == nil {
+		_, err = cl.Collect(ctxT(t), 1<<20)
+	}
+	if !isAgentCode(err, agent.CodeInvalidArgument) {
+		t.Fatalf("a python cell in the bash context: %v", err)
+	}
+	if out := cell(t, c, agent.CodeRequest{ContextID: sh.ID, Language: "sh", Code: "echo $V"}); out.Stdout != "7\n" {
+		t.Fatalf("bash after the refused cell: %+v", out)
+	}
 	list, err := c.Contexts(ctxT(t))
 	if err != nil || len(list) != 3 {
 		t.Fatalf("contexts: %+v %v", list, err)
@@ -117,4 +139,10 @@ func TestAgentCodeContexts(t *testing.T) {
 	if _, err := cl.Wait(ctxT(t)); !errors.Is(err, &agent.Error{Code: agent.CodeNotFound}) {
 		t.Fatalf("cell in a deleted context: %v", err)
 	}
+}
+
+// isAgentCode reports whether err is an *agent.Error of code.
+func isAgentCode(err error, code string) bool {
+	var ae *agent.Error
+	return errors.As(err, &ae) && ae.Code == code
 }

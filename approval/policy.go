@@ -7,7 +7,6 @@ package approval
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -21,6 +20,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"airlock/interp/lang"
 	"airlock/policy"
 )
 
@@ -38,8 +38,17 @@ const (
 	// KindTool is a call of an MCP tool.
 	KindTool = "mcp_tool"
 	// KindCode is a code cell run in a sandbox's interpreter (API /code,
-	// MCP run_code, E2B /execute).
+	// MCP run_code, E2B /execute), or a code context started (API and E2B
+	// /contexts): its kernel runs with the environment and working
+	// directory the caller gives, which is code of that language too.
 	KindCode = "code"
+)
+
+// Audit actions the exec gate (manager.ExecGate) puts to the rules besides
+// exec: a code cell, and a code context about to start.
+const (
+	auditCode        = KindCode
+	auditCodeContext = "code.context"
 )
 
 var kinds = []string{KindExec, KindNetwork, KindReadFile, KindCreate, KindTool, KindCode}
@@ -72,7 +81,9 @@ type Rule struct {
 	Above *Limits `json:"above,omitempty"`
 	// Tool (mcp_tool) is the tool's name; "*" is any tool.
 	Tool string `json:"tool,omitempty"`
-	// Language (code) limits the rule to cells of this language.
+	// Language (code) limits the rule to cells and contexts of this
+	// language: python, javascript, typescript or bash, or an alias the
+	// API accepts (sh, js, ts...), which the rule then means.
 	Language string `json:"language,omitempty"`
 	// Reason is shown to the human and the caller.
 	Reason string `json:"reason,omitempty"`
@@ -174,6 +185,14 @@ func (r *Rule) compile() error {
 	if r.Language != "" && r.Action != KindCode {
 		return fmt.Errorf("language applies to action %s only", KindCode)
 	}
+	if r.Language != "" {
+		// Fail closed: a misspelt language would never match.
+		l, ok := lang.Canonical(r.Language)
+		if !ok {
+			return fmt.Errorf("unknown language %q: give python, javascript, typescript or bash", r.Language)
+		}
+		r.Language = l
+	}
 	if r.Action == KindTool && r.Tool == "" {
 		return errors.New(`action mcp_tool needs tool (a tool name, or "*")`)
 	}
@@ -230,8 +249,12 @@ type Action struct {
 	Limits *Limits `json:"limits,omitempty"`
 	// Tool is the MCP tool called (mcp_tool).
 	Tool string `json:"tool,omitempty"`
-	// Language is the code cell's language (code).
+	// Language is the language the code cell or context will run
+	// (code): a cell in a context runs the context's language, whatever
+	// the request says.
 	Language string `json:"language,omitempty"`
+	// NewContext marks a code context about to start (code).
+	NewContext bool `json:"new_context,omitempty"`
 }
 
 // Summary is a one-line description of a for a human.
@@ -253,7 +276,10 @@ func (a *Action) Summary() string {
 	case KindTool:
 		return fmt.Sprintf("call the MCP tool %s%s", a.Tool, on)
 	case KindCode:
-		return fmt.Sprintf("run a %s code cell%s", cmp.Or(a.Language, "python"), on)
+		if a.NewContext {
+			return fmt.Sprintf("start a %s code context%s", codeLanguage(a.Language), on)
+		}
+		return fmt.Sprintf("run a %s code cell%s", codeLanguage(a.Language), on)
 	}
 	return a.Kind + on
 }
@@ -289,9 +315,19 @@ func (r *Rule) Matches(a *Action) bool {
 	case KindTool:
 		return r.Tool == "*" || r.Tool == a.Tool
 	case KindCode:
-		return r.Language == "" || r.Language == cmp.Or(a.Language, "python")
+		return r.Language == "" || r.Language == codeLanguage(a.Language)
 	}
 	return false
+}
+
+// codeLanguage is the canonical name of the language l names ("" is
+// python); a language no kernel runs keeps its lower-case name, which only
+// a rule without language matches (the sandbox refuses it anyway).
+func codeLanguage(l string) string {
+	if c, ok := lang.Canonical(l); ok {
+		return c
+	}
+	return strings.ToLower(l)
 }
 
 // above reports whether asked exceeds any non-zero threshold of t.
@@ -444,16 +480,19 @@ func KeyPolicies(stateDir string) func(context.Context, string) (*Policy, error)
 }
 
 // FromAudit describes an action about to be audited by the manager (a
-// command or a code cell; manager.ExecGate) for the rules.
+// command, a code cell or a code context about to start; manager.ExecGate)
+// for the rules. A cell's detail must name the language it will really run
+// (its context's, if it names one), not the one its request gave.
 func FromAudit(keyID, sandboxID, action string, detail map[string]any) Action {
 	via, _ := detail["via"].(string)
 	if via == "" {
 		via = "api"
 	}
 	a := Action{Kind: KindExec, Via: via, Owner: keyID, Sandbox: sandboxID}
-	if action == KindCode {
-		a.Kind = KindCode
-		a.Language, _ = detail["language"].(string)
+	if action == auditCode || action == auditCodeContext {
+		a.Kind, a.NewContext = KindCode, action == auditCodeContext
+		l, _ := detail["language"].(string)
+		a.Language = codeLanguage(l)
 		return a
 	}
 	a.Argv, _ = detail["argv"].([]string)

@@ -21,6 +21,7 @@ func TestParseRefuses(t *testing.T) {
 		`{"require":[{"action":"exec","argv":"a","argv_glob":"b"}]}`,
 		`{"require":[],"extra":1}`,
 		`{} {}`,
+		`{"deny":[{"action":"code","language":"bsh"}]}`,
 	} {
 		if _, err := Parse([]byte(bad)); err == nil {
 			t.Errorf("Parse(%s) accepted", bad)
@@ -202,5 +203,33 @@ deny:
 		if _, err := Parse([]byte(bad)); err == nil {
 			t.Errorf("Parse(%q) accepted", bad)
 		}
+	}
+}
+
+// TestCodeLanguageAliases: a code rule holds whatever name the request or
+// the rule gives the language (aliases, case), and a code context about to
+// start is gated as code of its language.
+func TestCodeLanguageAliases(t *testing.T) {
+	p, err := Parse([]byte(`{"deny":[{"action":"code","language":"sh"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range []string{"bash", "sh", "shell", "BASH", "Sh"} {
+		for _, action := range []string{auditCode, auditCodeContext} {
+			a := FromAudit("k", "sb", action, map[string]any{"language": l})
+			if judge(&a, p).deny == nil {
+				t.Errorf("%s in %s not denied", action, l)
+			}
+		}
+	}
+	for _, l := range []string{"", "python", "py", "js", "node", "typescript", "r"} {
+		a := FromAudit("k", "sb", auditCode, map[string]any{"language": l})
+		if judge(&a, p).deny != nil {
+			t.Errorf("a %q cell denied by a bash rule", l)
+		}
+	}
+	a := FromAudit("k", "sb", auditCodeContext, map[string]any{"language": "sh"})
+	if a.Summary() != "start a bash code context in sandbox sb" {
+		t.Errorf("summary %q", a.Summary())
 	}
 }

@@ -9,12 +9,15 @@ package dashboard
 
 import (
 	"context"
+	"crypto/hmac"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/subtle"
 	"embed"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"net/http"
@@ -71,6 +74,9 @@ type KeyInfo struct {
 type Handler struct {
 	cfg    Config
 	assets fs.FS
+	// secret derives the CSRF token of a --no-auth browser session from
+	// its cookie (noAuthToken); it never leaves the process.
+	secret []byte
 
 	mu       sync.Mutex
 	sessions map[string]*session
@@ -87,7 +93,11 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.Authenticate == nil && !cfg.NoAuth {
 		return nil, errors.New("dashboard: Authenticate is required unless NoAuth")
 	}
-	return &Handler{cfg: cfg, assets: Assets(), sessions: map[string]*session{}}, nil
+	secret := make([]byte, 32)
+	if _, err := rand.Read(secret); err != nil {
+		return nil, fmt.Errorf("dashboard: no randomness: %w", err)
+	}
+	return &Handler{cfg: cfg, assets: Assets(), secret: secret, sessions: map[string]*session{}}, nil
 }
 
 // Assets returns the embedded build (dist/).
@@ -237,11 +247,57 @@ func (h *Handler) lookup(id string) *session {
 	return s
 }
 
+// maxSessionID bounds a session cookie's value.
+const maxSessionID = 128
+
+// noAuthToken is the CSRF token of the --no-auth browser session sid: an
+// HMAC of the cookie under the process's secret, so that only a page that
+// can read GET /ui/session (a page of this origin, which the ports relay's
+// sandboxed pages are not) learns it, and nothing is stored per session.
+func (h *Handler) noAuthToken(sid string) string {
+	m := hmac.New(sha256.New, h.secret)
+	m.Write([]byte("airlock no-auth csrf\x00" + sid))
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+// CheckBrowser vets a request a browser page sent to a --no-auth server
+// (one with an Origin, or a Sec-Fetch-Site other than none): it must carry
+// the browser session's cookie and that session's CSRF token (from GET
+// /ui/session), or be a WebSocket handshake with the cookie and this
+// server's own Origin. A page of another origin, or a sandbox's page shown
+// by the ports relay (an opaque origin: CSP sandbox), has neither.
+func (h *Handler) CheckBrowser(r *http.Request) error {
+	c, err := r.Cookie(CookieName)
+	if err != nil || c.Value == "" || len(c.Value) > maxSessionID {
+		return ErrCSRF
+	}
+	if !SameOrigin(r) {
+		return ErrCSRF
+	}
+	if isWebSocket(r) && r.Header.Get(CSRFHeader) == "" {
+		return nil
+	}
+	if subtle.ConstantTimeCompare([]byte(r.Header.Get(CSRFHeader)), []byte(h.noAuthToken(c.Value))) != 1 {
+		return ErrCSRF
+	}
+	return nil
+}
+
 // current answers GET /ui/session: whether the browser is logged in, and
-// its CSRF token (readable only by same-origin script).
+// its CSRF token (readable only by same-origin script). Without
+// authentication the browser gets a session cookie here, and the token
+// bound to it.
 func (h *Handler) current(w http.ResponseWriter, r *http.Request) {
 	if h.cfg.NoAuth {
-		writeJSON(w, 200, map[string]any{"authenticated": true, "no_auth": true, "csrf": "no-auth"})
+		sid := ""
+		if c, err := r.Cookie(CookieName); err == nil && c.Value != "" && len(c.Value) <= maxSessionID {
+			sid = c.Value
+		} else {
+			sid = token()
+			http.SetCookie(w, &http.Cookie{Name: CookieName, Value: sid, Path: "/", HttpOnly: true,
+				SameSite: http.SameSiteStrictMode, Secure: isHTTPS(r), MaxAge: int(SessionTTL / time.Second)})
+		}
+		writeJSON(w, 200, map[string]any{"authenticated": true, "no_auth": true, "csrf": h.noAuthToken(sid)})
 		return
 	}
 	if c, err := r.Cookie(CookieName); err == nil {

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"airlock/approval"
+	"airlock/interp/lang"
 	"airlock/manager"
 	"airlock/store"
 )
@@ -206,6 +208,42 @@ func interpStatus(err error) int {
 	return http.StatusInternalServerError
 }
 
+// cellLanguage is the language a cell will run: its context's when it
+// names one (ErrContextNotFound without such a context), else the one it
+// asks for, canonical when known (the kernels refuse the others).
+func (h *Handler) cellLanguage(ctx context.Context, b *boxState, contextID, language string) (string, error) {
+	if contextID == "" {
+		if l, ok := lang.Canonical(language); ok {
+			return l, nil
+		}
+		return language, nil
+	}
+	list, err := h.cfg.Interpreter.Contexts(ctx, b.sb)
+	if err != nil {
+		return "", err
+	}
+	for _, c := range list {
+		if c.ID == contextID {
+			return c.Language, nil
+		}
+	}
+	return "", fmt.Errorf("%w: %s", ErrContextNotFound, contextID)
+}
+
+// auditStatus is the HTTP status of a refusal by AuditFirst: 403 for the
+// approval policy, 507 for a full disk, 503 for a log that cannot be
+// written.
+func auditStatus(err error) int {
+	var apr *approval.Error
+	switch {
+	case errors.As(err, &apr):
+		return http.StatusForbidden
+	case errors.Is(err, store.ErrNoSpace):
+		return http.StatusInsufficientStorage
+	}
+	return http.StatusServiceUnavailable
+}
+
 // readInterpJSON decodes an optional JSON body of at most max bytes.
 func readInterpJSON(r *http.Request, max int64, v any) error {
 	b, err := io.ReadAll(io.LimitReader(r.Body, max+1))
@@ -264,6 +302,17 @@ func (h *Handler) serveInterpreter(w http.ResponseWriter, r *http.Request, b *bo
 		cwd, ok := toSandbox(req.Cwd)
 		if !ok {
 			writePlain(w, http.StatusBadRequest, "bad cwd")
+			return
+		}
+		// A context is code of its language (its kernel starts in the
+		// caller's cwd): put to the approval policy and audited first.
+		l, known := lang.Canonical(req.Language)
+		if !known {
+			l = req.Language
+		}
+		if err := h.m.AuditFirst(ctx, sb.Owner(), sb.ID, manager.ActionCodeContext,
+			map[string]any{"via": "e2b", "language": l, "cwd": cwd}); err != nil {
+			writePlain(w, auditStatus(err), "failed to create context: "+err.Error())
 			return
 		}
 		c, err := in.CreateContext(ctx, sb, req.Language, cwd)
@@ -374,17 +423,24 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request, b *boxState) {
 		defer mu.Unlock()
 		start()
 	}
+	// The approval gate decides on the language that will run: a cell in
+	// a context runs the context's.
+	language, err := h.cellLanguage(r.Context(), b, req.ContextID, req.Language)
+	if err != nil {
+		msg := err.Error()
+		if errors.Is(err, ErrContextNotFound) {
+			msg = "Context " + req.ContextID + " not found"
+		}
+		writePlain(w, interpStatus(err), msg)
+		return
+	}
 	// Fail closed, as the API's /code: no cell runs unless its audit
 	// record is written; the outcome follows as "code.result".
 	sum := sha256.Sum256([]byte(req.Code))
 	audit := map[string]any{"via": "e2b", "code_sha256": hex.EncodeToString(sum[:]), "code_bytes": len(req.Code),
-		"language": req.Language, "context_id": req.ContextID}
-	if err := h.m.AuditFirst(r.Context(), b.sb.Owner(), b.sb.ID, "code", audit); err != nil {
-		status := http.StatusServiceUnavailable
-		if errors.Is(err, store.ErrNoSpace) {
-			status = http.StatusInsufficientStorage
-		}
-		writePlain(w, status, err.Error())
+		"language": language, "context_id": req.ContextID}
+	if err := h.m.AuditFirst(r.Context(), b.sb.Owner(), b.sb.ID, manager.ActionCodeCell, audit); err != nil {
+		writePlain(w, auditStatus(err), err.Error())
 		return
 	}
 	end, err := h.cfg.Interpreter.Execute(r.Context(), b.sb, CellRequest{ContextID: req.ContextID,

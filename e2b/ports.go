@@ -27,3 +27,11 @@ func (h *Handler) servePort(w http.ResponseWriter, r *http.Request, sb *manager.
 				"message": portproxy.Describe(port, err) + " (sandbox " + sb.ID + ")", "sandboxId": sb.ID, "port": port})
 		}})
 }
+
+// HostRouted reports whether r is addressed to a sandbox's port by its host
+// (PORT-SANDBOXID.Domain): a page the sandbox serves, on an origin of its
+// own, never the API's.
+func (h *Handler) HostRouted(r *http.Request) bool {
+	_, _, ok := h.hostRoute(r.Host)
+	return ok
+}

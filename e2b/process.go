@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"airlock/agent"
+	"airlock/approval"
 	"airlock/store"
 )
 
@@ -535,8 +536,13 @@ func (h *Handler) processSendSignal(ctx context.Context, b *boxState, body []byt
 const actionExecResult = "exec.result"
 
 // auditError is the Connect error of an action refused because its audit
-// record could not be written (manager.ErrAudit).
+// record could not be written (manager.ErrAudit), or refused by the
+// approval policy (PermissionDenied).
 func auditError(err error) *Error {
+	var apr *approval.Error
+	if errors.As(err, &apr) {
+		return errorf(CodePermissionDenied, "%v", err)
+	}
 	return errorf(CodeUnavailable, "%v", err)
 }
 

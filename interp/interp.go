@@ -83,6 +83,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"airlock/interp/lang"
 )
 
 // Language is a kernel language.
@@ -90,12 +92,12 @@ type Language string
 
 // The kernel languages.
 const (
-	Python     Language = "python"
-	JavaScript Language = "javascript"
+	Python     Language = lang.Python
+	JavaScript Language = lang.JavaScript
 	// TypeScript runs in a JavaScript kernel: each cell is transpiled to
 	// JavaScript first (esbuild, types stripped, not checked).
-	TypeScript Language = "typescript"
-	Bash       Language = "bash"
+	TypeScript Language = lang.TypeScript
+	Bash       Language = lang.Bash
 )
 
 // Defaults for Config and Execute.

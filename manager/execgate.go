@@ -10,9 +10,16 @@ import (
 // /execute).
 const ActionCodeCell = "code"
 
+// ActionCodeContext is the audit action of a code context about to start
+// (API and E2B /contexts): its kernel runs with the environment and
+// working directory the caller gives, so it is gated as a cell of its
+// language.
+const ActionCodeContext = "code.context"
+
 // ExecGate decides whether code may start running in a sandbox: a
-// command (action store.ActionExec, detail "argv") or a code cell (action
-// ActionCodeCell, detail "language"). detail is what is about to be
+// command (action store.ActionExec, detail "argv"), a code cell (action
+// ActionCodeCell) or a code context (ActionCodeContext), whose detail
+// "language" is the language that will run (a cell's context's). detail is what is about to be
 // audited; its "via" names the surface ("e2b"; absent for the API). nil
 // lets it run; an error refuses it and is returned to the caller as is.
 type ExecGate func(ctx context.Context, keyID, sandboxID, action string, detail map[string]any) error
@@ -25,7 +32,7 @@ func (m *Manager) SetExecGate(g ExecGate) { m.execGate = g }
 
 // gateExec asks the exec gate about an action about to be audited.
 func (m *Manager) gateExec(ctx context.Context, keyID, sandboxID, action string, detail any) error {
-	if m.execGate == nil || (action != store.ActionExec && action != ActionCodeCell) {
+	if m.execGate == nil || (action != store.ActionExec && action != ActionCodeCell && action != ActionCodeContext) {
 		return nil
 	}
 	d, _ := detail.(map[string]any)

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"airlock/agent"
+	"airlock/interp/lang"
+	"airlock/manager"
 	"airlock/policy"
 )
 
@@ -157,7 +159,18 @@ func (s *Server) createContext(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	info, err := sb.Agent().CreateContext(r.Context(), agent.ContextRequest{Language: req.Language, Cwd: req.Cwd, Env: env})
+	l, ok := lang.Canonical(req.Language)
+	if !ok {
+		return errf(400, "unsupported", "language %q is not supported (python, javascript, typescript, bash)", req.Language)
+	}
+	// A context's kernel starts with the caller's environment and working
+	// directory (BASH_ENV, PYTHONPATH...): it is put to the approval
+	// policy, and audited, as code of its language. Fail closed.
+	if err := s.m.AuditFirst(r.Context(), caller(r).id, sb.ID, manager.ActionCodeContext,
+		map[string]any{"language": l, "cwd": req.Cwd, "env_keys": len(env)}); err != nil {
+		return err
+	}
+	info, err := sb.Agent().CreateContext(r.Context(), agent.ContextRequest{Language: l, Cwd: req.Cwd, Env: env})
 	if err != nil {
 		return codeAgentErr(err)
 	}
@@ -252,9 +265,16 @@ func (s *Server) runCode(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	k := caller(r)
+	// The approval gate decides on the language that will run: a cell in
+	// a context runs the context's, whatever the request says.
+	creq := agent.CodeRequest{ContextID: req.ContextID, Language: req.Language}
+	language, err := sb.Agent().CellLanguage(r.Context(), creq)
+	if err != nil {
+		return codeAgentErr(err)
+	}
 	sum := sha256.Sum256([]byte(req.Code))
 	audit := map[string]any{"code_sha256": hex.EncodeToString(sum[:]), "code_bytes": len(req.Code),
-		"language": req.Language, "context_id": req.ContextID}
+		"language": language, "context_id": req.ContextID}
 	res := CodeResult{ExecutionID: agent.NewExecID(), Results: []map[string]string{}}
 	audit["execution_id"] = res.ExecutionID
 	start := time.Now()
@@ -276,7 +296,7 @@ func (s *Server) runCode(w http.ResponseWriter, r *http.Request) error {
 	}
 	oom0 := sb.OOMKills()
 	cell, err := sb.Agent().RunCode(r.Context(), agent.CodeRequest{ID: res.ExecutionID, Code: req.Code,
-		ContextID: req.ContextID, Language: req.Language, Timeout: timeout, MaxOutput: maxOut, Env: env})
+		ContextID: req.ContextID, Language: language, Timeout: timeout, MaxOutput: maxOut, Env: env})
 	if err != nil {
 		audit["outcome"], audit["error"] = "failed", err.Error()
 		s.m.Audit(r.Context(), k.id, sb.ID, ActionCode+".result", audit)

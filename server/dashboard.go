@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"net/http"
+	"strings"
 
 	"airlock/dashboard"
 )
@@ -55,4 +56,37 @@ func dropSessionCookie(r *http.Request) {
 			r.AddCookie(c)
 		}
 	}
+}
+
+// fromPage reports whether a browser page sent r (rather than a program,
+// or the user typing a URL): it has an Origin, or a Sec-Fetch-Site other
+// than none.
+func fromPage(r *http.Request) bool {
+	site := r.Header.Get("Sec-Fetch-Site")
+	return r.Header.Get("Origin") != "" || (site != "" && site != "none")
+}
+
+// pageGuard refuses, on a --no-auth server, what a browser page sends to
+// the API without the browser session's CSRF token (dashboard
+// CheckBrowser): only the dashboard's own pages, which read it from GET
+// /ui/session, have it. A sandbox's page shown by the ports relay is a
+// sandboxed document of an opaque origin and cannot read it (nor does the
+// browser send it the session cookie). The dashboard's own routes and the
+// relays (which pass no credential to the sandbox) are not API calls. It
+// returns the reason, or "" to let r through.
+func (s *Server) pageGuard(r *http.Request) string {
+	if !s.cfg.NoAuth || s.dash == nil || !fromPage(r) {
+		return ""
+	}
+	if r.URL.Path == "/" || strings.HasPrefix(r.URL.Path, "/ui/") || s.e2b.HostRouted(r) {
+		return ""
+	}
+	if _, p := s.mux.Handler(r); p == portsPattern {
+		return ""
+	}
+	if err := s.dash.CheckBrowser(r); err != nil {
+		return "a browser page may call this server without authentication only with the dashboard session's " +
+			dashboard.CSRFHeader + " token: " + err.Error()
+	}
+	return ""
 }

@@ -137,12 +137,12 @@ func TestDashboardSessionNeedsCSRF(t *testing.T) {
 	}
 	c.CloseNow()
 
-	// The session cookie is not passed on to the sandbox (the ports relay
-	// forwards cookies); the page's other cookies are.
+	// Neither the session cookie nor its token reaches the sandbox, nor
+	// any other cookie of the API's origin (the ports relay passes none).
 	script := `import http.server
 class H(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
-        body = ("cookie=%s" % self.headers.get("Cookie")).encode()
+        body = ("cookie=%s csrf=%s" % (self.headers.get("Cookie"), self.headers.get("X-Airlock-CSRF"))).encode()
         self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
         self.wfile.write(body)
 http.server.HTTPServer(("127.0.0.1", 8124), H).serve_forever()
@@ -167,7 +167,7 @@ http.server.HTTPServer(("127.0.0.1", 8124), H).serve_forever()
 		relayed = string(b)
 		return resp.StatusCode == 200
 	})
-	if strings.Contains(relayed, cookie) || strings.Contains(relayed, "airlock_session") || !strings.Contains(relayed, "theme=dark") || !strings.Contains(relayed, "lang=en") {
+	if relayed != "cookie=None csrf=None" {
 		t.Fatalf("the sandbox got %q", relayed)
 	}
 
@@ -185,12 +185,38 @@ http.server.HTTPServer(("127.0.0.1", 8124), H).serve_forever()
 func TestDashboardNoAuth(t *testing.T) {
 	needRoot(t)
 	s := startServer(t, stateDir(t), "--no-auth")
-	code, body, _ := dashReq(t, "GET", s.URL+"/ui/session", "", "", "", "")
+	code, body, resp := dashReq(t, "GET", s.URL+"/ui/session", "", "", "", "")
 	if code != 200 || !strings.Contains(body, `"no_auth":true`) || !strings.Contains(body, `"authenticated":true`) {
 		t.Fatalf("session on --no-auth: %d %s", code, body)
 	}
-	if code, body, _ := dashReq(t, "POST", s.URL+"/v1/sandboxes", "", "no-auth", s.URL, `{"timeout":600}`); code != 201 && code != 200 {
+	var sess struct{ CSRF string }
+	json.Unmarshal([]byte(body), &sess)
+	var cookie string
+	for _, c := range resp.Cookies() {
+		if c.Name == "airlock_session" && c.HttpOnly && c.SameSite == http.SameSiteStrictMode {
+			cookie = c.Value
+		}
+	}
+	if cookie == "" || len(sess.CSRF) < 32 {
+		t.Fatalf("--no-auth session: cookie %q token %q, want an HttpOnly SameSite=Strict cookie and its token", cookie, sess.CSRF)
+	}
+	// The token is the session's: a made-up one, or the right one without
+	// the session's cookie or with another session's, does nothing.
+	_, other, _ := dashReq(t, "GET", s.URL+"/ui/session", "", "", "", "")
+	var otherSess struct{ CSRF string }
+	json.Unmarshal([]byte(other), &otherSess)
+	for _, c := range []struct{ cookie, csrf string }{{"", "no-auth"}, {cookie, "no-auth"}, {cookie, "x"}, {"", sess.CSRF},
+		{"forged", sess.CSRF}, {cookie, otherSess.CSRF}} {
+		if code, body, _ := dashReq(t, "POST", s.URL+"/v1/sandboxes", c.cookie, c.csrf, s.URL, `{"timeout":600}`); code != 403 {
+			t.Errorf("create with cookie %q token %q: %d %s, want 403", c.cookie, c.csrf, code, body)
+		}
+	}
+	if code, body, _ := dashReq(t, "POST", s.URL+"/v1/sandboxes", cookie, sess.CSRF, s.URL, `{"timeout":600}`); code != 201 && code != 200 {
 		t.Fatalf("same-origin create: %d %s", code, body)
+	}
+	// A program (no Origin, no Sec-Fetch-Site) needs nothing.
+	if code, body, _ := dashReq(t, "GET", s.URL+"/v1/sandboxes", "", "", "", ""); code != 200 {
+		t.Fatalf("a program's call: %d %s", code, body)
 	}
 	if code, body, _ := dashReq(t, "POST", s.URL+"/v1/sandboxes", "", "no-auth", "http://evil.example", `{}`); code != 403 {
 		t.Fatalf("cross-origin create: %d %s", code, body)

@@ -178,7 +178,7 @@ func (s *Server) routes() {
 	authed("GET /v1/sandboxes/{id}/processes/{pid}/events", s.events)
 	authed("GET /v1/sandboxes/{id}/processes/{pid}/logs", s.logs)
 	authed("GET /v1/sandboxes/{id}/pty", s.pty)
-	authed("/v1/sandboxes/{id}/ports/{port}/{path...}", s.port)
+	authed(portsPattern, s.port)
 	authed("GET /v1/sandboxes/{id}/files", s.readFile)
 	authed("PUT /v1/sandboxes/{id}/files", s.writeFile)
 	authed("DELETE /v1/sandboxes/{id}/files", s.removeFile)
@@ -209,6 +209,11 @@ func (s *Server) routes() {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.requests.Add(1)
 	if msg := browserGuard(r, s.cfg.NoAuth); msg != "" {
+		s.count(http.StatusForbidden)
+		writeError(w, http.StatusForbidden, "forbidden", msg)
+		return
+	}
+	if msg := s.pageGuard(r); msg != "" {
 		s.count(http.StatusForbidden)
 		writeError(w, http.StatusForbidden, "forbidden", msg)
 		return
