@@ -202,6 +202,31 @@ type Info struct {
 	PoolIdle int `json:"pool_idle"`
 	// DefaultRuntime is the runtime of a create without one.
 	DefaultRuntime string `json:"default_runtime"`
+	// RuntimeCapabilities says what each runtime can do beyond exec and
+	// files; a request for what its runtime lacks is refused with 422.
+	RuntimeCapabilities map[string]RuntimeCaps `json:"runtime_capabilities,omitempty"`
+}
+
+// RuntimeCaps is what one runtime can do (GET /v1/info).
+type RuntimeCaps struct {
+	ImageRoots      bool   `json:"image_roots"`
+	Volumes         bool   `json:"volumes"`
+	Pause           string `json:"pause,omitempty"` // "freeze", "checkpoint", or "" (cannot pause)
+	MemorySnapshot  bool   `json:"memory_snapshot"`
+	ForkWithNetwork bool   `json:"fork_with_network"`
+	AttachNetwork   bool   `json:"attach_network"`
+	AdoptRunning    bool   `json:"adopt_running"`
+	Pooled          bool   `json:"pooled"`
+}
+
+// Has reports whether the runtime has the capability named as in its JSON
+// form ("image_roots", "pause", ...).
+func (c RuntimeCaps) Has(name string) bool {
+	b, _ := json.Marshal(c)
+	var m map[string]any
+	json.Unmarshal(b, &m)
+	v := m[name]
+	return v == true || (v != nil && v != false && v != "")
 }
 
 // newRequest builds a request to path (with query) and a JSON or raw body.
