@@ -1,0 +1,104 @@
+package e2e_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"airlock/client"
+	it "airlock/imagestore/imagetest"
+	"airlock/internal/testserver"
+	"airlock/runtime/gvisor"
+)
+
+// TestDebianPipGVisorE2E is TestDebianPipE2E's API part under gVisor
+// (issue 26): a Debian image sandbox with "runtime": "gvisor" pip
+// installs from the local index through the allowlist (and is refused
+// without it), a Python cell imports the package, the root is snapshotted
+// to an image and a gVisor sandbox created from that image imports it
+// again; the snapshot holds the files with the sandbox's own owners (a
+// native sandbox from it sees them as the gVisor one did).
+func TestDebianPipGVisorE2E(t *testing.T) {
+	testserver.NeedRoot(t)
+	if _, err := gvisor.Available(); err != nil {
+		t.Skipf("gvisor: %v", err)
+	}
+	it.DebianLayer(t)
+	reg := it.Registry(t)
+	ref := it.Push(t, reg, "debian/python:12", it.DebianPython(t))
+	port := it.PyIndex(t)
+	index := fmt.Sprintf("http://pkgs.test:%d/simple/", port)
+	allow := []string{fmt.Sprintf("pkgs.test:%d", port), fmt.Sprintf("127.0.0.1:%d", port)}
+	pip := "python3 -m venv /opt/venv && /opt/venv/bin/pip install --no-cache-dir --disable-pip-version-check --index-url " + index +
+		" --trusted-host pkgs.test " + it.PyPackage
+	importIt := `/opt/venv/bin/python -c 'import airlock_demo; print(airlock_demo.hello())'`
+
+	state := testserver.StateDir(t)
+	s := testserver.Start(t, state, "--image-registry", reg, "--resolve", "pkgs.test=127.0.0.1")
+	key := testserver.NewKey(t, state, "gvdebian")
+	c := client.New(s.URL, key)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	if code, v := testserver.PostJSON(t, s.URL+"/v1/images", key, `{"ref":"`+ref+`"}`); code != 200 {
+		t.Fatalf("pull: %d %v", code, v)
+	}
+	create := func(req client.CreateRequest) *client.Sandbox {
+		t.Helper()
+		req.Runtime = "gvisor"
+		sb, err := c.Create(ctx, req)
+		if err != nil {
+			t.Fatalf("create %+v: %v", req, err)
+		}
+		if sb.Runtime != "gvisor" {
+			t.Fatalf("created under %q, want gvisor", sb.Runtime)
+		}
+		return sb
+	}
+
+	// Without the index in the allowlist the install is refused.
+	denied := create(client.CreateRequest{Image: ref, Network: &client.Network{Mode: "allowlist", Allow: []string{"127.0.0.1:1"}}})
+	res, err := c.Exec(ctx, denied.ID, client.ExecRequest{Argv: []string{"/bin/sh", "-c", pip + " --retries 0 --timeout 5"}})
+	if err != nil || res.ExitCode == 0 || strings.Contains(res.Stdout, "Successfully installed") {
+		t.Fatalf("pip install without the index allowed: %+v %v", res, err)
+	}
+	c.Kill(ctx, denied.ID)
+
+	sb := create(client.CreateRequest{Image: ref, Network: &client.Network{Mode: "allowlist", Allow: allow}})
+	res, err = c.Exec(ctx, sb.ID, client.ExecRequest{Argv: []string{"/bin/sh", "-c", "uname -r; cat /etc/debian_version; id -u; " + pip}})
+	if err != nil || res.ExitCode != 0 || !strings.Contains(res.Stdout, "gvisor") && !strings.Contains(res.Stdout, "4.4.0") ||
+		!strings.Contains(res.Stdout, "\n12.") || !strings.Contains(res.Stdout, "Successfully installed "+it.PyPackage+"-1.0") {
+		t.Fatalf("pip install in the live gVisor sandbox: %+v %v", res, err)
+	}
+	cell, err := c.RunCode(ctx, sb.ID, client.CodeRequest{Language: "python", Code: "import glob, site\nsite.addsitedir(glob.glob('/opt/venv/lib/python3*/site-packages')[0])\nimport airlock_demo\nprint(airlock_demo.hello())"})
+	if err != nil || cell.Error != nil || !strings.Contains(cell.Stdout, it.PyHello) {
+		t.Fatalf("python cell importing the package: %+v %v", cell, err)
+	}
+	owners, err := c.Exec(ctx, sb.ID, client.ExecRequest{Argv: []string{"/bin/sh", "-c", "stat -c %u:%g /opt/venv/bin/python /workspace"}})
+	if err != nil || owners.ExitCode != 0 {
+		t.Fatalf("stat: %+v %v", owners, err)
+	}
+	if code, v := testserver.PostJSON(t, s.URL+"/v1/sandboxes/"+sb.ID+"/snapshot", key, `{"name":"debian/gv-demo:1"}`); code != 201 {
+		t.Fatalf("snapshot of a gVisor image sandbox: %d %v", code, v)
+	}
+	c.Kill(ctx, sb.ID)
+
+	sb2 := create(client.CreateRequest{Image: "debian/gv-demo:1"})
+	res, err = c.Exec(ctx, sb2.ID, client.ExecRequest{Argv: []string{"/bin/sh", "-c", importIt}})
+	if err != nil || res.ExitCode != 0 || res.Stdout != it.PyHello+"\n" {
+		t.Fatalf("import in a gVisor sandbox from the snapshot: %+v %v", res, err)
+	}
+	c.Kill(ctx, sb2.ID)
+
+	// A native sandbox from the same snapshot sees the same owners.
+	nat, err := c.Create(ctx, client.CreateRequest{Image: "debian/gv-demo:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err = c.Exec(ctx, nat.ID, client.ExecRequest{Argv: []string{"/bin/sh", "-c", "stat -c %u:%g /opt/venv/bin/python /workspace; " + importIt}})
+	if err != nil || res.ExitCode != 0 || res.Stdout != owners.Stdout+it.PyHello+"\n" {
+		t.Fatalf("native sandbox from the gVisor snapshot: %+v %v (gVisor saw owners %q)", res, err, owners.Stdout)
+	}
+	c.Kill(ctx, nat.ID)
+}
