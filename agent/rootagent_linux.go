@@ -40,7 +40,8 @@ func rootAgentIDArg(args []string) (int, bool, error) {
 // RootCaps (no kill, no sys_ptrace, no sys_resource); kill needs the
 // sender's real or effective uid to equal the target's real or saved uid
 // (aid), prlimit the caller's real uid to equal all of the target's, and
-// ptrace both and a dumpable target (the agent is not dumpable).
+// ptrace both and a dumpable target (the agent is not dumpable); with
+// CAP_SETUID it cannot take uid aid either (guardAgentID).
 func becomeRootAgent(aid int, args []string) error {
 	rootCaps, err := rootCapsArg(args)
 	if err != nil {
@@ -85,6 +86,11 @@ func becomeRootAgent(aid int, args []string) error {
 	}
 	if err := capsAre(map[string]uint64{"CapPrm:": wantAgentCaps | keep, "CapEff:": wantAgentCaps, "CapBnd:": keep, "CapAmb:": 0}); err != nil {
 		return err
+	}
+	if len(rootCaps) > 0 {
+		if err := guardAgentID(aid); err != nil { // CAP_SETUID must not reach the agent's uid
+			return err
+		}
 	}
 	workloadCred = &syscall.Credential{Uid: 0, Gid: 0, Groups: []uint32{}}
 	workloadCaps = rootCaps

@@ -3,6 +3,8 @@ package e2e_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -101,4 +103,89 @@ func TestDebianPipGVisorE2E(t *testing.T) {
 		t.Fatalf("native sandbox from the gVisor snapshot: %+v %v (gVisor saw owners %q)", res, err, owners.Stdout)
 	}
 	c.Kill(ctx, nat.ID)
+}
+
+// TestGVisorRootUserHostile: "user": "root" in a gVisor image sandbox is
+// uid 0 inside the sentry with the root capabilities (chown works) and
+// nothing to reach the agent with: prlimit, signals and set*id to the
+// agent's uid are refused, the agent answers afterwards, and a host file
+// outside the sandbox's root is not there. Before issue 26 the create was
+// refused (capability image_roots); a uid-0 workload's agent would have
+// shared its uid.
+func TestGVisorRootUserHostile(t *testing.T) {
+	testserver.NeedRoot(t)
+	if _, err := gvisor.Available(); err != nil {
+		t.Skipf("gvisor: %v", err)
+	}
+	it.DebianLayer(t)
+	reg := it.Registry(t)
+	ref := it.Push(t, reg, "debian/python:12", it.DebianPython(t))
+	secret := filepath.Join(t.TempDir(), "host-secret")
+	if err := os.WriteFile(secret, []byte("host only\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	state := testserver.StateDir(t)
+	s := testserver.Start(t, state, "--image-registry", reg)
+	key := testserver.NewKey(t, state, "gvroot")
+	c := client.New(s.URL, key)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	if code, v := testserver.PostJSON(t, s.URL+"/v1/images", key, `{"ref":"`+ref+`"}`); code != 200 {
+		t.Fatalf("pull: %d %v", code, v)
+	}
+	sb, err := c.Create(ctx, client.CreateRequest{Runtime: "gvisor", Image: ref, User: "root"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Kill(ctx, sb.ID)
+	res, err := c.Exec(ctx, sb.ID, client.ExecRequest{Argv: []string{"/bin/sh", "-c",
+		"mkdir -p /opt/pkg && echo x > /opt/pkg/f && chown 1234:1234 /opt/pkg/f && stat -c %u:%g /opt/pkg/f; id -u; grep CapEff /proc/self/status; uname -r"}})
+	if err != nil || res.ExitCode != 0 || !strings.HasPrefix(res.Stdout, "1234:1234\n0\nCapEff:\t00000000000004cf\n") || !strings.Contains(res.Stdout, "gvisor") {
+		t.Fatalf("as root under gVisor: %+v %v", res, err)
+	}
+	hostile := `
+import os, resource, signal
+def try_(name, f):
+    try:
+        f()
+        print(name, "allowed")
+    except OSError as e:
+        print(name, "denied", e.errno)
+try_("prlimit", lambda: resource.prlimit(1, resource.RLIMIT_NOFILE, (1, 1)))
+try_("prlimit_as", lambda: resource.prlimit(1, resource.RLIMIT_AS, (1 << 20, 1 << 20)))
+for s in (signal.SIGKILL, signal.SIGSTOP, signal.SIGSEGV, signal.SIGTERM):
+    try_("kill_" + s.name, lambda: os.kill(1, s))
+def become(f):
+    pid = os.fork()
+    if pid == 0:
+        try:
+            f()
+            os._exit(0)
+        except OSError as e:
+            os._exit(e.errno)
+    return os.waitpid(pid, 0)[1] >> 8
+for name, f in (("setuid", lambda: os.setuid(65532)), ("setresuid", lambda: os.setresuid(-1, -1, 65532)), ("setreuid", lambda: os.setreuid(65532, -1))):
+    code = become(f)
+    print(name, "allowed" if code == 0 else "denied %d" % code)
+print("secret", os.path.exists(` + "'" + secret + "'" + `))
+`
+	if _, err := c.WriteFile(ctx, sb.ID, "/tmp/hostile.py", strings.NewReader(hostile), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res, err = c.Exec(ctx, sb.ID, client.ExecRequest{Argv: []string{"python3", "/tmp/hostile.py"}})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("hostile script: %+v %v", res, err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(res.Stdout), "\n") {
+		if strings.Contains(line, "allowed") || line == "secret True" {
+			t.Errorf("root under gVisor reached the agent or the host: %s", line)
+		}
+	}
+	if !strings.Contains(res.Stdout, "secret False") || strings.Count(res.Stdout, "denied") != 9 {
+		t.Fatalf("hostile script output: %q", res.Stdout)
+	}
+	res, err = c.Exec(ctx, sb.ID, client.ExecRequest{Argv: []string{"/bin/sh", "-c", "echo agent-alive"}})
+	if err != nil || res.Stdout != "agent-alive\n" {
+		t.Fatalf("the agent did not survive root's attempts: %+v %v", res, err)
+	}
 }
