@@ -189,3 +189,63 @@ print("secret", os.path.exists(` + "'" + secret + "'" + `))
 		t.Fatalf("the agent did not survive root's attempts: %+v %v", res, err)
 	}
 }
+
+// TestGVisorVolumeShared: a volume is shared between a gVisor and a native
+// sandbox with the same owners: files the gVisor sandbox's user writes
+// (and chowns, as root) are seen by the native one with the same uids and
+// gids, and the other way round. Before issue 26 the gVisor create was
+// refused (capability volumes).
+func TestGVisorVolumeShared(t *testing.T) {
+	testserver.NeedRoot(t)
+	if _, err := gvisor.Available(); err != nil {
+		t.Skipf("gvisor: %v", err)
+	}
+	it.DebianLayer(t)
+	reg := it.Registry(t)
+	ref := it.Push(t, reg, "debian/python:12", it.DebianPython(t))
+	state := testserver.StateDir(t)
+	s := testserver.Start(t, state, "--image-registry", reg)
+	key := testserver.NewKey(t, state, "gvvol")
+	c := client.New(s.URL, key)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	if code, v := testserver.PostJSON(t, s.URL+"/v1/images", key, `{"ref":"`+ref+`"}`); code != 200 {
+		t.Fatalf("pull: %d %v", code, v)
+	}
+	if code, v := testserver.PostJSON(t, s.URL+"/v1/volumes", key, `{"name":"shared","size_bytes":16777216}`); code != 201 {
+		t.Fatalf("volume: %d %v", code, v)
+	}
+	vols := []client.VolumeRef{{Name: "shared", Path: "/data"}}
+	gv, err := c.Create(ctx, client.CreateRequest{Runtime: "gvisor", Image: ref, User: "root", Volumes: vols})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Exec(ctx, gv.ID, client.ExecRequest{Argv: []string{"/bin/sh", "-c",
+		"echo from-gvisor > /data/g && mkdir /data/d && chown 1234:2345 /data/d && stat -c '%n %u:%g' /data/g /data/d"}})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("gvisor writes the volume: %+v %v", res, err)
+	}
+	gvSaw := res.Stdout
+	if err := c.Kill(ctx, gv.ID); err != nil {
+		t.Fatal(err)
+	}
+	nat, err := c.Create(ctx, client.CreateRequest{Image: ref, User: "root", Volumes: vols})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err = c.Exec(ctx, nat.ID, client.ExecRequest{Argv: []string{"/bin/sh", "-c",
+		"stat -c '%n %u:%g' /data/g /data/d && cat /data/g && echo from-native > /data/n && chown 4321:4321 /data/n"}})
+	if err != nil || res.ExitCode != 0 || res.Stdout != gvSaw+"from-gvisor\n" {
+		t.Fatalf("native sees the volume as gvisor left it: %+v %v (gvisor saw %q)", res, err, gvSaw)
+	}
+	c.Kill(ctx, nat.ID)
+	gv2, err := c.Create(ctx, client.CreateRequest{Runtime: "gvisor", Image: ref, Volumes: vols})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Kill(ctx, gv2.ID)
+	res, err = c.Exec(ctx, gv2.ID, client.ExecRequest{Argv: []string{"/bin/sh", "-c", "stat -c '%n %u:%g' /data/n && cat /data/n"}})
+	if err != nil || res.ExitCode != 0 || res.Stdout != "/data/n 4321:4321\nfrom-native\n" {
+		t.Fatalf("gvisor sees the native sandbox's file: %+v %v", res, err)
+	}
+}
