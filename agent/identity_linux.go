@@ -92,6 +92,9 @@ func secureIdentity(args []string) error {
 	if _, _, e := syscall.RawSyscall(sysPrctl, prSetDumpable, 0, 0); e != 0 {
 		return fmt.Errorf("prctl(PR_SET_DUMPABLE, 0): %w", e)
 	}
+	if workloadCred != nil {
+		return nil // set by mountTmpfs (becomeRootAgent, under gVisor)
+	}
 	uid, gid, ok, err := userArg(args)
 	if err != nil {
 		return err

@@ -55,6 +55,12 @@ func mountTmpfs(args []string) error {
 		return nil
 	}
 	uid, gid, ok, err := userArg(args)
+	if aid, root, rerr := rootAgentIDArg(args); err == nil && ok && uid == 0 && gid == 0 && (root || rerr != nil) {
+		if rerr != nil {
+			return rerr
+		}
+		return becomeRootAgent(aid, args) // a uid-0 workload: rootagent_linux.go
+	}
 	if err != nil || !ok || uid == 0 {
 		return fmt.Errorf("--tmpfs needs --user with a non-root workload user to drop to (%v)", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"airlock/policy"
+	"airlock/runtime/gvisor"
 	"airlock/runtime/native"
 )
 
@@ -32,7 +33,27 @@ var busyboxPath = "/bin/busybox"
 // not timed. scratch holds the layer, the pool and the roots (a disk
 // filesystem: not tmpfs).
 func ImageCreateFigure(scratch string, runs int) Figure {
-	const name = "create from an image (in-process)"
+	return imageCreateFigure(scratch, runs, false)
+}
+
+// GVisorImageCreateFigure is ImageCreateFigure under gVisor: the image
+// root is the same overlay, mounted on the host and served by runsc's
+// gofer (runtime/gvisor image_linux.go). gvisor.Start returns before the
+// program runs, so each round is timed until `busybox true` has ended
+// (runsc started, the sentry booted, the program run and gone), for both
+// peers alike.
+func GVisorImageCreateFigure(scratch string, runs int) Figure {
+	if _, err := gvisor.Available(); err != nil {
+		return Unavailable("gvisor create from an image (in-process)", err.Error())
+	}
+	return imageCreateFigure(scratch, runs, true)
+}
+
+func imageCreateFigure(scratch string, runs int, gv bool) Figure {
+	name := "create from an image (in-process)"
+	if gv {
+		name = "gvisor create from an image (in-process)"
+	}
 	if _, err := os.Stat(busyboxPath); err != nil {
 		return Unavailable(name, "needs a static busybox at "+busyboxPath+" (Debian: busybox-static)")
 	}
@@ -76,6 +97,9 @@ func ImageCreateFigure(scratch string, runs int) Figure {
 			seq++
 			img = &native.ImageRoot{Layers: []string{layer}, Dir: filepath.Join(dir, "root"+strconv.Itoa(seq)), Disks: pool}
 		}
+		if gv {
+			return gvisorRound(pol, argv, img)
+		}
 		t0 := time.Now()
 		sb, err := native.Start(native.Config{Policy: pol, Args: argv, Image: img})
 		d := time.Since(t0)
@@ -104,10 +128,43 @@ func ImageCreateFigure(scratch string, runs int) Figure {
 		{Name: Reference, Note: "native.Start(strict) from a one-layer busybox image: ID-mapped layer, overlayfs, a pooled capped upper disk; until the program runs"},
 		{Name: ImageDefaultPeer, Note: "native.Start(strict) of the host's busybox from the default root; until the program runs"},
 	}
+	if gv {
+		pol.Runtime = policy.RuntimeGVisor
+		peers = []Peer{
+			{Name: Reference, Note: "gvisor.Start(strict) from a one-layer busybox image: overlayfs on the host with a pooled capped upper disk, served by the gofer; until the program has ended"},
+			{Name: ImageDefaultPeer, Note: "gvisor.Start(strict) of the host's busybox from the default root; until the program has ended"},
+		}
+	}
 	fig := Sample(peers, UnitMS, runs, func(p Peer) (float64, error) { return start(p.Name == Reference) })
 	fig.Name = name
 	fig.Command = argv
 	return fig
+}
+
+// gvisorRound times one gvisor create of argv (img nil: the default
+// root) until the program has ended, and removes the root untimed.
+func gvisorRound(pol policy.Policy, argv []string, img *native.ImageRoot) (float64, error) {
+	if img != nil {
+		if err := os.MkdirAll(img.Dir, 0o700); err != nil {
+			return 0, err
+		}
+		defer native.RemoveImageRoot(img.Dir)
+	}
+	t0 := time.Now()
+	sb, err := gvisor.Start(native.Config{Policy: pol, Args: argv, Image: img})
+	if err != nil {
+		return 0, err
+	}
+	st, werr := sb.Wait()
+	d := time.Since(t0)
+	sb.Destroy()
+	if werr != nil {
+		return 0, werr
+	}
+	if !st.Exited() || st.ExitCode() != 0 {
+		return 0, fmt.Errorf("busybox true under gvisor: %v", st)
+	}
+	return float64(d) / float64(time.Millisecond), nil
 }
 
 // busyboxLayer makes dir an unpacked image layer: bin/busybox (a copy of

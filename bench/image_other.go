@@ -11,3 +11,8 @@ const ImageDefaultPeer = "default root"
 func ImageCreateFigure(scratch string, runs int) Figure {
 	return Unavailable("create from an image (in-process)", "airlock sandboxes need Linux")
 }
+
+// GVisorImageCreateFigure is ImageCreateFigure under gVisor; Linux only.
+func GVisorImageCreateFigure(scratch string, runs int) Figure {
+	return Unavailable("gvisor create from an image (in-process)", "airlock sandboxes need Linux")
+}

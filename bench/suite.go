@@ -186,6 +186,8 @@ func Run(cfg Config) *Report {
 				scratch = os.TempDir()
 			}
 			rep.Figures = append(rep.Figures, ImageCreateFigure(scratch, cfg.Runs))
+			progress("gvisor create from an image: %d rounds", cfg.Runs)
+			rep.Figures = append(rep.Figures, GVisorImageCreateFigure(scratch, cfg.Runs))
 		case "gvisor":
 			progress("gvisor cold start: %d rounds of /bin/true", cfg.Runs)
 			rep.Figures = append(rep.Figures, GVisorFigure(cfg.Airlock, others, cfg.Runs, cfg.Peers.Timeout))

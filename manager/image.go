@@ -13,6 +13,7 @@ import (
 	"airlock/imagestore"
 	"airlock/policy"
 	"airlock/runtime/native"
+	"airlock/runtime/tier"
 )
 
 // Images returns the image store CreateRequest.Image names images of
@@ -170,6 +171,9 @@ func (m *Manager) Snapshot(ctx context.Context, owner, id, name string) (*images
 	sb.mu.Lock()
 	idBase := sb.rec.UIDBase
 	sb.mu.Unlock()
+	if t, err := tier.Lookup(sb.runtime()); err == nil && t.Caps().UnmappedIDs {
+		idBase = 0 // its upper directory holds the sandbox's own ids
+	}
 	if err := m.AuditFirst(ctx, owner, sb.ID, ActionSandboxSnapshot, map[string]any{"name": name, "base": base.Digest}); err != nil {
 		return nil, err
 	}

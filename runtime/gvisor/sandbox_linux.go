@@ -67,8 +67,9 @@ type Sandbox struct {
 	group         *cgroups.Group
 	enforced      rt.Enforced
 
-	netns     *os.File       // the egress namespace runsc joins (network not none)
-	listeners []net.Listener // the proxy's listeners in it, handed to the caller
+	netns     *os.File             // the egress namespace runsc joins (network not none)
+	img       *native.MountedImage // an image root, mounted on the host while the sandbox lives
+	listeners []net.Listener       // the proxy's listeners in it, handed to the caller
 
 	waitOnce sync.Once
 	state    *os.ProcessState
@@ -115,8 +116,8 @@ func start(cfg native.Config, image string) (*Sandbox, error) {
 			return nil, errors.New("argument or environment contains a NUL byte")
 		}
 	}
-	if cfg.Image != nil || len(cfg.Volumes) > 0 {
-		return nil, &native.SetupError{Step: "root filesystem", Err: errors.New("image roots and volumes are not supported by the gvisor runtime yet")}
+	if image != "" && cfg.Image != nil {
+		return nil, &native.SetupError{Step: "root filesystem", Err: ErrImageSnapshot}
 	}
 	if (len(cfg.Listen) > 0) != (p.Network.Mode != policy.NetNone) {
 		return nil, &native.SetupError{Step: "network", Err: fmt.Errorf("network mode %q with %d proxy listeners: a gvisor sandbox has either no network or the egress proxy's listeners", p.Network.Mode, len(cfg.Listen))}
@@ -140,7 +141,7 @@ func start(cfg native.Config, image string) (*Sandbox, error) {
 			return nil, err
 		}
 	}
-	layout, err := native.RootLayout(&p, cfg.AgentBinary)
+	layout, img, err := rootLayout(&p, &cfg) // image root, volumes: image_linux.go
 	if err != nil {
 		return nil, err
 	}
@@ -161,6 +162,11 @@ func start(cfg native.Config, image string) (*Sandbox, error) {
 		}
 		cfg.Args = append(append([]string{}, cfg.Args...), mounts...)
 	}
+	rootArgs, err := rootAgentArgs(&p, &cfg, len(mounts) > 0) // a uid-0 workload: image_linux.go
+	if err != nil {
+		return nil, err
+	}
+	cfg.Args = append(cfg.Args, rootArgs...)
 
 	enforced := rt.Enforced{
 		{Name: "gvisor", State: rt.StateOK, Detail: fmt.Sprintf("runsc %s, platform %s: the program's system calls are served by gVisor's sentry (a user-space kernel), not the host kernel", rs.Version, Platform)},
@@ -206,8 +212,10 @@ func start(cfg native.Config, image string) (*Sandbox, error) {
 		inodes,
 	)
 
-	s := &Sandbox{ID: id, runsc: rs, group: group, enforced: enforced, waitDone: make(chan struct{})}
+	enforced = imageEnforced(enforced, img, &cfg)
+	s := &Sandbox{ID: id, runsc: rs, group: group, enforced: enforced, waitDone: make(chan struct{}), img: img}
 	fail := func(step string, err error) (*Sandbox, error) {
+		img.Abort()
 		s.closeNet()
 		for _, l := range s.listeners {
 			l.Close()
@@ -247,6 +255,8 @@ func start(cfg native.Config, image string) (*Sandbox, error) {
 		return fail("bundle", err)
 	}
 	spec := buildSpec(&p, &cfg, layout, cgPath, netnsPath, len(mounts) > 0)
+	imageSpec(spec, img)
+	rootAgentSpec(spec, &p, &cfg, len(mounts) > 0)
 	data, err := json.Marshal(spec)
 	if err != nil {
 		return fail("bundle", err)
@@ -263,6 +273,7 @@ func start(cfg native.Config, image string) (*Sandbox, error) {
 	if err := s.launch(args, cfg.Stdin, cfg.Stdout, cfg.Stderr); err != nil {
 		return fail("start runsc", err)
 	}
+	img.Started()
 	return s, nil
 }
 
@@ -323,6 +334,9 @@ func (s *Sandbox) Checkpoint(image string) error {
 func (s *Sandbox) Snapshot(image string) error {
 	if s.netns != nil {
 		return ErrNetworkSnapshot
+	}
+	if s.img != nil {
+		return ErrImageSnapshot
 	}
 	if err := os.MkdirAll(image, 0o700); err != nil {
 		return fmt.Errorf("gvisor: snapshot: %w", err)
@@ -434,7 +448,7 @@ func dropCache(dir string) error {
 // cgroup).
 func (s *Sandbox) Restore(image string, stdin, stdout, stderr *os.File) (*Sandbox, error) {
 	n := &Sandbox{ID: s.ID, runsc: s.runsc, dir: s.dir, group: s.group, enforced: s.enforced,
-		surviveParent: s.surviveParent, waitDone: make(chan struct{}), netns: s.netns}
+		surviveParent: s.surviveParent, waitDone: make(chan struct{}), netns: s.netns, img: s.img}
 	if err := n.launch(append([]string{"restore"}, restoreFlags(image, filepath.Join(s.dir, "bundle"), s.ID)...), stdin, stdout, stderr); err != nil {
 		return nil, fmt.Errorf("gvisor: start runsc restore: %w", err)
 	}
@@ -779,6 +793,7 @@ func (s *Sandbox) Destroy() error {
 		}
 		removeRunscLeftovers(s.ID)
 		s.closeNet()
+		s.img.Unmount()
 		if s.group != nil {
 			err = s.group.Destroy()
 		}

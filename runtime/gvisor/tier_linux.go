@@ -29,12 +29,14 @@ func (Tier) Available() error {
 	return err
 }
 
-// Caps implements tier.Tier. The agent is connected over a socketpair
+// Caps implements tier.Tier. Image roots and volumes are served by the
+// gofer with their on-disk ids (image_linux.go), hence UnmappedIDs. The agent is connected over a socketpair
 // (gVisor cannot accept on a listening socket donated by the host), which
 // is why a running sandbox is not adopted after a restart: its agent's
 // connection went with the previous server.
 func (Tier) Caps() tier.Caps {
-	return tier.Caps{Pause: tier.PauseCheckpoint, MemorySnapshot: true, ConnectedAgent: true}
+	return tier.Caps{Pause: tier.PauseCheckpoint, MemorySnapshot: true, ConnectedAgent: true,
+		ImageRoots: true, Volumes: true, UnmappedIDs: true}
 }
 
 // Start implements tier.Tier.
@@ -215,7 +217,7 @@ func (h *Handle) Snapshot(image string) error {
 	h.conn.hold()
 	defer h.conn.release()
 	err := h.current().Snapshot(image)
-	if errors.Is(err, ErrNetworkSnapshot) {
+	if errors.Is(err, ErrNetworkSnapshot) || errors.Is(err, ErrImageSnapshot) {
 		return fmt.Errorf("%w: %w", tier.ErrNotSupported, err)
 	}
 	return err

@@ -49,6 +49,12 @@ func (o *overlayRoot) detach() {
 		return
 	}
 	_ = unix.Unmount(o.merged, unix.MNT_DETACH)
+	o.release()
+}
+
+// release closes the detached mounts' fds and starts the pool's refill,
+// leaving the overlay mounted at merged.
+func (o *overlayRoot) release() {
 	for _, fd := range o.fds {
 		unix.Close(fd)
 	}
@@ -91,8 +97,16 @@ var imageRootDirs = []string{"home", "mnt", "opt", "root", "run", "srv", "usr", 
 // (base), so files the image owns as uid N appear owned by uid N inside.
 // The root is writable (nosuid, nodev); writes land in img.Dir/upper.
 func imageTree(t *treeBuilder, img *ImageRoot, base int, p *policy.Policy) (*treeBuilder, *overlayRoot, error) {
+	return mountImageTree(t, img, base, true, p)
+}
+
+// mountImageTree is imageTree; with mapped false the lower layers are not
+// ID-mapped and base is 0: files keep their on-disk ids (0-65535, the
+// sandbox's own), for a runtime whose file server shows the sandbox host
+// ids as they are (ImageLayout).
+func mountImageTree(t *treeBuilder, img *ImageRoot, base int, mapped bool, p *policy.Policy) (*treeBuilder, *overlayRoot, error) {
 	lim := &p.Limits
-	if os.Geteuid() != 0 || base == 0 {
+	if os.Geteuid() != 0 || (mapped && base == 0) {
 		return nil, nil, errors.New("image roots need airlock to run as root (the overlay and its ID-mapped layers are mounted from the host)")
 	}
 	if len(img.Layers) == 0 || img.Dir == "" {
@@ -118,12 +132,17 @@ func imageTree(t *treeBuilder, img *ImageRoot, base int, p *policy.Policy) (*tre
 		}
 	}()
 
-	userns, err := rangeUserns(base)
-	if err != nil {
-		return nil, nil, err
+	userns := -1
+	if mapped {
+		if userns, err = rangeUserns(base); err != nil {
+			return nil, nil, err
+		}
+		defer unix.Close(userns)
 	}
-	defer unix.Close(userns)
 	idmapped := func(dir string, ro bool) (string, error) {
+		if !mapped {
+			return dir, nil // read-only as a lower layer; nosuid, nodev on the overlay
+		}
 		fd, err := unix.OpenTree(unix.AT_FDCWD, dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
 		if err != nil {
 			return "", fmt.Errorf("open_tree %s: %w", dir, err)

@@ -74,6 +74,11 @@ type Caps struct {
 	// FullAgent: the agent must be the whole airlock binary, not the
 	// agent-only build.
 	FullAgent bool `json:"-"`
+	// UnmappedIDs: what the sandbox writes in its image root's upper
+	// directory (and volumes) carries its own uids and gids (0-65535) on
+	// the host, not those of its leased host range: a snapshot of its
+	// root is committed with id base 0.
+	UnmappedIDs bool `json:"-"`
 }
 
 // Tier is one isolation tier.

@@ -29,7 +29,7 @@ func TestRegistry(t *testing.T) {
 	wasm, _ := tier.Lookup(policy.RuntimeWasm)
 	err := tier.Refuse(wasm, "volumes", "volumes")
 	if !errors.Is(err, tier.ErrNotSupported) || !strings.Contains(err.Error(), "runtime wasm does not support volumes") ||
-		!strings.Contains(err.Error(), "runtimes that have it: native") {
+		!strings.Contains(err.Error(), "runtimes that have it: gvisor, native") {
 		t.Fatalf("refusal: %v", err)
 	}
 	// Each capability a tier declares has the optional interface behind it.
