@@ -249,7 +249,7 @@ func (h *Handler) templateFor(owner, template string) (profile, image string, er
 			return "", "", apiErrorf(http.StatusBadRequest, "template %q: %v", template, err)
 		}
 	}
-	return "", "", apiErrorf(http.StatusNotFound, "template '%s' not found: airlock serves the templates base and code-interpreter-v1, its profiles strict, standard and light, and the images and templates of its image store (airlock template build -t NAME, POST /v1/templates, airlock image pull)", template)
+	return "", "", apiErrorf(http.StatusNotFound, "template '%s' not found: airlock serves the templates base and code-interpreter-v1, its profiles strict, standard and light, and the images and templates of its image store this key may use: its own (POST /v1/templates, POST /v1/images) and the published ones (airlock image publish)", template)
 }
 
 // timeoutSeconds converts an E2B timeout in seconds.
