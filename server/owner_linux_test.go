@@ -72,7 +72,8 @@ func templateBody(name, from, content string) string {
 // another key's sandbox, and its lists show nothing of B's. A's own
 // snapshot, template and volume under the same names are A's: B's next
 // sandbox from bapp:1 still has B's file, not A's, and B's volume still
-// holds B's secret; A's same-named volume is empty. Removing its own pull
+// holds B's secret; A's same-named volume is empty. A's dashboard
+// session gets the same 404s. Removing its own pull
 // of the image B also pulled leaves B's. Published by the operator
 // (airlock image publish --key), btpl:1 is readable by A (get, E2B
 // create) and still not deletable; an operator image (made by the CLI,
@@ -187,13 +188,13 @@ func tenantImagesVolumes(t *testing.T, base, state, ref, opRef, secretA, secretB
 		{"mount B's volume in an image sandbox", "POST", "/v1/sandboxes", `{"image":"` + ref + `",` + vol + `}`, 400},
 	} {
 		if code, body := a(c.method, c.path, c.body); code != c.want {
-			t.Errorf("key A, %s: %d %s, want %d", c.what, code, body, c.want)
+			t.Errorf("key A, %s: %d %.300s, want %d", c.what, code, body, c.want)
 		}
 	}
 	list := must(200)(a("GET", "/v1/images", ""))
 	for _, leak := range []string{bapp, btpl, idB, "bapp", "btpl"} {
 		if strings.Contains(list, leak) {
-			t.Errorf("key A's image list shows B's %s: %s", leak, list)
+			t.Errorf("key A's image list shows B's %s: %.300s", leak, list)
 		}
 	}
 	if list := must(200)(a("GET", "/v1/volumes", "")); strings.Contains(list, "bvol") {
@@ -223,6 +224,29 @@ func tenantImagesVolumes(t *testing.T, base, state, ref, opRef, secretA, secretB
 		if !res.IsError || !strings.Contains(text, "is not in the server's image store") {
 			t.Errorf("key A, MCP create_sandbox from B's template %s: error %v: %s", tpl, res.IsError, text)
 		}
+	}
+
+	// The dashboard calls the same API as the session's key.
+	code, login, resp := dashReq(t, "POST", base+"/ui/session", "", "x", base, `{"key":"`+secretA+`"}`)
+	if code != 200 {
+		t.Fatalf("key A's dashboard login: %d %s", code, login)
+	}
+	var sess struct{ CSRF string }
+	json.Unmarshal([]byte(login), &sess)
+	var cookie string
+	for _, c := range resp.Cookies() {
+		if c.Name == "airlock_session" {
+			cookie = c.Value
+		}
+	}
+	for _, c := range []struct{ method, path string }{{"GET", "/v1/images/btpl:1"}, {"DELETE", "/v1/images/btpl:1"},
+		{"GET", "/v1/images/" + url.PathEscape(btpl)}, {"GET", "/v1/volumes/bvol"}, {"DELETE", "/v1/volumes/bvol"}} {
+		if code, body, _ := dashReq(t, c.method, base+c.path, cookie, sess.CSRF, base, ""); code != 404 {
+			t.Errorf("key A's dashboard session, %s %s: %d %s, want 404", c.method, c.path, code, body)
+		}
+	}
+	if code, body, _ := dashReq(t, "GET", base+"/v1/images", cookie, sess.CSRF, base, ""); code != 200 || strings.Contains(body, btpl) || strings.Contains(body, bapp) {
+		t.Errorf("key A's dashboard session lists images: %d %s", code, body)
 	}
 
 	// Key A's own objects under B's names: its own namespace.
