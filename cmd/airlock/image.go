@@ -38,7 +38,8 @@ snapshotted through the API) are named in that key's own namespace, which
 no other key sees; images made here, or before owners existed, are the
 operator's (OWNER "-"). A key uses its own images and the public ones;
 publish shares one read-only with every key (docs/images.md, "Owners").
---key ID acts on that key's image instead of the operator's.
+--key ID acts in that key's namespace instead of the operator's (any
+subcommand: e.g. pull an image for one key only).
 
 Every subcommand takes --state-dir DIR (default $AIRLOCK_STATE_DIR, else
 /var/lib/airlock); images live in DIR/images, shared with 'airlock serve
@@ -80,7 +81,7 @@ func cmdImage(args []string) int {
 	quiet := fs.Bool("quiet", false, "no progress (pull, import)")
 	asName := fs.String("name", "", "name the imported image REF (import)")
 	asJSON := fs.Bool("json", false, "print JSON (ls)")
-	keyID := fs.String("key", "", "act on the image of API key ID instead of the operator's (rm, publish, unpublish)")
+	keyID := fs.String("key", "", "act in the namespace of API key ID instead of the operator's (every subcommand)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Print(imageUsage)
