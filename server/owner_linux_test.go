@@ -74,7 +74,8 @@ func templateBody(name, from, content string) string {
 // sandbox from bapp:1 still has B's file, not A's, and B's volume still
 // holds B's secret; A's same-named volume is empty. A's dashboard
 // session gets the same 404s. Removing its own pull
-// of the image B also pulled leaves B's. Published by the operator
+// of the image B also pulled leaves B's, and B's cached RUN step is not
+// A's. Published by the operator
 // (airlock image publish --key), btpl:1 is readable by A (get, E2B
 // create) and still not deletable; an operator image (made by the CLI,
 // the format of every image from before owners) and a volume of the old
@@ -264,6 +265,22 @@ func tenantImagesVolumes(t *testing.T, base, state, ref, opRef, secretA, secretB
 	ca.Kill(ctx, sbA.ID)
 	if d := digestOf(must(201)(a("POST", "/v1/templates", templateBody("btpl:1", ref, "a-note")))); d == btpl {
 		t.Errorf("key A's template btpl:1 has B's digest")
+	}
+	// The build cache is per key: B's RUN step (random output) is not
+	// handed to A building the same Dockerfile on the same base.
+	randomStep := func(name string) string {
+		b, _ := json.Marshal(map[string]any{"name": name, "dockerfile": "FROM " + ref + "\nRUN head -c 16 /dev/urandom | od -An -tx1 > /opt/rand\n"})
+		return string(b)
+	}
+	var built struct {
+		Image  struct{ Digest string }
+		Cached int
+	}
+	json.Unmarshal([]byte(must(201)(b("POST", "/v1/templates", randomStep("brand:1")))), &built)
+	bRand := built.Image.Digest
+	json.Unmarshal([]byte(must(201)(a("POST", "/v1/templates", randomStep("arand:1")))), &built)
+	if built.Cached != 0 || built.Image.Digest == bRand {
+		t.Errorf("key A's build of B's Dockerfile took B's step from the cache: cached %d, digest %s (B's %s)", built.Cached, built.Image.Digest, bRand)
 	}
 	must(200)(a("DELETE", "/v1/images/"+ref, ""))
 
