@@ -10,6 +10,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/static"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+
 	"airlock/imagestore"
 	it "airlock/imagestore/imagetest"
 )
@@ -154,4 +162,102 @@ func layerFile(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// claimedLayer is a layer that claims another layer's digests: what a
+// hostile key's manifest and config can say about any blob.
+type claimedLayer struct {
+	v1.Layer
+	digest, diffID v1.Hash // zero: the embedded layer's
+}
+
+func (c claimedLayer) Digest() (v1.Hash, error) {
+	if c.digest.Hex != "" {
+		return c.digest, nil
+	}
+	return c.Layer.Digest()
+}
+
+func (c claimedLayer) DiffID() (v1.Hash, error) {
+	if c.diffID.Hex != "" {
+		return c.diffID, nil
+	}
+	return c.Layer.DiffID()
+}
+
+// TestOwnerCannotClaimAnothersLayer: blobs and layers are shared between
+// owners, but naming another key's private layer by its digests in a
+// manifest of one's own (on a registry the key can push to) does not get
+// it: the layer must come from the registry and match both digests. A
+// manifest naming B's layer blob that the registry does not have is a
+// registry error; one pairing a blob of A's with B's diff id is refused as
+// invalid. Neither leaves an image of A's.
+func TestOwnerCannotClaimAnothersLayer(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (image files keep their owners)")
+	}
+	reg := it.Registry(t)
+	baseRef := it.Push(t, reg, "claim/base:1", it.Image(t, it.TarLayer(t, it.Entry{Name: "etc/base", Type: tar.TypeReg, Data: "base"})))
+	op, _ := openStore(t, imagestore.Limits{})
+	a, b := op.As("key_a"), op.As("key_b")
+	ctx := context.Background()
+	base, err := b.Pull(ctx, baseRef, imagestore.PullOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret := filepath.Join(t.TempDir(), "secret.tar")
+	if err := os.WriteFile(secret, it.TarLayer(t, it.Entry{Name: "etc/b-secret", Type: tar.TypeReg, Data: "b's secret"}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bImg, err := b.AppendTar(ctx, base, secret, "bsecret:1", "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	top := bImg.Layers[len(bImg.Layers)-1]
+	bDigest, _ := v1.NewHash(top.Digest)
+	bDiff, _ := v1.NewHash(top.DiffID)
+	own := it.Layer(t, it.TarLayer(t, it.Entry{Name: "etc/a", Type: tar.TypeReg, Data: "a"}))
+
+	// A manifest naming B's blob and diff id; the registry lacks the blob.
+	fake, err := mutate.AppendLayers(empty.Image, claimedLayer{Layer: own, digest: bDigest, diffID: bDiff})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rawCfg, err := fake.RawConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref1, err := name.ParseReference(reg + "/claim/blob:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.WriteLayer(ref1.Context(), static.NewLayer(rawCfg, types.OCIConfigJSON)); err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Put(ref1, fake); err != nil {
+		t.Fatal(err)
+	}
+	if img, err := a.Pull(ctx, ref1.Name(), imagestore.PullOptions{}); !errors.Is(err, imagestore.ErrRegistry) {
+		t.Errorf("key A's manifest naming B's blob: %+v %v, want a registry error", img, err)
+	}
+
+	// A blob of A's own, paired with B's diff id.
+	fake2, err := mutate.AppendLayers(empty.Image, claimedLayer{Layer: own, diffID: bDiff})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref2 := it.Push(t, reg, "claim/diff:1", fake2)
+	if img, err := a.Pull(ctx, ref2, imagestore.PullOptions{}); !errors.Is(err, imagestore.ErrInvalidImage) {
+		t.Errorf("key A's blob paired with B's diff id: %+v %v, want ErrInvalidImage", img, err)
+	}
+	if l, err := a.List(); err != nil || len(l) != 0 {
+		t.Errorf("key A's images: %+v %v, want none", l, err)
+	}
+	// B's image is whole.
+	if g, err := b.Get("bsecret:1"); err != nil || g.Digest != bImg.Digest {
+		t.Errorf("key B's image: %+v %v", g, err)
+	}
+	if data, err := os.ReadFile(filepath.Join(top.Dir, "etc", "b-secret")); err != nil || string(data) != "b's secret" {
+		t.Errorf("key B's layer: %q %v", data, err)
+	}
 }

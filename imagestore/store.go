@@ -446,6 +446,15 @@ func (s *Store) add(ctx context.Context, img v1.Image, refName string, progress 
 	var bud budget
 	bud.maxBytes, bud.maxFiles = s.lim.MaxBytes, s.lim.MaxFiles
 	streamed := make([]bool, len(m.Layers))
+	// A key's image may reuse a stored blob or unpacked layer only when
+	// an image it may read already has it: otherwise it must prove it has
+	// the content (fetched and checked against both digests, as if new),
+	// or naming another key's private layer by its digest in a manifest
+	// of its own would hand it that layer.
+	known, err := s.readableBlobs()
+	if err != nil {
+		return nil, err
+	}
 	for i, desc := range m.Layers {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -456,7 +465,8 @@ func (s *Store) add(ctx context.Context, img v1.Image, refName string, progress 
 				progress(Progress{Layer: desc.Digest.String(), Done: base + n, Total: total})
 			}
 		}
-		if s.canStream(desc, cf.RootFS.DiffIDs[i]) {
+		prove := known != nil && !(known[desc.Digest.String()] && known[cf.RootFS.DiffIDs[i].String()])
+		if prove || s.canStream(desc, cf.RootFS.DiffIDs[i]) {
 			if err := s.fetchUnpack(desc, cf.RootFS.DiffIDs[i], l.Compressed, cb, &bud); err != nil {
 				return nil, err
 			}
@@ -467,7 +477,11 @@ func (s *Store) add(ctx context.Context, img v1.Image, refName string, progress 
 		base += desc.Size
 		cb(0)
 	}
-	// Config and manifest: verified against their digests too.
+	// Config and manifest: verified against their digests too (the
+	// config in hand, even when a blob of its digest is stored already).
+	if h, _, err := v1.SHA256(strings.NewReader(string(rawConfig))); err != nil || h != m.Config.Digest {
+		return nil, &invalidError{fmt.Errorf("image config does not match its digest %s", m.Config.Digest)}
+	}
 	if err := s.writeBlob(m.Config.Digest, func() (io.ReadCloser, error) { return io.NopCloser(strings.NewReader(string(rawConfig))), nil }, nil); err != nil {
 		return nil, err
 	}
@@ -698,6 +712,32 @@ func public(d v1.Descriptor) bool { return d.Annotations[PublicAnnotation] == "t
 
 // readable reports whether the view may use entry d: its own or public.
 func (s *Store) readable(d v1.Descriptor) bool { return s.mine(d) || public(d) }
+
+// readableBlobs returns the layer blob digests and diff ids of the images
+// the view may read; nil for the operator's view, which may read all.
+func (s *Store) readableBlobs() (map[string]bool, error) {
+	if s.owner == "" {
+		return nil, nil
+	}
+	ix, err := s.readIndex()
+	if err != nil {
+		return nil, err
+	}
+	known := map[string]bool{}
+	for _, d := range ix.Manifests {
+		if !s.readable(d) {
+			continue
+		}
+		img, err := s.describe(d)
+		if err != nil {
+			continue // unknown, so proven again: fails closed
+		}
+		for _, l := range img.Layers {
+			known[l.Digest], known[l.DiffID] = true, true
+		}
+	}
+	return known, nil
+}
 
 // List returns the images the view may use (its own and the public ones;
 // the operator's view: every image), by name then digest.
