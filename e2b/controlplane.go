@@ -229,7 +229,9 @@ type sandboxCreated struct {
 // template that is an image or template of the server's image store, that
 // image's name (the sandbox's root). E2B's well-known templates and the
 // profile names come first; a name that is none of these is E2B's 404.
-func (h *Handler) templateFor(template string) (profile, image string, err error) {
+// Images are those owner may use (its own and the public ones,
+// imagestore.Store.As): another key's template is the same 404.
+func (h *Handler) templateFor(owner, template string) (profile, image string, err error) {
 	for _, t := range knownTemplates {
 		if template == t {
 			return h.cfg.Profile, "", nil
@@ -239,7 +241,7 @@ func (h *Handler) templateFor(template string) (profile, image string, err error
 		return template, "", nil
 	}
 	if st := h.m.Images(); st != nil {
-		_, err := st.Get(template)
+		_, err := st.As(owner).Get(template)
 		if err == nil {
 			return h.cfg.Profile, template, nil
 		}
@@ -247,7 +249,7 @@ func (h *Handler) templateFor(template string) (profile, image string, err error
 			return "", "", apiErrorf(http.StatusBadRequest, "template %q: %v", template, err)
 		}
 	}
-	return "", "", apiErrorf(http.StatusNotFound, "template '%s' not found: airlock serves the templates base and code-interpreter-v1, its profiles strict, standard and light, and the images and templates of its image store (airlock template build -t NAME, POST /v1/templates, airlock image pull)", template)
+	return "", "", apiErrorf(http.StatusNotFound, "template '%s' not found: airlock serves the templates base and code-interpreter-v1, its profiles strict, standard and light, and the images and templates of its image store this key may use: its own (POST /v1/templates, POST /v1/images) and the published ones (airlock image publish)", template)
 }
 
 // timeoutSeconds converts an E2B timeout in seconds.
@@ -292,7 +294,8 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, defTimeout floa
 			return apiErrorf(http.StatusBadRequest, "metadata key %q is reserved", k)
 		}
 	}
-	profile, image, err := h.templateFor(req.TemplateID)
+	c := callerOf(r.Context())
+	profile, image, err := h.templateFor(c.id, req.TemplateID)
 	if err != nil {
 		return err
 	}
@@ -317,7 +320,6 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, defTimeout floa
 	for k, v := range req.EnvVars {
 		env[k] = v
 	}
-	c := callerOf(r.Context())
 	info, err := h.m.Create(r.Context(), manager.CreateRequest{Owner: c.id, OwnerLimit: c.maxSandboxes,
 		Profile: profile, Image: image, Env: env, Metadata: md, Timeout: ttl, Network: network, Secrets: secrets})
 	if err != nil {

@@ -29,6 +29,11 @@ func TestCreateFromTemplateWithSDK(t *testing.T) {
 	// a bash that is busybox's sh.
 	st := it.Template(t, "my-template", map[string]string{"greeting.txt": "from the template\n", "bash": "#!/bin/sh\nexec /bin/sh \"$@\"\n"},
 		"ENV APP_NAME=demo", "COPY bash /bin/", "COPY greeting.txt /opt/app/")
+	// Built by the operator (no owner): the test's API key sees it once
+	// published, as a real deployment would (docs/images.md, "Owners").
+	if _, err := st.Publish("my-template", true); err != nil {
+		t.Fatal(err)
+	}
 	e := newEnvSetup(t, true, envSetup{images: st})
 
 	script := `

@@ -40,6 +40,21 @@ import (
 // RefAnnotation is the index.json annotation that names an image.
 const RefAnnotation = "org.opencontainers.image.ref.name"
 
+// Tenancy annotations of index.json entries. Names belong to an owner (an
+// API key id; none is the operator: the CLI, an unauthenticated server,
+// and every entry made before owners existed): each owner has its own
+// namespace of names, and sees its own entries plus the public ones.
+// Blobs and unpacked layers stay shared between owners (deduplicated by
+// digest); only the entries that name them, and let an owner use them,
+// are owned.
+const (
+	// OwnerAnnotation is the owning key's id; absent for the operator.
+	OwnerAnnotation = "dev.airlock.owner"
+	// PublicAnnotation "true" makes an entry readable (never writable)
+	// by every owner: set by the operator (Publish).
+	PublicAnnotation = "dev.airlock.public"
+)
+
 // Default caps on one image, all layers together.
 const (
 	DefaultMaxBytes = 16 << 30
@@ -79,13 +94,32 @@ func (e *LimitError) Error() string {
 	return fmt.Sprintf("image exceeds the store's cap of %d %s unpacked (a decompression or inode bomb?)", e.Limit, e.What)
 }
 
-// Store is an image store in one directory.
+// Store is an image store in one directory, seen as one owner (As): the
+// store Open returns is the operator's.
 type Store struct {
 	dir    string
 	lim    Limits
 	layout layout.Path
-	mu     sync.Mutex // with the flock on dir/lock: one writer at a time
+	mu     *sync.Mutex // with the flock on dir/lock: one writer at a time
+	// owner is whose names this view reads and writes ("" the operator).
+	owner string
 }
+
+// As returns the view of the store of owner (an API key id; "" is the
+// operator). Names are per owner: a view finds its own images and the
+// public ones, by name or digest, and its Pull, Import, Commit, Tag,
+// AppendTar and Configure name images in its own namespace only, never
+// replacing another owner's; Remove and Publish act on its own images
+// only. The operator's view also lists, and finds by digest, every
+// owner's images (it has the files anyway).
+func (s *Store) As(owner string) *Store {
+	c := *s
+	c.owner = owner
+	return &c
+}
+
+// Owner is the owner the view acts as ("" the operator).
+func (s *Store) Owner() string { return s.owner }
 
 // Image describes one stored image.
 type Image struct {
@@ -104,6 +138,12 @@ type Image struct {
 	Layers []Layer `json:"layers"`
 	// Config is the part of the image config a sandbox uses.
 	Config Config `json:"config"`
+	// Owner is the id of the key whose namespace names the image; empty
+	// for the operator's images.
+	Owner string `json:"owner,omitempty"`
+	// Public images are readable by every key (the operator publishes
+	// them); only their owner may replace or remove them.
+	Public bool `json:"public,omitempty"`
 }
 
 // Layer is one layer of an image.
@@ -155,7 +195,7 @@ func Open(dir string, lim Limits) (*Store, error) {
 	if err := os.Chmod(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("image store: %w", err)
 	}
-	s := &Store{dir: dir, lim: lim, layout: layout.Path(filepath.Join(dir, "oci"))}
+	s := &Store{dir: dir, lim: lim, layout: layout.Path(filepath.Join(dir, "oci")), mu: new(sync.Mutex)}
 	if _, err := os.Stat(filepath.Join(dir, "oci", "oci-layout")); err != nil {
 		if err := writeFileAtomic(filepath.Join(dir, "oci", "oci-layout"), []byte(`{"imageLayoutVersion":"1.0.0"}`)); err != nil {
 			return nil, err
@@ -406,6 +446,15 @@ func (s *Store) add(ctx context.Context, img v1.Image, refName string, progress 
 	var bud budget
 	bud.maxBytes, bud.maxFiles = s.lim.MaxBytes, s.lim.MaxFiles
 	streamed := make([]bool, len(m.Layers))
+	// A key's image may reuse a stored blob or unpacked layer only when
+	// an image it may read already has it: otherwise it must prove it has
+	// the content (fetched and checked against both digests, as if new),
+	// or naming another key's private layer by its digest in a manifest
+	// of its own would hand it that layer.
+	known, err := s.readableBlobs()
+	if err != nil {
+		return nil, err
+	}
 	for i, desc := range m.Layers {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -416,7 +465,8 @@ func (s *Store) add(ctx context.Context, img v1.Image, refName string, progress 
 				progress(Progress{Layer: desc.Digest.String(), Done: base + n, Total: total})
 			}
 		}
-		if s.canStream(desc, cf.RootFS.DiffIDs[i]) {
+		prove := known != nil && !(known[desc.Digest.String()] && known[cf.RootFS.DiffIDs[i].String()])
+		if prove || s.canStream(desc, cf.RootFS.DiffIDs[i]) {
 			if err := s.fetchUnpack(desc, cf.RootFS.DiffIDs[i], l.Compressed, cb, &bud); err != nil {
 				return nil, err
 			}
@@ -427,7 +477,11 @@ func (s *Store) add(ctx context.Context, img v1.Image, refName string, progress 
 		base += desc.Size
 		cb(0)
 	}
-	// Config and manifest: verified against their digests too.
+	// Config and manifest: verified against their digests too (the
+	// config in hand, even when a blob of its digest is stored already).
+	if h, _, err := v1.SHA256(strings.NewReader(string(rawConfig))); err != nil || h != m.Config.Digest {
+		return nil, &invalidError{fmt.Errorf("image config does not match its digest %s", m.Config.Digest)}
+	}
 	if err := s.writeBlob(m.Config.Digest, func() (io.ReadCloser, error) { return io.NopCloser(strings.NewReader(string(rawConfig))), nil }, nil); err != nil {
 		return nil, err
 	}
@@ -450,12 +504,14 @@ func (s *Store) add(ctx context.Context, img v1.Image, refName string, progress 
 	if err != nil {
 		return nil, err
 	}
+	// Only this owner's entry of the name (or of the digest, unnamed) is
+	// replaced: another owner's same name is another image.
 	var keep []v1.Descriptor
 	for _, d := range ix.Manifests {
-		if refName != "" && d.Annotations[RefAnnotation] == refName {
+		if s.mine(d) && refName != "" && d.Annotations[RefAnnotation] == refName {
 			continue
 		}
-		if refName == "" && d.Digest == digest && d.Annotations[RefAnnotation] == "" {
+		if s.mine(d) && refName == "" && d.Digest == digest && d.Annotations[RefAnnotation] == "" {
 			continue
 		}
 		keep = append(keep, d)
@@ -465,8 +521,14 @@ func (s *Store) add(ctx context.Context, img v1.Image, refName string, progress 
 	if desc.MediaType == "" {
 		desc.MediaType = types.OCIManifestSchema1
 	}
+	if refName != "" || s.owner != "" {
+		desc.Annotations = map[string]string{}
+	}
 	if refName != "" {
-		desc.Annotations = map[string]string{RefAnnotation: refName}
+		desc.Annotations[RefAnnotation] = refName
+	}
+	if s.owner != "" {
+		desc.Annotations[OwnerAnnotation] = s.owner
 	}
 	ix.Manifests = append(keep, desc)
 	if err := s.writeIndex(ix); err != nil {
@@ -642,7 +704,43 @@ func (b *budget) take(bytes, files int64) error {
 	return nil
 }
 
-// List returns every stored image, by name then digest.
+// mine reports whether index entry d belongs to the view's owner.
+func (s *Store) mine(d v1.Descriptor) bool { return d.Annotations[OwnerAnnotation] == s.owner }
+
+// public reports whether index entry d is published to every owner.
+func public(d v1.Descriptor) bool { return d.Annotations[PublicAnnotation] == "true" }
+
+// readable reports whether the view may use entry d: its own or public.
+func (s *Store) readable(d v1.Descriptor) bool { return s.mine(d) || public(d) }
+
+// readableBlobs returns the layer blob digests and diff ids of the images
+// the view may read; nil for the operator's view, which may read all.
+func (s *Store) readableBlobs() (map[string]bool, error) {
+	if s.owner == "" {
+		return nil, nil
+	}
+	ix, err := s.readIndex()
+	if err != nil {
+		return nil, err
+	}
+	known := map[string]bool{}
+	for _, d := range ix.Manifests {
+		if !s.readable(d) {
+			continue
+		}
+		img, err := s.describe(d)
+		if err != nil {
+			continue // unknown, so proven again: fails closed
+		}
+		for _, l := range img.Layers {
+			known[l.Digest], known[l.DiffID] = true, true
+		}
+	}
+	return known, nil
+}
+
+// List returns the images the view may use (its own and the public ones;
+// the operator's view: every image), by name then digest.
 func (s *Store) List() ([]Image, error) {
 	ix, err := s.readIndex()
 	if err != nil {
@@ -650,6 +748,9 @@ func (s *Store) List() ([]Image, error) {
 	}
 	out := make([]Image, 0, len(ix.Manifests))
 	for _, d := range ix.Manifests {
+		if s.owner != "" && !s.readable(d) {
+			continue
+		}
 		img, err := s.describe(d)
 		if err != nil {
 			return nil, err
@@ -660,6 +761,9 @@ func (s *Store) List() ([]Image, error) {
 		if out[i].Name != out[j].Name {
 			return out[i].Name < out[j].Name
 		}
+		if out[i].Owner != out[j].Owner {
+			return out[i].Owner < out[j].Owner
+		}
 		return out[i].Digest < out[j].Digest
 	})
 	return out, nil
@@ -668,16 +772,21 @@ func (s *Store) List() ([]Image, error) {
 // Get returns the image named ref (as given to Pull or Import, or in the
 // normalized form: "alpine" is "index.docker.io/library/alpine:latest"),
 // or with manifest digest ref ("sha256:..." or a unique prefix of 12 or
-// more hex digits).
+// more hex digits), among the view's own and the public images: the
+// view's own name first, then the operator's public one, then another
+// key's public one. Another owner's private image is ErrNotFound, by
+// name and by digest alike.
 func (s *Store) Get(ref string) (*Image, error) {
-	d, err := s.find(ref)
+	d, err := s.find(ref, false)
 	if err != nil {
 		return nil, err
 	}
 	return s.describe(d)
 }
 
-func (s *Store) find(ref string) (v1.Descriptor, error) {
+// find resolves ref among the view's own images, and unless own, the
+// public ones (and, by digest, the operator's view: every image).
+func (s *Store) find(ref string, own bool) (v1.Descriptor, error) {
 	ix, err := s.readIndex()
 	if err != nil {
 		return v1.Descriptor{}, err
@@ -686,16 +795,30 @@ func (s *Store) find(ref string) (v1.Descriptor, error) {
 	if r, err := name.ParseReference(ref); err == nil {
 		norm = r.Name()
 	}
-	for _, d := range ix.Manifests {
-		if n := d.Annotations[RefAnnotation]; n != "" && (n == ref || n == norm) {
-			return d, nil
+	named := func(d v1.Descriptor) bool {
+		n := d.Annotations[RefAnnotation]
+		return n != "" && (n == ref || n == norm)
+	}
+	// Own names first; then public ones, the operator's before a key's.
+	tiers := []func(v1.Descriptor) bool{s.mine}
+	if !own {
+		tiers = append(tiers,
+			func(d v1.Descriptor) bool { return public(d) && d.Annotations[OwnerAnnotation] == "" },
+			public)
+	}
+	for _, ok := range tiers {
+		for _, d := range ix.Manifests {
+			if ok(d) && named(d) {
+				return d, nil
+			}
 		}
 	}
 	hexPart := strings.TrimPrefix(ref, "sha256:")
 	if len(hexPart) >= 12 && len(hexPart) <= 64 && isHex(hexPart) {
 		var found []v1.Descriptor
 		for _, d := range ix.Manifests {
-			if strings.HasPrefix(d.Digest.Hex, hexPart) {
+			visible := s.mine(d) || (!own && (public(d) || s.owner == ""))
+			if visible && strings.HasPrefix(d.Digest.Hex, hexPart) {
 				found = append(found, d)
 			}
 		}
@@ -703,6 +826,12 @@ func (s *Store) find(ref string) (v1.Descriptor, error) {
 			for _, f := range found[1:] {
 				if f.Digest != found[0].Digest {
 					return v1.Descriptor{}, fmt.Errorf("digest prefix %q names more than one image", ref)
+				}
+			}
+			// The view's own entry of the digest, if it has one.
+			for _, f := range found {
+				if s.mine(f) {
+					return f, nil
 				}
 			}
 			return found[0], nil
@@ -734,7 +863,8 @@ func (s *Store) describe(d v1.Descriptor) (*Image, error) {
 	if err != nil {
 		return nil, fmt.Errorf("image %s: config: %w", d.Digest, err)
 	}
-	img := &Image{Name: d.Annotations[RefAnnotation], Digest: d.Digest.String(), Created: cf.Created.Time,
+	img := &Image{Name: d.Annotations[RefAnnotation], Owner: d.Annotations[OwnerAnnotation], Public: public(d),
+		Digest: d.Digest.String(), Created: cf.Created.Time,
 		Platform: cf.OS + "/" + cf.Architecture,
 		Config: Config{Env: cf.Config.Env, Entrypoint: cf.Config.Entrypoint, Cmd: cf.Config.Cmd,
 			WorkingDir: cf.Config.WorkingDir, User: cf.Config.User}}
@@ -750,38 +880,82 @@ func (s *Store) describe(d v1.Descriptor) (*Image, error) {
 	return img, nil
 }
 
-// Remove deletes the image named (or with digest) ref from the index, then
-// the blobs and unpacked layers no other image uses.
+// Remove deletes the view's own image named (or with digest) ref from
+// the index, then the blobs and unpacked layers no other image uses. A
+// public image of another owner is ErrNotFound to it: readable, never
+// removable.
 func (s *Store) Remove(ref string) (*Image, error) {
+	var img *Image
+	err := s.editEntry(ref, true, func(ix *v1.IndexManifest, i int) error {
+		var err error
+		if img, err = s.describe(ix.Manifests[i]); err != nil {
+			return err
+		}
+		ix.Manifests = append(ix.Manifests[:i], ix.Manifests[i+1:]...)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return img, nil
+}
+
+// Publish makes the view's own image ref readable by every owner (public
+// true) or by its owner only again (false). Publishing shares the image
+// as it is: replacing its name later (a new pull, snapshot or build)
+// makes a private image until it is published again.
+func (s *Store) Publish(ref string, pub bool) (*Image, error) {
+	var img *Image
+	err := s.editEntry(ref, false, func(ix *v1.IndexManifest, i int) error {
+		d := &ix.Manifests[i]
+		a := map[string]string{}
+		for k, v := range d.Annotations {
+			a[k] = v
+		}
+		delete(a, PublicAnnotation)
+		if pub {
+			a[PublicAnnotation] = "true"
+		}
+		d.Annotations = a
+		var err error
+		img, err = s.describe(*d)
+		return err
+	})
+	return img, err
+}
+
+// editEntry finds the view's own entry ref under the lock, lets edit
+// change the index (i is the entry's position), writes it and, with gc,
+// removes what no image uses any more.
+func (s *Store) editEntry(ref string, gc bool, edit func(ix *v1.IndexManifest, i int) error) error {
 	unlock, err := s.lock()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer unlock()
-	d, err := s.find(ref)
+	d, err := s.find(ref, true)
 	if err != nil {
-		return nil, err
-	}
-	img, err := s.describe(d)
-	if err != nil {
-		return nil, err
+		return err
 	}
 	ix, err := s.readIndex()
 	if err != nil {
-		return nil, err
+		return err
 	}
-	var keep []v1.Descriptor
-	for _, e := range ix.Manifests {
-		if e.Digest == d.Digest && e.Annotations[RefAnnotation] == d.Annotations[RefAnnotation] {
-			continue
+	for i, e := range ix.Manifests {
+		if e.Digest == d.Digest && e.Annotations[RefAnnotation] == d.Annotations[RefAnnotation] && s.mine(e) {
+			if err := edit(ix, i); err != nil {
+				return err
+			}
+			if err := s.writeIndex(ix); err != nil {
+				return err
+			}
+			if gc {
+				return s.gc(ix)
+			}
+			return nil
 		}
-		keep = append(keep, e)
 	}
-	ix.Manifests = keep
-	if err := s.writeIndex(ix); err != nil {
-		return nil, err
-	}
-	return img, s.gc(ix)
+	return fmt.Errorf("%w: %q", ErrNotFound, ref)
 }
 
 // gc removes blobs and unpacked layers that no image in ix uses. Callers

@@ -45,7 +45,9 @@ func (m *Manager) resolveImage(req *CreateRequest, p *policy.Policy) (*imagestor
 	if err := checkStaticAgent(m.agentBinary(p)); err != nil {
 		return nil, err
 	}
-	img, err := m.cfg.Images.Get(req.Image)
+	// Among the owner's own images and the public ones only: another
+	// key's image is not found, by name or by digest (imagestore.As).
+	img, err := m.cfg.Images.As(req.Owner).Get(req.Image)
 	if errors.Is(err, imagestore.ErrNotFound) {
 		return nil, fmt.Errorf("%w: image %q is not in the server's image store (pull it first: POST /v1/images)", ErrInvalid, req.Image)
 	}
@@ -141,8 +143,8 @@ func removeSandboxDir(dir string) error {
 // ActionSandboxSnapshot is the audit action of Snapshot.
 const ActionSandboxSnapshot = "sandbox.snapshot"
 
-// Snapshot makes a new image, named name ("" names it
-// localhost/airlock/<id>:latest), of the image sandbox id of owner was
+// Snapshot makes a new image of owner, named name in owner's namespace
+// ("" names it localhost/airlock/<id>:latest), of the image sandbox id of owner was
 // created from plus everything the sandbox has changed in its root so far.
 // Files the sandbox writes meanwhile may or may not be in it.
 func (m *Manager) Snapshot(ctx context.Context, owner, id, name string) (*imagestore.Image, error) {
@@ -161,6 +163,8 @@ func (m *Manager) Snapshot(ctx context.Context, owner, id, name string) (*images
 	if err != nil {
 		return nil, fmt.Errorf("%w: sandbox %s was not created from an image", ErrInvalid, sb.ID)
 	}
+	// By digest, as the operator: the sandbox was made from it, so its
+	// layers are already the sandbox's (even if unpublished meanwhile).
 	base, err := m.cfg.Images.Get(strings.TrimSpace(string(b)))
 	if err != nil {
 		return nil, fmt.Errorf("%w: the image sandbox %s was created from is gone: %v", ErrInvalid, sb.ID, err)
@@ -177,7 +181,8 @@ func (m *Manager) Snapshot(ctx context.Context, owner, id, name string) (*images
 	if err := m.AuditFirst(ctx, owner, sb.ID, ActionSandboxSnapshot, map[string]any{"name": name, "base": base.Digest}); err != nil {
 		return nil, err
 	}
-	return m.cfg.Images.Commit(ctx, base, (&native.ImageRoot{Dir: root}).UpperDir(), idBase, name)
+	// Named in the owner's own namespace: never another key's image.
+	return m.cfg.Images.As(owner).Commit(ctx, base, (&native.ImageRoot{Dir: root}).UpperDir(), idBase, name)
 }
 
 // checkStaticAgent refuses image sandboxes when the agent binary needs a

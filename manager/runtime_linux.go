@@ -137,7 +137,7 @@ func (m *Manager) start(ctx context.Context, req *CreateRequest, p policy.Policy
 	if err != nil {
 		return fail(err)
 	}
-	vols, err := m.useVolumes(id, dir, req.Volumes)
+	vols, err := m.useVolumes(id, dir, req.Owner, req.Volumes)
 	if err != nil {
 		return fail(err)
 	}

@@ -54,19 +54,20 @@ func (m *Manager) checkVolumes(req *CreateRequest) error {
 			return fmt.Errorf("%w: two volumes at %s", ErrInvalid, p)
 		}
 		seen[p] = true
-		if _, err := m.cfg.Volumes.Get(v.Name); err != nil {
+		// The owner's own volumes only: another key's is not found.
+		if _, err := m.cfg.Volumes.As(req.Owner).Get(v.Name); err != nil {
 			return fmt.Errorf("%w: %w", ErrInvalid, err)
 		}
 	}
 	return nil
 }
 
-// useVolumes mounts req's volumes for sandbox id (state directory dir,
-// whose removal ends the use).
-func (m *Manager) useVolumes(id, dir string, refs []VolumeRef) ([]native.VolumeMount, error) {
+// useVolumes mounts owner's volumes refs for sandbox id (state directory
+// dir, whose removal ends the use).
+func (m *Manager) useVolumes(id, dir, owner string, refs []VolumeRef) ([]native.VolumeMount, error) {
 	var out []native.VolumeMount
 	for _, v := range refs {
-		mnt, err := m.cfg.Volumes.Use(v.Name, id, dir)
+		mnt, err := m.cfg.Volumes.As(owner).Use(v.Name, id, dir)
 		if err != nil {
 			return nil, fmt.Errorf("manager: %w", err)
 		}

@@ -660,7 +660,7 @@ type createIn struct {
 	Env            map[string]string `json:"env,omitempty" jsonschema:"Environment variables for every process in the sandbox."`
 	Label          string            `json:"label,omitempty" jsonschema:"A short name shown by list_sandboxes."`
 	Runtime        string            `json:"runtime,omitempty" jsonschema:"Isolation tier: native or gvisor (gVisor's user-space kernel between the code and the host kernel; egress through the same proxy); default the server's."`
-	Template       string            `json:"template,omitempty" jsonschema:"Name of a template or image in the server's image store (built with airlock template build -t NAME or pulled with airlock image pull) to use as the sandbox's root filesystem; default the host-derived root."`
+	Template       string            `json:"template,omitempty" jsonschema:"Name of a template or image in the server's image store that this key may use (its own: built, pulled or snapshotted with this key; or one the operator published) to use as the sandbox's root filesystem; default the host-derived root."`
 }
 
 func (s *Service) createSandbox(ctx context.Context, req *sdk.CallToolRequest, in createIn) (*sdk.CallToolResult, any, error) {

@@ -52,11 +52,15 @@ func (s *Server) snapshotSandbox(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func (s *Server) images() (*imagestore.Store, error) {
+// images returns the image store as the caller sees it: its own
+// namespace of names plus the public images (imagestore.Store.As; with
+// --no-auth the operator's). Another key's image is 404, like another
+// key's sandbox.
+func (s *Server) images(r *http.Request) (*imagestore.Store, error) {
 	if s.cfg.Images == nil {
 		return nil, errf(503, "unavailable", "this server has no image store")
 	}
-	return s.cfg.Images, nil
+	return s.cfg.Images.As(caller(r).id), nil
 }
 
 // imageError maps image store errors to API errors.
@@ -77,7 +81,7 @@ func imageError(err error) error {
 }
 
 func (s *Server) listImages(w http.ResponseWriter, r *http.Request) error {
-	st, err := s.images()
+	st, err := s.images(r)
 	if err != nil {
 		return err
 	}
@@ -94,7 +98,7 @@ func (s *Server) listImages(w http.ResponseWriter, r *http.Request) error {
 // (--image-registry) are reachable: the API must not become a way to make
 // the server issue requests to arbitrary hosts.
 func (s *Server) pullImage(w http.ResponseWriter, r *http.Request) error {
-	st, err := s.images()
+	st, err := s.images(r)
 	if err != nil {
 		return err
 	}
@@ -114,7 +118,7 @@ func (s *Server) pullImage(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) getImage(w http.ResponseWriter, r *http.Request) error {
-	st, err := s.images()
+	st, err := s.images(r)
 	if err != nil {
 		return err
 	}
@@ -127,7 +131,7 @@ func (s *Server) getImage(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) removeImage(w http.ResponseWriter, r *http.Request) error {
-	st, err := s.images()
+	st, err := s.images(r)
 	if err != nil {
 		return err
 	}

@@ -70,7 +70,7 @@ func (s *Server) allowPull(ref string) error {
 
 // buildTemplate builds a Dockerfile sent in the request.
 func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) error {
-	st, err := s.images()
+	st, err := s.images(r)
 	if err != nil {
 		return err
 	}

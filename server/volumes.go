@@ -27,9 +27,12 @@ func (s *Server) volumeRoutes(authed func(string, handler)) {
 	authed("DELETE /v1/volumes/{name}", s.deleteVolume)
 }
 
-func (s *Server) volumes() (*volume.Store, error) {
+// volumes returns the volume store as the caller sees it: its own
+// volumes only (volume.Store.As; with --no-auth the operator's). Another
+// key's volume is 404, like another key's sandbox.
+func (s *Server) volumes(r *http.Request) (*volume.Store, error) {
 	if v := s.m.Volumes(); v != nil {
-		return v, nil
+		return v.As(caller(r).id), nil
 	}
 	return nil, errf(503, "unavailable", "this server has no volume store")
 }
@@ -50,7 +53,7 @@ func volumeError(err error) error {
 }
 
 func (s *Server) listVolumes(w http.ResponseWriter, r *http.Request) error {
-	st, err := s.volumes()
+	st, err := s.volumes(r)
 	if err != nil {
 		return err
 	}
@@ -63,7 +66,7 @@ func (s *Server) listVolumes(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) createVolume(w http.ResponseWriter, r *http.Request) error {
-	st, err := s.volumes()
+	st, err := s.volumes(r)
 	if err != nil {
 		return err
 	}
@@ -81,7 +84,7 @@ func (s *Server) createVolume(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) getVolume(w http.ResponseWriter, r *http.Request) error {
-	st, err := s.volumes()
+	st, err := s.volumes(r)
 	if err != nil {
 		return err
 	}
@@ -94,7 +97,7 @@ func (s *Server) getVolume(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) deleteVolume(w http.ResponseWriter, r *http.Request) error {
-	st, err := s.volumes()
+	st, err := s.volumes(r)
 	if err != nil {
 		return err
 	}

@@ -42,7 +42,9 @@ type Options struct {
 	Dockerfile, Context string
 	// Name names the result.
 	Name string
-	// Store holds the images; StateDir/roots the RUN steps' roots.
+	// Store holds the images; StateDir/roots the RUN steps' roots. Its
+	// view's owner (imagestore.Store.As) owns the result and every step,
+	// and FROM finds that owner's and public images only.
 	Store    *imagestore.Store
 	StateDir string
 	// Policy is the sandbox policy of RUN steps (limits, profile); the
@@ -182,6 +184,11 @@ func Build(ctx context.Context, o Options) (*Result, error) {
 		}
 		// The cache key: parent, instruction, build args, and COPY's files.
 		h := sha256.New()
+		// Per owner: a step another key ran (a RUN's random output, a
+		// key it generated) is never handed to this one.
+		if ow := o.Store.Owner(); ow != "" {
+			fmt.Fprintf(h, "owner=%s\n", ow)
+		}
 		fmt.Fprintf(h, "%s\n%s\n", cur.Digest, n.Original)
 		for _, k := range sortedKeys(args) {
 			fmt.Fprintf(h, "%s=%s\n", k, args[k])

@@ -47,23 +47,58 @@ type Volume struct {
 	CreatedAt time.Time `json:"created_at"`
 }
 
-// Store holds the volumes of one directory (STATE_DIR/volumes).
+// Store holds the volumes of one directory (STATE_DIR/volumes), seen as
+// one owner (As); the store Open returns is the operator's.
+//
+// Each owner has its own namespace of names: the operator's volumes (an
+// unauthenticated server's, and every volume made before owners existed)
+// are DIR/NAME, those of API key ID are DIR/_keys/ID/NAME ("_keys" is no
+// valid volume name). An owner sees, mounts and deletes its own volumes
+// only: another owner's volume is ErrNotFound.
 type Store struct {
-	dir string
-	mu  sync.Mutex
+	root string // the store's directory: the lock
+	dir  string // the owner's namespace; "" for an invalid owner
+	mu   *sync.Mutex
 }
+
+// keysDir, under the store's directory, holds the API keys' namespaces.
+const keysDir = "_keys"
+
+// validOwner matches the owners As accepts (API key ids: key_ and hex).
+var validOwner = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`) })
 
 // Open opens (creating) the store in dir.
 func Open(dir string) (*Store, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("volumes: %w", err)
 	}
-	return &Store{dir: dir}, nil
+	return &Store{root: dir, dir: dir, mu: new(sync.Mutex)}, nil
+}
+
+// As returns the view of the store of owner (an API key id; "" is the
+// operator): its own volumes only.
+func (s *Store) As(owner string) *Store {
+	c := &Store{root: s.root, mu: s.mu, dir: s.root}
+	if owner != "" {
+		c.dir = ""
+		if validOwner().MatchString(owner) {
+			c.dir = filepath.Join(s.root, keysDir, owner)
+		}
+	}
+	return c
+}
+
+// checkOwner refuses a view of an owner As did not accept.
+func (s *Store) checkOwner() error {
+	if s.dir == "" {
+		return fmt.Errorf("%w: owner is not a valid key id", ErrInvalid)
+	}
+	return nil
 }
 
 func (s *Store) lock() (func(), error) {
 	s.mu.Lock()
-	f, err := os.OpenFile(filepath.Join(s.dir, "lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := os.OpenFile(filepath.Join(s.root, "lock"), os.O_RDWR|os.O_CREATE, 0o600)
 	if err == nil {
 		err = unix.Flock(int(f.Fd()), unix.LOCK_EX)
 	}
@@ -89,11 +124,17 @@ func (s *Store) Create(name string, size int64) (*Volume, error) {
 	if size < MinSize || size > MaxSize {
 		return nil, fmt.Errorf("%w: size %d outside %d-%d bytes", ErrInvalid, size, int64(MinSize), int64(MaxSize))
 	}
+	if err := s.checkOwner(); err != nil {
+		return nil, err
+	}
 	unlock, err := s.lock()
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
+	if err := os.MkdirAll(s.dir, 0o700); err != nil {
+		return nil, fmt.Errorf("volumes: %w", err)
+	}
 	if err := os.Mkdir(s.path(name), 0o700); err != nil {
 		if os.IsExist(err) {
 			return nil, fmt.Errorf("%w: %s", ErrExists, name)
@@ -115,9 +156,9 @@ func (s *Store) Create(name string, size int64) (*Volume, error) {
 	return v, nil
 }
 
-// Get returns volume name.
+// Get returns the view's volume name.
 func (s *Store) Get(name string) (*Volume, error) {
-	if !validName().MatchString(name) {
+	if s.dir == "" || !validName().MatchString(name) {
 		return nil, fmt.Errorf("%w: %q", ErrNotFound, name)
 	}
 	b, err := os.ReadFile(s.path(name, "volume.json"))
@@ -131,9 +172,15 @@ func (s *Store) Get(name string) (*Volume, error) {
 	return &v, nil
 }
 
-// List returns every volume by name.
+// List returns the view's volumes by name.
 func (s *Store) List() ([]Volume, error) {
+	if err := s.checkOwner(); err != nil {
+		return nil, err
+	}
 	ents, err := os.ReadDir(s.dir)
+	if os.IsNotExist(err) && s.dir != s.root {
+		return []Volume{}, nil // a key that made no volume yet
+	}
 	if err != nil {
 		return nil, fmt.Errorf("volumes: %w", err)
 	}

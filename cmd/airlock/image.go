@@ -29,7 +29,17 @@ const imageUsage = `usage:
   airlock image import [--name REF] FILE                  store a 'docker save' or OCI archive
   airlock image ls [--json]                               list stored images
   airlock image inspect REF|DIGEST                        print an image as JSON
-  airlock image rm REF|DIGEST                             remove an image (and layers no other image uses)
+  airlock image rm [--key ID] REF|DIGEST                  remove an image (and layers no other image uses)
+  airlock image publish [--key ID] REF|DIGEST             let every API key use an image (read-only)
+  airlock image unpublish [--key ID] REF|DIGEST           make a published image private again
+
+Image names belong to an owner: an API key's images (pulled, built or
+snapshotted through the API) are named in that key's own namespace, which
+no other key sees; images made here, or before owners existed, are the
+operator's (OWNER "-"). A key uses its own images and the public ones;
+publish shares one read-only with every key (docs/images.md, "Owners").
+--key ID acts in that key's namespace instead of the operator's (any
+subcommand: e.g. pull an image for one key only).
 
 Every subcommand takes --state-dir DIR (default $AIRLOCK_STATE_DIR, else
 /var/lib/airlock); images live in DIR/images, shared with 'airlock serve
@@ -71,6 +81,7 @@ func cmdImage(args []string) int {
 	quiet := fs.Bool("quiet", false, "no progress (pull, import)")
 	asName := fs.String("name", "", "name the imported image REF (import)")
 	asJSON := fs.Bool("json", false, "print JSON (ls)")
+	keyID := fs.String("key", "", "act in the namespace of API key ID instead of the operator's (every subcommand)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Print(imageUsage)
@@ -79,7 +90,7 @@ func cmdImage(args []string) int {
 		fmt.Fprintf(os.Stderr, "airlock image %s: %v\n%s", sub, err, imageUsage)
 		return exitUsage
 	}
-	want := map[string]int{"pull": 1, "import": 1, "ls": 0, "inspect": 1, "rm": 1}
+	want := map[string]int{"pull": 1, "import": 1, "ls": 0, "inspect": 1, "rm": 1, "publish": 1, "unpublish": 1}
 	n, ok := want[sub]
 	if !ok {
 		fmt.Fprintf(os.Stderr, "airlock image: unknown subcommand %q\n%s", sub, imageUsage)
@@ -93,6 +104,9 @@ func cmdImage(args []string) int {
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "airlock image %s: %v\n", sub, err)
 		return 1
+	}
+	if *keyID != "" {
+		st = st.As(*keyID)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -127,13 +141,20 @@ func cmdImage(args []string) int {
 			return printJSON(imgs)
 		}
 		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "NAME\tDIGEST\tSIZE\tLAYERS\tCREATED")
+		fmt.Fprintln(tw, "NAME\tDIGEST\tSIZE\tLAYERS\tCREATED\tOWNER\tPUBLIC")
 		for _, img := range imgs {
 			created := "-"
 			if !img.Created.IsZero() {
 				created = humanize.Time(img.Created)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", orNone(img.Name), shortDigest(img.Digest), humanize.IBytes(uint64(img.Size)), len(img.Layers), created)
+			owner, pub := img.Owner, "no"
+			if owner == "" {
+				owner = "-"
+			}
+			if img.Public {
+				pub = "yes"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", orNone(img.Name), shortDigest(img.Digest), humanize.IBytes(uint64(img.Size)), len(img.Layers), created, owner, pub)
 		}
 		tw.Flush()
 	case "inspect":
@@ -150,6 +171,13 @@ func cmdImage(args []string) int {
 			return 1
 		}
 		fmt.Printf("removed %s %s\n", orNone(img.Name), img.Digest)
+	case "publish", "unpublish":
+		img, err := st.Publish(fs.Arg(0), sub == "publish")
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "airlock image %s: %v\n", sub, err)
+			return 1
+		}
+		fmt.Printf("%sed %s %s\n", sub, orNone(img.Name), img.Digest)
 	}
 	return 0
 }

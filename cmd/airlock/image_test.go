@@ -18,7 +18,7 @@ import (
 )
 
 // TestImageCLI: airlock image pull (with progress) | import | ls |
-// inspect | rm against a registry on 127.0.0.1.
+// inspect | publish | unpublish | rm against a registry on 127.0.0.1.
 func TestImageCLI(t *testing.T) {
 	reg := it.Registry(t)
 	img := it.Image(t, it.TarLayer(t, it.Entry{Name: "etc/image-marker", Type: tar.TypeReg, Data: strings.Repeat("m", 1<<20)}))
@@ -52,6 +52,26 @@ func TestImageCLI(t *testing.T) {
 	}
 	if code != 0 || json.Unmarshal([]byte(out), &got) != nil || got.Digest != digest || len(got.Layers) != 1 || len(got.Config.Env) != 2 {
 		t.Fatalf("inspect: %d %q %q", code, out, errOut)
+	}
+	// Owners: the CLI's images are the operator's; publish and unpublish
+	// them; --key acts in a key's namespace, which does not hold them.
+	if out, errOut, code := runCLI(t, nil, "image", "rm", "--state-dir", state, "--key", "key_0123456789abcdef", ref); code != 1 || !strings.Contains(errOut, "image not found") {
+		t.Fatalf("rm --key of the operator's image: %d %q %q", code, out, errOut)
+	}
+	for _, c := range []struct{ sub, col string }{{"publish", "yes"}, {"unpublish", "no"}} {
+		if out, errOut, code := runCLI(t, nil, "image", c.sub, "--state-dir", state, ref); code != 0 || !strings.HasPrefix(out, c.sub+"ed "+ref) {
+			t.Fatalf("%s: %d %q %q", c.sub, code, out, errOut)
+		}
+		out, errOut, code := runCLI(t, nil, "image", "ls", "--state-dir", state)
+		var line string
+		for _, l := range strings.Split(out, "\n") {
+			if strings.HasPrefix(l, ref+" ") {
+				line = l
+			}
+		}
+		if f := strings.Fields(line); code != 0 || len(f) < 2 || f[len(f)-2] != "-" || f[len(f)-1] != c.col {
+			t.Fatalf("ls after %s: OWNER and PUBLIC of %q (%d %q)", c.sub, line, code, errOut)
+		}
 	}
 	if out, errOut, code := runCLI(t, nil, "image", "rm", "--state-dir", state, ref); code != 0 || !strings.HasPrefix(out, "removed "+ref) {
 		t.Fatalf("rm: %d %q %q", code, out, errOut)
