@@ -209,14 +209,17 @@ type Info struct {
 
 // RuntimeCaps is what one runtime can do (GET /v1/info).
 type RuntimeCaps struct {
-	ImageRoots      bool   `json:"image_roots"`
-	Volumes         bool   `json:"volumes"`
-	Pause           string `json:"pause,omitempty"` // "freeze", "checkpoint", or "" (cannot pause)
-	MemorySnapshot  bool   `json:"memory_snapshot"`
-	ForkWithNetwork bool   `json:"fork_with_network"`
-	AttachNetwork   bool   `json:"attach_network"`
-	AdoptRunning    bool   `json:"adopt_running"`
-	Pooled          bool   `json:"pooled"`
+	ImageRoots     bool   `json:"image_roots"`
+	Volumes        bool   `json:"volumes"`
+	Pause          string `json:"pause,omitempty"` // "freeze", "checkpoint", or "" (cannot pause)
+	MemorySnapshot bool   `json:"memory_snapshot"`
+	// SnapshotEnvironments: memory snapshots of sandboxes with an image
+	// root or volumes too.
+	SnapshotEnvironments bool `json:"memory_snapshot_environments"`
+	ForkWithNetwork      bool `json:"fork_with_network"`
+	AttachNetwork        bool `json:"attach_network"`
+	AdoptRunning         bool `json:"adopt_running"`
+	Pooled               bool `json:"pooled"`
 }
 
 // Has reports whether the runtime has the capability named as in its JSON

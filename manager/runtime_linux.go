@@ -32,6 +32,9 @@ type runtimeState struct {
 	Socket    string `json:"socket"`
 	// Enforced is what the runtime reported at start.
 	Enforced rt.Enforced `json:"enforced,omitempty"`
+	// Env: the sandbox has an image root or volumes (files on the host,
+	// outside a memory snapshot).
+	Env bool `json:"env,omitempty"`
 	// Secrets names the sandbox's injected headers (never their values),
 	// so that a reattached sandbox can report them lost.
 	Secrets []SecretRef `json:"secrets,omitempty"`
@@ -204,7 +207,8 @@ func (m *Manager) start(ctx context.Context, req *CreateRequest, p policy.Policy
 		}
 	}
 	startTime, _ := native.ProcStartTime(inst.Pid())
-	rs, _ := json.Marshal(runtimeState{Runtime: string(t.Name()), Pid: inst.Pid(), StartTime: startTime, Socket: sock, Enforced: inst.Enforced(), Secrets: ns.refs})
+	rs, _ := json.Marshal(runtimeState{Runtime: string(t.Name()), Pid: inst.Pid(), StartTime: startTime, Socket: sock, Enforced: inst.Enforced(), Secrets: ns.refs,
+		Env: root != nil || len(vols) > 0})
 	rec.InitPID, rec.Runtime = inst.Pid(), rs
 	if err := m.st.PutSandbox(ctx, &rec); err != nil {
 		client.Close()

@@ -106,6 +106,8 @@ func (m *Manager) MemorySnapshot(ctx context.Context, owner, id string) (Snapsho
 		return SnapshotInfo{}, err
 	} else if !t.Caps().MemorySnapshot {
 		return SnapshotInfo{}, refuse(t, "memory snapshots and forks (pause freezes it instead)", "memory_snapshot")
+	} else if !t.Caps().SnapshotEnvironments && sb.hasEnvironment() {
+		return SnapshotInfo{}, refuse(t, "a memory snapshot of a sandbox with an image root or volumes (snapshot its root to an image instead: POST /v1/sandboxes/{id}/snapshot)", "memory_snapshot_environments")
 	}
 	if used, quota := m.snapshotUse(), m.snapshotQuota(); used >= quota {
 		return SnapshotInfo{}, fmt.Errorf("%w: snapshot images use %d bytes of the server's quota of %d (--snapshot-quota); kill sandboxes whose snapshots are not needed", ErrLimit, used, quota)
@@ -208,4 +210,15 @@ func (m *Manager) loadSnapshots(sb *Sandbox) {
 			os.RemoveAll(filepath.Join(dir, e.Name()))
 		}
 	}
+}
+
+// hasEnvironment reports whether sb has an image root or volumes, from its
+// record.
+func (sb *Sandbox) hasEnvironment() bool {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	var rs struct {
+		Env bool `json:"env"`
+	}
+	return json.Unmarshal(sb.rec.Runtime, &rs) == nil && rs.Env
 }

@@ -56,6 +56,10 @@ type Caps struct {
 	// while it runs and forked into new sandboxes (the instance is a
 	// Checkpointer and the tier a Forker).
 	MemorySnapshot bool `json:"memory_snapshot"`
+	// SnapshotEnvironments: MemorySnapshot extends to sandboxes with an
+	// image root or volumes (whose files are on the host, outside the
+	// memory image).
+	SnapshotEnvironments bool `json:"memory_snapshot_environments"`
 	// ForkWithNetwork: a sandbox with network can be snapshotted and
 	// forked.
 	ForkWithNetwork bool `json:"fork_with_network"`
@@ -231,6 +235,8 @@ func (c Caps) Has(name string) bool {
 		return c.Pause != ""
 	case "memory_snapshot":
 		return c.MemorySnapshot
+	case "memory_snapshot_environments":
+		return c.SnapshotEnvironments
 	case "fork_with_network":
 		return c.ForkWithNetwork
 	case "attach_network":
