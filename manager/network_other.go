@@ -10,4 +10,6 @@ import (
 
 func listenIn(pid int, addrs []string) ([]net.Listener, error) { return nil, errNotLinux }
 
-func instListenIn(inst tier.Instance, addrs []string) ([]net.Listener, error) { return nil, errNotLinux }
+func instListenIn(inst tier.Instance, addrs []string) ([]net.Listener, error) {
+	return nil, errNotLinux
+}
