@@ -152,11 +152,13 @@ func TestE2EGVisorForksWithNetwork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var forks []string
 	for i := 0; i < 3; i++ {
 		f, err := e.c.Create(ctx, client.CreateRequest{Snapshot: snap.ID, Timeout: 600})
 		if err != nil {
 			t.Fatalf("fork %d: %v", i, err)
 		}
+		forks = append(forks, f.ID)
 		t.Cleanup(func() { e.c.Kill(ctx, f.ID) })
 		nw, err := e.c.Network(ctx, f.ID)
 		if err != nil || nw.Mode != "allowlist" || !nw.Listening {
@@ -190,4 +192,50 @@ r`})
 	want(t, "the original after its forks", e.sh(t, sb.ID, "curl -sS "+e.url("http", "web.test", "/orig")+"; curl -sS --noproxy '*' http://127.0.0.1:8000/"),
 		"http-ok host=web.test:", "listener-ok")
 	e.waitLog(t, sb.ID, "the original's own entry", func(l []client.Connection) bool { return len(l) == len(before)+1 })
+
+	// The forks outlive a SIGKILL of the server like any running sandbox
+	// (their agents have the original's token, stored with the snapshot).
+	e.srv.crash()
+	e.srv = startServer(t, e.state, append(e.serveArgs(), "--default-runtime", "gvisor")...)
+	e.c = client.New(e.srv.URL, e.key)
+	for i, id := range append(forks, sb.ID) {
+		got, err := e.c.Get(ctx, id)
+		if err != nil || got.State != "running" || !got.Reattached {
+			t.Fatalf("sandbox %d after the restart: %+v %v", i, got, err)
+		}
+		want(t, "after the restart", e.sh(t, id, "curl -sS "+e.url("http", "web.test", "/restarted")+"; curl -sS --noproxy '*' http://127.0.0.1:8000/"),
+			"http-ok host=web.test:", "listener-ok")
+	}
+}
+
+// TestE2EGVisorGraceWithoutServer: a running gvisor sandbox whose server
+// dies and does not come back within --agent-grace ends on its own: its
+// agent kills everything and runsc, the sentry and the gofer exit. The
+// server started later records it lost and leaves nothing of it (bundle,
+// pinned namespace, runsc state, cgroups).
+func TestE2EGVisorGraceWithoutServer(t *testing.T) {
+	state, key, s1, sb := gvisorSandbox(t, "--agent-grace", "3s")
+	c := client.New(s1.URL, key)
+	ctx := ctxT(t)
+	if _, err := c.Start(ctx, sb.ID, client.ExecRequest{Shell: "sleep 600", Tag: "bg"}); err != nil {
+		t.Fatal(err)
+	}
+	pid := initPid(t, state, sb.ID)
+	s1.crash()
+	eventually(t, 90*time.Second, "the sandbox ends once the grace is over", func() bool {
+		return !alive(pid) && len(pidsInCgroup(t, sb.ID)) == 0
+	})
+	s2 := startServer(t, state)
+	c = client.New(s2.URL, key)
+	if got, err := c.Get(ctx, sb.ID); err != nil || got.State != "lost" {
+		t.Fatalf("after the restart: %+v %v", got, err)
+	}
+	assertGone(t, state, sb.ID, pid)
+	eventually(t, 15*time.Second, "no process of the sandbox left", func() bool { return !hostHasArg(sb.ID) })
+	for _, p := range []string{filepath.Join(gvisor.StateBase, "bundles", sb.ID), filepath.Join(gvisor.StateBase, "root", "*"+sb.ID+"*"),
+		filepath.Join(gvisor.StateBase, "netns", sb.ID)} {
+		if m, _ := filepath.Glob(p); len(m) > 0 {
+			t.Errorf("left behind: %v", m)
+		}
+	}
 }
