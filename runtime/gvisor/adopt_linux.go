@@ -66,6 +66,7 @@ func adoptRunning(info tier.AdoptInfo) (tier.Instance, error) {
 			}
 			break
 		}
+		h.closePidfd()
 		h.End()
 	}()
 	return h, nil
@@ -101,12 +102,27 @@ func (h *Handle) ListenIn(addrs []string) ([]net.Listener, error) {
 // destroyAdopted kills an adopted running sandbox: its runsc, through the
 // pidfd, and everything in its cgroup; then its state goes as Destroy's.
 func (h *Handle) destroyAdopted() error {
-	unix.PidfdSendSignal(h.pidfd, unix.SIGKILL, nil, 0)
+	h.pidMu.Lock()
+	if h.pidfd >= 0 {
+		unix.PidfdSendSignal(h.pidfd, unix.SIGKILL, nil, 0)
+	}
+	h.pidMu.Unlock()
 	err := h.current().Destroy()
 	select {
 	case <-h.ended:
 	case <-time.After(10 * time.Second):
 	}
-	h.pidfdOnce.Do(func() { unix.Close(h.pidfd) })
+	h.closePidfd()
 	return err
+}
+
+// closePidfd releases the pidfd of an adopted sandbox's runsc once, so that
+// its number, maybe reused, is never signalled.
+func (h *Handle) closePidfd() {
+	h.pidMu.Lock()
+	defer h.pidMu.Unlock()
+	if h.pidfd >= 0 {
+		unix.Close(h.pidfd)
+		h.pidfd = -1
+	}
 }

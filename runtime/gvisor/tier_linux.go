@@ -112,8 +112,8 @@ type Handle struct {
 	conn      *swapConn // the agent's connection, set by WrapConn
 	preamble  bool      // WrapConn sends the agent's token first (a fresh agent)
 	adopted   bool      // taken over running: the agent is reached over TCP
-	pidfd     int       // an adopted one's runsc
-	pidfdOnce sync.Once
+	pidMu     sync.Mutex
+	pidfd     int // an adopted one's runsc, -1 once closed
 	ended     chan struct{}
 	endOnce   sync.Once
 }
