@@ -82,7 +82,7 @@ func Main() {
 			os.Exit(1)
 		}
 		f.Close() // FileListener holds a close-on-exec duplicate
-		code = runListener(ln, grace)
+		code = runListener(ln, grace, nil, nil)
 	} else {
 		conn, err := net.FileConn(f)
 		if err != nil {
@@ -90,7 +90,11 @@ func Main() {
 			os.Exit(1)
 		}
 		f.Close() // FileConn holds a close-on-exec duplicate
-		code = run(conn)
+		if addr, ok := reconnectArg(os.Args); ok {
+			code = runReconnectable(conn, addr)
+		} else {
+			code = run(conn)
+		}
 	}
 	os.Exit(code)
 }
@@ -193,10 +197,16 @@ func run(conn net.Conn) int {
 	return 0
 }
 
-// runListener serves connections from ln until none comes for grace.
-func runListener(ln net.Listener, grace time.Duration) int {
+// runListener serves connections from ln until none comes for grace. If
+// first is not nil it is served first, as if accepted. If admit is not nil
+// every accepted connection goes through it (in its own goroutine) and is
+// served only if it returns true; it closes those it refuses.
+func runListener(ln net.Listener, grace time.Duration, first net.Conn, admit func(net.Conn) bool) int {
 	a := newAgent()
-	conns := make(chan net.Conn)
+	conns := make(chan net.Conn, 1)
+	if first != nil {
+		conns <- first
+	}
 	go func() {
 		for {
 			conn, err := ln.Accept()
@@ -207,6 +217,14 @@ func runListener(ln net.Listener, grace time.Duration) int {
 				fmt.Fprintf(os.Stderr, "airlock agent: accept: %v\n", err)
 				close(conns)
 				return
+			}
+			if admit != nil {
+				go func() {
+					if admit(conn) {
+						conns <- conn
+					}
+				}()
+				continue
 			}
 			conns <- conn
 		}

@@ -377,7 +377,7 @@ func (m *Manager) netReattach(sb *Sandbox, refs []SecretRef) {
 	ls, ok := instListeners(sb) // an adopted paused sandbox's, in its new namespace
 	var lerr error
 	if !ok {
-		ls, lerr = listenIn(sb.inst.Pid(), []string{ProxyHTTPAddr, ProxySOCKSAddr})
+		ls, lerr = instListenIn(sb.inst, []string{ProxyHTTPAddr, ProxySOCKSAddr})
 	}
 	if lerr != nil {
 		m.cfg.Logf("sandbox %s: egress listeners: %v; the sandbox has no network until its policy is set again", sb.ID, lerr)
@@ -446,7 +446,7 @@ func (m *Manager) SetNetwork(ctx context.Context, owner, id string, n policy.Net
 		sb.net.registered, added = true, true
 	}
 	if n.Mode != policy.NetNone && len(sb.net.listeners) == 0 {
-		ls, err := listenIn(sb.inst.Pid(), []string{ProxyHTTPAddr, ProxySOCKSAddr})
+		ls, err := instListenIn(sb.inst, []string{ProxyHTTPAddr, ProxySOCKSAddr})
 		if err != nil {
 			if added {
 				m.egress.RemoveSandbox(id)

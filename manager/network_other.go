@@ -2,6 +2,14 @@
 
 package manager
 
-import "net"
+import (
+	"net"
+
+	"airlock/runtime/tier"
+)
 
 func listenIn(pid int, addrs []string) ([]net.Listener, error) { return nil, errNotLinux }
+
+func instListenIn(inst tier.Instance, addrs []string) ([]net.Listener, error) {
+	return nil, errNotLinux
+}

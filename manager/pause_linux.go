@@ -24,6 +24,9 @@ func (m *Manager) setFrozen(sb *Sandbox, on bool) error {
 	image := m.checkpointDir(sb.ID)
 	if on {
 		if err := ck.Suspend(image); err != nil {
+			if errors.Is(err, tier.ErrNotSupported) {
+				return fmt.Errorf("%w: %w", ErrPolicy, err)
+			}
 			return err
 		}
 		// The image is whole: a server restarted from here can resume it.

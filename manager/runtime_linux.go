@@ -129,7 +129,7 @@ func (m *Manager) start(ctx context.Context, req *CreateRequest, p policy.Policy
 		defer stdin.Close()
 	}
 	args := []string{native.AgentPath, "__agent"}
-	if !connected {
+	if !connected || caps.AdoptRunning { // a reconnectable agent waits for the server too
 		args = append(args, "--grace", m.cfg.AgentGrace.String())
 	}
 	args = append(args, "--user", fmt.Sprintf("%d:%d", p.User.UID, p.User.GID))
@@ -323,7 +323,12 @@ func (m *Manager) reattach(ctx context.Context, rec *store.Sandbox) (*Sandbox, s
 	_ = freeze(rec.ID, false)
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	conn, err := dialAgent(cctx, m.sockPath(rec.ID))
+	var conn net.Conn
+	if d, ok := inst.(tier.AgentDialer); ok {
+		conn, err = d.DialAgent(cctx)
+	} else {
+		conn, err = dialAgent(cctx, m.sockPath(rec.ID))
+	}
 	var client *agent.Client
 	if err == nil {
 		client, err = agent.NewClientConfig(conn, agent.Config{Home: "/workspace", HelloTimeout: 5 * time.Second})

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -11,10 +12,11 @@ import (
 	"airlock/runtime/gvisor"
 )
 
-// TestE2ECrashRecoveryGVisor: a gvisor sandbox does not survive a server
-// crash (its agent was connected over a socketpair); the restarted server
-// records it lost and nothing of it is left: no runsc, sentry or gofer,
-// no cgroup in any hierarchy, no bundle, no runsc state.
+// TestE2ECrashRecoveryGVisor: a running gvisor sandbox survives a server
+// crash (TestE2EGVisorRunningSurvivesCrash), but one whose processes die
+// while the server is down is recorded lost by the restarted server, and
+// nothing of it is left: no runsc, sentry or gofer, no cgroup in any
+// hierarchy, no bundle, no pinned network namespace, no runsc state.
 func TestE2ECrashRecoveryGVisor(t *testing.T) {
 	state, key, s1, sb := gvisorSandbox(t)
 	c := client.New(s1.URL, key)
@@ -24,6 +26,10 @@ func TestE2ECrashRecoveryGVisor(t *testing.T) {
 	}
 	pid := initPid(t, state, sb.ID)
 	s1.crash()
+	for _, p := range append(pidsInCgroup(t, sb.ID), pid) {
+		syscall.Kill(p, syscall.SIGKILL)
+	}
+	eventually(t, 15*time.Second, "the sandbox's runsc dies", func() bool { return !alive(pid) })
 
 	s2 := startServer(t, state)
 	c = client.New(s2.URL, key)
@@ -33,7 +39,8 @@ func TestE2ECrashRecoveryGVisor(t *testing.T) {
 	}
 	assertGone(t, state, sb.ID, pid)
 	eventually(t, 15*time.Second, "no process of the sandbox left", func() bool { return !hostHasArg(sb.ID) })
-	for _, p := range []string{filepath.Join(gvisor.StateBase, "bundles", sb.ID), filepath.Join(gvisor.StateBase, "root", "*"+sb.ID+"*")} {
+	for _, p := range []string{filepath.Join(gvisor.StateBase, "bundles", sb.ID), filepath.Join(gvisor.StateBase, "root", "*"+sb.ID+"*"),
+		filepath.Join(gvisor.StateBase, "netns", sb.ID)} {
 		if m, _ := filepath.Glob(p); len(m) > 0 {
 			t.Errorf("left behind: %v", m)
 		}

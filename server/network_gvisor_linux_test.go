@@ -2,9 +2,9 @@ package server_test
 
 import (
 	"fmt"
-	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 
 	"airlock/client"
@@ -16,10 +16,9 @@ import (
 // another name; the refused name's server sees nothing; the sentry runs
 // in a network namespace of its own, not the host's, also after a pause
 // and resume (checkpoint and restore), and after a server restart while
-// paused (a new egress namespace); it cannot be snapshotted for a
-// fork (422); a gvisor sandbox
-// created with network none cannot be given one later (its namespace is
-// runsc's netstack: listeners "in" it would open in the host's).
+// paused (a new egress namespace); it can be snapshotted; a gvisor
+// sandbox created with network none can be given one later (PUT
+// /network), whose listeners open in its own namespace, not the host's.
 func TestNetworkGVisor(t *testing.T) {
 	needRoot(t)
 	if _, err := gvisor.Available(); err != nil {
@@ -56,13 +55,13 @@ curl -sS -w 'code=%%{http_code}\n' %s`, e.url("http", "web.test", "/"), e.url("h
 		}
 	}
 
-	// Its sockets are host sockets of its own egress namespace: no memory
-	// snapshot for a fork (422), and it keeps running.
-	if _, err := e.c.MemorySnapshot(ctxT(t), sb.ID); client.StatusOf(err) != http.StatusUnprocessableEntity {
-		t.Errorf("snapshot of a gvisor sandbox with network: %v, want 422", err)
+	// It can be snapshotted (its forks get namespaces of their own:
+	// TestE2EGVisorForksWithNetwork), and it keeps running.
+	if _, err := e.c.MemorySnapshot(ctxT(t), sb.ID); err != nil {
+		t.Errorf("snapshot of a gvisor sandbox with network: %v", err)
 	}
 	res = e.sh(t, sb.ID, "curl -sS "+e.url("http", "web.test", "/again"))
-	want(t, "gvisor egress after a refused snapshot", res, "http-ok host=web.test:")
+	want(t, "gvisor egress after a snapshot", res, "http-ok host=web.test:")
 	// Pause checkpoints it to disk (nothing of it runs) and resume
 	// restores it into the same namespace: the proxy, its policy and its
 	// refusals are there again.
@@ -118,11 +117,46 @@ curl -sS -w 'code=%%{http_code}\n' %s`, e.url("http", "web.test", "/restarted"),
 		}
 	}
 
+	// Created with network none, it reaches nothing; PUT /network opens
+	// the proxy's listeners in its own namespace (never the host's), and
+	// the new policy holds there; back to none, the proxy refuses.
 	none := e.create(t, &client.Network{Mode: "none"})
-	_, err = e.c.SetNetwork(ctxT(t), none.ID, client.Network{Mode: "allowlist", Allow: []string{"web.test"}})
-	if client.StatusOf(err) != http.StatusUnprocessableEntity {
-		t.Fatalf("giving a gvisor sandbox created with network none a network: %v, want 422", err)
-	}
 	res = e.sh(t, none.ID, "curl -sS "+e.url("http", "web.test", "/")+" 2>&1")
 	want(t, "gvisor none", res, "Failed to connect to 127.0.0.1 port 3128")
+	hostLn := hostListeners(t)
+	nw, err := e.c.SetNetwork(ctxT(t), none.ID, client.Network{Mode: "allowlist", Allow: []string{"web.test", "127.0.0.1"}})
+	if err != nil || !nw.Listening {
+		t.Fatalf("giving a gvisor sandbox created with network none a network: %+v %v", nw, err)
+	}
+	if got := hostListeners(t); got != hostLn {
+		t.Errorf("PUT /network opened listeners in the host's namespace: %d proxy-port listeners before, %d after", hostLn, got)
+	}
+	res = e.sh(t, none.ID, fmt.Sprintf(`curl -sS %s
+curl -sS -w 'code=%%{http_code}
+' %s`, e.url("http", "web.test", "/attached"), e.url("http", "other.test", "/")))
+	want(t, "gvisor none given a network", res, "http-ok host=web.test:",
+		"airlock: other.test is not in network.allow", "code=403")
+	if _, err := e.c.SetNetwork(ctxT(t), none.ID, client.Network{Mode: "none"}); err != nil {
+		t.Fatal(err)
+	}
+	res = e.sh(t, none.ID, "curl -sS -w 'code=%{http_code}\n' "+e.url("http", "web.test", "/")+" 2>&1")
+	want(t, "gvisor back to none", res, "code=403")
+}
+
+// hostListeners counts TCP listeners on the proxy's ports (3128, 1080) in
+// the host's network namespace.
+func hostListeners(t *testing.T) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/net/tcp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(string(b), "\n")[1:] {
+		f := strings.Fields(line)
+		if len(f) > 3 && f[3] == "0A" && (strings.HasSuffix(f[1], ":0C38") || strings.HasSuffix(f[1], ":0438")) {
+			n++
+		}
+	}
+	return n
 }

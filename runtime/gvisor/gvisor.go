@@ -6,9 +6,11 @@
 // A sandbox is an OCI bundle built from the policy (runtime/native's root
 // template and mounts, via native.RootLayout) and run by `runsc run` as
 // root, inside an airlock cgroup that carries the memory, pids and CPU
-// limits. Without network it runs with --network=none; with network, with
-// --network=host inside a fresh network namespace that holds only loopback
-// and the egress proxy's listeners (see egressNetns).
+// limits. A live sandbox (one with an agent), and any with network, runs
+// with --network=host inside a network namespace of its own, pinned under
+// StateBase, that holds only loopback, the agent's reconnect listener
+// (AgentAddr) and the egress proxy's listeners (see egressNetns); a one-shot
+// run without network runs with --network=none.
 package gvisor
 
 import "errors"

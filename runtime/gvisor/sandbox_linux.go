@@ -32,13 +32,6 @@ const StateBase = "/run/airlock/runsc"
 // runscRoot is runsc's --root.
 var runscRoot = filepath.Join(StateBase, "root")
 
-// ErrNetworkSnapshot is returned by Snapshot for a sandbox with network:
-// its sockets are host sockets of its egress namespace, and a fork would
-// need an egress namespace and proxy of its own. (Checkpoint and Restore
-// take it: the restored sandbox joins the same namespace, where the
-// proxy's listeners still are.)
-var ErrNetworkSnapshot = errors.New("gvisor: a sandbox with network cannot be snapshotted or forked (its sockets are host sockets of its own egress namespace, which a fork would not have)")
-
 // ErrNetworkAdopt is returned by Adopt for a paused sandbox with network
 // when no proxy listener addresses are given to open in a new egress
 // namespace: the one its restore joined was held by the process that
@@ -67,9 +60,11 @@ type Sandbox struct {
 	group         *cgroups.Group
 	enforced      rt.Enforced
 
-	netns     *os.File             // the egress namespace runsc joins (network not none)
+	netns     *os.File             // the namespace runsc joins, while this process made it
+	nsPath    string               // where it is pinned (netnsPath), "" for --network=none
 	img       *native.MountedImage // an image root, mounted on the host while the sandbox lives
 	listeners []net.Listener       // the proxy's listeners in it, handed to the caller
+	token     []byte               // the agent's reconnect token (live sandboxes)
 
 	waitOnce sync.Once
 	state    *os.ProcessState
@@ -121,9 +116,6 @@ func start(cfg native.Config, image string) (*Sandbox, error) {
 	}
 	if (len(cfg.Listen) > 0) != (p.Network.Mode != policy.NetNone) {
 		return nil, &native.SetupError{Step: "network", Err: fmt.Errorf("network mode %q with %d proxy listeners: a gvisor sandbox has either no network or the egress proxy's listeners", p.Network.Mode, len(cfg.Listen))}
-	}
-	if image != "" && len(cfg.Listen) > 0 {
-		return nil, &native.SetupError{Step: "network", Err: errors.New("a gvisor sandbox with network cannot be forked or restored (its host sockets are not in the snapshot)")}
 	}
 	rs, err := Available()
 	if err != nil {
@@ -217,6 +209,9 @@ func start(cfg native.Config, image string) (*Sandbox, error) {
 	fail := func(step string, err error) (*Sandbox, error) {
 		img.Abort()
 		s.closeNet()
+		if s.nsPath != "" {
+			unpinNetns(id)
+		}
 		for _, l := range s.listeners {
 			l.Close()
 		}
@@ -238,23 +233,19 @@ func start(cfg native.Config, image string) (*Sandbox, error) {
 		s.dir = ""
 		return fail("state directory", err)
 	}
-	netnsPath := ""
-	if len(cfg.Listen) > 0 {
-		s.netns, s.listeners, err = egressNetns(cfg.Listen)
-		if err != nil {
-			return fail("network", err)
+	if cfg.Agent {
+		if err := s.setToken(image); err != nil {
+			return fail("agent token", err)
 		}
-		netnsPath = fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), s.netns.Fd())
-		s.enforced = append(s.enforced, rt.Layer{Name: "netns", State: rt.StateOK,
-			Detail: "runsc --network=host inside a fresh network namespace holding only loopback and the egress proxy's listeners (" + strings.Join(cfg.Listen, ", ") + "): every connection goes through the proxy"})
-	} else {
-		s.enforced = append(s.enforced, rt.Layer{Name: "netns", State: rt.StateOK, Detail: "runsc --network=none: gVisor netstack with loopback only"})
+	}
+	if err := s.makeNetns(cfg); err != nil {
+		return fail("network", err)
 	}
 	bundle := filepath.Join(s.dir, "bundle")
 	if err := os.Mkdir(bundle, 0o700); err != nil {
 		return fail("bundle", err)
 	}
-	spec := buildSpec(&p, &cfg, layout, cgPath, netnsPath, len(mounts) > 0)
+	spec := buildSpec(&p, &cfg, layout, cgPath, s.nsPath, len(mounts) > 0)
 	imageSpec(spec, img)
 	rootAgentSpec(spec, &p, &cfg, len(mounts) > 0)
 	data, err := json.Marshal(spec)
@@ -332,9 +323,6 @@ func (s *Sandbox) Checkpoint(image string) error {
 // Checkpoint does, but leaves it running (runsc checkpoint
 // --leave-running): Fork starts copies from the image.
 func (s *Sandbox) Snapshot(image string) error {
-	if s.netns != nil {
-		return ErrNetworkSnapshot
-	}
 	if s.img != nil {
 		return ErrImageSnapshot
 	}
@@ -448,7 +436,7 @@ func dropCache(dir string) error {
 // cgroup).
 func (s *Sandbox) Restore(image string, stdin, stdout, stderr *os.File) (*Sandbox, error) {
 	n := &Sandbox{ID: s.ID, runsc: s.runsc, dir: s.dir, group: s.group, enforced: s.enforced,
-		surviveParent: s.surviveParent, waitDone: make(chan struct{}), netns: s.netns, img: s.img}
+		surviveParent: s.surviveParent, waitDone: make(chan struct{}), netns: s.netns, nsPath: s.nsPath, token: s.token, img: s.img}
 	if err := n.launch(append([]string{"restore"}, restoreFlags(image, filepath.Join(s.dir, "bundle"), s.ID)...), stdin, stdout, stderr); err != nil {
 		return nil, fmt.Errorf("gvisor: start runsc restore: %w", err)
 	}
@@ -494,16 +482,9 @@ func Adopt(id string, enforced rt.Enforced, listen []string) (*Sandbox, error) {
 		return nil, fmt.Errorf("gvisor: adopt %s: %w", id, err)
 	}
 	s := &Sandbox{ID: id, runsc: rs, dir: dir, group: group, enforced: enforced, waitDone: make(chan struct{})}
+	s.token, _ = readToken(dir) // absent for a one-shot run's state
 	if netIdx >= 0 {
-		if s.netns, s.listeners, err = egressNetns(listen); err != nil {
-			return nil, fmt.Errorf("gvisor: adopt %s: egress namespace: %w", id, err)
-		}
-		spec.Linux.Namespaces[netIdx].Path = fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), s.netns.Fd())
-		if err := writeSpec(filepath.Join(dir, "bundle"), &spec); err != nil {
-			s.closeNet()
-			for _, l := range s.listeners {
-				l.Close()
-			}
+		if err := s.adoptNetns(&spec, netIdx, listen); err != nil {
 			return nil, fmt.Errorf("gvisor: adopt %s: %w", id, err)
 		}
 	}
@@ -536,8 +517,8 @@ const PidsOverhead = 64
 // globalFlags are runsc's flags for this sandbox.
 func (s *Sandbox) globalFlags() []string {
 	f := runscFlags()
-	if s.netns != nil {
-		// Inside the egress namespace (see egressNetns): the sentry's
+	if s.nsPath != "" {
+		// Inside the sandbox's namespace (see egressNetns): the sentry's
 		// sockets are host sockets there, where only the proxy listens.
 		for i := range f {
 			if f[i] == "--network=none" {
@@ -579,6 +560,7 @@ func Remove(id string) error {
 		_ = exec.Command(rs.Path, append(runscFlags(), "delete", "--force", id)...).Run()
 	}
 	removeRunscLeftovers(id)
+	unpinNetns(id)
 	return os.RemoveAll(dir)
 }
 
@@ -794,6 +776,9 @@ func (s *Sandbox) Destroy() error {
 		removeRunscLeftovers(s.ID)
 		s.closeNet()
 		s.img.Unmount()
+		if s.nsPath != "" {
+			unpinNetns(s.ID)
+		}
 		if s.group != nil {
 			err = s.group.Destroy()
 		}

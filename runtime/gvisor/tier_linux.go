@@ -6,9 +6,11 @@ import (
 	"net"
 	"os"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 
+	"airlock/agent"
 	"airlock/policy"
 	rt "airlock/runtime"
 	"airlock/runtime/native"
@@ -29,42 +31,55 @@ func (Tier) Available() error {
 	return err
 }
 
-// Caps implements tier.Tier. Image roots and volumes are served by the
-// gofer with their on-disk ids (image_linux.go), hence UnmappedIDs. The agent is connected over a socketpair
-// (gVisor cannot accept on a listening socket donated by the host), which
-// is why a running sandbox is not adopted after a restart: its agent's
-// connection went with the previous server.
+// Caps implements tier.Tier. The agent is first connected over a
+// socketpair (gVisor cannot accept on a listening socket donated by the
+// host); it also listens, token-checked, at AgentAddr in the sandbox's own
+// network namespace, where a restarted server dials it (AdoptRunning). That
+// namespace is also where the egress proxy's listeners are opened, at
+// start, in a fork (ForkWithNetwork) or later (AttachNetwork). Image roots
+// and volumes are served by the gofer with their on-disk ids
+// (image_linux.go), hence UnmappedIDs.
 func (Tier) Caps() tier.Caps {
 	return tier.Caps{Pause: tier.PauseCheckpoint, MemorySnapshot: true, ConnectedAgent: true,
+		AdoptRunning: true, ForkWithNetwork: true, AttachNetwork: true,
 		ImageRoots: true, Volumes: true, UnmappedIDs: true}
 }
 
-// Start implements tier.Tier.
+// Start implements tier.Tier (see liveConfig).
 func (Tier) Start(cfg native.Config) (tier.Instance, []net.Listener, error) {
-	cfg.SurviveParent = false
-	sb, err := Start(cfg)
+	sb, err := Start(liveConfig(cfg))
+	if err != nil {
+		return nil, nil, err
+	}
+	h := newHandle(sb)
+	h.preamble = cfg.Agent
+	return h, sb.Listeners(), nil
+}
+
+// Fork implements tier.Forker: a new sandbox from snapshot image, in a
+// network namespace of its own with the proxy's listeners at cfg.Listen.
+func (Tier) Fork(cfg native.Config, image string) (tier.Instance, []net.Listener, error) {
+	sb, err := Fork(liveConfig(cfg), image)
 	if err != nil {
 		return nil, nil, err
 	}
 	return newHandle(sb), sb.Listeners(), nil
 }
 
-// Fork implements tier.Forker: a new sandbox from snapshot image.
-func (Tier) Fork(cfg native.Config, image string) (tier.Instance, []net.Listener, error) {
-	cfg.SurviveParent = false
-	sb, err := Fork(cfg, image)
-	if err != nil {
-		return nil, nil, err
+// liveConfig is cfg for a sandbox the manager starts: a live sandbox
+// (cfg.Agent) outlives this process, and its agent is reconnectable (agent
+// "--reconnect"; a fork's arguments must be its original's, which runsc
+// restore checks).
+func liveConfig(cfg native.Config) native.Config {
+	cfg.SurviveParent = cfg.Agent
+	if cfg.Agent {
+		cfg.Args = append(append([]string{}, cfg.Args...), "--reconnect="+AgentAddr)
 	}
-	return newHandle(sb), nil, nil
+	return cfg
 }
 
 // Remove implements tier.Tier: runsc's state and the cgroups runsc made.
 func (Tier) Remove(id string) { Remove(id) }
-
-// ErrNotPaused is returned by Adopt for a sandbox that was running when the
-// previous server stopped.
-var ErrNotPaused = errors.New("gvisor sandboxes are not reattached after a restart unless paused (their agent was connected to the previous server over a socketpair)")
 
 // Adopt implements tier.Adopter for a sandbox that a previous server paused
 // (checkpointed to disk) and did not resume: nothing of it runs, and its
@@ -72,9 +87,11 @@ var ErrNotPaused = errors.New("gvisor sandboxes are not reattached after a resta
 // suspended, with an agent connection whose reads and writes wait for
 // Resume. With network, its egress namespace went with the previous
 // server: adoption opens info.Listen in a new one (Listeners).
+//
+// A sandbox that was running is taken over as it runs (adoptRunning).
 func (Tier) Adopt(info tier.AdoptInfo) (tier.Instance, error) {
 	if !info.Paused {
-		return nil, ErrNotPaused
+		return adoptRunning(info)
 	}
 	sb, err := Adopt(info.ID, info.Enforced, info.Listen)
 	if err != nil {
@@ -97,6 +114,10 @@ type Handle struct {
 	cur       *Sandbox
 	suspended bool
 	conn      *swapConn // the agent's connection, set by WrapConn
+	preamble  bool      // WrapConn sends the agent's token first (a fresh agent)
+	adopted   bool      // taken over running: the agent is reached over TCP
+	pidMu     sync.Mutex
+	pidfd     int // an adopted one's runsc, -1 once closed
 	ended     chan struct{}
 	endOnce   sync.Once
 }
@@ -131,7 +152,15 @@ func (h *Handle) current() *Sandbox {
 }
 
 // WrapConn makes c the agent's connection, replaceable on restore.
+// For a fresh agent it first sends the agent's token (the agent reads it
+// before the hello).
 func (h *Handle) WrapConn(c net.Conn) net.Conn {
+	if h.preamble {
+		// A failure shows as a failed hello.
+		c.SetWriteDeadline(time.Now().Add(30 * time.Second))
+		c.Write(agent.ReconnectPreamble(h.current().token))
+		c.SetWriteDeadline(time.Time{})
+	}
 	h.conn = newSwapConn(c)
 	return h.conn
 }
@@ -145,6 +174,9 @@ func (h *Handle) Done() <-chan struct{}         { return h.ended }
 func (h *Handle) Stats() (cgroups.Stats, error) { return h.current().Stats() }
 func (h *Handle) Enforced() rt.Enforced         { return h.current().Enforced() }
 func (h *Handle) Destroy() error {
+	if h.adopted {
+		return h.destroyAdopted()
+	}
 	err := h.current().Destroy()
 	h.End()
 	return err
@@ -158,7 +190,7 @@ func (h *Handle) Listeners() []net.Listener { return h.current().Listeners() }
 // memory is freed. The agent's connection is held meanwhile.
 func (h *Handle) Suspend(image string) error {
 	if h.conn == nil {
-		return errors.New("gvisor: sandbox has no replaceable agent connection")
+		return errNoSwap
 	}
 	h.mu.Lock()
 	h.suspended = true
@@ -212,13 +244,22 @@ func (h *Handle) Resume(image string, log *os.File) error {
 // the image.
 func (h *Handle) Snapshot(image string) error {
 	if h.conn == nil {
-		return errors.New("gvisor: sandbox has no replaceable agent connection")
+		return errNoSwap
 	}
 	h.conn.hold()
 	defer h.conn.release()
-	err := h.current().Snapshot(image)
-	if errors.Is(err, ErrNetworkSnapshot) || errors.Is(err, ErrImageSnapshot) {
-		return fmt.Errorf("%w: %w", tier.ErrNotSupported, err)
+	cur := h.current()
+	if err := cur.Snapshot(image); err != nil {
+		if errors.Is(err, ErrImageSnapshot) {
+			return fmt.Errorf("%w: %w", tier.ErrNotSupported, err)
+		}
+		return err
 	}
-	return err
+	return cur.SaveToken(image)
 }
+
+// errNoSwap is returned by Suspend and Snapshot for a sandbox whose agent
+// connection cannot be carried across a checkpoint: one taken over running
+// after a restart, whose agent is reached over TCP (a host socket, which
+// comes back from a restore broken).
+var errNoSwap = fmt.Errorf("%w: gvisor: this sandbox was taken over after a server restart; its agent connection (TCP in its namespace) cannot be carried across a checkpoint, so it cannot be paused or snapshotted", tier.ErrNotSupported)

@@ -16,6 +16,7 @@
 package tier
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -168,6 +169,21 @@ type Checkpointer interface {
 // adoption in a new network namespace.
 type Listening interface {
 	Listeners() []net.Listener
+}
+
+// AgentDialer is an instance whose agent a server reaches by dialing it
+// rather than through a socket in its state directory: how a restarted
+// server reconnects to a sandbox adopted running.
+type AgentDialer interface {
+	// DialAgent connects to the agent, ready for a client's hello.
+	DialAgent(ctx context.Context) (net.Conn, error)
+}
+
+// NetAttacher is an instance that opens the egress proxy's listeners in a
+// network namespace of its own, which its pid does not lead to (gVisor's
+// runsc runs in the host's).
+type NetAttacher interface {
+	ListenIn(addrs []string) ([]net.Listener, error)
 }
 
 // ExecRewriter is a tier whose execs run something other than argv as it
