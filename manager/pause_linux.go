@@ -2,6 +2,7 @@ package manager
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -9,6 +10,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"airlock/runtime/native"
 	"airlock/runtime/native/cgroups"
 	"airlock/runtime/tier"
 )
@@ -50,7 +52,38 @@ func (m *Manager) setFrozen(sb *Sandbox, on bool) error {
 	if err := sb.client.Ping(ctx); err != nil {
 		return fmt.Errorf("manager: the restored agent of %s does not answer: %w", sb.ID, err)
 	}
+	// The restore is a new host process: record it, so that a server
+	// restarted from here finds (adopts) this one, not the checkpointed one.
+	if err := m.recordPidLocked(ctx, sb); err != nil {
+		m.cfg.Logf("sandbox %s: record its restored process: %v (a server restart will lose it)", sb.ID, err)
+	}
 	return os.RemoveAll(image)
+}
+
+// recordPidLocked stores sb's current host pid and its start time in its
+// record's runtime state; sb.mu is held.
+func (m *Manager) recordPidLocked(ctx context.Context, sb *Sandbox) error {
+	var rs runtimeState
+	if err := json.Unmarshal(sb.rec.Runtime, &rs); err != nil {
+		return fmt.Errorf("runtime state: %w", err)
+	}
+	rs.Pid = sb.inst.Pid()
+	st, err := native.ProcStartTime(rs.Pid)
+	if err != nil {
+		return fmt.Errorf("start time of pid %d: %w", rs.Pid, err)
+	}
+	rs.StartTime = st
+	raw, err := json.Marshal(rs)
+	if err != nil {
+		return err
+	}
+	rec := sb.rec
+	rec.InitPID, rec.Runtime = rs.Pid, raw
+	if err := m.st.PutSandbox(ctx, &rec); err != nil {
+		return err
+	}
+	sb.rec = rec
+	return nil
 }
 
 // checkpointDir is where a suspended sandbox's checkpoint image lives.
