@@ -1,12 +1,14 @@
 package manager
 
+import "airlock/runtime/tier"
+
 // OOMKills is how many processes the kernel's out-of-memory killer has
 // killed in the sandbox so far (its cgroups' counters), or -1 if unknown.
 func (s *Sandbox) OOMKills() int64 {
 	// An exec reads this before every command: read the one counter where
-	// the instance can, not every counter of Stats.
-	if c, ok := s.inst.(interface{ oomKills() (int64, error) }); ok {
-		n, err := c.oomKills()
+	// the instance can (native), not every counter of Stats.
+	if c, ok := s.inst.(tier.OOMCounter); ok {
+		n, err := c.OOMKills()
 		if err != nil {
 			return -1
 		}

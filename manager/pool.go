@@ -424,8 +424,8 @@ func (m *Manager) createPooled(ctx context.Context, req *CreateRequest, ttl time
 // background lowers (on) or restores (off) the sandbox's CPU weight
 // against the other sandboxes, where its runtime has one (native).
 func (s *Sandbox) background(on bool) error {
-	if b, ok := s.inst.(interface{ setBackground(bool) error }); ok {
-		return b.setBackground(on)
+	if b, ok := s.inst.(tier.Backgrounder); ok {
+		return b.SetBackground(on)
 	}
 	return nil
 }

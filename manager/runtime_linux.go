@@ -199,7 +199,7 @@ func (m *Manager) start(ctx context.Context, req *CreateRequest, p policy.Policy
 	}
 	// The agent's threads leave the workload's cgroup (native runtime,
 	// cgroup v1); fail closed if they cannot.
-	if r, ok := inst.(interface{ ReserveAgent(int) error }); ok {
+	if r, ok := inst.(tier.AgentReserver); ok {
 		if err := r.ReserveAgent(client.SpawnerTid()); err != nil {
 			client.Close()
 			inst.Destroy()

@@ -282,3 +282,22 @@ func Refuse(t Tier, what, capability string) error {
 	}
 	return fmt.Errorf("%w: runtime %s does not support %s (capability %s; %s)", ErrNotSupported, t.Name(), what, capability, alt)
 }
+
+// OOMCounter is an instance that reads its out-of-memory kill counter
+// alone, cheaper than Stats (an exec reads it before every command).
+type OOMCounter interface {
+	OOMKills() (int64, error)
+}
+
+// Backgrounder is an instance whose CPU weight can be lowered against the
+// other sandboxes (a pooled sandbox while it waits).
+type Backgrounder interface {
+	SetBackground(on bool) error
+}
+
+// AgentReserver is an instance whose agent threads must leave the
+// workload's cgroup once the agent has said hello (spawnerTid is the thread
+// that stays, to fork workloads into it).
+type AgentReserver interface {
+	ReserveAgent(spawnerTid int) error
+}

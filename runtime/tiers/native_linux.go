@@ -167,3 +167,13 @@ func (Wasm) ExecArgv(p *policy.Policy, argv []string, shell bool) ([]string, err
 	out := []string{native.AgentPath, "wasm-exec", "--memory", strconv.FormatInt(p.Limits.MemoryBytes, 10), "--"}
 	return append(out, argv...), nil
 }
+
+// What the manager asks of a native sandbox beyond tier.Instance: a change
+// of a method's name must not make it silently skip these.
+var (
+	_ tier.OOMCounter    = (*nativeInst)(nil)
+	_ tier.Backgrounder  = (*nativeInst)(nil)
+	_ tier.AgentReserver = (*nativeInst)(nil)
+	_ tier.OOMCounter    = (*adoptedInst)(nil)
+	_ tier.Adopter       = Native{}
+)
