@@ -1,8 +1,32 @@
 package manager
 
-// OOMKills is how many processes the kernel's out-of-memory killer has
-// killed in the sandbox so far (its cgroups' counters), or -1 if unknown.
+import (
+	"context"
+	"time"
+
+	"airlock/policy"
+)
+
+// OOMKills is how many processes the out-of-memory killer has killed in the
+// sandbox so far (its cgroups' counters; under gvisor also the agent's,
+// which enforces the workload's memory limit inside the sentry), or -1 if
+// unknown.
 func (s *Sandbox) OOMKills() int64 {
+	n := s.hostOOMKills()
+	if n < 0 || s.runtime() != policy.RuntimeGVisor || s.client == nil {
+		return n
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	k, err := s.client.OOMKills(ctx)
+	if err != nil {
+		return -1
+	}
+	return n + k
+}
+
+// hostOOMKills is the sandbox's cgroups' out-of-memory kill counter.
+func (s *Sandbox) hostOOMKills() int64 {
 	// An exec reads this before every command: read the one counter where
 	// the instance can, not every counter of Stats.
 	if c, ok := s.inst.(interface{ oomKills() (int64, error) }); ok {
