@@ -69,6 +69,7 @@ func (h *gvisorHandle) wrap(c net.Conn) net.Conn {
 func (h *gvisorHandle) Done() <-chan struct{}         { return h.ended }
 func (h *gvisorHandle) Stats() (cgroups.Stats, error) { return h.current().Stats() }
 func (h *gvisorHandle) Enforced() rt.Enforced         { return h.current().Enforced() }
+func (h *gvisorHandle) ExitDetail() string            { return h.current().ExitDetail() }
 func (h *gvisorHandle) Destroy() error {
 	err := h.current().Destroy()
 	h.end()
