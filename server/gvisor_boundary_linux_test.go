@@ -3,6 +3,8 @@ package server_test
 import (
 	"context"
 	"errors"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -235,4 +237,57 @@ func execStreamStatus(t *testing.T, c *client.Client, ctx context.Context, id st
 			return ev.Status
 		}
 	}
+}
+
+// TestGVisorNetworkPairsLive (issue 29, item 6): gvisor sandboxes with
+// network created back to back, in pairs, all stay up; and whatever goes
+// wrong is logged: every failed create leaves a server log line with the
+// sandbox id and the reason, and every sandbox that ends without being
+// killed a line with its id, runsc's exit and the agent's last words.
+// AIRLOCK_GVISOR_PAIRS sets the number of pairs (default 4; the issue's
+// reproduction used 30).
+func TestGVisorNetworkPairsLive(t *testing.T) {
+	b := gvisorBoundary(t, "gvpairs")
+	c, ctx := b.c, b.ctx
+	pairs := 4
+	if v, err := strconv.Atoi(os.Getenv("AIRLOCK_GVISOR_PAIRS")); err == nil && v > 0 {
+		pairs = v
+	}
+	var created, failed, died int
+	for i := 0; i < pairs; i++ {
+		var ids []string
+		for j := 0; j < 2; j++ {
+			sb, err := c.Create(ctx, client.CreateRequest{Runtime: "gvisor", Timeout: 300, Network: &client.Network{Mode: "open"}})
+			if err != nil {
+				failed++
+				t.Errorf("pair %d: create %d: %v", i, j, err)
+				continue
+			}
+			created++
+			ids = append(ids, sb.ID)
+		}
+		// The first one of the pair ended about 0.3 s after the second's
+		// create: give it time to.
+		time.Sleep(time.Second)
+		for _, id := range ids {
+			got, err := c.Get(ctx, id)
+			if err != nil || got.State != "running" {
+				died++
+				t.Errorf("pair %d: sandbox %s: %+v %v", i, id, got, err)
+				if !strings.Contains(b.s.ReadLog(), "sandbox "+id+": ended: ") {
+					t.Errorf("sandbox %s ended with no log line saying why", id)
+				}
+				continue
+			}
+			if r, err := c.Exec(ctx, id, client.ExecRequest{Argv: []string{"echo", "alive"}}); err != nil || strings.TrimSpace(r.Stdout) != "alive" {
+				t.Errorf("pair %d: exec in %s: %+v %v", i, id, r, err)
+			}
+			c.Kill(ctx, id)
+		}
+	}
+	log := b.s.ReadLog()
+	if n := strings.Count(log, ": create failed: "); n < failed {
+		t.Errorf("%d creates failed, %d logged", failed, n)
+	}
+	t.Logf("%d pairs: %d created, %d failed, %d ended early", pairs, created, failed, died)
 }

@@ -310,10 +310,12 @@ func (s *Sandbox) launch(args []string, stdin, stdout, stderr *os.File) error {
 		s.cmd.Stderr = stderr
 	}
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	start := s.cmd.Start
 	if !s.surviveParent {
 		s.cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+		start = func() error { return onLauncher(s.cmd.Start) }
 	}
-	if err := s.cmd.Start(); err != nil {
+	if err := start(); err != nil {
 		return err
 	}
 	s.Pid = s.cmd.Process.Pid
