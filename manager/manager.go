@@ -914,6 +914,9 @@ func (m *Manager) Metrics(ctx context.Context, owner, id string) (Metrics, error
 	if sb.Paused() {
 		return out, nil // the agent is frozen: host-side accounting only
 	}
+	if n := sb.OOMKills(); n > out.OOMKills {
+		out.OOMKills = n // gvisor: with the agent's kills
+	}
 	used, total, err := diskUsage(ctx, sb.client)
 	if err == nil {
 		out.DiskUsedBytes, out.DiskTotalBytes = used, total
