@@ -51,6 +51,12 @@ func TestGVisorAgentOutOfReach(t *testing.T) {
 			t.Errorf("the workload reached the agent: %s", line)
 		}
 	}
+	// Nor can it leave its cgroup, move the agent into it, or raise its
+	// limits: the groups' files belong to root.
+	res, err = c.Exec(ctx, sb.ID, client.ExecRequest{Shell: `for w in "$$:/sys/fs/cgroup/cgroup.procs" "1:/sys/fs/cgroup/workload/cgroup.procs" "max:/sys/fs/cgroup/workload/pids.max" "max:/sys/fs/cgroup/workload/memory.max"; do (echo "${w%%:*}" > "${w#*:}") 2>/dev/null && echo "wrote ${w#*:}"; done; cat /proc/self/cgroup; echo done`})
+	if err != nil || !strings.HasSuffix(res.Stdout, "0::/workload\ndone\n") || strings.Contains(res.Stdout, "wrote") {
+		t.Errorf("the workload changed its cgroups: %+v %v", res, err)
+	}
 	// The agent serves on, with every limit it had: several execs, each
 	// opening more than 3 files.
 	for i := 0; i < 3; i++ {
