@@ -147,16 +147,6 @@ func (w *workloadGroup) sysProcAttr(a *syscall.SysProcAttr) *syscall.SysProcAttr
 	return a
 }
 
-// hasLine reports whether b has a line equal to s.
-func hasLine(b []byte, s string) bool {
-	for _, l := range bytes.Split(b, []byte("\n")) {
-		if string(bytes.TrimSpace(l)) == s {
-			return true
-		}
-	}
-	return false
-}
-
 // usage is the group's memory use as gVisor accounts it.
 func (w *workloadGroup) usage() (int64, error) {
 	b, err := os.ReadFile(w.dir + "/memory.current")

@@ -25,6 +25,10 @@ var tmpfsFlags = map[string]uintptr{"nosuid": unix.MS_NOSUID, "nodev": unix.MS_N
 // "--tmpfs" it does nothing. Any failure is fatal: the sandbox must not
 // run without its limits or with the agent privileged.
 func mountTmpfs(args []string) error {
+	aid, withID, err := agentIDArg(args)
+	if err != nil {
+		return err
+	}
 	n := 0
 	for _, arg := range args {
 		v, ok := strings.CutPrefix(arg, "--tmpfs=")
@@ -53,18 +57,14 @@ func mountTmpfs(args []string) error {
 			return fmt.Errorf("mount tmpfs at %s (%s): %w", target, opts, err)
 		}
 	}
-	if _, withID, _ := agentIDArg(args); n == 0 && !withID {
+	if n == 0 && !withID {
 		return nil
 	}
 	uid, gid, ok, err := userArg(args)
 	if err != nil || !ok || uid == 0 {
-		return fmt.Errorf("--tmpfs needs --user with a non-root workload user to drop to (%v)", err)
+		return fmt.Errorf("--tmpfs and --agent-id need --user with a non-root workload user to drop to (%v)", err)
 	}
-	aid, ok, err := agentIDArg(args)
-	if err != nil {
-		return err
-	}
-	if ok {
+	if withID {
 		if aid == 0 || aid == uid || aid == gid {
 			return fmt.Errorf("--agent-id %d must differ from root and from the workload's user %d:%d", aid, uid, gid)
 		}
