@@ -76,10 +76,17 @@ func TestGVisorAgentOutOfReach(t *testing.T) {
 		t.Errorf("workload identity: %q, want files and processes of 1000:1000 with no capabilities", res.Stdout)
 	}
 	// Inside the sentry, the agent's real and saved ids are its own.
+	seen := 0
 	for _, l := range strings.Split(res.Stdout, "\n") {
-		if f := strings.Fields(l); len(f) == 5 && (f[0] == "Uid:" || f[0] == "Gid:") && (f[1] != "65532" || f[3] != "65532") {
-			t.Errorf("agent %s", l)
+		if f := strings.Fields(l); len(f) == 5 && (f[0] == "Uid:" || f[0] == "Gid:") {
+			seen++
+			if f[1] != "65532" || f[2] != "1000" || f[3] != "65532" {
+				t.Errorf("agent %s, want real and saved 65532, effective 1000", l)
+			}
 		}
+	}
+	if seen != 2 {
+		t.Errorf("the agent's Uid and Gid lines: %q", res.Stdout)
 	}
 }
 
