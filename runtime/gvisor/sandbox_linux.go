@@ -390,8 +390,8 @@ func agentTmpfs(l *native.Layout) ([]string, bool) {
 // starts privileged to mount its tmpfs.
 func capsDetail(agentPrivileged bool) string {
 	if agentPrivileged {
-		return fmt.Sprintf("none for the workload; the agent starts as root with sys_admin, setpcap, kill, setuid and setgid to mount its tmpfs, then keeps only kill, setuid and setgid "+
-			"under real and saved uid %d (effective uid the workload's, so that its files are the workload's): the workload cannot prlimit, signal or trace it; no_new_privs", native.AgentUID)
+		return fmt.Sprintf("none for the workload; the agent starts as root with sys_admin, setpcap, kill, setuid, setgid and dac_override to mount its tmpfs and the workload's cgroup, then keeps only kill, setuid and setgid "+
+			"(and dac_override on the one thread that clones workload processes into their cgroup, whose files are root's) under real and saved uid %d (effective uid the workload's, so that its files are the workload's): the workload cannot prlimit, signal or trace it; no_new_privs", native.AgentUID)
 	}
 	return "none inside; no_new_privs"
 }
