@@ -112,6 +112,10 @@ func setup() {
 	if runtime.GOMAXPROCS(0) > 2 {
 		runtime.GOMAXPROCS(2)
 	}
+	if err := setupWorkloadCgroup(os.Args); err != nil {
+		fmt.Fprintf(os.Stderr, "airlock agent: %v\n", err)
+		os.Exit(1)
+	}
 	if err := mountTmpfs(os.Args); err != nil {
 		fmt.Fprintf(os.Stderr, "airlock agent: %v\n", err)
 		os.Exit(1)
@@ -121,6 +125,10 @@ func setup() {
 		os.Exit(1)
 	}
 	theSpawner = startSpawner()
+	if err := theSpawner.run(theWorkload.join); err != nil {
+		fmt.Fprintf(os.Stderr, "airlock agent: %v\n", err)
+		os.Exit(1)
+	}
 	prespawnThreads(agentThreads)
 	cloexecFrom(3)
 }
@@ -427,7 +435,7 @@ func (c *hostConn) serve() error {
 func (c *hostConn) dispatch(f Frame) {
 	switch f.Type {
 	case FramePing:
-		c.writeJSON(FrameResult, f.Stream, emptyMsg{})
+		c.writeJSON(FrameResult, f.Stream, pongMsg{OOMKills: workloadOOMKills()})
 		return
 	case FrameWindow, FrameData, FrameEOF, FrameReset:
 		c.smu.Lock()

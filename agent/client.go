@@ -557,7 +557,19 @@ func (c *Client) call(ctx context.Context, t FrameType, req, result any) error {
 
 // Ping checks that the agent answers.
 func (c *Client) Ping(ctx context.Context) error {
-	return c.call(ctx, FramePing, emptyMsg{}, nil)
+	return c.call(ctx, FramePing, emptyMsg{}, &pongMsg{})
+}
+
+// OOMKills asks the agent how many workload processes it has killed for
+// memory: under gVisor, whose sentry does not enforce memory limits, the
+// agent does (0 under other runtimes, where the kernel's OOM killer does
+// and the host counts).
+func (c *Client) OOMKills(ctx context.Context) (int64, error) {
+	var p pongMsg
+	if err := c.call(ctx, FramePing, emptyMsg{}, &p); err != nil {
+		return 0, err
+	}
+	return p.OOMKills, nil
 }
 
 // Process is a process being followed: started by Exec or attached to by

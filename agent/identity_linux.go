@@ -102,6 +102,14 @@ func secureIdentity(args []string) error {
 	if !ok || (uid == os.Getuid() && gid == os.Getgid()) {
 		return nil // the agent shares the workload's uid: nothing to drop to
 	}
+	if uid == os.Geteuid() && gid == os.Getegid() {
+		// Under gVisor (becomeAgent): the agent's real and saved ids are
+		// its own, its effective ids the workload's (gVisor has no
+		// setfsuid), its capabilities already reduced to kill, setuid and
+		// setgid. What it starts becomes uid:gid entirely.
+		workloadCred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}
+		return nil
+	}
 	rootCaps, err := rootCapsArg(args)
 	if err != nil {
 		return err

@@ -607,7 +607,7 @@ func (a *hostConn) handleExec(s *astream, payload []byte) (any, error) {
 		Dir:   cwd,
 		Env:   env,
 		Files: []uintptr{uintptr(fds[0]), uintptr(fds[3]), uintptr(fds[5])},
-		Sys:   &syscall.SysProcAttr{Setpgid: true, Credential: workloadCred, AmbientCaps: workloadCaps},
+		Sys:   theWorkload.sysProcAttr(&syscall.SysProcAttr{Setpgid: true, Credential: workloadCred, AmbientCaps: workloadCaps}),
 	}
 	var pty *ptyExec
 	if req.Pty != nil {

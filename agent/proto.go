@@ -372,6 +372,13 @@ type exitMsg struct {
 	Running bool `json:"running,omitempty"`
 }
 
+// pongMsg answers a ping.
+type pongMsg struct {
+	// OOMKills is how many workload processes the agent has killed for
+	// memory (the gvisor runtime's workload cgroup; 0 elsewhere).
+	OOMKills int64 `json:"oom_kills,omitempty"`
+}
+
 type countMsg struct {
 	Bytes int64 `json:"bytes"`
 }

@@ -150,7 +150,7 @@ func dupCloexec(f *os.File) (int, error) {
 // sysProcAttr makes the child a session leader with the terminal as its
 // controlling terminal (its fd 0).
 func (pe *ptyExec) sysProcAttr() *syscall.SysProcAttr {
-	return &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0, Credential: workloadCred, AmbientCaps: workloadCaps}
+	return theWorkload.sysProcAttr(&syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0, Credential: workloadCred, AmbientCaps: workloadCaps})
 }
 
 // childFd is the terminal's end for the child's stdin, stdout and stderr.

@@ -22,3 +22,30 @@ func TestMountTmpfsRefusesBadArguments(t *testing.T) {
 		}
 	}
 }
+
+// TestAgentArgumentsRefused: a malformed --agent-id or --workload-cgroup,
+// or an agent id that is root's or the workload's, is an error before the
+// agent changes anything (it then exits: no sandbox without its identity
+// or its limits).
+func TestAgentArgumentsRefused(t *testing.T) {
+	for _, args := range [][]string{
+		{"--agent-id=x", "--user", "1000:1000"},
+		{"--agent-id=-1", "--user", "1000:1000"},
+		{"--agent-id=0", "--user", "1000:1000"},
+		{"--agent-id=1000", "--user", "1000:1000"},
+		{"--agent-id=65532"},
+		{"--agent-id=65532", "--user", "0:0"},
+	} {
+		if err := mountTmpfs(append([]string{"__agent"}, args...)); err == nil {
+			t.Errorf("%q: accepted", args)
+		}
+	}
+	for _, arg := range []string{"--workload-cgroup=", "--workload-cgroup=1", "--workload-cgroup=0:64", "--workload-cgroup=1024:-1", "--workload-cgroup=a:b"} {
+		if err := setupWorkloadCgroup([]string{"__agent", arg}); err == nil || !strings.Contains(err.Error(), "bad --workload-cgroup") {
+			t.Errorf("%s: %v, want refused", arg, err)
+		}
+	}
+	if err := setupWorkloadCgroup([]string{"__agent"}); err != nil || theWorkload != nil {
+		t.Errorf("no --workload-cgroup: %v", err)
+	}
+}

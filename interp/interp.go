@@ -138,6 +138,9 @@ type Config struct {
 	// AmbientCaps are the kernel process's ambient capabilities (a root
 	// workload's); nil means none.
 	AmbientCaps []uintptr
+	// SysProcAttr, if set, completes the kernel process's attributes
+	// (the gvisor runtime's workload cgroup: see agent.workloadGroup).
+	SysProcAttr func(*syscall.SysProcAttr) *syscall.SysProcAttr
 	// Spawn, if set, runs start (which forks the kernel) on a thread of its
 	// choosing, e.g. one in the workload's cgroup; nil runs it in place.
 	Spawn func(start func() error) error

@@ -150,6 +150,9 @@ func startProc(cfg *Config, token string) (*proc, error) {
 	cmd.Stderr = errW
 	cmd.ExtraFiles = []*os.File{reqR, msgW, outW, errW} // fds 3, 4, 5, 6
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: cfg.Credential, AmbientCaps: cfg.AmbientCaps}
+	if cfg.SysProcAttr != nil {
+		cmd.SysProcAttr = cfg.SysProcAttr(cmd.SysProcAttr)
+	}
 	start := cmd.Start
 	if cfg.Spawn != nil {
 		start = func() error { return cfg.Spawn(cmd.Start) }

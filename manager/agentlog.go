@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 )
 
 // AgentLogMax caps a sandbox's agent.log: what the agent writes beyond it
@@ -39,4 +40,31 @@ func agentLog(path string) (*os.File, error) {
 		}
 	}()
 	return w, nil
+}
+
+// agentLogTailMax is how much of the end of agent.log a log line quotes.
+const agentLogTailMax = 1 << 10
+
+// agentLogTail returns "; agent log: ..." with the last lines of the agent
+// log at path (what the agent, and under gvisor runsc, said before it
+// ended), or "" if it is empty or unreadable.
+func agentLogTail(path string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	var b []byte
+	if fi, err := f.Stat(); err == nil && fi.Size() > agentLogTailMax {
+		b = make([]byte, agentLogTailMax)
+		n, _ := f.ReadAt(b, fi.Size()-agentLogTailMax)
+		b = b[:n]
+	} else {
+		b, _ = io.ReadAll(io.LimitReader(f, agentLogTailMax))
+	}
+	t := strings.TrimSpace(string(b))
+	if t == "" {
+		return ""
+	}
+	return "; agent log: " + strings.ReplaceAll(t, "\n", " | ")
 }

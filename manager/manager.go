@@ -638,9 +638,23 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (Info, error) {
 func (m *Manager) watch(sb *Sandbox) {
 	select {
 	case <-sb.inst.Done():
-		m.finish(sb, store.StateExited, "the sandbox's agent exited")
+		// Unless a kill is under way, this is unexpected: say why, with
+		// what the agent's log (removed by finish) said last.
+		detail := exitDetail(sb.inst) + agentLogTail(filepath.Join(m.dir, sb.ID, "agent.log"))
+		if m.finish(sb, store.StateExited, "the sandbox's agent exited") {
+			m.cfg.Logf("sandbox %s: ended: the sandbox's agent exited%s", sb.ID, detail)
+		}
 	case <-sb.ended:
 	}
+}
+
+// exitDetail is what the sandbox's runtime says of its end ("; ..."),
+// where it says anything.
+func exitDetail(inst any) string {
+	if d, ok := inst.(tier.ExitDetailer); ok {
+		return "; " + d.ExitDetail()
+	}
+	return ""
 }
 
 // finish ends a running sandbox once: kill it, remove its cgroup and state
@@ -887,6 +901,9 @@ func (m *Manager) Metrics(ctx context.Context, owner, id string) (Metrics, error
 	}
 	if sb.Paused() {
 		return out, nil // the agent is frozen: host-side accounting only
+	}
+	if n := sb.OOMKills(); n > out.OOMKills {
+		out.OOMKills = n // gvisor: with the agent's kills
 	}
 	used, total, err := diskUsage(ctx, sb.client)
 	if err == nil {

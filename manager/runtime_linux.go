@@ -49,9 +49,15 @@ func (m *Manager) sockPath(id string) string { return filepath.Join(m.dir, id, "
 
 // start builds the sandbox: state dir, store record, listening socket,
 // native sandbox running the agent, connection.
-func (m *Manager) start(ctx context.Context, req *CreateRequest, p policy.Policy, ttl time.Duration) (*Sandbox, error) {
+func (m *Manager) start(ctx context.Context, req *CreateRequest, p policy.Policy, ttl time.Duration) (_ *Sandbox, err error) {
 	id := native.NewID()
 	dir := filepath.Join(m.dir, id)
+	logged := false // by fail, with the agent's log
+	defer func() {
+		if err != nil && !logged {
+			m.cfg.Logf("sandbox %s: create failed: %v", id, err)
+		}
+	}()
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("manager: create sandbox dir: %w", err)
 	}
@@ -85,6 +91,8 @@ func (m *Manager) start(ctx context.Context, req *CreateRequest, p policy.Policy
 		return nil, fmt.Errorf("manager: record sandbox: %w", err)
 	}
 	fail := func(err error) (*Sandbox, error) {
+		m.cfg.Logf("sandbox %s: create failed: %v%s", id, err, agentLogTail(filepath.Join(dir, "agent.log")))
+		logged = true
 		ids.Release() // the sandbox's processes are gone by now
 		m.egress.RemoveSandbox(id)
 		removeSandboxDir(dir)

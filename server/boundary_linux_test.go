@@ -514,23 +514,9 @@ func TestWorkloadOOMSandboxSurvives(t *testing.T) {
 	if res.Status != "oom" {
 		t.Errorf("exec of a memory hog: %+v, want status oom", res)
 	}
-	st, err := c.ExecStream(ctx, sb.ID, client.ExecRequest{Argv: []string{"/usr/bin/python3", "-c", hog}, Timeout: 60})
-	if err != nil {
-		t.Fatal(err)
+	if got := execStreamStatus(t, c, ctx, sb.ID, client.ExecRequest{Argv: []string{"/usr/bin/python3", "-c", hog}, Timeout: 60}); got != "oom" {
+		t.Errorf("streamed exec of a memory hog: exit status %q, want oom", got)
 	}
-	for {
-		ev, err := st.Next()
-		if err != nil {
-			t.Fatalf("exec stream of a memory hog ended without an exit: %v", err)
-		}
-		if ev.Type == "exit" {
-			if ev.Status != "oom" {
-				t.Errorf("streamed exec of a memory hog: exit %+v, want status oom", ev)
-			}
-			break
-		}
-	}
-	st.Close()
 	cell, err := c.RunCode(ctx, sb.ID, client.CodeRequest{Code: hog, Language: "python"})
 	if err != nil {
 		t.Fatal(err)

@@ -142,6 +142,13 @@ func start(cfg native.Config, image string) (*Sandbox, error) {
 	var mounts []string
 	inodes := rt.Layer{Name: "inodes", State: rt.StateDegraded, Detail: fmt.Sprintf("limits.inodes (%d) is not enforced: runsc passes only mode, size, uid and gid to gVisor's tmpfs (nr_inodes is dropped); "+
 		"a flood of files is stopped by the memory limit instead, which OOM-kills the whole sandbox (about 2-3 KiB of sentry memory per empty file)", p.Limits.Inodes)}
+	// The agent starts privileged (as root, with only the capabilities in
+	// buildSpec) whenever it has a workload user to become: it mounts its
+	// tmpfs, then takes an identity of its own (--agent-id).
+	privileged := cfg.Agent && p.User.UID != 0
+	if privileged && (p.User.UID == native.AgentUID || p.User.GID == native.AgentUID) {
+		return nil, fmt.Errorf("gvisor: policy user %d:%d collides with the agent's uid %d", p.User.UID, p.User.GID, native.AgentUID)
+	}
 	if cfg.Agent {
 		var capped bool
 		if mounts, capped = agentTmpfs(layout); capped {
@@ -153,6 +160,20 @@ func start(cfg native.Config, image string) (*Sandbox, error) {
 			inodes = rt.Layer{Name: "inodes", State: rt.StateOK, Detail: fmt.Sprintf("tmpfs %s mounted by the agent inside gVisor with nr_inodes (%d for /workspace and /tmp; runsc drops it from OCI mounts) before it drops its privileges", strings.Join(targets, ", "), p.Limits.Inodes)}
 		}
 		cfg.Args = append(append([]string{}, cfg.Args...), mounts...)
+		if privileged {
+			cfg.Args = append(cfg.Args, fmt.Sprintf("--agent-id=%d", native.AgentUID),
+				fmt.Sprintf("--workload-cgroup=%d:%d", p.Limits.MemoryBytes, p.Limits.Pids))
+		}
+	}
+	// The host's cgroup holds the sentry, the gofer and, inside the
+	// sentry, the agent and the workload. With the workload in a cgroup of
+	// its own inside the sentry (privileged agent), the host's limits are
+	// the workload's plus a reserve, so that the workload reaches its own
+	// limits first and the sandbox lives on.
+	hostLimits := cgroups.Limits{MemoryBytes: p.Limits.MemoryBytes, CPUs: p.Limits.CPUs, Pids: p.Limits.Pids + PidsOverhead}
+	if privileged {
+		hostLimits.MemoryBytes += MemoryReserve + p.Limits.Pids*HostMemoryPerProcess
+		hostLimits.Pids = p.Limits.Pids*HostTasksPerProcess + PidsOverhead
 	}
 	rootArgs, err := rootAgentArgs(&p, &cfg, len(mounts) > 0) // a uid-0 workload: image_linux.go
 	if err != nil {
@@ -165,7 +186,7 @@ func start(cfg native.Config, image string) (*Sandbox, error) {
 		{Name: "seccomp", State: rt.StateOK, Detail: "gVisor's sentry and gofer filters (the host kernel sees only the sentry's own short list; airlock's native per-call list is not needed)"},
 		{Name: "filesystem", State: rt.StateOK, Detail: "replaces Landlock: files are served by gVisor's gofer; read-only root template, read-only host binds, writable /workspace and /tmp only"},
 		{Name: "pidns", State: rt.StateOK, Detail: "gVisor's own"},
-		{Name: "capabilities", State: rt.StateOK, Detail: capsDetail(len(mounts) > 0)},
+		{Name: "capabilities", State: rt.StateOK, Detail: capsDetail(privileged)},
 	}
 
 	var group *cgroups.Group
@@ -176,7 +197,7 @@ func start(cfg native.Config, image string) (*Sandbox, error) {
 			return nil, &native.SetupError{Step: "cgroups", Err: fmt.Errorf("resource limits cannot be enforced: %s", orUnknown(info.Reason))}
 		}
 	} else {
-		group, err = cgroups.Create(id, cgroups.Limits{MemoryBytes: p.Limits.MemoryBytes, CPUs: p.Limits.CPUs, Pids: p.Limits.Pids + PidsOverhead})
+		group, err = cgroups.Create(id, hostLimits)
 		if err == nil {
 			cgPath, err = runscCgroupPath(group)
 			if err != nil {
@@ -188,15 +209,23 @@ func start(cfg native.Config, image string) (*Sandbox, error) {
 			return nil, &native.SetupError{Step: "cgroups", Err: err}
 		}
 	}
-	if group != nil {
+	switch {
+	case group != nil && privileged:
+		enforced = append(enforced, rt.Layer{Name: "cgroup", State: rt.StateOK,
+			Detail: fmt.Sprintf("%s around the sentry and gofer (the workload's limits plus what gVisor costs the host: %d MiB and %d tasks, plus %d MiB and %d tasks for each of the workload's pids)", group.Describe(), MemoryReserve>>20, PidsOverhead, HostMemoryPerProcess>>20, HostTasksPerProcess)})
+	case group != nil:
 		enforced = append(enforced, rt.Layer{Name: "cgroup", State: rt.StateOK,
 			Detail: fmt.Sprintf("%s around the sentry and gofer (pids: %d for the program + %d for gVisor's own threads)", group.Describe(), p.Limits.Pids, PidsOverhead)})
-	} else {
+	default:
 		reason := info.Reason
 		if err != nil {
 			reason = err.Error()
 		}
 		enforced = append(enforced, rt.Layer{Name: "cgroup", State: rt.StateMissing, Detail: "memory, pids and cpu limits NOT enforced: " + orUnknown(reason)})
+	}
+	if privileged {
+		enforced = append(enforced, rt.Layer{Name: "workload-cgroup", State: rt.StateOK,
+			Detail: fmt.Sprintf("the workload runs in a cgroup of its own inside gVisor's sentry, the agent outside it: pids.max %d (enforced by gVisor: fork answers EAGAIN); memory %d bytes, enforced by the agent, which kills the workload's largest process when gVisor's accounting of the group passes it (gVisor records memory limits but does not enforce them)", p.Limits.Pids, p.Limits.MemoryBytes)})
 	}
 	enforced = append(enforced,
 		rt.Layer{Name: "rlimits", State: rt.StateOK, Detail: fmt.Sprintf("nofile %d, fsize %d, core 0, cpu %s (applied by gVisor)", p.Limits.OpenFiles, p.Limits.FileSizeBytes, p.Limits.CPUTime)},
@@ -245,7 +274,7 @@ func start(cfg native.Config, image string) (*Sandbox, error) {
 	if err := os.Mkdir(bundle, 0o700); err != nil {
 		return fail("bundle", err)
 	}
-	spec := buildSpec(&p, &cfg, layout, cgPath, s.nsPath, len(mounts) > 0)
+	spec := buildSpec(&p, &cfg, layout, cgPath, s.nsPath, privileged || len(mounts) > 0)
 	imageSpec(spec, img)
 	rootAgentSpec(spec, &p, &cfg, len(mounts) > 0)
 	data, err := json.Marshal(spec)
@@ -283,10 +312,12 @@ func (s *Sandbox) launch(args []string, stdin, stdout, stderr *os.File) error {
 		s.cmd.Stderr = stderr
 	}
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	start := s.cmd.Start
 	if !s.surviveParent {
 		s.cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+		start = func() error { return onLauncher(s.cmd.Start) }
 	}
-	if err := s.cmd.Start(); err != nil {
+	if err := start(); err != nil {
 		return err
 	}
 	s.Pid = s.cmd.Process.Pid
@@ -361,7 +392,8 @@ func agentTmpfs(l *native.Layout) ([]string, bool) {
 // starts privileged to mount its tmpfs.
 func capsDetail(agentPrivileged bool) string {
 	if agentPrivileged {
-		return "none inside once the agent serves (it starts as root with sys_admin, setpcap, setuid and setgid to mount its tmpfs, then becomes the workload's user with an empty bounding set); no_new_privs"
+		return fmt.Sprintf("none for the workload; the agent starts as root with sys_admin, setpcap, kill, setuid, setgid and dac_override to mount its tmpfs and the workload's cgroup, then keeps only kill, setuid and setgid "+
+			"(and dac_override on the one thread that clones workload processes into their cgroup, whose files are root's) under real and saved uid %d (effective uid the workload's, so that its files are the workload's): the workload cannot prlimit, signal or trace it; no_new_privs", native.AgentUID)
 	}
 	return "none inside; no_new_privs"
 }
@@ -508,6 +540,26 @@ func writeSpec(bundle string, spec *specs.Spec) error {
 	return nil
 }
 
+// MemoryReserve is added to the policy's memory limit in the sandbox's
+// host cgroup when the workload has a cgroup of its own inside the sentry:
+// the agent's and the sentry's own memory, and what a fast allocation adds
+// between two looks of the agent's memory watch.
+const MemoryReserve = 128 << 20
+
+// HostMemoryPerProcess is what one workload process costs the host
+// beyond the memory gVisor accounts to the workload (its systrap stub
+// process and page tables, the sentry's task): measured at about 3.4 MiB
+// per process with a fork bomb of python3 processes. The host's memory
+// limit adds it for every pid the workload may hold, so that a fork bomb
+// meets the workload's pids.max before the host's memory limit.
+const HostMemoryPerProcess = 4 << 20
+
+// HostTasksPerProcess is how many host tasks one workload process may cost
+// under systrap (the process's stub and its threads; measured at 2): the
+// host's pids limit is the workload's times this plus PidsOverhead, so that
+// the workload meets gVisor's own pids.max first.
+const HostTasksPerProcess = 3
+
 // PidsOverhead is added to the policy's pids limit in the sandbox's host
 // cgroup, for the sentry's and the gofer's own threads (about 20 when
 // idle). gVisor does not count the program's processes itself: each costs
@@ -540,10 +592,14 @@ func (s *Sandbox) closeNet() {
 	}
 }
 
-// runscFlags are runsc's flags for airlock's sandboxes.
+// runscFlags are runsc's flags for airlock's sandboxes. With
+// --in-sandbox-cgroup=v2 the agent can mount gVisor's cgroup2 and put the
+// workload in a group of its own (its pids.max is enforced there; v1's is
+// not reliably: the sentry charges a fork to whichever v1 hierarchy it
+// meets first).
 func runscFlags() []string {
 	return []string{"--root", runscRoot, "--rootless=false", "--platform=" + Platform,
-		"--network=none", "--overlay2=none", "--host-uds=none", "--host-fifo=none"}
+		"--network=none", "--overlay2=none", "--host-uds=none", "--host-fifo=none", "--in-sandbox-cgroup=v2"}
 }
 
 // Remove kills what is left of sandbox id after the process that started
@@ -660,13 +716,12 @@ func runscCgroupPath(g *cgroups.Group) (string, error) {
 
 // buildSpec translates the policy and the native root layout to an OCI spec.
 //
-// A privileged agent (mountsByAgent: it mounts the tmpfs itself, see
-// agentTmpfs) starts as uid 0 inside gVisor with CAP_SYS_ADMIN,
-// CAP_SETPCAP, CAP_SETUID and CAP_SETGID only, and before it serves
-// becomes the workload's user with an empty bounding set and no
-// capabilities (the agent's mountTmpfs), as an unprivileged agent is from
-// the start.
-func buildSpec(p *policy.Policy, cfg *native.Config, l *native.Layout, cgPath, netnsPath string, mountsByAgent bool) *specs.Spec {
+// A privileged agent (it mounts the tmpfs itself, see agentTmpfs, and
+// takes an identity of its own) starts as uid 0 inside gVisor with
+// CAP_SYS_ADMIN, CAP_SETPCAP, CAP_KILL, CAP_SETUID and CAP_SETGID only,
+// and before it serves keeps kill, setuid and setgid under uid
+// native.AgentUID (the agent's mountTmpfs and becomeAgent).
+func buildSpec(p *policy.Policy, cfg *native.Config, l *native.Layout, cgPath, netnsPath string, privilegedAgent bool) *specs.Spec {
 	lim := p.Limits
 	rl := func(typ string, v uint64) specs.POSIXRlimit { return specs.POSIXRlimit{Type: typ, Hard: v, Soft: v} }
 	oom := native.OOMScoreAdj
@@ -693,8 +748,8 @@ func buildSpec(p *policy.Policy, cfg *native.Config, l *native.Layout, cgPath, n
 			CgroupsPath: cgPath,
 		},
 	}
-	if mountsByAgent {
-		caps := []string{"CAP_SYS_ADMIN", "CAP_SETPCAP", "CAP_SETUID", "CAP_SETGID"}
+	if privilegedAgent {
+		caps := []string{"CAP_SYS_ADMIN", "CAP_SETPCAP", "CAP_KILL", "CAP_SETUID", "CAP_SETGID", "CAP_DAC_OVERRIDE"}
 		spec.Process.User = specs.User{UID: 0, GID: 0}
 		spec.Process.Capabilities = &specs.LinuxCapabilities{Bounding: caps, Effective: caps, Permitted: caps}
 	}
@@ -729,6 +784,27 @@ func (s *Sandbox) Wait() (*os.ProcessState, error) {
 		close(s.waitDone)
 	})
 	return s.state, s.waitErr
+}
+
+// ExitDetail says how `runsc` ended (its exit status, or the signal that
+// killed it, as Wait saw it), for the log line of an unexpected end.
+func (s *Sandbox) ExitDetail() string {
+	select {
+	case <-s.waitDone:
+	default:
+		return "runsc is still running"
+	}
+	switch {
+	case s.waitErr != nil:
+		return "runsc: " + s.waitErr.Error()
+	case s.state == nil:
+		return "runsc was not started by this process"
+	}
+	ws := s.state.Sys().(syscall.WaitStatus)
+	if ws.Signaled() {
+		return fmt.Sprintf("runsc (pid %d) killed by signal %d (%v) after %s", s.Pid, int(ws.Signal()), ws.Signal(), time.Since(s.Started).Round(time.Millisecond))
+	}
+	return fmt.Sprintf("runsc (pid %d) exited with status %d after %s", s.Pid, ws.ExitStatus(), time.Since(s.Started).Round(time.Millisecond))
 }
 
 // Done is closed when Wait has returned.

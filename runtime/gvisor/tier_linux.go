@@ -42,7 +42,7 @@ func (Tier) Available() error {
 func (Tier) Caps() tier.Caps {
 	return tier.Caps{Pause: tier.PauseCheckpoint, MemorySnapshot: true, ConnectedAgent: true,
 		AdoptRunning: true, ForkWithNetwork: true, AttachNetwork: true,
-		ImageRoots: true, Volumes: true, UnmappedIDs: true}
+		ImageRoots: true, Volumes: true, UnmappedIDs: true, AgentOOM: true}
 }
 
 // Start implements tier.Tier (see liveConfig).
@@ -263,3 +263,6 @@ func (h *Handle) Snapshot(image string) error {
 // after a restart, whose agent is reached over TCP (a host socket, which
 // comes back from a restore broken).
 var errNoSwap = fmt.Errorf("%w: gvisor: this sandbox was taken over after a server restart; its agent connection (TCP in its namespace) cannot be carried across a checkpoint, so it cannot be paused or snapshotted", tier.ErrNotSupported)
+
+// ExitDetail implements tier.ExitDetailer: how runsc ended.
+func (h *Handle) ExitDetail() string { return h.current().ExitDetail() }

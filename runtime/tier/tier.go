@@ -76,6 +76,10 @@ type Caps struct {
 	// ConnectedAgent: the agent must be given a connected socket (stdin)
 	// rather than a listening one to accept on.
 	ConnectedAgent bool `json:"-"`
+	// AgentOOM: the agent enforces the workload's memory limit and counts
+	// its out-of-memory kills (the ping reply's oom_kills), which add to the
+	// host cgroup's.
+	AgentOOM bool `json:"-"`
 	// FullAgent: the agent must be the whole airlock binary, not the
 	// agent-only build.
 	FullAgent bool `json:"-"`
@@ -300,4 +304,10 @@ type Backgrounder interface {
 // that stays, to fork workloads into it).
 type AgentReserver interface {
 	ReserveAgent(spawnerTid int) error
+}
+
+// ExitDetailer is an instance that can say how it ended ("runsc (pid N)
+// killed by signal 9 after 0.4 s"), for the log line of an unexpected end.
+type ExitDetailer interface {
+	ExitDetail() string
 }
