@@ -8,7 +8,10 @@ import (
 	"strings"
 	"testing"
 
+	"airlock/imagestore"
 	it "airlock/imagestore/imagetest"
+	"airlock/policy"
+	"airlock/runtime/tier"
 )
 
 // TestCreateFromTemplateWithSDK builds a template (a Dockerfile FROM a
@@ -34,7 +37,21 @@ func TestCreateFromTemplateWithSDK(t *testing.T) {
 	if _, err := st.Publish("my-template", true); err != nil {
 		t.Fatal(err)
 	}
-	e := newEnvSetup(t, true, envSetup{images: st})
+	for _, runtime := range []policy.Runtime{policy.RuntimeNative, policy.RuntimeGVisor} {
+		t.Run(string(runtime), func(t *testing.T) {
+			if tr, err := tier.Lookup(runtime); err != nil || tr.Available() != nil {
+				t.Skipf("runtime %s is not available here", runtime)
+			}
+			templateWithSDK(t, st, runtime)
+		})
+	}
+}
+
+// templateWithSDK creates a sandbox from my-template with E2B's JS SDK on
+// a server whose default runtime is runtime (serve --default-runtime).
+func templateWithSDK(t *testing.T, st *imagestore.Store, runtime policy.Runtime) {
+	jsDir, _ := filepath.Abs("../tests/js")
+	e := newEnvSetup(t, true, envSetup{images: st, runtime: runtime})
 
 	script := `
 import { Sandbox } from 'e2b'
