@@ -1,0 +1,100 @@
+package server_test
+
+import (
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"airlock/client"
+	it "airlock/imagestore/imagetest"
+	"airlock/internal/testserver"
+)
+
+// pullImage pulls ref into the server's store through the API.
+func pullImage(t *testing.T, url, key, ref string) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", url+"/v1/images", strings.NewReader(`{"ref":"`+ref+`"}`))
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("pull %s: %s", ref, resp.Status)
+	}
+}
+
+// poolDisks lists the ready disks mounted in the server's disk pool.
+func poolDisks(state string) []string {
+	var out []string
+	for _, l := range testserver.HostLeftovers(state) {
+		if strings.HasPrefix(l, "mount "+filepath.Join(state, "diskpool")+"/") {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// TestCrashDiskPoolReclaimed: a server killed with SIGKILL leaves its
+// pool of ready disks (a bind mount, ext4 disks on loop devices) mounted;
+// the next server removes them when it starts, not only once an image
+// sandbox opens the pool, so that after its clean shutdown nothing of
+// either run is mounted, and no loop device is backed by a file of the
+// state directory. The sandbox that ran across the crash keeps its disk.
+func TestCrashDiskPoolReclaimed(t *testing.T) {
+	needRoot(t)
+	reg := it.Registry(t)
+	ref := it.Push(t, reg, "crash/busybox:1", it.Busybox(t))
+	state := stateDir(t)
+	s1 := startServer(t, state, "--image-registry", reg)
+	key := newKey(t, state, "crash-disks")
+	pullImage(t, s1.URL, key, ref)
+	c := client.New(s1.URL, key)
+	ctx := ctxT(t)
+	sb, err := c.Create(ctx, client.CreateRequest{Image: ref, Timeout: 600})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Exec(ctx, sb.ID, client.ExecRequest{Argv: []string{"/bin/sh", "-c", "echo kept > /workspace/f"}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 2*time.Minute, "the pool made its ready disks", func() bool { return len(poolDisks(state)) >= 2 })
+	s1.crash()
+	if len(poolDisks(state)) == 0 {
+		t.Fatal("the crash left no ready disk: nothing to reclaim")
+	}
+
+	s2 := startServer(t, state, "--image-registry", reg)
+	c = client.New(s2.URL, key)
+	if left := testserver.HostLeftovers(state, sb.ID); len(left) > 0 {
+		t.Errorf("after the restart, before any image sandbox: %v", left)
+	}
+	res, err := c.Exec(ctx, sb.ID, client.ExecRequest{Argv: []string{"/bin/sh", "-c", "cat /workspace/f"}})
+	if err != nil || res.Stdout != "kept\n" {
+		t.Fatalf("the sandbox that ran across the crash: %+v %v", res, err)
+	}
+	s2.stop(t)
+	noLeftovers(t, state)
+	if _, err := os.Stat(filepath.Join(state, "diskpool")); !os.IsNotExist(err) {
+		t.Errorf("the pool's directory is left: %v", err)
+	}
+}
+
+// noLeftovers waits (generously: loop devices clear themselves
+// asynchronously) until nothing of state is mounted, on a loop device or
+// in the image store's tmp/, and fails with what is left.
+func noLeftovers(t *testing.T, state string, keep ...string) {
+	t.Helper()
+	var left []string
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if left = testserver.HostLeftovers(state, keep...); len(left) == 0 {
+			return
+		}
+	}
+	t.Fatalf("left behind:\n%s", strings.Join(left, "\n"))
+}
