@@ -86,7 +86,15 @@ func (h *gvisorHandle) suspend(image string) error {
 	cur := h.cur
 	h.mu.Unlock()
 	h.conn.hold()
-	if err := cur.Checkpoint(image); err != nil {
+	// runsc holds the agent's connection too: killed meanwhile, this
+	// process's end closing does not end the agent before runsc has
+	// stopped the sandbox, and runsc finishes the image.
+	var hold []*os.File
+	if f, err := h.conn.file(); err == nil {
+		defer f.Close()
+		hold = append(hold, f)
+	}
+	if err := cur.CheckpointHolding(image, hold...); err != nil {
 		h.conn.release()
 		h.mu.Lock()
 		h.suspended = false
@@ -155,8 +163,8 @@ func (m *Manager) checkpointDone(id string) string {
 // gvisor sandbox cannot be taken over: its agent was connected to the
 // previous server over a socketpair, gone with it.
 func (m *Manager) adoptPausedGVisor(rec *store.Sandbox, rs *runtimeState) (*Sandbox, string) {
-	if _, err := os.Stat(m.checkpointDone(rec.ID)); err != nil {
-		return nil, "gvisor sandboxes are not reattached after a restart unless paused (their agent was connected to the previous server over a socketpair)"
+	if why := m.settleCheckpoint(rec.ID); why != "" {
+		return nil, why
 	}
 	// With network, its egress namespace went with the previous server:
 	// adoption opens the proxy's listeners in a new one (netReattach
@@ -225,7 +233,7 @@ func (m *Manager) snapshotImage(sb *Sandbox, image string) error {
 // launchFork starts a fork of snapshot image (gvisor.Fork) as launch
 // starts a gvisor sandbox.
 func (m *Manager) launchFork(cfg native.Config, image string) (*ownInst, []net.Listener, error) {
-	cfg.SurviveParent = false
+	cfg.SurviveParent = true // as launch
 	gsb, err := gvisor.Fork(cfg, image)
 	if err != nil {
 		return nil, nil, err

@@ -101,7 +101,11 @@ func (n *ownInst) destroy() error {
 // accept on a listening socket donated by the host.
 func (m *Manager) launch(cfg native.Config) (*ownInst, []net.Listener, error) {
 	if cfg.Policy.Runtime == policy.RuntimeGVisor {
-		cfg.SurviveParent = false
+		// runsc outlives the server, so that a crash mid pause does not
+		// kill the sandbox before its checkpoint is written (pause_linux.go).
+		// A running one ends anyway: its agent reads the end of the
+		// socketpair the server held, and recovery removes the rest.
+		cfg.SurviveParent = true
 		gsb, err := gvisor.Start(cfg)
 		if err != nil {
 			return nil, nil, err

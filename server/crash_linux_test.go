@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -97,4 +98,65 @@ func noLeftovers(t *testing.T, state string, keep ...string) {
 		}
 	}
 	t.Fatalf("left behind:\n%s", strings.Join(left, "\n"))
+}
+
+// runscCheckpointOf reports whether a `runsc checkpoint` of sandbox id runs.
+func runscCheckpointOf(id string) bool {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(b), "\x00")
+		if len(args) > 0 && strings.HasSuffix(args[0], "runsc") && slices.Contains(args, "checkpoint") && slices.Contains(args, id) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestCrashMidGVisorPause: a server killed with SIGKILL while `runsc
+// checkpoint` writes a gvisor sandbox's pause image does not lose the
+// sandbox: the restarted server has it, paused, and resume brings back
+// its files and its Python session; nothing of a half-written image is
+// left once it is killed.
+func TestCrashMidGVisorPause(t *testing.T) {
+	state, key, s1, sb := gvisorSandbox(t)
+	c := client.New(s1.URL, key)
+	ctx := ctxT(t)
+	if _, err := c.WriteFile(ctx, sb.ID, "kept.txt", strings.NewReader("kept\n"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if res := runCell(t, c, sb.ID, client.CodeRequest{Code: "x = 41"}); res.Error != nil {
+		t.Fatalf("cell: %+v", res.Error)
+	}
+	paused := make(chan error, 1)
+	go func() { _, err := c.Pause(ctx, sb.ID); paused <- err }()
+	eventually(t, time.Minute, "runsc checkpoint of the sandbox runs", func() bool { return runscCheckpointOf(sb.ID) })
+	s1.crash() // SIGKILL, mid checkpoint
+	<-paused
+
+	s2 := startServer(t, state)
+	c = client.New(s2.URL, key)
+	got, err := c.Get(ctx, sb.ID)
+	if err != nil || got.State != "running" || !got.Paused || !got.Reattached {
+		t.Fatalf("after a crash mid pause the sandbox is %+v (%v), want it kept, paused", got, err)
+	}
+	if _, err := c.Resume(ctx, sb.ID); err != nil {
+		t.Fatalf("resume after restart: %v", err)
+	}
+	if res, err := c.Exec(ctx, sb.ID, client.ExecRequest{Argv: []string{"cat", "kept.txt"}}); err != nil || res.Stdout != "kept\n" {
+		t.Fatalf("file after the crash: %+v %v", res, err)
+	}
+	if res := runCell(t, c, sb.ID, client.CodeRequest{Code: "x + 1"}); res.Error != nil || res.Text != "42" {
+		t.Fatalf("Python variable after the crash: %+v", res)
+	}
+	if err := c.Kill(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 15*time.Second, "no process of the sandbox left", func() bool { return !hostHasArg(sb.ID) })
+	if _, err := os.Stat(filepath.Join(state, "sandboxes", sb.ID)); !os.IsNotExist(err) {
+		t.Errorf("the sandbox's directory (and its checkpoint) is left: %v", err)
+	}
 }
