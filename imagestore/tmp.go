@@ -83,7 +83,7 @@ func (t *Temp) Close() error {
 // store: every entry of tmp/ whose lease nobody holds (a half-downloaded
 // blob, a half-unpacked layer of a process killed mid pull), and, when no
 // writer holds the store's lock, the temporary files of atomic writes in
-// oci/ and leases/. Entries whose owner is alive, in this process or
+// oci/ and leases/ and the leases whose holder is gone. Entries whose owner is alive, in this process or
 // another one sharing the store, are left alone. It reports what it
 // removed.
 func (s *Store) sweep() ([]string, error) {
@@ -122,6 +122,7 @@ func (s *Store) sweep() ([]string, error) {
 		return removed, err
 	}
 	defer unlock()
+	s.leased() // drops the leases of sandboxes and builds that are gone
 	for _, d := range []string{filepath.Join(s.dir, "oci"), filepath.Join(s.dir, "leases")} {
 		ents, _ := os.ReadDir(d)
 		for _, e := range ents {

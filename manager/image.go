@@ -110,16 +110,6 @@ func (m *Manager) diskPool() *native.DiskPool {
 	return d
 }
 
-// reclaimDisks removes the ready disks a previous server process left
-// mounted (killed with SIGKILL, it never closed its pool): on start, not
-// when the first image sandbox opens the pool, so that a crash leaves
-// nothing mounted past the next start.
-func (m *Manager) reclaimDisks() {
-	if err := native.ReclaimDiskPool(filepath.Join(m.cfg.StateDir, "diskpool")); err != nil {
-		m.cfg.Logf("image roots: remove the ready disks of a previous run: %v", err)
-	}
-}
-
 // closeDisks removes the ready disks (Close).
 func (m *Manager) closeDisks() {
 	m.mu.Lock()

@@ -378,9 +378,9 @@ func dialAgent(ctx context.Context, sock string) (net.Conn, error) {
 // store as running: reattach to those whose agent answers, kill what
 // remains of the others and record them lost. Then remove cgroups and
 // state directories of sandboxes of this state dir that are not running.
-// The disk pool a previous process left mounted goes first.
+// Last, what it left beside its sandboxes (reclaimLeftovers).
 func (m *Manager) recover(ctx context.Context) error {
-	m.reclaimDisks()
+	defer m.reclaimLeftovers()
 	recs, err := m.st.ListSandboxes(ctx, store.ListFilter{States: []string{store.StateRunning}})
 	if err != nil {
 		return fmt.Errorf("list running sandboxes: %w", err)

@@ -160,3 +160,38 @@ func TestCrashMidGVisorPause(t *testing.T) {
 		t.Errorf("the sandbox's directory (and its checkpoint) is left: %v", err)
 	}
 }
+
+// TestCrashMidTemplateBuild: a server killed with SIGKILL while a
+// template build's RUN step runs leaves its root (an overlay on an upper
+// disk, mounted), its cgroup and its host id range lease; the restarted
+// server removes them all, and a clean shutdown leaves nothing mounted.
+func TestCrashMidTemplateBuild(t *testing.T) {
+	needRoot(t)
+	reg := it.Registry(t)
+	ref := it.Push(t, reg, "crash/tmpl:1", it.Busybox(t))
+	state := stateDir(t)
+	s1 := startServer(t, state, "--image-registry", reg)
+	key := newKey(t, state, "crash-build")
+	pullImage(t, s1.URL, key, ref)
+	body := `{"name":"crash/built:1","dockerfile":"FROM ` + ref + `\nRUN sleep 600\n"}`
+	go postQuiet(s1.URL+"/v1/templates", key, body)
+	eventually(t, 2*time.Minute, "the RUN step's root is mounted", func() bool {
+		for _, l := range testserver.HostLeftovers(state) {
+			if strings.HasPrefix(l, "mount "+filepath.Join(state, "roots")+"/") {
+				return true
+			}
+		}
+		return false
+	})
+	pid := s1.Pid()
+	s1.crash()
+	if left := oneShotLeftovers(state, []int{pid}); len(left) == 0 {
+		t.Fatal("the killed build left nothing: the test did not kill it mid RUN")
+	}
+	s2 := startServer(t, state, "--image-registry", reg)
+	if left := append(oneShotLeftovers(state, []int{pid}), testserver.HostLeftovers(state)...); len(left) > 0 {
+		t.Errorf("after the restart:\n%s", strings.Join(left, "\n"))
+	}
+	s2.stop(t)
+	noLeftovers(t, state)
+}

@@ -84,6 +84,7 @@ func TestFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	known := map[string]bool{anchor.ID: true}
+	servers := []int{s.Pid()} // the template builds' one-shot runs name them
 	found := map[string][]string{} // kill point -> what was left
 	counts := map[string]int{}
 	for round := range rounds {
@@ -100,13 +101,16 @@ func TestFaults(t *testing.T) {
 		done := make(chan struct{})
 		go func() { op(); close(done) }()
 		time.Sleep(delay)
+		begun := pausing != "" && runscCheckpointOf(pausing)
 		s.crash()
 		<-done
 		s = startServer(t, state, args...)
+		servers = append(servers, s.Pid())
 		c = client.New(s.URL, key)
 		left := faultCheck(t, state, c, known, anchor.ID)
+		left = append(left, oneShotLeftovers(state, servers[:len(servers)-1])...)
 		if p.name == "pause" {
-			left = append(left, pausedKept(t, c, pausing)...)
+			left = append(left, pausedKept(t, c, pausing, begun)...)
 		}
 		counts[p.name]++
 		t.Logf("round %d: killed %v into %s: %d left", round, delay.Round(time.Millisecond), p.name, len(left))
@@ -125,6 +129,7 @@ func TestFaults(t *testing.T) {
 	s.stop(t)
 	final := faultCheck(t, state, nil, known, "")
 	final = append(final, uidLeasesLeft(t, state)...)
+	final = append(final, oneShotLeftovers(state, servers)...)
 	for _, l := range final {
 		found["after the clean shutdown"] = append(found["after the clean shutdown"], l)
 	}
@@ -217,17 +222,20 @@ func faultOp(t *testing.T, c *client.Client, url, key, reg, base, point string, 
 }
 
 // pausedKept checks the sandbox a killed pause was pausing: kept (paused
-// or running) with its file, or lost with a reason (the kill came before
-// runsc began the checkpoint: a running gvisor sandbox does not survive
-// its server).
-func pausedKept(t *testing.T, c *client.Client, id string) []string {
+// or running) with its file, or, only if the kill came before runsc began
+// the checkpoint (begun false: a running gvisor sandbox does not survive
+// its server), lost with a reason.
+func pausedKept(t *testing.T, c *client.Client, id string, begun bool) []string {
 	ctx := ctxT(t)
 	sb, err := c.Get(ctx, id)
 	if err != nil {
 		return []string{"paused sandbox " + id + ": " + err.Error()}
 	}
 	if sb.State != "running" {
-		t.Logf("paused sandbox %s: %s: %s", id, sb.State, sb.EndReason)
+		if begun {
+			return []string{fmt.Sprintf("sandbox %s, killed while runsc checkpointed it, is %s: %s", id, sb.State, sb.EndReason)}
+		}
+		t.Logf("sandbox %s, killed before its checkpoint began: %s: %s", id, sb.State, sb.EndReason)
 		return nil
 	}
 	if sb.Paused {
@@ -385,4 +393,34 @@ func postQuiet(url, key, body string) {
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 	}
+}
+
+// oneShotLeftovers lists what the one-shot runs of dead servers pids (a
+// template build's RUN steps, named run-<server pid>-...) left: roots in
+// STATE/roots, cgroups, host uid range leases, image store leases.
+func oneShotLeftovers(state string, pids []int) []string {
+	var left []string
+	roots, _ := os.ReadDir(filepath.Join(state, "roots"))
+	for _, e := range roots {
+		left = append(left, "build root "+filepath.Join(state, "roots", e.Name()))
+	}
+	leases, _ := os.ReadDir(filepath.Join(state, "images", "leases"))
+	for _, e := range leases {
+		if strings.HasPrefix(e.Name(), "run-") {
+			left = append(left, "image lease "+filepath.Join(state, "images", "leases", e.Name()))
+		}
+	}
+	for _, pid := range pids {
+		for _, d := range cgroupDirs("run-" + strconv.Itoa(pid) + "-*") {
+			left = append(left, "cgroup "+d)
+		}
+		files, _ := os.ReadDir(idrange.DefaultDir)
+		for _, f := range files {
+			b, _ := os.ReadFile(filepath.Join(idrange.DefaultDir, f.Name()))
+			if fs := strings.Fields(string(b)); len(fs) == 2 && fs[0] == strconv.Itoa(pid) {
+				left = append(left, "uid lease "+filepath.Join(idrange.DefaultDir, f.Name())+" held by dead server "+fs[0])
+			}
+		}
+	}
+	return left
 }
