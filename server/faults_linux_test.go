@@ -84,7 +84,7 @@ func TestFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	known := map[string]bool{anchor.ID: true}
-	servers := []int{s.Pid()} // the template builds' one-shot runs name them
+	servers := []int{s.Pid()}      // the template builds' one-shot runs name them
 	found := map[string][]string{} // kill point -> what was left
 	counts := map[string]int{}
 	for round := range rounds {

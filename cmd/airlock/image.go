@@ -277,4 +277,3 @@ func (f *runImageFlags) apply(ctx context.Context, cfg *native.Config, explicitE
 		_ = st.Release(cfg.ID)
 	}, nil
 }
-
