@@ -484,8 +484,10 @@ func (m *Manager) killRemains(rec *store.Sandbox) {
 			unix.Close(fd)
 		}
 	}
-	if rs.Runtime == string(policy.RuntimeGVisor) {
-		gvisor.Remove(rec.ID) // runsc's state and the cgroups runsc made
+	// runsc's state and the cgroups runsc made; also of a gvisor sandbox
+	// whose start the crash interrupted before its runtime was recorded.
+	if _, err := os.Stat(filepath.Join(gvisor.StateBase, "bundles", rec.ID)); rs.Runtime == string(policy.RuntimeGVisor) || err == nil {
+		gvisor.Remove(rec.ID)
 	}
 	if _, err := destroyCgroup(rec.ID); err != nil {
 		m.cfg.Logf("sandbox %s: remove cgroup: %v", rec.ID, err)

@@ -353,10 +353,12 @@ func uidLeasesLeft(t *testing.T, state string) []string {
 		t.Fatal(err)
 	}
 	var left []string
+	seen := map[int]bool{}
 	for _, r := range rows {
-		if r.UIDBase <= 0 {
+		if r.UIDBase <= 0 || seen[r.UIDBase] {
 			continue
 		}
+		seen[r.UIDBase] = true
 		p := filepath.Join(idrange.DefaultDir, strconv.Itoa(r.UIDBase))
 		b, err := os.ReadFile(p)
 		if err != nil {
