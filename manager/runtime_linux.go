@@ -480,6 +480,9 @@ func (m *Manager) killRemains(rec *store.Sandbox) {
 		if fd, err := unix.PidfdOpen(rs.Pid, 0); err == nil {
 			if st, err := procStartTime(rs.Pid); err == nil && st == rs.StartTime {
 				unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
+				// Gone before recovery reaps dead holders' uid leases
+				// (reclaimLeftovers): readable once it has exited.
+				unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 5000)
 			}
 			unix.Close(fd)
 		}
