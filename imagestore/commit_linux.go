@@ -27,11 +27,15 @@ func (s *Store) Commit(ctx context.Context, base *Image, upper string, idBase in
 	if _, err := normName(name); err != nil {
 		return nil, err
 	}
-	tmp, err := os.CreateTemp(filepath.Join(s.dir, "tmp"), "commit-")
+	lease, err := s.TempDir("commit-")
+	if err != nil {
+		return nil, err
+	}
+	defer lease.Close()
+	tmp, err := os.Create(filepath.Join(lease.Path, "layer.tar"))
 	if err != nil {
 		return nil, fmt.Errorf("image store: %w", err)
 	}
-	defer os.Remove(tmp.Name())
 	defer tmp.Close()
 	bud := &budget{maxBytes: s.lim.MaxBytes, maxFiles: s.lim.MaxFiles}
 	tw := tar.NewWriter(tmp)

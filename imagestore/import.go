@@ -63,11 +63,12 @@ func (s *Store) Import(ctx context.Context, file, as string, progress func(Progr
 			imgs = append(imgs, named{img, n})
 		}
 	case "oci":
-		tmp, err := os.MkdirTemp(filepath.Join(s.dir, "tmp"), "import-")
+		lease, err := s.TempDir("import-")
 		if err != nil {
-			return nil, fmt.Errorf("image store: %w", err)
+			return nil, err
 		}
-		defer os.RemoveAll(tmp)
+		defer lease.Close()
+		tmp := lease.Path
 		if err := unpackOCIArchive(file, tmp, s.lim.MaxBytes); err != nil {
 			return nil, fmt.Errorf("import %s: %w", file, err)
 		}

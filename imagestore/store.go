@@ -196,17 +196,39 @@ func Open(dir string, lim Limits) (*Store, error) {
 		return nil, fmt.Errorf("image store: %w", err)
 	}
 	s := &Store{dir: dir, lim: lim, layout: layout.Path(filepath.Join(dir, "oci")), mu: new(sync.Mutex)}
-	if _, err := os.Stat(filepath.Join(dir, "oci", "oci-layout")); err != nil {
-		if err := writeFileAtomic(filepath.Join(dir, "oci", "oci-layout"), []byte(`{"imageLayoutVersion":"1.0.0"}`)); err != nil {
-			return nil, err
-		}
+	if err := s.init(); err != nil {
+		return nil, err
 	}
-	if _, err := os.Stat(filepath.Join(dir, "oci", "index.json")); err != nil {
-		if err := s.writeIndex(&v1.IndexManifest{SchemaVersion: 2, MediaType: types.OCIImageIndex}); err != nil {
-			return nil, err
-		}
+	// What a process killed mid pull, import or commit left (docs/images.md).
+	if _, err := s.sweep(); err != nil {
+		return nil, err
 	}
 	return s, nil
+}
+
+// init writes the layout's oci-layout and empty index.json if missing.
+func (s *Store) init() error {
+	if _, err := os.Stat(filepath.Join(s.dir, "oci", "oci-layout")); err == nil {
+		if _, err := os.Stat(filepath.Join(s.dir, "oci", "index.json")); err == nil {
+			return nil
+		}
+	}
+	unlock, err := s.lock()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if _, err := os.Stat(filepath.Join(s.dir, "oci", "oci-layout")); err != nil {
+		if err := writeFileAtomic(filepath.Join(s.dir, "oci", "oci-layout"), []byte(`{"imageLayoutVersion":"1.0.0"}`)); err != nil {
+			return err
+		}
+	}
+	if _, err := os.Stat(filepath.Join(s.dir, "oci", "index.json")); err != nil {
+		if err := s.writeIndex(&v1.IndexManifest{SchemaVersion: 2, MediaType: types.OCIImageIndex}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Dir is the store's directory.
@@ -311,11 +333,15 @@ func (s *Store) writeBlobTee(h v1.Hash, open func() (io.ReadCloser, error), done
 		return fmt.Errorf("%w: fetch %s: %w", ErrRegistry, h, err)
 	}
 	defer rc.Close()
-	f, err := os.CreateTemp(filepath.Join(s.dir, "tmp"), "blob-")
+	tmp, err := s.TempDir("blob-")
+	if err != nil {
+		return err
+	}
+	defer tmp.Close()
+	f, err := os.Create(filepath.Join(tmp.Path, "blob"))
 	if err != nil {
 		return fmt.Errorf("image store: %w", err)
 	}
-	defer os.Remove(f.Name())
 	defer f.Close()
 	var n int64
 	buf := make([]byte, 256<<10)
@@ -615,11 +641,12 @@ func (s *Store) fetchUnpack(desc v1.Descriptor, diffID v1.Hash, open func() (io.
 // src to its end and installs the layer only if ready then yields nil.
 func (s *Store) unpackFrom(desc v1.Descriptor, diffID v1.Hash, src io.Reader, bud *budget, ready <-chan error) error {
 	dst := filepath.Join(s.dir, "layers", diffID.Hex)
-	tmp, err := os.MkdirTemp(filepath.Join(s.dir, "tmp"), "layer-")
+	lease, err := s.TempDir("layer-")
 	if err != nil {
-		return fmt.Errorf("image store: %w", err)
+		return err
 	}
-	defer removeAll(tmp)
+	defer lease.Close()
+	tmp := lease.Path
 	root := filepath.Join(tmp, "root")
 	if err := os.Mkdir(root, 0o755); err != nil {
 		return fmt.Errorf("image store: %w", err)

@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
+	"strconv"
+	"time"
 
 	"airlock/runtime/native/idrange"
 )
@@ -92,13 +95,25 @@ func reclaimIDs(base, pid int) error {
 
 // freeIDs frees the range of an ended sandbox (its init is gone, so its
 // lease has a dead holder) at once, so that the next sandbox can have it.
+// An init killed but not reaped yet (a reattached one is not this
+// process's child) still holds it: freeIDs waits for it a little, so that
+// a clean shutdown leaves no lease behind.
 func (m *Manager) freeIDs(base int) {
 	if base == 0 || os.Geteuid() != 0 {
 		return
 	}
-	if pool, err := idrange.Default(); err == nil {
+	pool, err := idrange.Default()
+	if err != nil {
+		return
+	}
+	lease := filepath.Join(pool.Dir, strconv.Itoa(base))
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		if err := pool.Free(base); err != nil {
 			m.cfg.Logf("free host uid range %d: %v", base, err)
+			return
+		}
+		if _, err := os.Stat(lease); os.IsNotExist(err) || time.Now().After(deadline) {
+			return
 		}
 	}
 }

@@ -25,15 +25,24 @@ func (m *Manager) setFrozen(sb *Sandbox, on bool) error {
 	}
 	image := m.checkpointDir(sb.ID)
 	if on {
-		if err := ck.Suspend(image); err != nil {
+		// The image is written beside (checkpoint.tmp) and renamed into
+		// place once whole and on disk; checkpoint.done then commits it.
+		// runsc stops the sandbox only after writing it. A server killed
+		// in between leaves checkpoint.tmp, which the next one settles
+		// (settleCheckpoint).
+		tmp := image + ".tmp"
+		if err := os.RemoveAll(tmp); err != nil {
+			return fmt.Errorf("manager: checkpoint: %w", err)
+		}
+		if err := ck.Suspend(tmp); err != nil {
+			os.RemoveAll(tmp)
 			if errors.Is(err, tier.ErrNotSupported) {
 				return fmt.Errorf("%w: %w", ErrPolicy, err)
 			}
 			return err
 		}
-		// The image is whole: a server restarted from here can resume it.
-		if err := os.WriteFile(m.checkpointDone(sb.ID), nil, 0o600); err != nil {
-			m.cfg.Logf("sandbox %s: mark its checkpoint complete: %v (it will not survive a restart while paused)", sb.ID, err)
+		if err := commitCheckpoint(tmp, image, m.checkpointDone(sb.ID)); err != nil {
+			m.cfg.Logf("sandbox %s: commit its checkpoint: %v (it will not survive a restart while paused)", sb.ID, err)
 		}
 		return nil
 	}
@@ -142,4 +151,83 @@ func freeze(id string, on bool) error {
 		return g.Freeze()
 	}
 	return g.Thaw()
+}
+
+// commitCheckpoint moves the whole, synced image tmp to image and marks it
+// complete with done, each step on disk before the next: a crash leaves
+// either tmp (settled on restart) or image with or without done.
+func commitCheckpoint(tmp, image, done string) error {
+	if err := os.RemoveAll(image); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, image); err != nil {
+		return err
+	}
+	if err := syncDir(filepath.Dir(image)); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(done, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return syncDir(filepath.Dir(done))
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// interruptedCheckpointWait bounds how long a restarted server waits for
+// the runsc checkpoint that its crashed predecessor left running.
+const interruptedCheckpointWait = 2 * time.Minute
+
+// settleCheckpoint decides, on restart, whether sandbox id of tier t (a
+// PauseCheckpoint tier) is taken over paused, and returns why it is lost
+// (empty if it is not). A sandbox with a committed image is paused. One
+// whose pause the previous server was killed in the middle of
+// (checkpoint.tmp, no checkpoint.done) is when the checkpoint, which
+// outlived the server, wrote the whole image (tier.CheckpointSettler): the
+// image is then committed here. A half-written image is discarded, and the
+// sandbox is recorded lost with the reason. Without a pause under way it
+// is not paused (adopted running if the tier can).
+func (m *Manager) settleCheckpoint(t tier.Tier, id string) (paused bool, why string) {
+	image, done := m.checkpointDir(id), m.checkpointDone(id)
+	tmp := image + ".tmp"
+	if _, err := os.Stat(done); err == nil {
+		os.RemoveAll(tmp)
+		return true, ""
+	}
+	if _, err := os.Stat(tmp); err != nil {
+		return false, "" // no pause was under way
+	}
+	whole, err := false, error(nil)
+	if s, ok := t.(tier.CheckpointSettler); ok {
+		whole, err = s.FinishCheckpoint(id, tmp, interruptedCheckpointWait)
+	}
+	if err != nil || !whole {
+		os.RemoveAll(tmp)
+		why := "the server was killed while pausing it, before its checkpoint was written"
+		if err != nil {
+			why += ": " + err.Error()
+		}
+		return false, why
+	}
+	if err := commitCheckpoint(tmp, image, done); err != nil {
+		os.RemoveAll(tmp)
+		return false, "the server was killed while pausing it; committing its checkpoint: " + err.Error()
+	}
+	m.cfg.Logf("sandbox %s: its pause, interrupted by the previous server's end, completed", id)
+	return true, ""
 }

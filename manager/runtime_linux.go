@@ -242,7 +242,9 @@ func dialAgent(ctx context.Context, sock string) (net.Conn, error) {
 // store as running: reattach to those whose agent answers, kill what
 // remains of the others and record them lost. Then remove cgroups and
 // state directories of sandboxes of this state dir that are not running.
+// Last, what it left beside its sandboxes (reclaimLeftovers).
 func (m *Manager) recover(ctx context.Context) error {
+	defer m.reclaimLeftovers()
 	recs, err := m.st.ListSandboxes(ctx, store.ListFilter{States: []string{store.StateRunning}})
 	if err != nil {
 		return fmt.Errorf("list running sandboxes: %w", err)
@@ -308,8 +310,13 @@ func (m *Manager) reattach(ctx context.Context, rec *store.Sandbox) (*Sandbox, s
 	if !ok {
 		return nil, fmt.Sprintf("runtime %s does not take over sandboxes after a restart", t.Name())
 	}
-	_, err = os.Stat(m.checkpointDone(rec.ID))
-	paused := err == nil
+	paused := false
+	if t.Caps().Pause == tier.PauseCheckpoint {
+		var why string
+		if paused, why = m.settleCheckpoint(t, rec.ID); why != "" {
+			return nil, why
+		}
+	}
 	inst, err := ad.Adopt(tier.AdoptInfo{ID: rec.ID, Pid: rs.Pid, StartTime: rs.StartTime, Enforced: rs.Enforced,
 		Paused: paused, Listen: []string{ProxyHTTPAddr, ProxySOCKSAddr}})
 	if err != nil {
@@ -381,12 +388,24 @@ func (m *Manager) killRemains(rec *store.Sandbox) {
 		if fd, err := unix.PidfdOpen(rs.Pid, 0); err == nil {
 			if st, err := native.ProcStartTime(rs.Pid); err == nil && st == rs.StartTime {
 				unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
+				// Gone before recovery reaps dead holders' uid leases
+				// (reclaimLeftovers): readable once it has exited.
+				unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 5000)
 			}
 			unix.Close(fd)
 		}
 	}
-	if t, err := tier.Lookup(policy.Runtime(rs.Runtime)); err == nil {
-		t.Remove(rec.ID) // what the tier keeps on the host (runsc's state)
+	// What the tier keeps on the host (runsc's state and the cgroups runsc
+	// made); if the crash came before the runtime was recorded, what any
+	// tier may have left (each Remove is idempotent).
+	names := []policy.Runtime{policy.Runtime(rs.Runtime)}
+	if rs.Runtime == "" {
+		names = tier.Names()
+	}
+	for _, n := range names {
+		if t, err := tier.Lookup(n); err == nil {
+			t.Remove(rec.ID)
+		}
 	}
 	if _, err := destroyCgroup(rec.ID); err != nil {
 		m.cfg.Logf("sandbox %s: remove cgroup: %v", rec.ID, err)

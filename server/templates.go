@@ -81,11 +81,12 @@ func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) error {
 	if req.Name == "" || req.Dockerfile == "" {
 		return errf(400, "bad_request", "name and dockerfile are required")
 	}
-	ctxDir, err := os.MkdirTemp(filepath.Join(st.Dir(), "tmp"), "context-")
+	ctxTmp, err := st.TempDir("context-")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(ctxDir)
+	defer ctxTmp.Close()
+	ctxDir := ctxTmp.Path
 	for p, b64 := range req.Files {
 		clean := path.Clean(p)
 		if p == "" || path.IsAbs(p) || clean == ".." || strings.HasPrefix(clean, "../") || strings.ContainsRune(p, 0) || clean == "Dockerfile.airlock" {

@@ -11,7 +11,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	goruntime "runtime"
-	"strconv"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -289,7 +288,7 @@ func (f *runImageFlags) apply(ctx context.Context, cfg *native.Config, explicitE
 	if cfg.ID == "" {
 		cfg.ID = native.NewRunID()
 	}
-	sweepRoots(filepath.Join(f.stateDir, "roots"))
+	native.SweepRoots(filepath.Join(f.stateDir, "roots"))
 	dir := filepath.Join(f.stateDir, "roots", cfg.ID)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
@@ -305,21 +304,4 @@ func (f *runImageFlags) apply(ctx context.Context, cfg *native.Config, explicitE
 		}
 		_ = st.Release(cfg.ID)
 	}, nil
-}
-
-// sweepRoots removes the roots of one-shot runs whose launcher died (run-PID-...
-// with no such process), unmounting their disks.
-func sweepRoots(dir string) {
-	ents, _ := os.ReadDir(dir)
-	for _, e := range ents {
-		parts := strings.SplitN(e.Name(), "-", 3)
-		if len(parts) != 3 || parts[0] != "run" {
-			continue
-		}
-		if pid, err := strconv.Atoi(parts[1]); err == nil && pid > 0 {
-			if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
-				_ = native.RemoveImageRoot(filepath.Join(dir, e.Name()))
-			}
-		}
-	}
 }

@@ -334,21 +334,7 @@ func (s *Sandbox) launch(args []string, stdin, stdout, stderr *os.File) error {
 // A sandbox with network keeps its egress namespace for Restore: its
 // listening sockets come back, its connections come back broken (EPIPE,
 // as gVisor restores host sockets).
-func (s *Sandbox) Checkpoint(image string) error {
-	if err := os.MkdirAll(image, 0o700); err != nil {
-		return fmt.Errorf("gvisor: checkpoint: %w", err)
-	}
-	out, err := exec.Command(s.runsc.Path, append(append(s.globalFlags(), "checkpoint"), checkpointFlags(image, s.ID)...)...).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("gvisor: runsc checkpoint: %v: %s", err, strings.TrimSpace(string(out)))
-	}
-	s.Wait()
-	// The stopped container's state goes, so that restore can reuse the id.
-	_ = exec.Command(s.runsc.Path, append(s.globalFlags(), "delete", "--force", s.ID)...).Run()
-	// The image went through the page cache, charged to the sandbox's
-	// cgroup: write it out and drop it, so that the memory is really free.
-	return dropCache(image)
-}
+func (s *Sandbox) Checkpoint(image string) error { return s.CheckpointHolding(image) }
 
 // Snapshot saves the sandbox's whole state to directory image, as
 // Checkpoint does, but leaves it running (runsc checkpoint
@@ -513,7 +499,9 @@ func Adopt(id string, enforced rt.Enforced, listen []string) (*Sandbox, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gvisor: adopt %s: %w", id, err)
 	}
-	s := &Sandbox{ID: id, runsc: rs, dir: dir, group: group, enforced: enforced, waitDone: make(chan struct{})}
+	// Restored, it outlives this process as the sandboxes of a server do
+	// (a crash mid pause must not kill it before runsc has its image).
+	s := &Sandbox{ID: id, runsc: rs, dir: dir, group: group, enforced: enforced, waitDone: make(chan struct{}), surviveParent: true}
 	s.token, _ = readToken(dir) // absent for a one-shot run's state
 	if netIdx >= 0 {
 		if err := s.adoptNetns(&spec, netIdx, listen); err != nil {

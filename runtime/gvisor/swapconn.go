@@ -1,7 +1,9 @@
 package gvisor
 
 import (
+	"errors"
 	"net"
+	"os"
 	"sync"
 	"time"
 )
@@ -39,6 +41,19 @@ func (s *swapConn) release() {
 	s.held = false
 	s.cond.Broadcast()
 	s.mu.Unlock()
+}
+
+// file returns a duplicate of the current connection's descriptor, for a
+// process that must keep the connection open (see gvisorHandle.suspend).
+func (s *swapConn) file() (*os.File, error) {
+	s.mu.Lock()
+	c := s.cur
+	s.mu.Unlock()
+	fc, ok := c.(interface{ File() (*os.File, error) })
+	if !ok {
+		return nil, errors.New("manager: the agent's connection has no descriptor")
+	}
+	return fc.File()
 }
 
 // swap continues the stream on c and ends the hold.

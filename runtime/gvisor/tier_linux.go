@@ -197,7 +197,15 @@ func (h *Handle) Suspend(image string) error {
 	cur := h.cur
 	h.mu.Unlock()
 	h.conn.hold()
-	if err := cur.Checkpoint(image); err != nil {
+	// runsc holds the agent's connection too: killed meanwhile, this
+	// process's end closing does not end the agent before runsc has
+	// stopped the sandbox, and runsc finishes the image.
+	var hold []*os.File
+	if f, err := h.conn.file(); err == nil {
+		defer f.Close()
+		hold = append(hold, f)
+	}
+	if err := cur.CheckpointHolding(image, hold...); err != nil {
 		h.conn.release()
 		h.mu.Lock()
 		h.suspended = false
@@ -266,3 +274,8 @@ var errNoSwap = fmt.Errorf("%w: gvisor: this sandbox was taken over after a serv
 
 // ExitDetail implements tier.ExitDetailer: how runsc ended.
 func (h *Handle) ExitDetail() string { return h.current().ExitDetail() }
+
+// FinishCheckpoint implements tier.CheckpointSettler (FinishCheckpoint).
+func (Tier) FinishCheckpoint(id, image string, wait time.Duration) (bool, error) {
+	return FinishCheckpoint(id, image, wait)
+}

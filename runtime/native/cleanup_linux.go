@@ -1,8 +1,10 @@
 package native
 
 import (
+	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -35,4 +37,29 @@ func CleanupOrphans() ([]string, error) {
 		}
 		return syscall.Kill(pid, 0) == nil || pid == os.Getpid()
 	})
+}
+
+// SweepRoots removes the image roots (upper disk unmounted, directory
+// removed) that one-shot runs named run-<launcher pid>-... left in dir
+// when their launcher died without cleaning up: `airlock run --image`, or
+// a template build's RUN step in a server killed with SIGKILL. Roots of
+// live launchers are kept. It returns the roots it removed.
+func SweepRoots(dir string) []string {
+	var removed []string
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		rest, ok := strings.CutPrefix(e.Name(), runIDPrefix)
+		if !ok {
+			continue
+		}
+		pidStr, _, _ := strings.Cut(rest, "-")
+		if pid, err := strconv.Atoi(pidStr); err == nil && pid > 0 && pid != os.Getpid() {
+			if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+				if RemoveImageRoot(filepath.Join(dir, e.Name())) == nil {
+					removed = append(removed, filepath.Join(dir, e.Name()))
+				}
+			}
+		}
+	}
+	return removed
 }

@@ -6,21 +6,25 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"sort"
 	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
 
 // OpenDiskPool keeps up to size ready disks per disk size in dir (those
 // of a size are first made when a start asks for one). Leftovers of an
-// earlier pool in dir are removed. dir is
+// earlier pool in dir are removed (ReclaimDiskPool). dir is
 // bind-mounted on itself with private propagation, so that its disks can
 // be moved to their sandboxes under a shared mount. Close removes it all.
 func OpenDiskPool(dir string, size int) (*DiskPool, error) {
 	if size <= 0 {
 		return nil, errors.New("disk pool: size must be positive")
 	}
-	_ = clearDiskPool(dir)
+	if err := ReclaimDiskPool(dir); err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("disk pool: %w", err)
 	}
@@ -34,15 +38,81 @@ func OpenDiskPool(dir string, size int) (*DiskPool, error) {
 	return &DiskPool{dir: dir, size: size, ready: map[diskKey][]string{}, filling: map[diskKey]bool{}}, nil
 }
 
-// clearDiskPool unmounts and removes every disk of a pool directory, then
-// the directory's own bind mount and the directory.
-func clearDiskPool(dir string) error {
-	ents, _ := os.ReadDir(dir)
-	for _, e := range ents {
-		_ = unix.Unmount(filepath.Join(dir, e.Name(), "disk"), unix.MNT_DETACH)
+// ReclaimDiskPool removes what a pool in dir left, the pool of a server
+// killed with SIGKILL say: every mount at or under dir (the ready disks,
+// then the directory's own bind mount, however often it is stacked), which
+// detaches the disks' loop devices (they clear themselves once unmounted),
+// then the disk files and the directory. A server calls it on start, before
+// it opens a pool in dir, so that a crash leaves nothing mounted past the
+// next start whether or not an image sandbox is created. A missing dir is
+// not an error.
+func ReclaimDiskPool(dir string) error {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return fmt.Errorf("disk pool: %w", err)
 	}
-	_ = unix.Unmount(dir, unix.MNT_DETACH)
-	return os.RemoveAll(dir)
+	for range 64 { // each pass unmounts the top mount of each mount point
+		mounts, err := mountsUnder(dir)
+		if err != nil {
+			return fmt.Errorf("disk pool: %w", err)
+		}
+		if len(mounts) == 0 {
+			break
+		}
+		for _, m := range mounts { // deepest first
+			if err := unix.Unmount(m, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+				return fmt.Errorf("disk pool: unmount %s: %w", m, err)
+			}
+		}
+	}
+	if mounts, _ := mountsUnder(dir); len(mounts) > 0 {
+		return fmt.Errorf("disk pool: %s stays mounted", mounts[0])
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("disk pool: %w", err)
+	}
+	return nil
+}
+
+// mountsUnder lists this mount namespace's mount points at or under dir,
+// deepest first.
+func mountsUnder(dir string) ([]string, error) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		mp := unescapeMountinfo(f[4])
+		if mp == dir || strings.HasPrefix(mp, dir+"/") {
+			out = append(out, mp)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return strings.Count(out[i], "/") > strings.Count(out[j], "/") })
+	return out, nil
+}
+
+// unescapeMountinfo undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, "\\") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }
 
 // Close stops filling the pool and removes its disks.
@@ -51,7 +121,7 @@ func (p *DiskPool) Close() error {
 	p.closed = true
 	p.mu.Unlock()
 	p.wg.Wait()
-	return clearDiskPool(p.dir)
+	return ReclaimDiskPool(p.dir)
 }
 
 // Ready reports how many disks of size bytes and inodes inodes are ready.

@@ -24,6 +24,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"airlock/policy"
 	rt "airlock/runtime"
@@ -310,4 +311,12 @@ type AgentReserver interface {
 // killed by signal 9 after 0.4 s"), for the log line of an unexpected end.
 type ExitDetailer interface {
 	ExitDetail() string
+}
+
+// CheckpointSettler is a PauseCheckpoint tier that can finish, after a
+// server restart, a checkpoint that a killed server had started: it waits
+// up to wait for the checkpoint of sandbox id into image and reports
+// whether the image is whole (the sandbox then stopped after writing it).
+type CheckpointSettler interface {
+	FinishCheckpoint(id, image string, wait time.Duration) (whole bool, err error)
 }

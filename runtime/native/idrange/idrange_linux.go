@@ -265,6 +265,29 @@ func (p Pool) Acquire(pid, prefer int, skip func(base int) bool) (*Lease, error)
 	return nil, fmt.Errorf("id ranges: all %d ranges from %d are in use", (maxID-p.First+1)/Size, p.First)
 }
 
+// Reap removes every lease whose holder has died (what processes killed
+// with SIGKILL left; Acquire otherwise reclaims them a few at a time) and
+// returns how many it removed. A server calls it on start, once it has
+// killed what remained of its lost sandboxes.
+func (p Pool) Reap() (int, error) {
+	unlock, err := p.lock()
+	if err != nil {
+		return 0, err
+	}
+	defer unlock()
+	existing, err := p.leases()
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, e := range existing {
+		if _, live := p.liveHolder(e); !live {
+			n++
+		}
+	}
+	return n, nil
+}
+
 // reclaimPerAcquire is how many leases an allocation checks for a dead
 // holder.
 const reclaimPerAcquire = 4
