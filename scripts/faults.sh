@@ -8,9 +8,14 @@
 # or store row is left beyond the live sandboxes, and that nothing at all
 # is left after a final clean shutdown. Needs root; gvisor rounds need runsc.
 #
-#   scripts/faults.sh [ROUNDS]     AIRLOCK_FAULTS_SEED=N reruns a given run
-#   scripts/faults.sh 5            the short form CI runs (each point once)
+# Then it creates and kills CHURN sandboxes (default 1000; native, image and
+# gvisor in turn, every tenth with a memory or fork bomb) and checks again.
+#
+#   scripts/faults.sh [ROUNDS [CHURN]]   AIRLOCK_FAULTS_SEED=N reruns a given run
+# CI runs the short form in `go test ./server/`: each kill point once with
+# a fixed seed and a churn of 20.
 set -eu
 cd "$(dirname "$0")/.."
 rounds=${1:-20}
-AIRLOCK_FAULTS=$rounds exec go test -p 1 -count=1 -timeout 60m -v -run '^TestFaults$' ./server/
+churn=${2:-1000}
+AIRLOCK_FAULTS=$rounds AIRLOCK_CHURN=$churn exec go test -p 1 -count=1 -timeout 60m -v -run '^TestFaults$' ./server/

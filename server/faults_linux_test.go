@@ -49,14 +49,23 @@ var faultPoints = []struct {
 // of a running sandbox that does not run; a sandbox that ran across the
 // crash runs on with its files, and none is lost without a reason. It
 // ends with a clean shutdown, after which nothing at all may be left
-// (uid leases included). Skipped unless AIRLOCK_FAULTS is set.
+// (uid leases included). Before that shutdown, AIRLOCK_CHURN sandboxes are
+// created and killed (native, native from an image and gvisor in turn;
+// every tenth runs a memory or a fork bomb first, which must end as oom or
+// at its pids limit with the sandbox answering after it). Without AIRLOCK_FAULTS (CI) it runs each kill point once with
+// a fixed seed and a churn of 20; scripts/faults.sh runs 20 rounds and a
+// churn of 1,000.
 func TestFaults(t *testing.T) {
 	rounds, _ := strconv.Atoi(os.Getenv("AIRLOCK_FAULTS"))
+	seed := uint64(time.Now().UnixNano())
+	churnN := 20
 	if rounds <= 0 {
-		t.Skip("set AIRLOCK_FAULTS=N (scripts/faults.sh) to run N rounds")
+		rounds, seed = len(faultPoints), 1
+	}
+	if v := os.Getenv("AIRLOCK_CHURN"); v != "" {
+		churnN, _ = strconv.Atoi(v)
 	}
 	needRoot(t)
-	seed := uint64(time.Now().UnixNano())
 	if v := os.Getenv("AIRLOCK_FAULTS_SEED"); v != "" {
 		seed, _ = strconv.ParseUint(v, 10, 64)
 	}
@@ -125,6 +134,9 @@ func TestFaults(t *testing.T) {
 			}
 		}
 	}
+	// The churn's leftovers are looked for after the clean shutdown below
+	// (a live server keeps its ready disks).
+	churn(t, c, base, churnN, gvErr == nil, known)
 	// A clean shutdown kills the anchor too: nothing at all may be left.
 	s.stop(t)
 	final := faultCheck(t, state, nil, known, "")
@@ -143,6 +155,57 @@ func TestFaults(t *testing.T) {
 	sort.Strings(names)
 	for _, n := range names {
 		t.Errorf("%s:\n  %s", n, strings.Join(found[n], "\n  "))
+	}
+}
+
+// churn creates and kills n sandboxes (native, native from image base and,
+// with gv, gvisor, in turn). Every tenth first runs a bomb: a memory bomb
+// (64 MiB limit) must end as oom, a fork bomb (32 pids) at its limit, and
+// the sandbox must answer after it.
+func churn(t *testing.T, c *client.Client, base string, n int, gv bool, known map[string]bool) {
+	t.Helper()
+	ctx := ctxT(t)
+	for i := range n {
+		req := client.CreateRequest{Timeout: 300}
+		switch i % 3 {
+		case 1:
+			req.Image = base
+		case 2:
+			if gv {
+				req.Runtime = "gvisor"
+			}
+		}
+		bomb := ""
+		if i%10 == 0 {
+			req.Limits = &client.Limits{MemoryBytes: 64 << 20, Pids: 32}
+			bomb = "x=aaaaaaaaaaaaaaaa; while :; do x=$x$x; done" // memory
+			if i%20 == 10 {
+				bomb = "f() { f | f & }; f; sleep 5" // fork
+			}
+		}
+		sb, err := c.Create(ctx, req)
+		if err != nil {
+			t.Errorf("churn %d (%+v): create: %v", i, req, err)
+			continue
+		}
+		known[sb.ID] = true
+		if bomb != "" {
+			res, err := c.Exec(ctx, sb.ID, client.ExecRequest{Argv: []string{"/bin/sh", "-c", bomb}, Timeout: 60})
+			if err == nil && strings.HasPrefix(bomb, "x=") && res.Status != "oom" {
+				err = fmt.Errorf("memory bomb ended %q, not oom", res.Status)
+			}
+			if err != nil {
+				t.Errorf("churn %d (%s): bomb: %v", i, req.Runtime, err)
+			}
+			c.KillProcesses(ctx, sb.ID)
+			after, err := c.Exec(ctx, sb.ID, client.ExecRequest{Argv: []string{"/bin/sh", "-c", "echo alive"}, Timeout: 60})
+			if err != nil || after.Stdout != "alive\n" {
+				t.Errorf("churn %d (%s): after the bomb: %+v %v", i, req.Runtime, after, err)
+			}
+		}
+		if err := c.Kill(ctx, sb.ID); err != nil {
+			t.Errorf("churn %d: kill: %v", i, err)
+		}
 	}
 }
 
