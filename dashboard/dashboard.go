@@ -17,8 +17,10 @@ import (
 	"errors"
 	"io"
 	"io/fs"
+	"math"
 	"net/http"
 	"path"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -74,6 +76,8 @@ type Handler struct {
 
 	mu       sync.Mutex
 	sessions map[string]*session
+
+	logins loginLimits // login attempts per client address
 }
 
 type session struct {
@@ -262,6 +266,11 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 	}
 	if h.cfg.NoAuth {
 		fail(w, 400, "bad_request", "this server runs without authentication; no login needed")
+		return
+	}
+	if wait := h.logins.take(clientAddr(r)); wait > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
+		fail(w, 429, "rate_limited", "too many failed logins from this address; retry after the time in Retry-After")
 		return
 	}
 	var body struct {
