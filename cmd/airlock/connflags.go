@@ -9,7 +9,7 @@ import (
 )
 
 // connFlags are serve's limits on client connections (package connlimit,
-// docs/operations.md).
+// docs/api.md, Server operations).
 type connFlags struct {
 	max, perAddr           int
 	header, idle, bodyIdle time.Duration

@@ -1,7 +1,7 @@
 // Package connlimit bounds what clients of `airlock serve` can hold open:
 // connections in total (golang.org/x/net/netutil.LimitListener) and per
 // client address (Listener), and request bodies that stop arriving
-// (BodyIdle). docs/operations.md describes the flags that set them.
+// (BodyIdle). docs/api.md (Server operations) describes the flags that set them.
 package connlimit
 
 import (
