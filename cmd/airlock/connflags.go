@@ -17,7 +17,7 @@ type connFlags struct {
 
 func (c *connFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.max, "max-conns", 4096, "client connections open at once, at most half the descriptor limit (ulimit -n); more wait until one closes")
-	fs.IntVar(&c.perAddr, "max-conns-per-ip", 256, "client connections one address (IPv6: one /64) may hold open; more are closed at once (0: no cap)")
+	fs.IntVar(&c.perAddr, "max-conns-per-ip", 1024, "client connections one address (IPv6: one /64) may hold open; more are closed at once (0: no cap)")
 	fs.DurationVar(&c.header, "header-timeout", 10*time.Second, "time a client has to send a request's headers")
 	fs.DurationVar(&c.idle, "idle-timeout", 2*time.Minute, "how long a kept-alive connection may wait for its next request")
 	fs.DurationVar(&c.bodyIdle, "body-idle-timeout", time.Minute, "how long a request body may send nothing before the request fails (an upload may take any time while data flows)")
