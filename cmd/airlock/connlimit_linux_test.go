@@ -111,6 +111,9 @@ func TestServeConnectionFlood(t *testing.T) {
 
 	deadline := time.Now().Add(time.Minute)
 	for !strings.Contains(srv.ReadLog(), "connection cap reached") {
+		if log := srv.ReadLog(); strings.Contains(log, "too many open files") {
+			t.Fatalf("the server ran out of descriptors instead of capping connections:\n%s", log)
+		}
 		if time.Now().After(deadline) {
 			t.Fatalf("the server never reported its connection cap; log:\n%s", srv.ReadLog())
 		}
@@ -205,7 +208,7 @@ func TestServeConnsPerIP(t *testing.T) {
 // end are cut off after --header-timeout.
 func TestServeSlowBody(t *testing.T) {
 	testserver.NeedRoot(t)
-	srv := testserver.Start(t, testserver.StateDir(t), "--no-auth", "--body-idle-timeout", "2s", "--header-timeout", "3s")
+	srv := testserver.Start(t, testserver.StateDir(t), "--no-auth", "--body-idle-timeout", "5s", "--header-timeout", "3s")
 
 	t.Run("silent body", func(t *testing.T) {
 		var conns []net.Conn
@@ -220,7 +223,7 @@ func TestServeSlowBody(t *testing.T) {
 		}
 		for i, c := range conns {
 			if closed, got := closedByServer(c, time.Minute); !closed {
-				t.Fatalf("connection %d with a silent body still open after a minute (--body-idle-timeout 2s); got %q", i, got)
+				t.Fatalf("connection %d with a silent body still open after a minute (--body-idle-timeout 5s); got %q", i, got)
 			}
 		}
 	})
@@ -231,14 +234,15 @@ func TestServeSlowBody(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		// 6 s of body, a piece every 300 ms: three times the idle timeout.
-		body := strings.Repeat(" ", 20) + `{"timeout": "not a duration"}`
+		// 12 s of body, a piece every 400 ms: over twice the idle timeout,
+		// with room for a loaded machine's scheduling delays.
+		body := strings.Repeat(" ", 30) + `{"timeout": "not a duration"}`
 		fmt.Fprintf(c, "POST /v1/sandboxes HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", len(body))
-		for i := 0; i < 20; i++ {
+		for i := 0; i < 30; i++ {
 			c.Write([]byte(body[i : i+1]))
-			time.Sleep(300 * time.Millisecond)
+			time.Sleep(400 * time.Millisecond)
 		}
-		c.Write([]byte(body[20:]))
+		c.Write([]byte(body[30:]))
 		c.SetReadDeadline(time.Now().Add(time.Minute))
 		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 		if err != nil {
