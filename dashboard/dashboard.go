@@ -20,8 +20,10 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"net/http"
 	"path"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -80,6 +82,8 @@ type Handler struct {
 
 	mu       sync.Mutex
 	sessions map[string]*session
+
+	logins loginLimits // login attempts per client address
 }
 
 type session struct {
@@ -318,6 +322,11 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 	}
 	if h.cfg.NoAuth {
 		fail(w, 400, "bad_request", "this server runs without authentication; no login needed")
+		return
+	}
+	if wait := h.logins.take(clientAddr(r)); wait > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
+		fail(w, 429, "rate_limited", "too many failed logins from this address; retry after the time in Retry-After")
 		return
 	}
 	var body struct {

@@ -83,6 +83,22 @@ func TestImageRootUserAPI(t *testing.T) {
 			t.Errorf("probe as root: %s = %q, want %q", k, got[k], v)
 		}
 	}
+	// setgroups takes any group for a root workload (apt's switch to
+	// _apt needs it) and seccomp cannot read its list: the agent holds no
+	// group the workload does not hold already, so there is none of its
+	// to take.
+	if got["setgroups_nogroup"] != "allowed" {
+		t.Errorf("probe as root: setgroups([65534]) (apt's) = %q, want allowed", got["setgroups_nogroup"])
+	}
+	for _, g := range append(strings.Fields(got["init_gid"]), strings.Fields(got["init_groups"])...) {
+		if g != got["gid"] {
+			t.Errorf("the agent holds group %s, which the root workload (gid %s) could add with setgroups: agent Gid %q Groups %q",
+				g, got["gid"], got["init_gid"], got["init_groups"])
+		}
+	}
+	if got["init_gid"] == "" {
+		t.Errorf("probe: no Gid of PID 1: %v", got)
+	}
 	// Signals to the agent (PID 1) from root: no CAP_KILL, another uid.
 	res, err = c.Exec(ctx, sb.ID, client.ExecRequest{Argv: []string{"/bin/sh", "-c", "kill -9 1; kill -SEGV 1; kill -STOP 1; echo sent"}})
 	if err != nil || !strings.Contains(res.Stdout, "sent") {

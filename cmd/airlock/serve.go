@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"airlock/e2b"
+	"airlock/internal/connlimit"
 	"airlock/internal/statelock"
 	"airlock/manager"
 	"airlock/mcp"
@@ -60,6 +61,8 @@ func cmdServe(args []string) int {
 	poolPython := fs.Bool("pool-python", false, "pooled sandboxes' default Python context has run 'import numpy as np' and 'import pandas as pd' (contexts created later start empty)")
 	e2bDomain := fs.String("e2b-domain", "", "route requests for PORT-SANDBOXID.DOMAIN to that port of that sandbox, and give DOMAIN to E2B SDKs as the sandboxes' domain (getHost); the DNS name *.DOMAIN must reach this server")
 	e2bMaxNet := fs.String("e2b-max-network", "open", "the most network an E2B create may ask for: none, allowlist or open (older E2B SDKs, such as e2b 2.45, ask for open by default; more is refused with a 403)")
+	var cl connFlags
+	cl.register(fs)
 	defRuntime := fs.String("default-runtime", "native", "runtime of sandboxes created without one (API, E2B and MCP creates): native or gvisor (docs/gvisor.md)")
 	var ef egressFlags
 	ef.register(fs)
@@ -110,6 +113,11 @@ func cmdServe(args []string) int {
 	e2bNet, err := e2b.ParseMaxNetwork(*e2bMaxNet)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "airlock serve: --e2b-max-network: %v\n", err)
+		return exitUsage
+	}
+	maxConns, nofile, err := cl.check()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "airlock serve: %v\n", err)
 		return exitUsage
 	}
 	ln, err := net.Listen("tcp", *listen)
@@ -207,11 +215,15 @@ func cmdServe(args []string) int {
 		fmt.Fprintf(os.Stderr, "airlock serve: %v\n", err)
 		return 1
 	}
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10, ErrorLog: logger}
+	hs := &http.Server{Handler: connlimit.BodyIdle(srv, cl.bodyIdle), ReadHeaderTimeout: cl.header, IdleTimeout: cl.idle,
+		MaxHeaderBytes: 64 << 10, ErrorLog: logger}
+	logger.Printf("connections: at most %d (descriptor limit %d, half kept for sandboxes), %d per client address", maxConns, nofile, cl.perAddr)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
+	go func() {
+		errc <- hs.Serve(connlimit.Listen(ln, connlimit.Config{Max: maxConns, PerAddr: cl.perAddr, Logf: logger.Printf}))
+	}()
 	// Tests and scripts read this line to learn the port.
 	fmt.Printf("airlock: listening on http://%s\n", ln.Addr())
 	code := 0

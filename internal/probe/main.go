@@ -16,7 +16,8 @@
 // the kernel can return them on its own too, so compare against a run
 // without the filter to tell who refused. Besides the checks the object
 // holds facts about the process: seccomp_mode, no_new_privs, cap_eff,
-// cap_bnd, cap_amb (from /proc/self/status), uid and gid.
+// cap_bnd, cap_amb (from /proc/self/status), uid and gid, and those of PID
+// 1: init_gid (its real, effective, saved and fs gids) and init_groups.
 //
 // Every check is chosen to be harmless when it succeeds: arguments point at
 // paths that do not exist, at the probe itself, or at invalid values the
@@ -256,6 +257,15 @@ func checks() []check {
 		// without CAP_SETUID, by seccomp for a root workload that has it.
 		{"setuid_agent", func() error { return inChild(unix.SYS_SETUID, 65532) }},
 		{"setresuid_agent", func() error { return inChild(unix.SYS_SETRESUID, ^uintptr(0), ^uintptr(0), 65532) }},
+		// What apt does before running its download methods as _apt
+		// (nogroup, 65534): refused without CAP_SETGID, allowed for a
+		// root workload.
+		{"setgroups_nogroup", func() error {
+			groups := []uint32{65534}
+			err := inChild(unix.SYS_SETGROUPS, 1, uintptr(unsafe.Pointer(&groups[0])))
+			runtime.KeepAlive(groups)
+			return err
+		}},
 		{"setns", checkSetns},
 		{"open_by_handle_at", func() error {
 			// handle_bytes == 0 is rejected after the capability check.
@@ -560,6 +570,15 @@ func facts() map[string]string {
 		"CapEff":     "cap_eff",
 		"CapBnd":     "cap_bnd",
 		"CapAmb":     "cap_amb",
+	}
+	// The groups of PID 1 (in a sandbox's PID namespace, its agent or
+	// init): whatever of them the probe lacks, setgroups could add.
+	if b, err := os.ReadFile("/proc/1/status"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if key, val, ok := strings.Cut(line, ":"); ok && (key == "Gid" || key == "Groups") {
+				out["init_"+strings.ToLower(key)] = strings.Join(strings.Fields(val), " ")
+			}
+		}
 	}
 	f, err := os.Open("/proc/self/status")
 	if err != nil {

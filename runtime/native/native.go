@@ -76,6 +76,8 @@ type Config struct {
 // AgentUID is the uid and gid inside the sandbox that the in-sandbox agent
 // runs as when Config.Agent is set, distinct from any workload user: the
 // workload can then neither signal, trace, read nor prlimit the agent.
+// With a root workload (policy.User.Root), whose CAP_SETGID could name any
+// group in setgroups, the agent's gid is the workload's own instead.
 const AgentUID = 65532
 
 // AgentCaps are the only capabilities the agent keeps (inside the sandbox's

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"airlock/imagestore"
 	it "airlock/imagestore/imagetest"
@@ -101,15 +102,38 @@ test "$(wc -c < /opt/big)" -le 8388608 && echo capped
 	if m, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(m), rootDir) {
 		t.Fatalf("upper filesystem still mounted after RemoveImageRoot")
 	}
-	backing, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
-	for _, b := range backing {
-		if f, _ := os.ReadFile(b); strings.HasPrefix(string(f), rootDir) {
-			t.Fatalf("loop device still attached after RemoveImageRoot: %s -> %s", b, f)
+	// The loop device goes once nothing holds its file system: the kernel
+	// detaches an autoclear device when its last user lets go, which on a
+	// loaded machine can come well after the unmount (a lazy one, and
+	// the sandbox's own mount namespace going away); what must hold is
+	// that it goes, so it is polled for, generously.
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		attached := loopsBackedBy(rootDir)
+		if len(attached) == 0 {
+			break
 		}
+		if time.Now().After(deadline) {
+			t.Fatalf("loop device still attached two minutes after RemoveImageRoot: %s", strings.Join(attached, ", "))
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	if _, err := os.Stat(rootDir); !os.IsNotExist(err) {
 		t.Fatalf("image root dir left: %v", err)
 	}
+}
+
+// loopsBackedBy lists the loop devices whose backing file is under dir
+// (deleted or not), as "device -> file".
+func loopsBackedBy(dir string) []string {
+	var out []string
+	backing, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	for _, b := range backing {
+		if f, _ := os.ReadFile(b); strings.HasPrefix(string(f), dir+"/") {
+			out = append(out, b+" -> "+strings.TrimSpace(string(f)))
+		}
+	}
+	return out
 }
 
 // TestImageWorkspaceOnDisk: in an image sandbox /workspace is on the

@@ -341,6 +341,14 @@ func Start(cfg Config) (*Sandbox, error) {
 			return nil, fmt.Errorf("policy user %d:%d collides with the agent's uid %d", p.User.UID, p.User.GID, AgentUID)
 		}
 		pl.uid, pl.gid = AgentUID, AgentUID
+		if p.User.Root {
+			// CAP_SETGID lets a root workload name any group of the
+			// namespace, in setgroups too, whose list seccomp cannot
+			// read (ProtectID covers only the calls that pass ids as
+			// arguments): the agent's only group is the workload's own,
+			// so there is none of the agent's it does not hold already.
+			pl.gid = uintptr(p.User.GID)
+		}
 		for _, c := range AgentCaps {
 			pl.keepCaps |= 1 << c
 		}
@@ -353,7 +361,7 @@ func Start(cfg Config) (*Sandbox, error) {
 			pl.capData[i].Inheritable = pl.capData[i].Permitted
 		}
 		enforced = append(enforced, rt.Layer{Name: "agent", State: rt.StateOK,
-			Detail: fmt.Sprintf("agent runs as uid %d (workload uid %d), non-dumpable; keeps only kill, setuid, setgid inside the user namespace", AgentUID, p.User.UID)})
+			Detail: fmt.Sprintf("agent runs as uid %d gid %d (workload %d:%d), non-dumpable; keeps only kill, setuid, setgid inside the user namespace", AgentUID, pl.gid, p.User.UID, p.User.GID)})
 	} else if p.User.Root && !cfg.Agent {
 		pl.keepCaps = rootCapMask()
 		for i := range pl.capData {

@@ -98,7 +98,10 @@ type Guards struct {
 	// ProtectID, when not 0, refuses (EPERM) setuid, setgid, setreuid,
 	// setregid, setresuid, setresgid, setfsuid and setfsgid with this id in
 	// any argument: a workload holding CAP_SETUID inside its namespace
-	// (user root) cannot become the agent's uid.
+	// (user root) cannot become the agent's uid. setgroups is not among
+	// them: its group list is in memory the filter cannot read, so the
+	// native runtime gives such a sandbox's agent no group of its own
+	// (native.AgentUID).
 	ProtectID int
 }
 
