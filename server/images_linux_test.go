@@ -191,7 +191,7 @@ func TestImageSandbox(t *testing.T) {
 	}
 	// The upper filesystems' loop devices free themselves. The server's
 	// ready disks (diskpool, not yet taken: their files still linked) stay.
-	eventually(t, 10*time.Second, "loop devices of the sandboxes detached", func() bool {
+	eventually(t, 2*time.Minute, "loop devices of the sandboxes detached", func() bool {
 		backing, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
 		for _, b := range backing {
 			f, _ := os.ReadFile(b)
