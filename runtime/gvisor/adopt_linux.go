@@ -37,6 +37,10 @@ func adoptRunning(info tier.AdoptInfo) (tier.Instance, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("gvisor: pid %d is no longer the runsc of %s", info.Pid, info.ID)
 	}
+	if native.PidfdExited(fd) {
+		unix.Close(fd)
+		return nil, fmt.Errorf("gvisor: runsc of %s (pid %d) is gone: it exited", info.ID, info.Pid)
+	}
 	dir := filepath.Join(StateBase, "bundles", info.ID)
 	fail := func(err error) (tier.Instance, error) {
 		unix.Close(fd)

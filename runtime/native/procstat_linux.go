@@ -6,6 +6,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // ProcStartTime returns field 22 of /proc/PID/stat: when the process
@@ -28,4 +30,12 @@ func ProcStartTime(pid int) (uint64, error) {
 		return 0, errors.New("short stat")
 	}
 	return strconv.ParseUint(f[19], 10, 64)
+}
+
+// PidfdExited reports whether the process of pidfd fd has exited (a zombie
+// still passes pidfd_open and keeps its start time: it must not be taken
+// for a live process).
+func PidfdExited(fd int) bool {
+	n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 0)
+	return err == nil && n > 0
 }

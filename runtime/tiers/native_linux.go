@@ -89,6 +89,10 @@ func adopt(info tier.AdoptInfo) (*adoptedInst, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("pid %d is no longer the sandbox's init", info.Pid)
 	}
+	if native.PidfdExited(fd) {
+		unix.Close(fd)
+		return nil, fmt.Errorf("the sandbox's init (pid %d) has exited", info.Pid)
+	}
 	a := &adoptedInst{id: info.ID, p: info.Pid, pidfd: fd, enforced: info.Enforced, exited: make(chan struct{})}
 	go func() {
 		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
