@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	goruntime "runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -27,7 +28,7 @@ import (
 const imageUsage = `usage:
   airlock image pull [--platform OS/ARCH] [--quiet] REF   fetch an image from an OCI/Docker registry
   airlock image import [--name REF] FILE                  store a 'docker save' or OCI archive
-  airlock image ls [--json]                               list stored images
+  airlock image ls [-a] [--json]                          list named images (-a: also unnamed ones, such as build steps)
   airlock image inspect REF|DIGEST                        print an image as JSON
   airlock image rm REF|DIGEST                             remove an image (and layers no other image uses)
 
@@ -71,18 +72,23 @@ func cmdImage(args []string) int {
 	quiet := fs.Bool("quiet", false, "no progress (pull, import)")
 	asName := fs.String("name", "", "name the imported image REF (import)")
 	asJSON := fs.Bool("json", false, "print JSON (ls)")
+	all := fs.Bool("a", false, "list unnamed images too: template build steps, images imported or pulled by digest only (ls)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Print(imageUsage)
 			return 0
 		}
-		fmt.Fprintf(os.Stderr, "airlock image %s: %v\n%s", sub, err, imageUsage)
+		fmt.Fprintf(os.Stderr, "airlock image %s: %v\n%s", sub, suggestFlag(fs, err), imageUsage)
 		return exitUsage
 	}
 	want := map[string]int{"pull": 1, "import": 1, "ls": 0, "inspect": 1, "rm": 1}
 	n, ok := want[sub]
 	if !ok {
-		fmt.Fprintf(os.Stderr, "airlock image: unknown subcommand %q\n%s", sub, imageUsage)
+		hint := ""
+		if c := closest(sub, []string{"pull", "import", "ls", "inspect", "rm"}); c != "" {
+			hint = fmt.Sprintf("; did you mean %q?", c)
+		}
+		fmt.Fprintf(os.Stderr, "airlock image: unknown subcommand %q%s\n%s", sub, hint, imageUsage)
 		return exitUsage
 	}
 	if fs.NArg() != n {
@@ -122,6 +128,9 @@ func cmdImage(args []string) int {
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "airlock image ls: %v\n", err)
 			return 1
+		}
+		if !*all {
+			imgs = slices.DeleteFunc(imgs, func(img imagestore.Image) bool { return img.Name == "" })
 		}
 		if *asJSON {
 			return printJSON(imgs)
@@ -214,6 +223,9 @@ func (f *imageServeFlags) open(dir string) (*imagestore.Store, []string, error) 
 // runImageFlags are the image flags of 'airlock run'.
 type runImageFlags struct {
 	ref, stateDir, user string
+	// defaultCommand: no command was given; the image's ENTRYPOINT and
+	// CMD are the command.
+	defaultCommand bool
 }
 
 func (f *runImageFlags) register(fs *flag.FlagSet) {
@@ -241,12 +253,15 @@ func (f *runImageFlags) apply(ctx context.Context, cfg *native.Config, explicitE
 	if err != nil {
 		return nil, err
 	}
-	img, err := st.Get(f.ref)
-	if errors.Is(err, imagestore.ErrNotFound) {
-		img, err = st.Pull(ctx, f.ref, imagestore.PullOptions{Progress: progressPrinter(os.Stderr, "pulling")})
-	}
+	img, err := localOrPull(ctx, st, f.ref)
 	if err != nil {
 		return nil, err
+	}
+	if f.defaultCommand {
+		cfg.Args = append(append([]string{}, img.Config.Entrypoint...), img.Config.Cmd...)
+		if len(cfg.Args) == 0 {
+			return nil, fmt.Errorf("image %s has no ENTRYPOINT or CMD: give a command (airlock run --image %s -- CMD [ARGS...])", f.ref, f.ref)
+		}
 	}
 	if err := img.ApplyTo(&cfg.Policy); err != nil {
 		return nil, err
@@ -277,6 +292,21 @@ func (f *runImageFlags) apply(ctx context.Context, cfg *native.Config, explicitE
 		}
 		_ = st.Release(cfg.ID)
 	}, nil
+}
+
+// localOrPull finds ref in the store, or pulls it when ref names its
+// registry. A name without one (which would mean Docker Hub) is never
+// looked up remotely here: a typo must say it is not in the local store,
+// not fail on the network; 'airlock image pull' fetches such names.
+func localOrPull(ctx context.Context, st *imagestore.Store, ref string) (*imagestore.Image, error) {
+	img, err := st.Get(ref)
+	if !errors.Is(err, imagestore.ErrNotFound) {
+		return img, err
+	}
+	if !imagestore.HasRegistry(ref) {
+		return nil, fmt.Errorf("image %q is not in the local store ('airlock image ls' lists it); to fetch it from Docker Hub: airlock image pull %s", ref, ref)
+	}
+	return st.Pull(ctx, ref, imagestore.PullOptions{Progress: progressPrinter(os.Stderr, "pulling")})
 }
 
 // sweepRoots removes the roots of one-shot runs whose launcher died (run-PID-...

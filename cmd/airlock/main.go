@@ -60,7 +60,7 @@ func main() {
 			code = h(args)
 			break
 		}
-		fmt.Fprintf(os.Stderr, "airlock: unknown command %q\n%s", cmd, usage)
+		fmt.Fprintf(os.Stderr, "airlock: unknown command %q%s\n%s", cmd, suggestCommand(cmd), usage)
 		code = exitUsage
 	}
 	os.Exit(code)

@@ -55,7 +55,7 @@ func cmdTemplate(args []string) int {
 			fmt.Print(templateUsage)
 			return 0
 		}
-		fmt.Fprintf(os.Stderr, "airlock template build: %v\n%s", err, templateUsage)
+		fmt.Fprintf(os.Stderr, "airlock template build: %v\n%s", suggestFlag(fs, err), templateUsage)
 		return exitUsage
 	}
 	if *name == "" || fs.NArg() > 1 {
