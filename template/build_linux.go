@@ -307,13 +307,14 @@ func (o *Options) workdir(ctx context.Context, st *buildState, cur *imagestore.I
 	return o.configure(ctx, st, cur, c, createdBy)
 }
 
-// imageHas reports whether img has path p (absolute), looking through its
-// layers from the top; a whiteout hides it.
-func imageHas(img *imagestore.Image, p string) bool {
+// imageStat reports whether img has path p (absolute) and whether it is a
+// directory, looking through its layers from the top (a whiteout hides
+// it; the lookup never leaves a layer's directory).
+func imageStat(img *imagestore.Image, p string) (exists, isDir bool) {
 	dirs := img.LayerDirs()
 	rel := strings.TrimPrefix(path.Clean(p), "/")
 	if rel == "" {
-		return true
+		return true, true
 	}
 	for i := len(dirs) - 1; i >= 0; i-- {
 		root, err := os.OpenRoot(dirs[i])
@@ -323,11 +324,13 @@ func imageHas(img *imagestore.Image, p string) bool {
 		fi, err := root.Lstat(rel)
 		root.Close()
 		if err == nil {
-			st, ok := fi.Sys().(*syscall.Stat_t)
-			return !(fi.Mode()&fs.ModeCharDevice != 0 && ok && st.Rdev == 0) // overlayfs whiteout
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok && fi.Mode()&fs.ModeCharDevice != 0 && st.Rdev == 0 {
+				return false, false // overlayfs whiteout
+			}
+			return true, fi.IsDir() || fi.Mode()&fs.ModeSymlink != 0 // a link is followed at run time
 		}
 	}
-	return false
+	return false, false
 }
 
 // dirTar writes a layer tar holding the components of dir that img lacks,
@@ -335,7 +338,9 @@ func imageHas(img *imagestore.Image, p string) bool {
 func dirTar(img *imagestore.Image, dir string) (string, error) {
 	var missing []string
 	for d := dir; d != "/"; d = path.Dir(d) {
-		if imageHas(img, d) {
+		if exists, isDir := imageStat(img, d); exists && !isDir {
+			return "", fmt.Errorf("%s is not a directory in the image", d)
+		} else if exists {
 			break
 		}
 		missing = append([]string{d}, missing...)

@@ -10,8 +10,8 @@ import (
 )
 
 // closest returns the candidate nearest to word by edit distance, if it
-// is near enough to be what was meant (at most 2 edits, and fewer than
-// half the word), else "".
+// is near enough to be what was meant (at most 2 edits, and about half
+// the word at most: a swap of two letters is 2), else "".
 func closest(word string, candidates []string) string {
 	best, bestD := "", 3
 	for _, c := range candidates {
@@ -19,7 +19,7 @@ func closest(word string, candidates []string) string {
 		if strings.HasPrefix(c, word) && len(word) >= 3 {
 			d = min(d, 1) // a prefix: "--mem" for "--memory"
 		}
-		if d < bestD && d*2 <= max(len(word), 2) {
+		if d < bestD && d*2 <= len(word)+1 {
 			best, bestD = c, d
 		}
 	}
