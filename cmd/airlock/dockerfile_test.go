@@ -105,6 +105,19 @@ CMD ["from-cmd"]
 	if _, errOut, code := run("--image", "nocmd:1"); code != exitSetup || !strings.Contains(errOut, "no ENTRYPOINT or CMD") {
 		t.Fatalf("image without a default command: %d %q", code, errOut)
 	}
+	// A command the image lacks, or a WORKDIR over a file, is an error,
+	// never a hang (an image root's failed child used to block forever).
+	if _, errOut, code := run("--image", "entry:1", "--", "/no/such/program"); code != exitNotFound || !strings.Contains(errOut, "not found") {
+		t.Fatalf("missing command in the image: %d %q", code, errOut)
+	}
+	dockerfile("RUN /no/such/program\n")
+	if _, errOut, code := build("badrun:1"); code != 1 || !strings.Contains(errOut, "/no/such/program") {
+		t.Fatalf("RUN of a missing program: %d %q", code, errOut)
+	}
+	dockerfile("WORKDIR /etc/image-marker/sub\n")
+	if _, errOut, code := build("badwd:1"); code != 1 || !strings.Contains(errOut, "/etc/image-marker is not a directory") {
+		t.Fatalf("WORKDIR under a file: %d %q", code, errOut)
+	}
 	if ents, _ := os.ReadDir(filepath.Join(state, "roots")); len(ents) != 0 {
 		t.Fatalf("per-sandbox roots left: %v", ents)
 	}

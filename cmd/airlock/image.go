@@ -229,7 +229,7 @@ type runImageFlags struct {
 }
 
 func (f *runImageFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.ref, "image", "", "run in a root made from this OCI image, pulled into the store if missing (root only; docs/images.md): the image's files, writable, on disk; runs as the image's root unless the image names a numeric user")
+	fs.StringVar(&f.ref, "image", "", "run in a root made from this OCI image (root only; docs/images.md): the image's files, writable, on disk; runs as the image's root unless the image names a numeric user; without a command, the image's ENTRYPOINT and CMD. A missing image is pulled when its name has a registry (127.0.0.1:5000/py:3.12); one without ('python:3.12') must be in the store: airlock image pull NAME")
 	fs.StringVar(&f.stateDir, "state-dir", defaultStateDir(), "state directory whose image store --image uses")
 	fs.StringVar(&f.user, "user", "", "with --image: root runs as uid 0 of the sandbox's own user namespace with the capabilities package managers need there (chown, dac_override, fowner, setuid, setgid...; never host root)")
 }

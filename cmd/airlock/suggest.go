@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"strings"
@@ -38,9 +37,9 @@ func suggestFlag(fs *flag.FlagSet, err error) error {
 	var names []string
 	fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
 	if c := closest(name, names); c != "" {
-		return fmt.Errorf("unknown flag %s: did you mean %s?", dashed(name), dashed(c))
+		return fmt.Errorf("%w; did you mean %s?", err, dashed(c))
 	}
-	return errors.New("unknown flag " + dashed(name))
+	return err
 }
 
 // dashed is a flag's name as typed: -x, --name.

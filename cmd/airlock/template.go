@@ -25,8 +25,12 @@ and 'airlock run --image' use): FROM an image (pulled if missing), RUN in an
 airlock sandbox made from the image so far (strict profile; network only as
 --net gives it, through the egress proxy as for airlock run),
 COPY/ADD of files from CONTEXT (default: the Dockerfile's directory), ENV,
-WORKDIR, USER, ARG, CMD, ENTRYPOINT. Every step is cached; the build log goes
-to stderr and the image's name and digest to stdout. Needs root.
+LABEL, ARG, WORKDIR, USER, SHELL, EXPOSE, CMD, ENTRYPOINT, with BuildKit's
+parser and semantics. COPY/ADD into /tmp, /workspace, /dev or /proc is
+refused (every sandbox mounts its own there); a RUN using /tmp, /workspace
+or /dev/shm gets a warning (what it writes there is not kept). Every step is
+cached; the build log goes to stderr and the image's name and digest to
+stdout; 'airlock run --image NAME' runs its ENTRYPOINT and CMD. Needs root.
 `
 
 func init() { hidden["template"] = cmdTemplate }
