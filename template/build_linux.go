@@ -287,10 +287,11 @@ func (o *Options) configure(ctx context.Context, st *buildState, cur *imagestore
 // image lacks it. A directory under one a sandbox mounts over is named in
 // a warning: it will not exist in sandboxes.
 func (o *Options) workdir(ctx context.Context, st *buildState, cur *imagestore.Image, c *instructions.WorkdirCommand, createdBy string) (*imagestore.Image, error) {
-	if err := c.Expand(st.expander(st.env(cur.Config.Env))); err != nil {
+	expanded := *c // configure expands c itself: expand a copy (once each)
+	if err := expanded.Expand(st.expander(st.env(cur.Config.Env))); err != nil {
 		return nil, err
 	}
-	dir := workdir(cur.Config.WorkingDir, c.Path)
+	dir := workdir(cur.Config.WorkingDir, expanded.Path)
 	if m := MaskedBy(dir); m != "" {
 		if dir != m {
 			fmt.Fprintf(o.Log, "warning: WORKDIR %s: sandboxes mount their own %s, so this directory will not exist in them\n", dir, m)
@@ -303,7 +304,6 @@ func (o *Options) workdir(ctx context.Context, st *buildState, cur *imagestore.I
 			return nil, err
 		}
 	}
-	c.Path = dir
 	return o.configure(ctx, st, cur, c, createdBy)
 }
 

@@ -304,7 +304,7 @@ func localOrPull(ctx context.Context, st *imagestore.Store, ref string) (*images
 		return img, err
 	}
 	if !imagestore.HasRegistry(ref) {
-		return nil, fmt.Errorf("image %q is not in the local store ('airlock image ls' lists it); to fetch it from Docker Hub: airlock image pull %s", ref, ref)
+		return nil, fmt.Errorf("image %q is not in the local store ('airlock image ls' lists the store); to fetch it from Docker Hub: airlock image pull %s", ref, ref)
 	}
 	return st.Pull(ctx, ref, imagestore.PullOptions{Progress: progressPrinter(os.Stderr, "pulling")})
 }
