@@ -295,7 +295,8 @@ const runUsage = `usage:
 Runs one command (or one code cell) in a fresh sandbox that is removed when
 it ends. With --image and no command it runs the image's ENTRYPOINT and CMD
 (as docker run does); a command given replaces both. Ctrl-C (SIGINT) or
-SIGTERM stops and removes the sandbox and exits 130 or 143. Limits left unset take the profile's value, shown as "default" below.
+SIGTERM stops and removes the sandbox and exits 130 or 143.
+Limits left unset take the profile's value, shown as "default" below.
 Docker spellings work too: -e, -v, -w, -i, --rm.
 `
 
