@@ -2,11 +2,16 @@ package main
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	it "airlock/imagestore/imagetest"
+	"airlock/internal/testserver"
 )
 
 // TestTemplateAsDocker: a template built from a Dockerfile behaves as
@@ -120,5 +125,41 @@ CMD ["from-cmd"]
 	}
 	if ents, _ := os.ReadDir(filepath.Join(state, "roots")); len(ents) != 0 {
 		t.Fatalf("per-sandbox roots left: %v", ents)
+	}
+}
+
+// TestTemplateBuildSignal: SIGTERM during a RUN step stops the build with
+// exit 143 and a message; the step's sandbox and its root are gone.
+func TestTemplateBuildSignal(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	ref := it.Push(t, it.Registry(t), "cli/buildsig:1", it.Busybox(t))
+	state, ctxDir := t.TempDir(), t.TempDir()
+	marker := "6172." + strconv.Itoa(os.Getpid())
+	os.WriteFile(filepath.Join(ctxDir, "Dockerfile"), []byte("FROM "+ref+"\nRUN echo step-started; sleep "+marker+"\n"), 0o644)
+	cmd := exec.Command(airlockBin(t), "template", "build", "--state-dir", state, "-t", "sig:1", ctxDir)
+	var errOut testserver.Output
+	cmd.Stderr = &errOut
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	errOut.WaitFor(t, 0, "step-started")
+	for deadline := time.Now().Add(30 * time.Second); testserver.HostProcesses(marker) == 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatal("the RUN step's sleep never started")
+		}
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	cmd.Wait()
+	if code := cmd.ProcessState.ExitCode(); code != 143 || !strings.Contains(errOut.String(), "interrupted by SIGTERM") {
+		t.Fatalf("build after SIGTERM: exit %d, stderr %q", code, errOut.String())
+	}
+	if n := testserver.HostProcesses(marker); n != 0 {
+		t.Fatalf("%d RUN step processes left", n)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(state, "roots")); len(ents) != 0 {
+		t.Fatalf("RUN step roots left: %v", ents)
 	}
 }

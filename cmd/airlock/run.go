@@ -144,7 +144,7 @@ func cmdRun(args []string) int {
 	defer stop()
 	code := runCommand(ctx, args)
 	if s := caught(); s != nil {
-		return interrupted("airlock run", s)
+		return interrupted("airlock run", "the sandbox was stopped and removed", s)
 	}
 	return code
 }

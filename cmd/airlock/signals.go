@@ -44,15 +44,16 @@ func interruptContext() (ctx context.Context, stop func(), caught func() os.Sign
 	return ctx, stop, caught
 }
 
-// interrupted reports on stderr that cmd was stopped by s and returns the
-// shell's exit code for it: 128 + the signal's number (130 for SIGINT,
-// 143 for SIGTERM), never the 137 of a SIGKILL or an OOM kill.
-func interrupted(cmd string, s os.Signal) int {
+// interrupted reports on stderr that cmd was stopped by s (and what that
+// did) and returns the shell's exit code for it: 128 + the signal's number
+// (130 for SIGINT, 143 for SIGTERM), never the 137 of a SIGKILL or an OOM
+// kill.
+func interrupted(cmd, what string, s os.Signal) int {
 	n := 15
 	name := "SIGTERM"
 	if s == os.Interrupt {
 		n, name = 2, "SIGINT"
 	}
-	fmt.Fprintf(os.Stderr, "%s: interrupted by %s: the sandbox was stopped and removed\n", cmd, name)
+	fmt.Fprintf(os.Stderr, "%s: interrupted by %s: %s\n", cmd, name, what)
 	return 128 + n
 }

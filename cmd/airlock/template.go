@@ -1,16 +1,13 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"syscall"
 
 	"airlock/policy"
 	"airlock/runtime/native"
@@ -95,7 +92,7 @@ func cmdTemplate(args []string) int {
 		fmt.Fprintf(os.Stderr, "airlock template build: %v\n", err)
 		return 1
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop, caught := interruptContext()
 	defer stop()
 	res, err := template.Build(ctx, template.Options{Dockerfile: *file, Context: ctxDir, Name: *name, Store: st,
 		StateDir: *stateDir, Policy: p, Args: bargs, NoCache: *noCache, Log: os.Stderr,
@@ -106,6 +103,9 @@ func cmdTemplate(args []string) int {
 			}
 			return rn.close, nil
 		}})
+	if s := caught(); s != nil {
+		return interrupted("airlock template build", "the build was stopped (its steps so far are cached)", s)
+	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "airlock template build: %v\n", err)
 		return 1
