@@ -9,6 +9,7 @@ package template
 
 import (
 	"archive/tar"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -20,14 +21,14 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"sort"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/moby/buildkit/frontend/dockerfile/parser"
-	"github.com/moby/buildkit/frontend/dockerfile/shell"
+	"github.com/moby/buildkit/frontend/dockerfile/instructions"
 
 	"airlock/imagestore"
 	"airlock/policy"
@@ -112,6 +113,7 @@ func cachePut(o *Options, key, digest string) error {
 }
 
 // Build builds o.Dockerfile.
+// Build builds o.Dockerfile.
 func Build(ctx context.Context, o Options) (*Result, error) {
 	if o.Log == nil {
 		o.Log = io.Discard
@@ -121,116 +123,56 @@ func Build(ctx context.Context, o Options) (*Result, error) {
 		return nil, err
 	}
 	defer f.Close()
-	ast, err := parser.Parse(f)
+	ast, steps, err := parseDockerfile(f)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", o.Dockerfile, err)
 	}
-	args := map[string]string{}
-	lex := shell.NewLex('\\')
-	expand := func(s string, env []string) (string, error) {
-		all := append([]string{}, env...)
-		for k, v := range args {
-			all = append(all, k+"="+v)
-		}
-		r, err := lex.ProcessWordWithMatches(s, shell.EnvsFromSlice(all))
-		return r.Result, err
-	}
+	st := newBuildState(ast.EscapeToken, o.Args)
 	var cur *imagestore.Image
 	res := &Result{}
-	for i, n := range ast.AST.Children {
-		instr := strings.ToUpper(n.Value)
-		var words []string
-		for w := n.Next; w != nil; w = w.Next {
-			words = append(words, w.Value)
-		}
-		fmt.Fprintf(o.Log, "step %d/%d: %s\n", i+1, len(ast.AST.Children), n.Original)
+	for i, s := range steps {
+		n := s.node
+		fmt.Fprintf(o.Log, "step %d/%d: %s\n", i+1, len(steps), n.Original)
 		res.Steps++
-		if instr == "ARG" {
-			for _, w := range words {
-				k, v, _ := strings.Cut(w, "=")
-				if given, ok := o.Args[k]; ok {
-					v = given
-				}
-				args[k] = v
+		if a, ok := s.cmd.(*instructions.ArgCommand); ok {
+			var env []string
+			if cur != nil {
+				env = cur.Config.Env
+			}
+			if err := st.arg(a, env, cur == nil); err != nil {
+				return nil, fmt.Errorf("line %d: ARG: %w", n.StartLine, err)
 			}
 			continue
 		}
-		if instr == "FROM" {
+		if from, ok := s.cmd.(*instructions.Stage); ok {
 			if cur != nil {
 				return nil, fmt.Errorf("line %d: multi-stage builds are not supported", n.StartLine)
 			}
-			if len(words) != 1 {
-				return nil, fmt.Errorf("line %d: FROM takes one image (no AS, no --platform)", n.StartLine)
-			}
-			ref, err := expand(words[0], nil)
-			if err != nil {
+			if cur, err = o.from(ctx, st, from); err != nil {
 				return nil, fmt.Errorf("line %d: %w", n.StartLine, err)
-			}
-			if cur, err = o.Store.Get(ref); errors.Is(err, imagestore.ErrNotFound) {
-				if o.AllowPull != nil {
-					if err := o.AllowPull(ref); err != nil {
-						return nil, fmt.Errorf("line %d: FROM %s: %w", n.StartLine, ref, err)
-					}
-				}
-				cur, err = o.Store.Pull(ctx, ref, imagestore.PullOptions{})
-			}
-			if err != nil {
-				return nil, fmt.Errorf("line %d: FROM %s: %w", n.StartLine, ref, err)
 			}
 			continue
 		}
 		if cur == nil {
-			return nil, fmt.Errorf("line %d: %s before FROM", n.StartLine, instr)
+			return nil, fmt.Errorf("line %d: %s before FROM", n.StartLine, strings.ToUpper(n.Value))
 		}
-		// The cache key: parent, instruction, build args, and COPY's files.
-		h := sha256.New()
-		// Per owner: a step another key ran (a RUN's random output, a
-		// key it generated) is never handed to this one.
-		if ow := o.Store.Owner(); ow != "" {
-			fmt.Fprintf(h, "owner=%s\n", ow)
-		}
-		fmt.Fprintf(h, "%s\n%s\n", cur.Digest, n.Original)
-		for _, k := range sortedKeys(args) {
-			fmt.Fprintf(h, "%s=%s\n", k, args[k])
-		}
-		var copyTar string
-		if instr == "COPY" || instr == "ADD" {
-			if copyTar, err = contextTar(&o, words, h, n.StartLine, cur, expand); err != nil {
-				return nil, err
-			}
-			defer os.Remove(copyTar)
-		}
-		key := hex.EncodeToString(h.Sum(nil))
-		if !o.NoCache {
-			if img := cacheGet(&o, key); img != nil {
-				fmt.Fprintf(o.Log, " ---> cached %s\n", img.Digest[:19])
-				cur = img
-				res.Cached++
-				continue
-			}
-		}
-		var next *imagestore.Image
-		switch instr {
-		case "RUN":
-			next, err = run(ctx, &o, cur, n, words, expand)
-		case "COPY", "ADD":
-			next, err = o.Store.AppendTar(ctx, cur, copyTar, "", n.Original)
-		case "ENV", "WORKDIR", "USER", "CMD", "ENTRYPOINT", "LABEL", "EXPOSE":
-			next, err = configure(ctx, &o, cur, instr, n, words, expand)
-		default:
-			err = fmt.Errorf("%s is not supported", instr)
-		}
+		next, cached, err := o.step(ctx, st, cur, s)
 		if err != nil {
-			return nil, fmt.Errorf("line %d: %s: %w", n.StartLine, instr, err)
+			return nil, fmt.Errorf("line %d: %s: %w", n.StartLine, strings.ToUpper(n.Value), err)
 		}
-		if err := cachePut(&o, key, next.Digest); err != nil {
-			return nil, err
+		if cached {
+			fmt.Fprintf(o.Log, " ---> cached %s\n", next.Digest[:19])
+			res.Cached++
+		} else {
+			fmt.Fprintf(o.Log, " ---> %s\n", next.Digest[:19])
 		}
-		fmt.Fprintf(o.Log, " ---> %s\n", next.Digest[:19])
 		cur = next
 	}
 	if cur == nil {
 		return nil, errors.New("the Dockerfile has no FROM")
+	}
+	if unused := st.unusedArgs(); len(unused) > 0 {
+		fmt.Fprintf(o.Log, "warning: --build-arg %s: no ARG declares it (not used)\n", strings.Join(unused, ", "))
 	}
 	if o.Name != "" {
 		if cur, err = o.Store.Tag(ctx, cur, o.Name); err != nil {
@@ -241,82 +183,229 @@ func Build(ctx context.Context, o Options) (*Result, error) {
 	return res, nil
 }
 
-func sortedKeys(m map[string]string) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
+// from resolves FROM (one stage): the image from the store, or pulled.
+func (o *Options) from(ctx context.Context, st *buildState, from *instructions.Stage) (*imagestore.Image, error) {
+	if from.Platform != "" {
+		return nil, errors.New("FROM --platform is not supported")
 	}
-	sort.Strings(out)
-	return out
+	var meta []string
+	for _, k := range sortedKeys(st.meta) {
+		meta = append(meta, k+"="+st.meta[k])
+	}
+	ref, err := st.expander(meta)(from.BaseName)
+	if err != nil {
+		return nil, fmt.Errorf("FROM: %w", err)
+	}
+	img, err := o.Store.Get(ref)
+	if errors.Is(err, imagestore.ErrNotFound) {
+		if o.AllowPull != nil {
+			if err := o.AllowPull(ref); err != nil {
+				return nil, fmt.Errorf("FROM %s: %w", ref, err)
+			}
+		}
+		img, err = o.Store.Pull(ctx, ref, imagestore.PullOptions{})
+		if err != nil && !imagestore.HasRegistry(ref) {
+			err = fmt.Errorf("not in the local store ('airlock image ls' lists it), and pulling it from Docker Hub failed: %w", err)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("FROM %s: %w", ref, err)
+	}
+	return img, nil
 }
 
-// configure applies a config instruction.
-func configure(ctx context.Context, o *Options, cur *imagestore.Image, instr string, n *parser.Node, words []string, expand func(string, []string) (string, error)) (*imagestore.Image, error) {
+// step makes the image of one instruction after FROM on cur, or takes it
+// from the cache; cached says which.
+func (o *Options) step(ctx context.Context, st *buildState, cur *imagestore.Image, s step) (img *imagestore.Image, cached bool, err error) {
+	// The cache key: parent, instruction, ARGs in scope, and COPY's files.
+	h := sha256.New()
+	// Per owner: a step another key ran (a RUN's random output, a key it
+	// generated) is never handed to this one.
+	if ow := o.Store.Owner(); ow != "" {
+		fmt.Fprintf(h, "owner=%s\n", ow)
+	}
+	fmt.Fprintf(h, "%s\n%s\n", cur.Digest, s.node.Original)
+	for _, k := range sortedKeys(st.args) {
+		fmt.Fprintf(h, "%s=%s\n", k, st.args[k])
+	}
+	var copyTar string
+	switch c := s.cmd.(type) {
+	case *instructions.CopyCommand:
+		if c.From != "" || c.Chown != "" || c.Chmod != "" || c.Link || c.Parents || len(c.ExcludePatterns) > 0 {
+			return nil, false, errors.New("flags (--from, --chown, --chmod, --link, --parents, --exclude) are not supported")
+		}
+		copyTar, err = o.copySources(st, cur, &c.SourcesAndDest, h, "COPY")
+	case *instructions.AddCommand:
+		if c.Chown != "" || c.Chmod != "" || c.Link || len(c.ExcludePatterns) > 0 || c.Checksum != "" || c.KeepGitDir != nil || c.Unpack != nil {
+			return nil, false, errors.New("flags (--chown, --chmod, --link, --exclude, --checksum, --keep-git-dir, --unpack) are not supported")
+		}
+		copyTar, err = o.copySources(st, cur, &c.SourcesAndDest, h, "ADD")
+	case *instructions.RunCommand:
+		if len(c.FlagsUsed) > 0 {
+			err = fmt.Errorf("flags (--%s) are not supported", strings.Join(c.FlagsUsed, ", --"))
+		}
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	if copyTar != "" {
+		defer os.Remove(copyTar)
+	}
+	key := hex.EncodeToString(h.Sum(nil))
+	if !o.NoCache {
+		if img := cacheGet(o, key); img != nil {
+			st.replay(s.cmd)
+			return img, true, nil
+		}
+	}
+	switch c := s.cmd.(type) {
+	case *instructions.RunCommand:
+		img, err = o.run(ctx, st, cur, c)
+	case *instructions.CopyCommand, *instructions.AddCommand:
+		img, err = o.Store.AppendTar(ctx, cur, copyTar, "", s.node.Original)
+	case *instructions.WorkdirCommand:
+		img, err = o.workdir(ctx, st, cur, c, s.node.Original)
+	case instructions.Command:
+		img, err = o.configure(ctx, st, cur, c, s.node.Original)
+	default:
+		err = fmt.Errorf("%T is not supported", c)
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	if err := cachePut(o, key, img.Digest); err != nil {
+		return nil, false, err
+	}
+	return img, false, nil
+}
+
+// configure makes the image of a config-only instruction.
+func (o *Options) configure(ctx context.Context, st *buildState, cur *imagestore.Image, cmd instructions.Command, createdBy string) (*imagestore.Image, error) {
 	var ferr error
-	img, err := o.Store.Configure(ctx, cur, "", n.Original, func(c *v1.Config) {
-		x := func(s string) string {
-			r, err := expand(s, c.Env)
-			if err != nil && ferr == nil {
-				ferr = err
-			}
-			return r
-		}
-		switch instr {
-		case "ENV":
-			for i := 0; i+1 < len(words); i += 2 { // the parser gives key, value pairs
-				setEnv(c, words[i], x(words[i+1]))
-			}
-		case "WORKDIR":
-			w := x(words[0])
-			if !path.IsAbs(w) {
-				w = path.Join("/", c.WorkingDir, w)
-			}
-			c.WorkingDir = w
-		case "USER":
-			c.User = x(words[0])
-		case "CMD", "ENTRYPOINT":
-			args := words
-			if n.Attributes["json"] == false {
-				args = []string{"/bin/sh", "-c", strings.Join(words, " ")}
-			}
-			if instr == "CMD" {
-				c.Cmd = args
-			} else {
-				c.Entrypoint = args
-			}
-		}
-	})
+	img, err := o.Store.Configure(ctx, cur, "", createdBy, func(c *v1.Config) { ferr = st.configure(c, cmd) })
 	if ferr != nil {
 		return nil, ferr
 	}
 	return img, err
 }
 
-func setEnv(c *v1.Config, k, v string) {
-	for i, kv := range c.Env {
-		if strings.HasPrefix(kv, k+"=") {
-			c.Env[i] = k + "=" + v
-			return
+// workdir sets WORKDIR and, as BuildKit does, creates the directory (with
+// its parents) owned by the image's USER (numeric; else root) when the
+// image lacks it. A directory under one a sandbox mounts over is named in
+// a warning: it will not exist in sandboxes.
+func (o *Options) workdir(ctx context.Context, st *buildState, cur *imagestore.Image, c *instructions.WorkdirCommand, createdBy string) (*imagestore.Image, error) {
+	expanded := *c // configure expands c itself: expand a copy (once each)
+	if err := expanded.Expand(st.expander(st.env(cur.Config.Env))); err != nil {
+		return nil, err
+	}
+	dir := workdir(cur.Config.WorkingDir, expanded.Path)
+	if m := MaskedBy(dir); m != "" {
+		if dir != m {
+			fmt.Fprintf(o.Log, "warning: WORKDIR %s: sandboxes mount their own %s, so this directory will not exist in them\n", dir, m)
+		}
+	} else if t, err := dirTar(cur, dir); err != nil {
+		return nil, err
+	} else if t != "" {
+		defer os.Remove(t)
+		if cur, err = o.Store.AppendTar(ctx, cur, t, "", createdBy); err != nil {
+			return nil, err
 		}
 	}
-	c.Env = append(c.Env, k+"="+v)
+	return o.configure(ctx, st, cur, c, createdBy)
+}
+
+// imageStat reports whether img has path p (absolute) and whether it is a
+// directory, looking through its layers from the top (a whiteout hides
+// it; the lookup never leaves a layer's directory).
+func imageStat(img *imagestore.Image, p string) (exists, isDir bool) {
+	dirs := img.LayerDirs()
+	rel := strings.TrimPrefix(path.Clean(p), "/")
+	if rel == "" {
+		return true, true
+	}
+	for i := len(dirs) - 1; i >= 0; i-- {
+		root, err := os.OpenRoot(dirs[i])
+		if err != nil {
+			continue
+		}
+		fi, err := root.Lstat(rel)
+		root.Close()
+		if err == nil {
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok && fi.Mode()&fs.ModeCharDevice != 0 && st.Rdev == 0 {
+				return false, false // overlayfs whiteout
+			}
+			return true, fi.IsDir() || fi.Mode()&fs.ModeSymlink != 0 // a link is followed at run time
+		}
+	}
+	return false, false
+}
+
+// dirTar writes a layer tar holding the components of dir that img lacks,
+// owned by img's numeric USER; "" when it has them all.
+func dirTar(img *imagestore.Image, dir string) (string, error) {
+	var missing []string
+	for d := dir; d != "/"; d = path.Dir(d) {
+		if exists, isDir := imageStat(img, d); exists && !isDir {
+			return "", fmt.Errorf("%s is not a directory in the image", d)
+		} else if exists {
+			break
+		}
+		missing = append([]string{d}, missing...)
+	}
+	if len(missing) == 0 {
+		return "", nil
+	}
+	uid, gid := 0, 0
+	us, gs, _ := strings.Cut(img.Config.User, ":")
+	if n, err := strconv.Atoi(us); err == nil && n >= 0 {
+		uid, gid = n, n
+		if g, err := strconv.Atoi(gs); err == nil && g >= 0 {
+			gid = g
+		}
+	}
+	tmp, err := os.CreateTemp("", "airlock-workdir-")
+	if err != nil {
+		return "", err
+	}
+	defer tmp.Close()
+	tw := tar.NewWriter(tmp)
+	for _, d := range missing {
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: strings.TrimPrefix(d, "/") + "/", Mode: 0o755, Uid: uid, Gid: gid}); err != nil {
+			os.Remove(tmp.Name())
+			return "", err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		os.Remove(tmp.Name())
+		return "", err
+	}
+	return tmp.Name(), nil
 }
 
 // run executes a RUN step in a sandbox made from cur and commits what it
 // changed.
-func run(ctx context.Context, o *Options, cur *imagestore.Image, n *parser.Node, words []string, expand func(string, []string) (string, error)) (*imagestore.Image, error) {
-	argv := words
-	if n.Attributes["json"] == false {
-		argv = []string{"/bin/sh", "-c", strings.Join(words, " ")}
+func (o *Options) run(ctx context.Context, st *buildState, cur *imagestore.Image, c *instructions.RunCommand) (*imagestore.Image, error) {
+	argv, err := st.argv(c.ShellDependantCmdLine)
+	if err != nil {
+		return nil, err
+	}
+	if len(argv) == 0 {
+		return nil, errors.New("RUN needs a command")
+	}
+	if m := mentionsMasked(strings.Join(c.CmdLine, " "), cur.Config.WorkingDir); m != "" {
+		fmt.Fprintf(o.Log, "warning: RUN uses %s: every sandbox, and every RUN step, mounts its own %s, so files written there are not kept in the image (write them elsewhere, e.g. /opt or /var/tmp)\n", m, m)
 	}
 	p := o.Policy
 	if err := cur.ApplyTo(&p); err != nil {
 		return nil, err
 	}
+	if cur.Config.WorkingDir == "" {
+		p.Filesystem.Workdir = "/" // BuildKit's default; /workspace would be a tmpfs
+	}
 	// As in Docker, a RUN step of the image's root is root with the root's
 	// capabilities (of the sandbox's own user namespace): apt, dpkg, chown.
 	p.User.Root = p.User.UID == 0 && p.User.GID == 0
-	for k, v := range o.Args {
+	for k, v := range st.runEnv(cur.Config.Env) {
 		p.SetEnv(k, v)
 	}
 	pool, err := idrange.Default()
@@ -358,45 +447,80 @@ func run(ctx context.Context, o *Options, cur *imagestore.Image, n *parser.Node,
 	return o.Store.Commit(ctx, cur, (&native.ImageRoot{Dir: dir}).UpperDir(), lease.Base, "")
 }
 
-// contextTar writes COPY/ADD's sources from the build context as a layer
-// tar at the destination and hashes them into h. Sources are paths inside
-// the context: '..' is refused and symlinks are copied as symlinks, never
-// followed (a context cannot leak host files into the image).
-func contextTar(o *Options, words []string, h io.Writer, line int, cur *imagestore.Image, expand func(string, []string) (string, error)) (string, error) {
-	var srcs []string
-	for _, w := range words {
-		if strings.HasPrefix(w, "--") {
-			return "", fmt.Errorf("line %d: COPY/ADD flags (%s) are not supported", line, w)
+// copySources writes COPY/ADD's sources from the build context as a layer
+// tar at the destination and hashes them into h. Sources are paths (or
+// glob patterns) inside the context: '..' is refused and symlinks are
+// copied as symlinks, never followed (a context cannot leak host files
+// into the image). A destination a sandbox mounts over is refused: the
+// files would silently never be seen.
+func (o *Options) copySources(st *buildState, cur *imagestore.Image, sd *instructions.SourcesAndDest, h io.Writer, instr string) (string, error) {
+	if len(sd.SourceContents) > 0 {
+		return "", errors.New("heredocs are not supported")
+	}
+	if err := sd.Expand(st.expander(st.env(cur.Config.Env))); err != nil {
+		return "", err
+	}
+	dest := sd.DestPath
+	if !path.IsAbs(dest) {
+		slash := strings.HasSuffix(dest, "/")
+		dest = path.Join("/", cur.Config.WorkingDir, dest)
+		if slash {
+			dest += "/"
 		}
-		srcs = append(srcs, w)
 	}
-	if len(srcs) < 2 {
-		return "", fmt.Errorf("line %d: COPY needs a source and a destination", line)
+	if m := MaskedBy(dest); m != "" {
+		return "", fmt.Errorf("%s into %s: every sandbox mounts its own %s (a fresh tmpfs for /tmp, /workspace and /dev/shm), so the files would never be seen; copy them to another directory such as /opt/app", instr, dest, m)
 	}
-	dest, err := expand(srcs[len(srcs)-1], cur.Config.Env)
+	root, err := os.OpenRoot(o.Context)
 	if err != nil {
 		return "", err
 	}
-	if !path.IsAbs(dest) {
-		dest = path.Join("/", cur.Config.WorkingDir, dest)
+	defer root.Close()
+	var srcs []string
+	for _, s := range sd.SourcePaths {
+		if instr == "ADD" && (strings.Contains(s, "://") || strings.HasPrefix(s, "git@")) {
+			return "", fmt.Errorf("%s: ADD from a URL is not supported (a build fetches nothing); download it in a RUN step given network with --net", s)
+		}
+		rel := path.Clean(strings.TrimPrefix(s, "/"))
+		if rel == ".." || strings.HasPrefix(rel, "../") {
+			return "", fmt.Errorf("%s is outside the build context", s)
+		}
+		if !strings.ContainsAny(rel, "*?[") {
+			srcs = append(srcs, rel)
+			continue
+		}
+		matches, err := fs.Glob(root.FS(), rel)
+		if err != nil {
+			return "", fmt.Errorf("%s: %w", s, err)
+		}
+		if len(matches) == 0 {
+			return "", fmt.Errorf("%s: no file in the build context matches", s)
+		}
+		srcs = append(srcs, matches...)
 	}
-	srcs = srcs[:len(srcs)-1]
+	multi := len(srcs) > 1 || len(sd.SourcePaths) > 1
+	if multi && !strings.HasSuffix(sd.DestPath, "/") {
+		return "", fmt.Errorf("with more than one source the destination must be a directory ending in /: %s", sd.DestPath)
+	}
 	tmp, err := os.CreateTemp("", "airlock-copy-")
 	if err != nil {
 		return "", err
 	}
 	defer tmp.Close()
-	// The layer keeps the files' modification times, but the cache key
-	// does not: a context written afresh for every build (the API's) must
-	// still hit the cache. h gets names, modes, link targets and contents.
-	tw := tar.NewWriter(tmp)
-	root, err := os.OpenRoot(o.Context)
-	if err != nil {
+	if err := writeContext(root, tmp, srcs, dest, multi, h, instr == "ADD"); err != nil {
 		os.Remove(tmp.Name())
 		return "", err
 	}
-	defer root.Close()
-	add := func(rel, name string, fi fs.FileInfo) error {
+	return tmp.Name(), nil
+}
+
+// writeContext writes srcs (relative to root) as a tar to w at dest.
+func writeContext(root *os.Root, w io.Writer, srcs []string, dest string, multi bool, h io.Writer, add bool) error {
+	// The layer keeps the files' modification times, but the cache key
+	// does not: a context written afresh for every build (the API's) must
+	// still hit the cache. h gets names, modes, link targets and contents.
+	tw := tar.NewWriter(w)
+	file := func(rel, name string, fi fs.FileInfo) error {
 		hdr, err := tar.FileInfoHeader(fi, "")
 		if err != nil {
 			return err
@@ -413,34 +537,33 @@ func contextTar(o *Options, words []string, h io.Writer, line int, cur *imagesto
 			return err
 		}
 		fmt.Fprintf(h, "%q %c %o %d %q\n", hdr.Name, hdr.Typeflag, hdr.Mode, hdr.Size, hdr.Linkname)
-		if fi.Mode().IsRegular() {
-			f, err := root.Open(rel)
-			if err != nil {
-				return err
-			}
-			defer f.Close()
-			_, err = io.Copy(io.MultiWriter(tw, h), f)
+		if !fi.Mode().IsRegular() {
+			return nil
+		}
+		f, err := root.Open(rel)
+		if err != nil {
 			return err
 		}
-		return nil
-	}
-	for _, s := range srcs {
-		rel := path.Clean(strings.TrimPrefix(s, "/"))
-		if rel == ".." || strings.HasPrefix(rel, "../") {
-			os.Remove(tmp.Name())
-			return "", fmt.Errorf("line %d: %s is outside the build context", line, s)
+		defer f.Close()
+		if add {
+			if err := refuseArchive(f, rel); err != nil {
+				return err
+			}
 		}
+		_, err = io.Copy(io.MultiWriter(tw, h), f)
+		return err
+	}
+	for _, rel := range srcs {
 		fi, err := root.Lstat(rel)
 		if err != nil {
-			os.Remove(tmp.Name())
-			return "", fmt.Errorf("line %d: %w", line, err)
+			return err
 		}
 		target := dest
-		if !fi.IsDir() && (strings.HasSuffix(dest, "/") || len(srcs) > 1) {
+		if !fi.IsDir() && (strings.HasSuffix(dest, "/") || multi) {
 			target = path.Join(dest, path.Base(rel))
 		}
 		if !fi.IsDir() {
-			err = add(rel, target, fi)
+			err = file(rel, target, fi)
 		} else {
 			err = fs.WalkDir(root.FS(), rel, func(p string, d fs.DirEntry, err error) error {
 				if err != nil {
@@ -451,17 +574,33 @@ func contextTar(o *Options, words []string, h io.Writer, line int, cur *imagesto
 					return err
 				}
 				sub := strings.TrimPrefix(strings.TrimPrefix(p, rel), "/")
-				return add(p, path.Join(target, sub), info)
+				return file(p, path.Join(target, sub), info)
 			})
 		}
 		if err != nil {
-			os.Remove(tmp.Name())
-			return "", fmt.Errorf("line %d: %w", line, err)
+			return err
 		}
 	}
-	if err := tw.Close(); err != nil {
-		os.Remove(tmp.Name())
-		return "", err
+	return tw.Close()
+}
+
+// refuseArchive refuses ADD of a local archive, which BuildKit would
+// unpack and airlock does not (it would copy the archive as it is);
+// f is left at its start.
+func refuseArchive(f *os.File, rel string) error {
+	head := make([]byte, 512)
+	n, _ := io.ReadFull(f, head)
+	head = head[:n]
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return err
 	}
-	return tmp.Name(), nil
+	for _, magic := range [][]byte{{0x1f, 0x8b}, []byte("BZh"), {0xfd, '7', 'z', 'X', 'Z', 0}, {0x28, 0xb5, 0x2f, 0xfd}} {
+		if bytes.HasPrefix(head, magic) {
+			return fmt.Errorf("%s: ADD of an archive is not supported (BuildKit would unpack it; airlock does not): COPY it and unpack it in a RUN step", rel)
+		}
+	}
+	if len(head) >= 262 && string(head[257:262]) == "ustar" {
+		return fmt.Errorf("%s: ADD of a tar archive is not supported (BuildKit would unpack it; airlock does not): COPY it and unpack it in a RUN step", rel)
+	}
+	return nil
 }

@@ -53,7 +53,7 @@ func cmdAudit(args []string) int {
 			fs.PrintDefaults()
 			return 0
 		}
-		fmt.Fprintf(os.Stderr, "airlock audit: %v\n%s", err, auditUsage)
+		fmt.Fprintf(os.Stderr, "airlock audit: %v\n%s", suggestFlag(fs, err), auditUsage)
 		return exitUsage
 	}
 	if fs.NArg() > 0 {

@@ -34,7 +34,7 @@ func cmdBench(args []string) int {
 			fs.PrintDefaults()
 			return 0
 		}
-		fmt.Fprintf(os.Stderr, "airlock bench: %v\n", err)
+		fmt.Fprintf(os.Stderr, "airlock bench: %v\n", suggestFlag(fs, err))
 		return exitUsage
 	}
 	if fs.NArg() > 0 {

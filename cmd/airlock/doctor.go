@@ -36,7 +36,7 @@ func cmdDoctor(args []string) int {
 			fs.PrintDefaults()
 			return 0
 		}
-		fmt.Fprintf(os.Stderr, "airlock doctor: %v\n%s", err, doctorUsage)
+		fmt.Fprintf(os.Stderr, "airlock doctor: %v\n%s", suggestFlag(fs, err), doctorUsage)
 		return exitUsage
 	}
 	layers, ok := doctor()

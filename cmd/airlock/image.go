@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	goruntime "runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -26,7 +27,7 @@ import (
 const imageUsage = `usage:
   airlock image pull [--platform OS/ARCH] [--quiet] REF   fetch an image from an OCI/Docker registry
   airlock image import [--name REF] FILE                  store a 'docker save' or OCI archive
-  airlock image ls [--json]                               list stored images
+  airlock image ls [-a] [--json]                          list named images (-a: also unnamed ones, such as build steps)
   airlock image inspect REF|DIGEST                        print an image as JSON
   airlock image rm [--key ID] REF|DIGEST                  remove an image (and layers no other image uses)
   airlock image publish [--key ID] REF|DIGEST             let every API key use an image (read-only)
@@ -81,18 +82,23 @@ func cmdImage(args []string) int {
 	asName := fs.String("name", "", "name the imported image REF (import)")
 	asJSON := fs.Bool("json", false, "print JSON (ls)")
 	keyID := fs.String("key", "", "act in the namespace of API key ID instead of the operator's (every subcommand)")
+	all := fs.Bool("a", false, "list unnamed images too: template build steps, images imported or pulled by digest only (ls)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Print(imageUsage)
 			return 0
 		}
-		fmt.Fprintf(os.Stderr, "airlock image %s: %v\n%s", sub, err, imageUsage)
+		fmt.Fprintf(os.Stderr, "airlock image %s: %v\n%s", sub, suggestFlag(fs, err), imageUsage)
 		return exitUsage
 	}
 	want := map[string]int{"pull": 1, "import": 1, "ls": 0, "inspect": 1, "rm": 1, "publish": 1, "unpublish": 1}
 	n, ok := want[sub]
 	if !ok {
-		fmt.Fprintf(os.Stderr, "airlock image: unknown subcommand %q\n%s", sub, imageUsage)
+		hint := ""
+		if c := closest(sub, []string{"pull", "import", "ls", "inspect", "rm", "publish", "unpublish"}); c != "" {
+			hint = fmt.Sprintf("; did you mean %q?", c)
+		}
+		fmt.Fprintf(os.Stderr, "airlock image: unknown subcommand %q%s\n%s", sub, hint, imageUsage)
 		return exitUsage
 	}
 	if fs.NArg() != n {
@@ -135,6 +141,9 @@ func cmdImage(args []string) int {
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "airlock image ls: %v\n", err)
 			return 1
+		}
+		if !*all {
+			imgs = slices.DeleteFunc(imgs, func(img imagestore.Image) bool { return img.Name == "" })
 		}
 		if *asJSON {
 			return printJSON(imgs)
@@ -241,10 +250,13 @@ func (f *imageServeFlags) open(dir string) (*imagestore.Store, []string, error) 
 // runImageFlags are the image flags of 'airlock run'.
 type runImageFlags struct {
 	ref, stateDir, user string
+	// defaultCommand: no command was given; the image's ENTRYPOINT and
+	// CMD are the command.
+	defaultCommand bool
 }
 
 func (f *runImageFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.ref, "image", "", "run in a root made from this OCI image, pulled into the store if missing (root only; docs/images.md): the image's files, writable, on disk; runs as the image's root unless the image names a numeric user")
+	fs.StringVar(&f.ref, "image", "", "run in a root made from this OCI image (root only; docs/images.md): the image's files, writable, on disk; runs as the image's root unless the image names a numeric user; without a command, the image's ENTRYPOINT and CMD. A missing image is pulled when its name has a registry (127.0.0.1:5000/py:3.12); one without ('python:3.12') must be in the store: airlock image pull NAME")
 	fs.StringVar(&f.stateDir, "state-dir", defaultStateDir(), "state directory whose image store --image uses")
 	fs.StringVar(&f.user, "user", "", "with --image: root runs as uid 0 of the sandbox's own user namespace with the capabilities package managers need there (chown, dac_override, fowner, setuid, setgid...; never host root)")
 }
@@ -268,12 +280,15 @@ func (f *runImageFlags) apply(ctx context.Context, cfg *native.Config, explicitE
 	if err != nil {
 		return nil, err
 	}
-	img, err := st.Get(f.ref)
-	if errors.Is(err, imagestore.ErrNotFound) {
-		img, err = st.Pull(ctx, f.ref, imagestore.PullOptions{Progress: progressPrinter(os.Stderr, "pulling")})
-	}
+	img, err := localOrPull(ctx, st, f.ref)
 	if err != nil {
 		return nil, err
+	}
+	if f.defaultCommand {
+		cfg.Args = append(append([]string{}, img.Config.Entrypoint...), img.Config.Cmd...)
+		if len(cfg.Args) == 0 {
+			return nil, fmt.Errorf("image %s has no ENTRYPOINT or CMD: give a command (airlock run --image %s -- CMD [ARGS...])", f.ref, f.ref)
+		}
 	}
 	if err := img.ApplyTo(&cfg.Policy); err != nil {
 		return nil, err
@@ -304,4 +319,19 @@ func (f *runImageFlags) apply(ctx context.Context, cfg *native.Config, explicitE
 		}
 		_ = st.Release(cfg.ID)
 	}, nil
+}
+
+// localOrPull finds ref in the store, or pulls it when ref names its
+// registry. A name without one (which would mean Docker Hub) is never
+// looked up remotely here: a typo must say it is not in the local store,
+// not fail on the network; 'airlock image pull' fetches such names.
+func localOrPull(ctx context.Context, st *imagestore.Store, ref string) (*imagestore.Image, error) {
+	img, err := st.Get(ref)
+	if !errors.Is(err, imagestore.ErrNotFound) {
+		return img, err
+	}
+	if !imagestore.HasRegistry(ref) {
+		return nil, fmt.Errorf("image %q is not in the local store ('airlock image ls' lists the store); to fetch it from Docker Hub: airlock image pull %s", ref, ref)
+	}
+	return st.Pull(ctx, ref, imagestore.PullOptions{Progress: progressPrinter(os.Stderr, "pulling")})
 }

@@ -61,7 +61,7 @@ func cmdKeys(args []string) int {
 			fmt.Print(keysUsage)
 			return 0
 		}
-		fmt.Fprintf(os.Stderr, "airlock keys %s: %v\n%s", sub, err, keysUsage)
+		fmt.Fprintf(os.Stderr, "airlock keys %s: %v\n%s", sub, suggestFlag(fs, err), keysUsage)
 		return exitUsage
 	}
 	if *stateDir == "" {

@@ -23,10 +23,12 @@ const usage = `airlock: run untrusted code in a sandbox
 usage:
   airlock run [flags] -- CMD [ARGS...]   run one command in a fresh sandbox
   airlock run --code CODE [--language L]  run one Python, JavaScript or bash cell
+  airlock run --image REF [-- CMD ...]   run in a root made from an image (default: its ENTRYPOINT and CMD)
   airlock serve [flags]                  serve the HTTP API (long-lived sandboxes)
   airlock shell --url URL --key KEY      interactive code session against a server
+                                         (or $AIRLOCK_URL and $AIRLOCK_API_KEY)
   airlock keys create|list|revoke        manage the server's API keys
-  airlock image pull|import|ls|inspect|rm  manage OCI images (docs/images.md)
+  airlock image pull|import|ls|inspect|rm  manage OCI images (docs/images.md; ls -a: with build steps)
   airlock template build -f DF -t NAME    build an image from a Dockerfile (docs/images.md)
   airlock audit --state-dir DIR          print the server's audit log (filters: --sandbox, --key, --action, --since)
   airlock mcp [flags]                    serve sandboxes as MCP tools over stdio
@@ -34,7 +36,9 @@ usage:
   airlock bench [--json] [--only NAME]   measure airlock against bwrap, crun, runc, runsc, srt
   airlock version
 
-Run 'airlock COMMAND --help' for a command's flags.
+Run 'airlock COMMAND --help' for a command's flags. airlock run exits with the
+program's code; 125 bad input, 123 sandbox not built, 124 timeout, 122 output
+limit, 130/143 stopped by Ctrl-C/SIGTERM (the sandbox is removed).
 `
 
 func main() {
@@ -60,7 +64,7 @@ func main() {
 			code = h(args)
 			break
 		}
-		fmt.Fprintf(os.Stderr, "airlock: unknown command %q\n%s", cmd, usage)
+		fmt.Fprintf(os.Stderr, "airlock: unknown command %q%s\n%s", cmd, suggestCommand(cmd), usage)
 		code = exitUsage
 	}
 	os.Exit(code)

@@ -141,7 +141,7 @@ func cmdMCP(args []string) int {
 			fs.PrintDefaults()
 			return 0
 		}
-		fmt.Fprintf(os.Stderr, "airlock mcp: %v\n%s", err, mcpUsage)
+		fmt.Fprintf(os.Stderr, "airlock mcp: %v\n%s", suggestFlag(fs, err), mcpUsage)
 		return exitUsage
 	}
 	if fs.NArg() > 0 {

@@ -8,11 +8,9 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -139,7 +137,19 @@ func (f *policyFlags) policy() (policy.Policy, error) {
 	return p, p.Validate()
 }
 
+// cmdRun is airlock run. SIGINT or SIGTERM stops the sandbox, removes it
+// and exits 130 or 143 with a message.
 func cmdRun(args []string) int {
+	ctx, stop, caught := interruptContext()
+	defer stop()
+	code := runCommand(ctx, args)
+	if s := caught(); s != nil {
+		return interrupted("airlock run", "the sandbox was stopped and removed", s)
+	}
+	return code
+}
+
+func runCommand(ctx context.Context, args []string) int {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	var pf policyFlags
@@ -160,7 +170,7 @@ func cmdRun(args []string) int {
 			fs.PrintDefaults()
 			return 0
 		}
-		fmt.Fprintf(os.Stderr, "airlock run: %v\n", err)
+		fmt.Fprintf(os.Stderr, "airlock run: %v\n", suggestFlag(fs, err))
 		return exitUsage
 	}
 	if bool(pf.tty) && (*asJSON || *codeFlag != "") {
@@ -176,10 +186,11 @@ func cmdRun(args []string) int {
 		}
 		*codeFlag = code
 	}
-	if len(argv) == 0 && *codeFlag == "" {
-		fmt.Fprintln(os.Stderr, "airlock run: missing command (usage: airlock run [flags] -- CMD [ARGS...])")
+	if len(argv) == 0 && *codeFlag == "" && imgf.ref == "" {
+		fmt.Fprintln(os.Stderr, "airlock run: missing command (usage: airlock run [flags] -- CMD [ARGS...]; with --image the image's ENTRYPOINT and CMD are the default)")
 		return exitUsage
 	}
+	imgf.defaultCommand = len(argv) == 0 && *codeFlag == ""
 	p, err := pf.policy()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "airlock run: %s\n", oneLine(err))
@@ -193,8 +204,6 @@ func cmdRun(args []string) int {
 		fmt.Fprintln(os.Stderr, "airlock run: --runtime wasm runs a WASI module file (-- MODULE.wasm ARGS); --code and --image are not available with it")
 		return exitUsage
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	cfg := native.Config{Policy: p, Args: argv, AllowDegraded: pf.allowDegraded}
 	opts := native.RunOptions{Stdin: os.Stdin, Capture: *asJSON}
 	if isTerminal(os.Stdin) {
@@ -280,10 +289,14 @@ func cmdRun(args []string) int {
 
 const runUsage = `usage:
   airlock run [flags] -- CMD [ARGS...]
+  airlock run [flags] --image REF [-- CMD [ARGS...]]
   airlock run [flags] --code CODE|-|@FILE [--language python|javascript|bash]
 
 Runs one command (or one code cell) in a fresh sandbox that is removed when
-it ends. Limits left unset take the profile's value, shown as "default" below.
+it ends. With --image and no command it runs the image's ENTRYPOINT and CMD
+(as docker run does); a command given replaces both. Ctrl-C (SIGINT) or
+SIGTERM stops and removes the sandbox and exits 130 or 143.
+Limits left unset take the profile's value, shown as "default" below.
 Docker spellings work too: -e, -v, -w, -i, --rm.
 `
 

@@ -175,8 +175,8 @@ from stdin (on a terminal, one line per cell, or a block ended by a blank
 line when a line ends with ':' or '\'; from a pipe, blocks separated by blank
 lines), run in a persistent context, and their output printed. Images are
 saved to files (cell-N-M.png) in the current directory. Without --sandbox a
-new sandbox is created and killed at the end. The key may also come from
-AIRLOCK_API_KEY.
+new sandbox is created and killed at the end. The URL and the key may also
+come from $AIRLOCK_URL and $AIRLOCK_API_KEY (a flag wins over them).
 
 With --tty it is a terminal instead: CMD (default the sandbox's login shell)
 runs on a pseudo-terminal of the sandbox (GET /v1/sandboxes/{id}/pty); this
@@ -189,8 +189,8 @@ the command's. The sandbox gets a fresh terminal of its own, never this one.
 func cmdShell(args []string) int {
 	fs := flag.NewFlagSet("shell", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	url := fs.String("url", os.Getenv("AIRLOCK_URL"), "server URL, e.g. http://127.0.0.1:7070")
-	key := fs.String("key", os.Getenv("AIRLOCK_API_KEY"), "API key (al_...)")
+	url := fs.String("url", os.Getenv("AIRLOCK_URL"), "server URL, e.g. http://127.0.0.1:7070 (default $AIRLOCK_URL)")
+	key := fs.String("key", os.Getenv("AIRLOCK_API_KEY"), "API key (al_...) (default $AIRLOCK_API_KEY)")
 	lang := fs.String("language", "python", "python, javascript or bash")
 	sbID := fs.String("sandbox", "", "use this running sandbox instead of creating one")
 	timeout := fs.Duration("timeout", 5*time.Minute, "per-cell timeout")
@@ -202,11 +202,11 @@ func cmdShell(args []string) int {
 			fs.PrintDefaults()
 			return 0
 		}
-		fmt.Fprintf(os.Stderr, "airlock shell: %v\n%s", err, shellUsage)
+		fmt.Fprintf(os.Stderr, "airlock shell: %v\n%s", suggestFlag(fs, err), shellUsage)
 		return exitUsage
 	}
 	if *url == "" {
-		fmt.Fprintf(os.Stderr, "airlock shell: --url is required\n%s", shellUsage)
+		fmt.Fprintf(os.Stderr, "airlock shell: the server's URL is required: --url URL or $AIRLOCK_URL\n%s", shellUsage)
 		return exitUsage
 	}
 	if fs.NArg() > 0 && !*ttyMode {

@@ -1,16 +1,13 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"syscall"
 
 	"airlock/policy"
 	"airlock/runtime/native"
@@ -25,8 +22,12 @@ and 'airlock run --image' use): FROM an image (pulled if missing), RUN in an
 airlock sandbox made from the image so far (strict profile; network only as
 --net gives it, through the egress proxy as for airlock run),
 COPY/ADD of files from CONTEXT (default: the Dockerfile's directory), ENV,
-WORKDIR, USER, ARG, CMD, ENTRYPOINT. Every step is cached; the build log goes
-to stderr and the image's name and digest to stdout. Needs root.
+LABEL, ARG, WORKDIR, USER, SHELL, EXPOSE, CMD, ENTRYPOINT, with BuildKit's
+parser and semantics. COPY/ADD into /tmp, /workspace, /dev or /proc is
+refused (every sandbox mounts its own there); a RUN using /tmp, /workspace
+or /dev/shm gets a warning (what it writes there is not kept). Every step is
+cached; the build log goes to stderr and the image's name and digest to
+stdout; 'airlock run --image NAME' runs its ENTRYPOINT and CMD. Needs root.
 `
 
 func init() { hidden["template"] = cmdTemplate }
@@ -55,7 +56,7 @@ func cmdTemplate(args []string) int {
 			fmt.Print(templateUsage)
 			return 0
 		}
-		fmt.Fprintf(os.Stderr, "airlock template build: %v\n%s", err, templateUsage)
+		fmt.Fprintf(os.Stderr, "airlock template build: %v\n%s", suggestFlag(fs, err), templateUsage)
 		return exitUsage
 	}
 	if *name == "" || fs.NArg() > 1 {
@@ -91,7 +92,7 @@ func cmdTemplate(args []string) int {
 		fmt.Fprintf(os.Stderr, "airlock template build: %v\n", err)
 		return 1
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop, caught := interruptContext()
 	defer stop()
 	res, err := template.Build(ctx, template.Options{Dockerfile: *file, Context: ctxDir, Name: *name, Store: st,
 		StateDir: *stateDir, Policy: p, Args: bargs, NoCache: *noCache, Log: os.Stderr,
@@ -102,6 +103,9 @@ func cmdTemplate(args []string) int {
 			}
 			return rn.close, nil
 		}})
+	if s := caught(); s != nil {
+		return interrupted("airlock template build", "the build was stopped (its steps so far are cached)", s)
+	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "airlock template build: %v\n", err)
 		return 1

@@ -240,6 +240,7 @@ func Start(cfg Config) (*Sandbox, error) {
 	}
 	var ov *overlayRoot // an image root: mounted on the host until the child has its copy
 	var detached chan struct{}
+	startDetach := func() {}
 	if cfg.Image != nil {
 		if tree, ov, err = imageTree(tree, cfg.Image, ids.hostUID-p.User.UID, &p); err != nil {
 			return nil, &SetupError{Step: "image root", Err: err}
@@ -248,12 +249,18 @@ func Start(cfg Config) (*Sandbox, error) {
 		// The host's view goes once the child has its copy; the unmount
 		// waits for an RCU grace period (milliseconds), so it runs beside
 		// the sandbox instead of on the create path, and Wait waits for it.
-		defer func() {
-			go func() {
-				ov.detach()
-				close(detached)
-			}()
-		}()
+		// It starts once the child has exec'd or failed (a failed child is
+		// waited for below, and Wait waits for the detach), else on return.
+		var once sync.Once
+		startDetach = func() {
+			once.Do(func() {
+				go func() {
+					ov.detach()
+					close(detached)
+				}()
+			})
+		}
+		defer startDetach()
 	}
 	guards := seccomp.Guards{NoSetID: hostDirs.mapped()}
 	if p.User.Root && cfg.Agent {
@@ -580,6 +587,7 @@ func Start(cfg Config) (*Sandbox, error) {
 	var buf [8]byte
 	n, _ := readFull(errP[0], buf[:])
 	unix.Close(errP[0])
+	startDetach()
 	runtime.KeepAlive(pl)
 	runtime.KeepAlive(filter)
 	if n == 0 {
