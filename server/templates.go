@@ -29,6 +29,9 @@ type TemplateRequest struct {
 	BuildArgs map[string]string `json:"build_args,omitempty"`
 	// NoCache runs every step again.
 	NoCache bool `json:"no_cache,omitempty"`
+	// Runtime is the tier RUN steps run under ("" the server's default
+	// runtime, as for sandboxes).
+	Runtime string `json:"runtime,omitempty"`
 }
 
 // TemplateResult is the answer of POST /v1/templates.
@@ -111,6 +114,13 @@ func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) error {
 	p, err := policy.Preset(policy.Strict)
 	if err != nil {
 		return err
+	}
+	rt := req.Runtime
+	if rt == "" {
+		rt = s.m.DefaultRuntime()
+	}
+	if p.Runtime, err = policy.ParseRuntime(rt); err != nil {
+		return errf(422, "invalid_policy", "runtime: %v", err)
 	}
 	select {
 	case builds <- struct{}{}:

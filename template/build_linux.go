@@ -34,6 +34,7 @@ import (
 	"airlock/policy"
 	"airlock/runtime/native"
 	"airlock/runtime/native/idrange"
+	"airlock/runtime/tier"
 )
 
 // Options configure Build.
@@ -48,8 +49,9 @@ type Options struct {
 	// and FROM finds that owner's and public images only.
 	Store    *imagestore.Store
 	StateDir string
-	// Policy is the sandbox policy of RUN steps (limits, profile); the
-	// image's user and env apply on top.
+	// Policy is the sandbox policy of RUN steps (limits, profile, and
+	// Runtime: the tier RUN steps run under, "" native); the image's user
+	// and env apply on top.
 	Policy policy.Policy
 	// Args are --build-arg values.
 	Args map[string]string
@@ -437,14 +439,29 @@ func (o *Options) run(ctx context.Context, st *buildState, cur *imagestore.Image
 		}
 		defer done()
 	}
-	r, err := native.Run(ctx, cfg, ropts)
+	t, err := tier.Lookup(p.Runtime)
+	if err != nil {
+		return nil, err
+	}
+	runner, ok := t.(tier.Runner)
+	if !ok || !t.Caps().ImageRoots {
+		return nil, fmt.Errorf("RUN steps cannot run under runtime %s (it runs no one-shot sandbox from an image root)", t.Name())
+	}
+	r, err := runner.Run(ctx, cfg, ropts)
 	if err != nil {
 		return nil, err
 	}
 	if r.Status != native.StatusOK {
 		return nil, fmt.Errorf("%s: %s exit %d %s", strings.Join(argv, " "), r.Status, r.ExitCode, r.Error)
 	}
-	return o.Store.Commit(ctx, cur, (&native.ImageRoot{Dir: dir}).UpperDir(), lease.Base, "")
+	// The upper directory's owners: shifted into the lease's host range
+	// (native: ID-mapped layers), or the sandbox's own ids (a tier whose
+	// root is served unmapped, gvisor): the image is the same either way.
+	idBase := lease.Base
+	if t.Caps().UnmappedIDs {
+		idBase = 0
+	}
+	return o.Store.Commit(ctx, cur, (&native.ImageRoot{Dir: dir}).UpperDir(), idBase, "")
 }
 
 // copySources writes COPY/ADD's sources from the build context as a layer

@@ -2,13 +2,12 @@ package main
 
 import (
 	"context"
+	"fmt"
 
 	"airlock/policy"
-	"airlock/runtime/gvisor"
 	"airlock/runtime/native"
 	"airlock/runtime/tier"
 	_ "airlock/runtime/tiers" // the built-in tiers, for serve and mcp
-	"airlock/runtime/wasm"
 )
 
 // selectRuntime parses a --runtime value and checks that the tier can run
@@ -30,11 +29,13 @@ func selectRuntime(name string) (policy.Runtime, error) {
 
 // runSandbox runs a one-shot sandbox under the runtime its policy names.
 func runSandbox(ctx context.Context, cfg native.Config, opts native.RunOptions) (*native.Result, error) {
-	switch cfg.Policy.Runtime {
-	case policy.RuntimeGVisor:
-		return gvisor.Run(ctx, cfg, opts)
-	case policy.RuntimeWasm:
-		return wasm.Run(ctx, cfg, opts)
+	t, err := tier.Lookup(cfg.Policy.Runtime)
+	if err != nil {
+		return nil, err
 	}
-	return native.Run(ctx, cfg, opts)
+	r, ok := t.(tier.Runner)
+	if !ok {
+		return nil, fmt.Errorf("runtime %s has no one-shot runs", t.Name())
+	}
+	return r.Run(ctx, cfg, opts)
 }

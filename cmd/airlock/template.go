@@ -15,11 +15,12 @@ import (
 )
 
 const templateUsage = `usage:
-  airlock template build -f Dockerfile -t NAME [--build-arg K=V]... [--net allow:HOST,...] [--no-cache] [--state-dir DIR] [CONTEXT]
+  airlock template build -f Dockerfile -t NAME [--build-arg K=V]... [--net allow:HOST,...] [--runtime native|gvisor] [--no-cache] [--state-dir DIR] [CONTEXT]
 
 Builds an image from a Dockerfile into DIR/images (the store 'airlock image'
 and 'airlock run --image' use): FROM an image (pulled if missing), RUN in an
-airlock sandbox made from the image so far (strict profile; network only as
+airlock sandbox made from the image so far (strict profile; under --runtime,
+default native; network only as
 --net gives it, through the egress proxy as for airlock run),
 COPY/ADD of files from CONTEXT (default: the Dockerfile's directory), ENV,
 LABEL, ARG, WORKDIR, USER, SHELL, EXPOSE, CMD, ENTRYPOINT, with BuildKit's
@@ -47,6 +48,7 @@ func cmdTemplate(args []string) int {
 	name := fs.String("t", "", "name of the image to build (required)")
 	stateDir := fs.String("state-dir", defaultStateDir(), "state directory; images are in DIR/images")
 	noCache := fs.Bool("no-cache", false, "run every step again")
+	runtimeName := fs.String("runtime", "native", "the tier RUN steps run under: native or gvisor")
 	var buildArgs listFlag
 	fs.Var(&buildArgs, "build-arg", "KEY=VALUE for an ARG (repeatable)")
 	var nf netFlags // RUN steps' network, as for airlock run (default none)
@@ -91,6 +93,10 @@ func cmdTemplate(args []string) int {
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "airlock template build: %v\n", err)
 		return 1
+	}
+	if p.Runtime, err = selectRuntime(*runtimeName); err != nil {
+		fmt.Fprintf(os.Stderr, "airlock template build: --runtime: %v\n", err)
+		return exitUsage
 	}
 	ctx, stop, caught := interruptContext()
 	defer stop()

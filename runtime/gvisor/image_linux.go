@@ -110,6 +110,19 @@ func rootAgentArgs(p *policy.Policy, cfg *native.Config, privileged bool) ([]str
 // becomeRootAgent keeps: kill, and the root workload's capabilities
 // (native.RootCaps, with "user": "root") to hand on as ambient ones.
 func rootAgentSpec(spec *specs.Spec, p *policy.Policy, cfg *native.Config, privileged bool) {
+	if !cfg.Agent && p.User.Root && p.User.UID == 0 && spec.Process.Capabilities != nil {
+		// A one-shot run (a template's RUN step) of "user": "root": no
+		// agent to keep out of reach, the program itself gets the root
+		// workload's capabilities (inside the sentry), ambient so that
+		// what it execs keeps them, as native's root does.
+		var names []string
+		for _, c := range native.RootCaps {
+			names = append(names, capName(c))
+		}
+		c := spec.Process.Capabilities
+		c.Bounding, c.Effective, c.Permitted, c.Inheritable, c.Ambient = names, names, names, names, names
+		return
+	}
 	if !privileged || !cfg.Agent || p.User.UID != 0 || p.User.GID != 0 || spec.Process.Capabilities == nil {
 		return
 	}

@@ -1,6 +1,7 @@
 package gvisor
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -278,4 +279,9 @@ func (h *Handle) ExitDetail() string { return h.current().ExitDetail() }
 // FinishCheckpoint implements tier.CheckpointSettler (FinishCheckpoint).
 func (Tier) FinishCheckpoint(id, image string, wait time.Duration) (bool, error) {
 	return FinishCheckpoint(id, image, wait)
+}
+
+// Run implements tier.Runner (Run).
+func (Tier) Run(ctx context.Context, cfg native.Config, opts native.RunOptions) (*native.Result, error) {
+	return Run(ctx, cfg, opts)
 }

@@ -320,3 +320,9 @@ type ExitDetailer interface {
 type CheckpointSettler interface {
 	FinishCheckpoint(id, image string, wait time.Duration) (whole bool, err error)
 }
+
+// Runner is a tier that runs one-shot sandboxes (airlock run, a template's
+// RUN step): start, wait with the policy's deadline and output cap, result.
+type Runner interface {
+	Run(ctx context.Context, cfg native.Config, opts native.RunOptions) (*native.Result, error)
+}

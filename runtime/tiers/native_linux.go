@@ -1,6 +1,7 @@
 package tiers
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"strconv"
@@ -14,6 +15,7 @@ import (
 	"airlock/runtime/native"
 	"airlock/runtime/native/cgroups"
 	"airlock/runtime/tier"
+	"airlock/runtime/wasm"
 )
 
 // Native is the native tier: namespaces, seccomp, Landlock, cgroups
@@ -41,6 +43,11 @@ func (Native) Start(cfg native.Config) (tier.Instance, []net.Listener, error) {
 		return nil, nil, err
 	}
 	return &nativeInst{Sandbox: sb}, sb.Listeners(), nil
+}
+
+// Run implements tier.Runner.
+func (Native) Run(ctx context.Context, cfg native.Config, opts native.RunOptions) (*native.Result, error) {
+	return native.Run(ctx, cfg, opts)
 }
 
 // Remove implements tier.Tier: a native sandbox leaves nothing but its
@@ -162,6 +169,11 @@ func (w Wasm) Start(cfg native.Config) (tier.Instance, []net.Listener, error) {
 	return w.Native.Start(cfg)
 }
 
+// Run implements tier.Runner: the module runs in wazero (package wasm).
+func (Wasm) Run(ctx context.Context, cfg native.Config, opts native.RunOptions) (*native.Result, error) {
+	return wasm.Run(ctx, cfg, opts)
+}
+
 // ExecArgv implements tier.ExecRewriter: argv (MODULE.wasm ARGS, MODULE a
 // file in the sandbox) is run by wasm-exec; a shell command is refused.
 func (Wasm) ExecArgv(p *policy.Policy, argv []string, shell bool) ([]string, error) {
@@ -180,4 +192,6 @@ var (
 	_ tier.AgentReserver = (*nativeInst)(nil)
 	_ tier.OOMCounter    = (*adoptedInst)(nil)
 	_ tier.Adopter       = Native{}
+	_ tier.Runner        = Native{}
+	_ tier.Runner        = Wasm{}
 )

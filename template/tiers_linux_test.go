@@ -1,0 +1,4 @@
+package template_test
+
+// The built-in tiers, as cmd/airlock registers them.
+import _ "airlock/runtime/tiers"
