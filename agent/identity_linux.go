@@ -110,23 +110,9 @@ func secureIdentity(args []string) error {
 		workloadCred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}
 		return nil
 	}
-	rootCaps, err := rootCapsArg(args)
+	rootCaps, keep, err := boundToRootCaps(args)
 	if err != nil {
 		return err
-	}
-	var keep uint64 // what the workload gets: stays in the bounding and permitted sets
-	for _, c := range rootCaps {
-		keep |= 1 << c
-	}
-	// Capabilities are per thread: every call goes to all of the runtime's
-	// threads, and threads created later inherit from them.
-	for c := uintptr(0); c <= capLastMax; c++ {
-		if keep&(1<<c) != 0 {
-			continue
-		}
-		if _, _, e := syscall.AllThreadsSyscall(sysPrctl, prCapbsetDrop, c, 0); e != 0 && e != syscall.EINVAL {
-			return fmt.Errorf("drop capability %d from the bounding set: %w", c, e)
-		}
 	}
 	syscall.AllThreadsSyscall(sysSetfsgid, uintptr(gid), 0, 0)
 	syscall.AllThreadsSyscall(sysSetfsuid, uintptr(uid), 0, 0)
@@ -144,4 +130,27 @@ func secureIdentity(args []string) error {
 	workloadCred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}
 	workloadCaps = rootCaps
 	return nil
+}
+
+// boundToRootCaps parses the root workload's capabilities (--root-caps),
+// returns them and their mask, and drops every other one from the bounding set of all the agent's threads
+// (capabilities are per thread; threads created later inherit them).
+func boundToRootCaps(args []string) (rootCaps []uintptr, keep uint64, err error) {
+	if rootCaps, err = rootCapsArg(args); err != nil {
+		return nil, 0, err
+	}
+	// keep is what the workload gets: it stays in the bounding and
+	// permitted sets.
+	for _, c := range rootCaps {
+		keep |= 1 << c
+	}
+	for c := uintptr(0); c <= capLastMax; c++ {
+		if keep&(1<<c) != 0 {
+			continue
+		}
+		if _, _, e := syscall.AllThreadsSyscall(sysPrctl, prCapbsetDrop, c, 0); e != 0 && e != syscall.EINVAL {
+			return nil, 0, fmt.Errorf("drop capability %d from the bounding set: %w", c, e)
+		}
+	}
+	return rootCaps, keep, nil
 }

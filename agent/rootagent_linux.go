@@ -2,7 +2,6 @@ package agent
 
 import (
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"syscall"
@@ -43,21 +42,9 @@ func rootAgentIDArg(args []string) (int, bool, error) {
 // ptrace both and a dumpable target (the agent is not dumpable); with
 // CAP_SETUID it cannot take uid aid either (guardAgentID).
 func becomeRootAgent(aid int, args []string) error {
-	rootCaps, err := rootCapsArg(args)
+	rootCaps, keep, err := boundToRootCaps(args)
 	if err != nil {
 		return err
-	}
-	var keep uint64
-	for _, c := range rootCaps {
-		keep |= 1 << c
-	}
-	for c := uintptr(0); c <= capLastMax; c++ {
-		if keep&(1<<c) != 0 {
-			continue
-		}
-		if _, _, e := syscall.AllThreadsSyscall(sysPrctl, prCapbsetDrop, c, 0); e != 0 && e != syscall.EINVAL {
-			return fmt.Errorf("drop capability %d from the bounding set: %w", c, e)
-		}
 	}
 	if err := syscall.Setgroups(nil); err != nil {
 		return fmt.Errorf("setgroups: %w", err)
@@ -84,7 +71,7 @@ func becomeRootAgent(aid int, args []string) error {
 	if gs, err := syscall.Getgroups(); err != nil || len(gs) > 0 {
 		return fmt.Errorf("supplementary groups left: %v %v", gs, err)
 	}
-	if err := capsAre(map[string]uint64{"CapPrm:": wantAgentCaps | keep, "CapEff:": wantAgentCaps, "CapBnd:": keep, "CapAmb:": 0}); err != nil {
+	if err := checkCaps(map[string]uint64{"CapPrm:": wantAgentCaps | keep, "CapEff:": wantAgentCaps, "CapBnd:": keep, "CapAmb:": 0}); err != nil {
 		return err
 	}
 	if len(rootCaps) > 0 {
@@ -94,29 +81,5 @@ func becomeRootAgent(aid int, args []string) error {
 	}
 	workloadCred = &syscall.Credential{Uid: 0, Gid: 0, Groups: []uint32{}}
 	workloadCaps = rootCaps
-	return nil
-}
-
-// capsAre compares capability sets of /proc/self/status with want.
-func capsAre(want map[string]uint64) error {
-	st, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return fmt.Errorf("check capabilities: %w", err)
-	}
-	seen := 0
-	for _, line := range strings.Split(string(st), "\n") {
-		k, v, ok := strings.Cut(line, "\t")
-		w, known := want[k]
-		if !ok || !known {
-			continue
-		}
-		seen++
-		if got, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64); err != nil || got != w {
-			return fmt.Errorf("capabilities: %s, want %016x", line, w)
-		}
-	}
-	if seen != len(want) {
-		return fmt.Errorf("capabilities: %d of %d sets in /proc/self/status", seen, len(want))
-	}
 	return nil
 }
