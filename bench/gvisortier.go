@@ -39,12 +39,16 @@ func GVisorFigure(exe string, peers []Peer, runs int, timeout time.Duration) Fig
 	return f
 }
 
+// GVisorImagePeer is the name of the airlock peer whose live sandboxes run
+// under the gvisor tier from an image root.
+const GVisorImagePeer = Reference + " gvisor image"
+
 // GVisorExecFigure times argv run in a live gvisor sandbox of airlock serve
 // (POST /v1/sandboxes with "runtime": "gvisor", then exec through the API)
 // against a live native sandbox of the same server and runsc's own exec
 // into a detached container (the runsc peer among others), in the same
 // run. api is the server's native peer, gv its gvisor peer.
-func GVisorExecFigure(api, gv Peer, others []Peer, argv []string, runs int) Figure {
+func GVisorExecFigure(api, gv Peer, others []Peer, argv []string, runs int, extra ...Peer) Figure {
 	if _, err := gvisor.Available(); err != nil && gv.Missing == "" {
 		gv = Peer{Name: GVisorPeer, Missing: err.Error()}
 	}
@@ -54,7 +58,7 @@ func GVisorExecFigure(api, gv Peer, others []Peer, argv []string, runs int) Figu
 			runsc = p
 		}
 	}
-	f := ExecFigure([]Peer{api, gv, runsc}, argv, runs)
+	f := ExecFigure(append([]Peer{api, gv}, append(extra, runsc)...), argv, runs)
 	f.Name = "gvisor exec"
 	return f
 }

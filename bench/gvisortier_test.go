@@ -39,8 +39,8 @@ func TestGVisorFigure(t *testing.T) {
 
 // TestGVisorExecFigure: the gvisor exec figure runs /bin/true in a live
 // gvisor sandbox of airlock serve (the server says its runtime is gvisor,
-// checked while it is live), a live native one and runsc's own exec, all
-// in the same run, with every sample successful.
+// checked while it is live), one from an image root, a live native one and
+// runsc's own exec, all in the same run, with every sample successful.
 func TestGVisorExecFigure(t *testing.T) {
 	if _, err := gvisor.Available(); err != nil {
 		t.Skipf("gvisor tier unavailable: %v", err)
@@ -71,8 +71,8 @@ func TestGVisorExecFigure(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	f := GVisorExecFigure(srv.peer(), gv, DetectPeers(Options{}), []string{"/bin/true"}, 2)
-	if f.Name != "gvisor exec" || len(f.Results) != 3 {
+	f := GVisorExecFigure(srv.peer(), gv, DetectPeers(Options{}), []string{"/bin/true"}, 2, srv.gvisorImagePeer(buildAirlock(t)))
+	if f.Name != "gvisor exec" || len(f.Results) != 4 {
 		t.Fatalf("figure %+v", f)
 	}
 	for _, r := range f.Results {

@@ -16,3 +16,8 @@ func ImageCreateFigure(scratch string, runs int) Figure {
 func GVisorImageCreateFigure(scratch string, runs int) Figure {
 	return Unavailable("gvisor create from an image (in-process)", "airlock sandboxes need Linux")
 }
+
+// gvisorImagePeer needs Linux.
+func (s *apiServer) gvisorImagePeer(exe string) Peer {
+	return Peer{Name: GVisorImagePeer, Missing: "image roots need Linux"}
+}

@@ -157,9 +157,15 @@ func (s *apiServer) startLive([]string) (*Idle, error) { return s.startLiveRunti
 // startLiveRuntime creates a live sandbox of runtime ("" the server's
 // default) through the API.
 func (s *apiServer) startLiveRuntime(runtime string) (*Idle, error) {
+	return s.startLiveImage(runtime, "")
+}
+
+// startLiveImage creates a live sandbox of runtime from image ("" the
+// default root) through the API.
+func (s *apiServer) startLiveImage(runtime, image string) (*Idle, error) {
 	ctx, cancel := s.ctx()
 	defer cancel()
-	sb, err := s.c.Create(ctx, client.CreateRequest{Runtime: runtime})
+	sb, err := s.c.Create(ctx, client.CreateRequest{Runtime: runtime, Image: image})
 	if err != nil {
 		return nil, fmt.Errorf("create: %w", err)
 	}

@@ -193,10 +193,11 @@ func Run(cfg Config) *Report {
 			rep.Figures = append(rep.Figures, GVisorFigure(cfg.Airlock, others, cfg.Runs, cfg.Peers.Timeout))
 			progress("gvisor exec: %d rounds of /bin/true", cfg.Runs)
 			native, gv := api(), Peer{Name: GVisorPeer, Missing: "airlock serve did not start"}
+			gvImage := Peer{Name: GVisorImagePeer, Missing: "airlock serve did not start"}
 			if srvErr == nil {
-				gv = srv.gvisorPeer()
+				gv, gvImage = srv.gvisorPeer(), srv.gvisorImagePeer(cfg.Airlock)
 			}
-			rep.Figures = append(rep.Figures, GVisorExecFigure(native, gv, others, true_, cfg.Runs))
+			rep.Figures = append(rep.Figures, GVisorExecFigure(native, gv, others, true_, cfg.Runs, gvImage))
 			if srvErr != nil {
 				rep.Figures = append(rep.Figures, Unavailable("gvisor pause (100 MB Python)", "airlock serve did not start: "+srvErr.Error()),
 					Unavailable("gvisor density", "airlock serve did not start: "+srvErr.Error()))
