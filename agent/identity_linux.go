@@ -22,6 +22,7 @@ const (
 	sysSetfsuid    = syscall.SYS_SETFSUID
 	sysSetfsgid    = syscall.SYS_SETFSGID
 	sysCapset      = syscall.SYS_CAPSET
+	sysCapget      = syscall.SYS_CAPGET
 	sysPrctl       = syscall.SYS_PRCTL
 	wantAgentCaps  = 1<<capKill | 1<<capSetgid | 1<<capSetuid
 	capUserHeadLen = 2

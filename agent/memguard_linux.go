@@ -129,9 +129,15 @@ func (w *workloadGroup) join() error {
 	if w == nil {
 		return nil
 	}
+	// Raise dac_override, permitted to both agent identities (a workload
+	// user's and a uid-0 workload's, whose permitted set also holds the
+	// root capabilities it hands on), keeping every other set as it is.
 	hdr := [capUserHeadLen]uint32{linuxCapV3, 0}
 	var data [2]struct{ effective, permitted, inheritable uint32 }
-	data[0].effective, data[0].permitted = uint32(agentPermits), uint32(agentPermits)
+	if _, _, e := syscall.RawSyscall(sysCapget, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data)), 0); e != 0 {
+		return fmt.Errorf("spawner: capget: %w", e)
+	}
+	data[0].effective |= 1 << unix.CAP_DAC_OVERRIDE
 	if _, _, e := syscall.RawSyscall(sysCapset, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data)), 0); e != 0 {
 		return fmt.Errorf("spawner: capset: %w", e)
 	}

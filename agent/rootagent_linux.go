@@ -56,9 +56,16 @@ func becomeRootAgent(aid int, args []string) error {
 	if err := syscall.Setresuid(aid, 0, aid); err != nil {
 		return fmt.Errorf("setresuid(%d, 0, %d): %w", aid, aid, err)
 	}
+	// With the workload in a cgroup of its own (theWorkload), the spawner
+	// thread raises dac_override to clone into it (workloadGroup.join): it
+	// stays permitted, as for a workload user's agent.
+	permits := uint64(wantAgentCaps) | keep
+	if theWorkload != nil {
+		permits |= 1 << unix.CAP_DAC_OVERRIDE
+	}
 	hdr := [capUserHeadLen]uint32{linuxCapV3, 0}
 	var data [2]struct{ effective, permitted, inheritable uint32 }
-	data[0].effective, data[0].permitted = wantAgentCaps, wantAgentCaps|uint32(keep)
+	data[0].effective, data[0].permitted = wantAgentCaps, uint32(permits)
 	data[1].permitted = uint32(keep >> 32)
 	if _, _, e := syscall.AllThreadsSyscall(sysCapset, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data)), 0); e != 0 {
 		return fmt.Errorf("capset: %w", e)
@@ -71,7 +78,7 @@ func becomeRootAgent(aid int, args []string) error {
 	if gs, err := syscall.Getgroups(); err != nil || len(gs) > 0 {
 		return fmt.Errorf("supplementary groups left: %v %v", gs, err)
 	}
-	if err := checkCaps(map[string]uint64{"CapPrm:": wantAgentCaps | keep, "CapEff:": wantAgentCaps, "CapBnd:": keep, "CapAmb:": 0}); err != nil {
+	if err := checkCaps(map[string]uint64{"CapPrm:": permits, "CapEff:": wantAgentCaps, "CapBnd:": keep, "CapAmb:": 0}); err != nil {
 		return err
 	}
 	if len(rootCaps) > 0 {

@@ -158,28 +158,28 @@ func TestFaults(t *testing.T) {
 	}
 }
 
-// churn creates and kills n sandboxes (native, native from image base and,
-// with gv, gvisor, in turn). Every tenth first runs a bomb: a memory bomb
-// (64 MiB limit) must end as oom, a fork bomb (32 pids) at its limit, and
-// the sandbox must answer after it.
+// churn creates and kills n sandboxes (native and, with gv, gvisor, each
+// from the default root and from image base, in turn). Two in ten first
+// run a bomb, every kind in turn: a memory bomb (64 MiB limit) must end as
+// oom, a fork bomb (32 pids) at its limit, and the sandbox must answer
+// after it.
 func churn(t *testing.T, c *client.Client, base string, n int, gv bool, known map[string]bool) {
 	t.Helper()
 	ctx := ctxT(t)
 	for i := range n {
 		req := client.CreateRequest{Timeout: 300}
-		switch i % 3 {
-		case 1:
+		// native, native from the image, gvisor, gvisor from the image
+		if i%2 == 1 {
 			req.Image = base
-		case 2:
-			if gv {
-				req.Runtime = "gvisor"
-			}
+		}
+		if i%4 >= 2 && gv {
+			req.Runtime = "gvisor"
 		}
 		bomb := ""
-		if i%10 == 0 {
+		if i%10 == 0 || i%10 == 3 { // every kind in turn
 			req.Limits = &client.Limits{MemoryBytes: 64 << 20, Pids: 32}
 			bomb = "x=aaaaaaaaaaaaaaaa; while :; do x=$x$x; done" // memory
-			if i%20 == 10 {
+			if (i/10)%2 == 1 {
 				bomb = "f() { f | f & }; f; sleep 5" // fork
 			}
 		}

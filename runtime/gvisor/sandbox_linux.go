@@ -161,25 +161,31 @@ func start(cfg native.Config, image string) (*Sandbox, error) {
 		}
 		cfg.Args = append(append([]string{}, cfg.Args...), mounts...)
 		if privileged {
-			cfg.Args = append(cfg.Args, fmt.Sprintf("--agent-id=%d", native.AgentUID),
-				fmt.Sprintf("--workload-cgroup=%d:%d", p.Limits.MemoryBytes, p.Limits.Pids))
+			cfg.Args = append(cfg.Args, fmt.Sprintf("--agent-id=%d", native.AgentUID))
 		}
-	}
-	// The host's cgroup holds the sentry, the gofer and, inside the
-	// sentry, the agent and the workload. With the workload in a cgroup of
-	// its own inside the sentry (privileged agent), the host's limits are
-	// the workload's plus a reserve, so that the workload reaches its own
-	// limits first and the sandbox lives on.
-	hostLimits := cgroups.Limits{MemoryBytes: p.Limits.MemoryBytes, CPUs: p.Limits.CPUs, Pids: p.Limits.Pids + PidsOverhead}
-	if privileged {
-		hostLimits.MemoryBytes += MemoryReserve + p.Limits.Pids*HostMemoryPerProcess
-		hostLimits.Pids = p.Limits.Pids*HostTasksPerProcess + PidsOverhead
 	}
 	rootArgs, err := rootAgentArgs(&p, &cfg, len(mounts) > 0) // a uid-0 workload: image_linux.go
 	if err != nil {
 		return nil, err
 	}
 	cfg.Args = append(cfg.Args, rootArgs...)
+	// The workload gets a cgroup of its own inside the sentry whenever the
+	// agent starts privileged and takes an identity of its own: for a
+	// workload user (--agent-id) and for a uid-0 one (--root-agent-id).
+	ownGroup := privileged || len(rootArgs) > 0
+	if ownGroup {
+		cfg.Args = append(cfg.Args, fmt.Sprintf("--workload-cgroup=%d:%d", p.Limits.MemoryBytes, p.Limits.Pids))
+	}
+	// The host's cgroup holds the sentry, the gofer and, inside the
+	// sentry, the agent and the workload. With the workload in a cgroup of
+	// its own inside the sentry, the host's limits are the workload's plus
+	// a reserve, so that the workload reaches its own limits first and the
+	// sandbox lives on.
+	hostLimits := cgroups.Limits{MemoryBytes: p.Limits.MemoryBytes, CPUs: p.Limits.CPUs, Pids: p.Limits.Pids + PidsOverhead}
+	if ownGroup {
+		hostLimits.MemoryBytes += MemoryReserve + p.Limits.Pids*HostMemoryPerProcess
+		hostLimits.Pids = p.Limits.Pids*HostTasksPerProcess + PidsOverhead
+	}
 
 	enforced := rt.Enforced{
 		{Name: "gvisor", State: rt.StateOK, Detail: fmt.Sprintf("runsc %s, platform %s: the program's system calls are served by gVisor's sentry (a user-space kernel), not the host kernel", rs.Version, Platform)},
@@ -210,7 +216,7 @@ func start(cfg native.Config, image string) (*Sandbox, error) {
 		}
 	}
 	switch {
-	case group != nil && privileged:
+	case group != nil && ownGroup:
 		enforced = append(enforced, rt.Layer{Name: "cgroup", State: rt.StateOK,
 			Detail: fmt.Sprintf("%s around the sentry and gofer (the workload's limits plus what gVisor costs the host: %d MiB and %d tasks, plus %d MiB and %d tasks for each of the workload's pids)", group.Describe(), MemoryReserve>>20, PidsOverhead, HostMemoryPerProcess>>20, HostTasksPerProcess)})
 	case group != nil:
@@ -223,7 +229,7 @@ func start(cfg native.Config, image string) (*Sandbox, error) {
 		}
 		enforced = append(enforced, rt.Layer{Name: "cgroup", State: rt.StateMissing, Detail: "memory, pids and cpu limits NOT enforced: " + orUnknown(reason)})
 	}
-	if privileged {
+	if ownGroup {
 		enforced = append(enforced, rt.Layer{Name: "workload-cgroup", State: rt.StateOK,
 			Detail: fmt.Sprintf("the workload runs in a cgroup of its own inside gVisor's sentry, the agent outside it: pids.max %d (enforced by gVisor: fork answers EAGAIN); memory %d bytes, enforced by the agent, which kills the workload's largest process when gVisor's accounting of the group passes it (gVisor records memory limits but does not enforce them)", p.Limits.Pids, p.Limits.MemoryBytes)})
 	}
