@@ -2,11 +2,13 @@ package microvm
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,19 +21,16 @@ import (
 
 // bootGuest starts a guest with a freshly built agent and returns it with
 // a client of its agent.
-func bootGuest(t *testing.T) (*VM, *agent.Client) {
+func bootGuest(t *testing.T, user ...string) (*VM, *agent.Client) {
 	t.Helper()
 	if err := (Tier{}).Available(); err != nil {
 		t.Skipf("microvm tier not available: %v", err)
 	}
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "airlock-agent")
-	build := exec.Command("go", "build", "-o", bin, "airlock/cmd/airlock-agent")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build agent: %v\n%s", err, out)
+	if len(user) == 0 {
+		user = []string{"--user", "1000:1000"}
 	}
-	CacheDir = filepath.Join(dir, "cache")
+	dir := t.TempDir()
+	bin := agentBinary(t)
 	p, err := policy.Preset(policy.Standard)
 	if err != nil {
 		t.Fatal(err)
@@ -49,8 +48,8 @@ func bootGuest(t *testing.T) (*VM, *agent.Client) {
 	}
 	defer logf.Close()
 	start := time.Now()
-	inst, _, err := Tier{}.Start(native.Config{ID: "mvt-" + strings.ToLower(t.Name())[:8], Policy: p,
-		Args: []string{native.AgentPath, "__agent", "--user", "1000:1000"}, Stdin: stdin, Stdout: logf, Stderr: logf,
+	inst, _, err := Tier{}.Start(native.Config{ID: "mvt-" + filepath.Base(dir), Policy: p,
+		Args: append([]string{native.AgentPath, "__agent"}, user...), Stdin: stdin, Stdout: logf, Stderr: logf,
 		Agent: true, AgentBinary: bin})
 	stdin.Close()
 	if err != nil {
@@ -72,6 +71,35 @@ func bootGuest(t *testing.T) (*VM, *agent.Client) {
 	t.Logf("boot to agent hello: %s (%s)", time.Since(start).Round(time.Millisecond), vm.Enforced()[0].Detail)
 	t.Cleanup(func() { c.Close() })
 	return vm, c
+}
+
+var (
+	agentOnce sync.Once
+	agentPath string
+	agentErr  error
+)
+
+// agentBinary builds the agent once per test binary, and points the
+// initramfs cache at a directory of the test's.
+func agentBinary(t *testing.T) string {
+	agentOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "microvm-test-")
+		if err != nil {
+			agentErr = err
+			return
+		}
+		CacheDir = filepath.Join(dir, "cache")
+		agentPath = filepath.Join(dir, "airlock-agent")
+		build := exec.Command("go", "build", "-o", agentPath, "airlock/cmd/airlock-agent")
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := build.CombinedOutput(); err != nil {
+			agentErr = fmt.Errorf("build agent: %v\n%s", err, out)
+		}
+	})
+	if agentErr != nil {
+		t.Fatal(agentErr)
+	}
+	return agentPath
 }
 
 // run runs a shell command in the guest.
@@ -106,5 +134,59 @@ func TestMicroVMEcho(t *testing.T) {
 	host := unix.ByteSliceToString(u.Release[:])
 	if out, _ := run(t, c, "uname -r"); strings.TrimSpace(out) == host {
 		t.Fatalf("guest kernel %q is the host's", out)
+	}
+}
+
+// TestMicroVMGuestCrashEndsOnlyItsVM: what the workload can do to its
+// guest kernel ends only its own VM. A uid-1000 workload can neither
+// reboot the guest, trigger sysrq nor signal the agent (PID 1); a root
+// workload can panic the guest kernel (sysrq c), which ends that QEMU and
+// nothing else: another guest goes on answering, and the host's cgroup of
+// the crashed VM is removed by Destroy.
+func TestMicroVMGuestCrashEndsOnlyItsVM(t *testing.T) {
+	victim, vc := bootGuest(t, "--user", "0:0", "--root-caps="+native.RootCapsArg())
+	other, oc := bootGuest(t)
+
+	out, _ := run(t, oc, "reboot -f; echo b > /proc/sysrq-trigger; kill -9 1; echo alive")
+	if !strings.Contains(out, "alive\n") || !strings.Contains(out, "reboot: (null): Operation not permitted") ||
+		!strings.Contains(out, "can't create /proc/sysrq-trigger: Permission denied") || !strings.Contains(out, "can't kill pid 1: Operation not permitted") {
+		t.Fatalf("uid 1000 hostile commands: %q", out)
+	}
+	if out, _ := run(t, oc, "echo hi"); out != "hi\n" {
+		t.Fatalf("after uid-1000 attempts: %q", out)
+	}
+
+	if out, _ := run(t, vc, "id -u"); out != "0\n" {
+		t.Fatalf("root workload: id -u %q", out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	p, err := vc.Exec(ctx, agent.ExecRequest{Shell: "echo c > /proc/sysrq-trigger"})
+	cancel()
+	if err == nil {
+		go p.Collect(context.Background(), 1<<10) // the connection ends with the guest
+	}
+	select {
+	case <-victim.Done():
+	case <-time.After(5 * time.Minute):
+		t.Fatal("the guest whose kernel panicked is still running")
+	}
+	select {
+	case <-other.Done():
+		t.Fatal("the other guest ended with the crashed one")
+	default:
+	}
+	if out, _ := run(t, oc, "echo still here"); out != "still here\n" {
+		t.Fatalf("other guest after the crash: %q", out)
+	}
+	cg := victim.group
+	if err := victim.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	if cg != nil {
+		for _, d := range cg.Dirs() {
+			if _, err := os.Stat(d); !os.IsNotExist(err) {
+				t.Fatalf("crashed VM's cgroup %s left behind (%v)", d, err)
+			}
+		}
 	}
 }
