@@ -23,13 +23,14 @@ var CacheDir = "/var/cache/airlock/microvm"
 var busyboxPath = "/bin/busybox"
 
 // guestModules are the kernel modules the guest needs when the kernel
-// has them as modules: virtio over MMIO (the microvm machine's bus) and
-// virtio-console (the agent's virtio-serial port). Their dependencies are
+// has them as modules: virtio over MMIO (the microvm machine's bus),
+// virtio-console (the agent's virtio-serial port), virtio-blk and EROFS
+// (the read-only /usr image, UsrImage). Their dependencies are
 // added from modules.dep.
-var guestModules = []string{"virtio_mmio", "virtio_console"}
+var guestModules = []string{"virtio_mmio", "virtio_console", "virtio_blk", "erofs"}
 
 // guestApplets are the busybox applets linked into the guest's /bin: the
-// workload's shell and the usual tools.
+// workload's shell and the usual tools (/usr is the EROFS image: python3).
 var guestApplets = []string{"sh", "ash", "cat", "echo", "ls", "mkdir", "mount", "insmod", "rm", "cp", "mv",
 	"sleep", "ps", "kill", "id", "env", "grep", "sed", "awk", "head", "tail", "wc", "true", "false", "test",
 	"printf", "chmod", "touch", "uname", "reboot", "poweroff", "dd", "find", "sort", "tr", "cut", "date",
@@ -69,6 +70,9 @@ while [ -z "$port" ] && [ $i -lt 300 ]; do
 	$B usleep 20000
 done
 [ -n "$port" ] || die "no airlock.agent port"
+i=0
+while [ ! -b /dev/vda ] && [ $i -lt 300 ]; do i=$((i+1)); $B usleep 20000; done
+$B mount -t erofs -o ro,nodev,nosuid /dev/vda /usr || die "mount /usr"
 $B mount -o remount,ro / || die "remount / read-only"
 unset AIRLOCK_USER AIRLOCK_TMPFS
 export PATH=/usr/local/bin:/usr/bin:/bin HOME=/workspace
@@ -211,7 +215,8 @@ func writeInitramfs(w io.Writer, agentBytes []byte, mods []module) error {
 		func() error { return file("init", 0o755, []byte(initScript)) },
 		func() error { return dir("bin", 0o755) },
 		func() error { return dir("usr", 0o755) },
-		func() error { return dir("usr/bin", 0o755) },
+		func() error { return link("lib", "usr/lib") },
+		func() error { return link("lib64", "usr/lib64") },
 		func() error { return dir("proc", 0o555) },
 		func() error { return dir("sys", 0o555) },
 		func() error { return dir("dev", 0o755) },
@@ -227,7 +232,6 @@ func writeInitramfs(w io.Writer, agentBytes []byte, mods []module) error {
 	for _, a := range guestApplets {
 		steps = append(steps, func() error { return link("bin/"+a, "/.airlock/busybox") })
 	}
-	steps = append(steps, func() error { return link("usr/bin/env", "/.airlock/busybox") })
 	for _, m := range mods {
 		steps = append(steps, func() error {
 			b, err := os.ReadFile(m.path)

@@ -128,6 +128,9 @@ func TestMicroVMEcho(t *testing.T) {
 	if out, _ := run(t, c, "id -u; cat /proc/1/cmdline | tr '\\0' ' '"); !strings.HasPrefix(out, "1000\n/.airlock/airlock __agent") {
 		t.Fatalf("identity: %q", out)
 	}
+	if out, _ := run(t, c, "python3 -c 'import sys, json, sqlite3, ssl; print(6*7, sys.version_info[0])'"); out != "42 3\n" {
+		t.Fatalf("python3: %q", out)
+	}
 	// The guest's kernel is not the host's.
 	var u unix.Utsname
 	unix.Uname(&u)

@@ -52,6 +52,9 @@ func (Tier) Available() error {
 	if _, err := moduleFiles(k); err != nil {
 		return err
 	}
+	if _, err := exec.LookPath("mkfs.erofs"); err != nil {
+		return fmt.Errorf("microvm: mkfs.erofs not found (apt-get install erofs-utils)")
+	}
 	if _, err := os.Stat(busyboxPath); err != nil {
 		return fmt.Errorf("microvm: %s: %w (apt-get install busybox-static)", busyboxPath, err)
 	}
@@ -106,6 +109,10 @@ func (Tier) Start(cfg native.Config) (tier.Instance, []net.Listener, error) {
 		return nil, nil, err
 	}
 	initrd, err := Initramfs(kernel, cfg.AgentBinary)
+	if err != nil {
+		return nil, nil, err
+	}
+	usr, err := UsrImage()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -164,6 +171,7 @@ func (Tier) Start(cfg native.Config) (tier.Instance, []net.Listener, error) {
 		"-chardev", "stdio,id=con,signal=off", "-serial", "chardev:con",
 		"-device", "virtio-serial-device",
 		"-chardev", "socket,id=agent,fd=3", "-device", "virtserialport,chardev=agent,name=airlock.agent",
+		"-drive", "file=" + usr + ",if=none,format=raw,readonly=on,id=usr", "-device", "virtio-blk-device,drive=usr",
 		"-kernel", kernel, "-initrd", initrd, "-append", appendLine}
 	cmd := exec.Command(q, args...)
 	cmd.Stdin = nil
@@ -203,7 +211,7 @@ func (Tier) Start(cfg native.Config) (tier.Instance, []net.Listener, error) {
 		{Name: "vm", State: rt.StateOK, Detail: "qemu microvm, " + acc.why + "; the workload runs on its own guest kernel (" + kernel + "), the host kernel sees only QEMU"},
 		{Name: "seccomp", State: rt.StateOK, Detail: "QEMU's -sandbox (obsolete, elevateprivileges, spawn and resourcecontrol denied)"},
 		{Name: "network", State: rt.StateOK, Detail: "none: the guest has no network device"},
-		{Name: "filesystem", State: rt.StateOK, Detail: fmt.Sprintf("initramfs root (busybox, read-only), tmpfs /workspace and /tmp of %d bytes each inside guest memory; no host files", tmpfs)},
+		{Name: "filesystem", State: rt.StateOK, Detail: fmt.Sprintf("initramfs root (busybox, read-only); /usr a read-only EROFS image (virtio-blk, QEMU opens it read-only) of the host's python3, its standard library and their shared libraries; tmpfs /workspace and /tmp of %d bytes each inside guest memory; no other host file", tmpfs)},
 		{Name: "identity", State: rt.StateOK, Detail: "the agent is the guest's PID 1 (root, capabilities reduced to kill, setuid, setgid); the workload runs as " + user},
 	}
 	if group != nil {
