@@ -7,8 +7,10 @@
 // the host kernel, only QEMU's emulated devices do. QEMU runs under its
 // own seccomp sandbox, in a cgroup of its own, with no network device.
 //
-// This is the first rung (issue 27): a host-default-like root (busybox,
-// no host /usr), exec, files and background processes. Image roots,
-// volumes, network, pause, snapshots and adoption are declared missing in
-// Caps and refused by the manager; see docs/microvm.md.
+// This is the first rung (issue 27): a root of busybox and a read-only
+// /usr image of the host's python3 (UsrImage), exec, files, code cells,
+// background processes and pause. Image roots,
+// volumes, network, snapshots and adoption are declared missing in
+// Caps and refused by the manager; see docs/microvm.md. Pause freezes
+// QEMU's cgroup.
 package microvm

@@ -18,6 +18,7 @@ import (
 	"airlock/agent"
 	"airlock/policy"
 	rt "airlock/runtime"
+	"airlock/runtime/launcher"
 	"airlock/runtime/native"
 	"airlock/runtime/native/cgroups"
 	"airlock/runtime/tier"
@@ -61,9 +62,11 @@ func (Tier) Available() error {
 	return nil
 }
 
-// Caps implements tier.Caps: the agent gets a connected socket (relayed
-// to its virtio-serial port); nothing beyond start, exec and kill yet.
-func (Tier) Caps() tier.Caps { return tier.Caps{ConnectedAgent: true} }
+// Caps implements tier.Tier: the agent gets a connected socket (relayed
+// to its virtio-serial port); pause freezes QEMU's cgroup, which stops
+// the whole guest (its memory stays resident). Nothing else yet: no image
+// roots, volumes, network, snapshots, adoption or pool.
+func (Tier) Caps() tier.Caps { return tier.Caps{ConnectedAgent: true, Pause: tier.PauseFreeze} }
 
 // Remove implements tier.Tier: the cgroup of a QEMU a crash left behind.
 func (Tier) Remove(id string) {
@@ -190,7 +193,13 @@ func (Tier) Start(cfg native.Config) (tier.Instance, []net.Listener, error) {
 		defer cgfd.Close()
 		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(cgfd.Fd())
 	}
-	if err := cmd.Start(); err != nil {
+	// Forked from the launcher thread: the parent-death signal fires when
+	// the forking thread exits (runtime/launcher).
+	start := cmd.Start
+	if cmd.SysProcAttr.Pdeathsig != 0 {
+		start = func() error { return launcher.Run(cmd.Start) }
+	}
+	if err := start(); err != nil {
 		tierEnd.Close()
 		return fail("start qemu", err)
 	}
