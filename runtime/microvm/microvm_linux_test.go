@@ -17,6 +17,7 @@ import (
 	"airlock/agent"
 	"airlock/policy"
 	"airlock/runtime/native"
+	"airlock/runtime/native/cgroups"
 )
 
 // bootGuest starts a guest with a freshly built agent and returns it with
@@ -121,10 +122,29 @@ func run(t *testing.T, c *agent.Client, cmd string) (string, agent.ExitStatus) {
 // TestMicroVMEcho boots a guest and runs commands through its agent, as
 // the policy's uid, on the guest's own kernel.
 func TestMicroVMEcho(t *testing.T) {
+	if err := (Tier{}).Available(); err != nil {
+		t.Skipf("microvm tier not available: %v", err)
+	}
+	bin := agentBinary(t)
+	k, err := kernelPath()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Initramfs(k, bin); err != nil { // built once per cache, not timed below
+		t.Fatal(err)
+	}
+	if _, err := chooseAccel(); err != nil { // the once-per-process KVM probe, not timed below
+		t.Fatal(err)
+	}
+	if _, err := UsrImage(); err != nil { // built once per cache, not timed below
+		t.Fatal(err)
+	}
+	start := time.Now()
 	_, c := bootGuest(t)
 	if out, _ := run(t, c, "echo hi"); out != "hi\n" {
 		t.Fatalf("echo hi: %q", out)
 	}
+	t.Logf("boot to first exec (echo hi): %s", time.Since(start).Round(time.Millisecond))
 	if out, _ := run(t, c, "id -u; cat /proc/1/cmdline | tr '\\0' ' '"); !strings.HasPrefix(out, "1000\n/.airlock/airlock __agent") {
 		t.Fatalf("identity: %q", out)
 	}
@@ -191,5 +211,63 @@ func TestMicroVMGuestCrashEndsOnlyItsVM(t *testing.T) {
 				t.Fatalf("crashed VM's cgroup %s left behind (%v)", d, err)
 			}
 		}
+	}
+}
+
+// TestMicroVMBootFailureLeavesNothing: a guest whose agent never gets
+// ready (here an "agent" that exits at once, so the guest's init ends and
+// its kernel panics) fails the start with the reason, and leaves neither
+// QEMU nor its cgroup behind.
+func TestMicroVMBootFailureLeavesNothing(t *testing.T) {
+	if err := (Tier{}).Available(); err != nil {
+		t.Skipf("microvm tier not available: %v", err)
+	}
+	agentBinary(t) // the cache directory
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "agent")
+	if err := os.WriteFile(bad, []byte("#!/bin/sh\necho fake agent exits >&2\nexit 3\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p, err := policy.Preset(policy.Standard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Runtime, p.Network.Mode = policy.RuntimeMicroVM, policy.NetNone
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fds[0])
+	stdin := os.NewFile(uintptr(fds[1]), "agent")
+	defer stdin.Close()
+	logf, err := os.Create(filepath.Join(dir, "console.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	id := "mvt-fail-" + filepath.Base(dir)
+	inst, _, err := Tier{}.Start(native.Config{ID: id, Policy: p, Args: []string{native.AgentPath, "__agent"},
+		Stdin: stdin, Stdout: logf, Stderr: logf, Agent: true, AgentBinary: bad})
+	if err == nil {
+		inst.Destroy()
+		t.Fatal("a guest whose agent exits at once started")
+	}
+	if !strings.Contains(err.Error(), "boot") {
+		t.Fatalf("error does not say the boot failed: %v", err)
+	}
+	console, _ := os.ReadFile(logf.Name())
+	if !strings.Contains(string(console), "fake agent exits") {
+		t.Fatalf("the guest's console is not in the log: %q", console)
+	}
+	if g, err := cgroups.Lookup(id); err == nil && g != nil {
+		for _, d := range g.Dirs() {
+			if _, err := os.Stat(d); !os.IsNotExist(err) {
+				t.Fatalf("cgroup %s left behind (%v)", d, err)
+			}
+		}
+	}
+	out, _ := exec.Command("pgrep", "-f", id).Output()
+	if len(out) > 0 {
+		t.Fatalf("processes of %s left: %s", id, out)
 	}
 }

@@ -136,9 +136,12 @@ func (Tier) Start(cfg native.Config) (tier.Instance, []net.Listener, error) {
 		tmpfs = memMiB << 20 / 2
 	}
 
-	group, err := cgroups.Create(id, cgroups.Limits{MemoryBytes: memMiB<<20 + qemuOverhead, CPUs: p.Limits.CPUs, Pids: 64})
-	if err != nil && !cfg.AllowDegraded {
-		return nil, nil, &native.SetupError{Step: "cgroups", Err: err}
+	group, cgErr := cgroups.Create(id, cgroups.Limits{MemoryBytes: memMiB<<20 + qemuOverhead, CPUs: p.Limits.CPUs, Pids: 64})
+	if cgErr != nil {
+		if !cfg.AllowDegraded {
+			return nil, nil, &native.SetupError{Step: "cgroups", Err: cgErr}
+		}
+		group = nil
 	}
 	fail := func(step string, err error) (tier.Instance, []net.Listener, error) {
 		if group != nil {
@@ -169,7 +172,7 @@ func (Tier) Start(cfg native.Config) (tier.Instance, []net.Listener, error) {
 		machine, cpu = "microvm,accel=kvm", "host"
 	}
 	args := []string{"-M", machine, "-cpu", cpu, "-m", fmt.Sprint(memMiB), "-smp", fmt.Sprint(cpus),
-		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
+		"-name", "airlock-" + id, "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
 		"-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
 		"-chardev", "stdio,id=con,signal=off", "-serial", "chardev:con",
 		"-device", "virtio-serial-device",
@@ -227,7 +230,7 @@ func (Tier) Start(cfg native.Config) (tier.Instance, []net.Listener, error) {
 		vm.enforced = append(vm.enforced, rt.Layer{Name: "cgroup", State: rt.StateOK,
 			Detail: fmt.Sprintf("%s around QEMU: guest memory %d MiB (the workload's limit, enforced by the guest kernel) + %d MiB for QEMU, %d vCPUs", group.Describe(), memMiB, qemuOverhead>>20, cpus)})
 	} else {
-		vm.enforced = append(vm.enforced, rt.Layer{Name: "cgroup", State: rt.StateMissing, Detail: "QEMU's host resources NOT limited: " + err.Error()})
+		vm.enforced = append(vm.enforced, rt.Layer{Name: "cgroup", State: rt.StateMissing, Detail: "QEMU's host resources NOT limited: " + cgErr.Error()})
 	}
 
 	// Wait for the agent's ready line, then relay.
