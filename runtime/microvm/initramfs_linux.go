@@ -18,6 +18,18 @@ import (
 // content key (kernel, agent binary, init script).
 var CacheDir = "/var/cache/airlock/microvm"
 
+// ensureCacheDir makes CacheDir, readable by QEMU's unprivileged uid
+// (also when an older airlock made it 0700).
+func ensureCacheDir() error {
+	if err := os.MkdirAll(CacheDir, 0o755); err != nil {
+		return fmt.Errorf("microvm: cache dir: %w", err)
+	}
+	if err := os.Chmod(CacheDir, 0o755); err != nil {
+		return fmt.Errorf("microvm: cache dir: %w", err)
+	}
+	return nil
+}
+
 // busyboxPath is the static busybox the guest's userland comes from
 // (Debian's busybox-static).
 var busyboxPath = "/bin/busybox"
@@ -97,8 +109,8 @@ func Initramfs(kernel, agentBinary string) (string, error) {
 	if _, err := os.Stat(path); err == nil {
 		return path, nil
 	}
-	if err := os.MkdirAll(CacheDir, 0o700); err != nil {
-		return "", fmt.Errorf("microvm: cache dir: %w", err)
+	if err := ensureCacheDir(); err != nil {
+		return "", err
 	}
 	mods, err := moduleFiles(kernel)
 	if err != nil {
@@ -120,6 +132,10 @@ func Initramfs(kernel, agentBinary string) (string, error) {
 	}
 	if err := tmp.Close(); err != nil {
 		return "", fmt.Errorf("microvm: write initramfs: %w", err)
+	}
+	// QEMU runs unprivileged and opens it; nothing in it is secret.
+	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
+		return "", fmt.Errorf("microvm: initramfs: %w", err)
 	}
 	// A concurrent builder writes the same content: the last rename wins.
 	if err := os.Rename(tmp.Name(), path); err != nil {

@@ -85,6 +85,9 @@ var (
 func agentBinary(t *testing.T) string {
 	agentOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "microvm-test-")
+		if err == nil {
+			err = os.Chmod(dir, 0o755) // QEMU's unprivileged uid opens the cache
+		}
 		if err != nil {
 			agentErr = err
 			return
@@ -140,11 +143,25 @@ func TestMicroVMEcho(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	_, c := bootGuest(t)
+	vm, c := bootGuest(t)
 	if out, _ := run(t, c, "echo hi"); out != "hi\n" {
 		t.Fatalf("echo hi: %q", out)
 	}
 	t.Logf("boot to first exec (echo hi): %s", time.Since(start).Round(time.Millisecond))
+	// QEMU holds no privilege on the host.
+	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", vm.Pid()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(st), "\n") {
+		f := strings.Fields(l)
+		switch {
+		case len(f) == 5 && (f[0] == "Uid:" || f[0] == "Gid:") && (f[1] == "0" || f[2] == "0" || f[3] == "0"):
+			t.Fatalf("QEMU runs with id 0: %s", l)
+		case len(f) == 2 && (f[0] == "CapEff:" || f[0] == "CapPrm:") && f[1] != "0000000000000000":
+			t.Fatalf("QEMU has capabilities: %s", l)
+		}
+	}
 	if out, _ := run(t, c, "id -u; cat /proc/1/cmdline | tr '\\0' ' '"); !strings.HasPrefix(out, "1000\n/.airlock/airlock __agent") {
 		t.Fatalf("identity: %q", out)
 	}

@@ -8,6 +8,8 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	osuser "os/user"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -26,6 +28,9 @@ import (
 
 // BootTimeout bounds a guest's boot, up to its agent's ready line.
 var BootTimeout = 5 * time.Minute
+
+// nobody is QEMU's host uid and gid when the sandbox has no leased range.
+const nobody = 65534
 
 // qemuOverhead is the memory QEMU itself may use on the host beyond the
 // guest's RAM (its cgroup's limit is the guest's plus this).
@@ -183,7 +188,23 @@ func (Tier) Start(cfg native.Config) (tier.Instance, []net.Listener, error) {
 	cmd.Stdin = nil
 	cmd.Stdout, cmd.Stderr = cfg.Stdout, cfg.Stderr
 	cmd.ExtraFiles = []*os.File{qemuEnd}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	// QEMU runs as the first host id of the sandbox's leased range (or
+	// nobody without one), with no capabilities: it needs none, and two
+	// sandboxes' QEMUs cannot signal or trace each other.
+	qemuID := cfg.HostIDBase
+	if qemuID <= 0 {
+		qemuID = nobody
+	}
+	cred := &syscall.Credential{Uid: uint32(qemuID), Gid: uint32(qemuID), Groups: []uint32{}}
+	if acc.accel == AccelKVM {
+		g, err := osuser.LookupGroup("kvm")
+		if err != nil {
+			return fail("qemu identity", fmt.Errorf("group kvm (owner of /dev/kvm): %w", err))
+		}
+		gid, _ := strconv.Atoi(g.Gid)
+		cred.Groups = []uint32{uint32(gid)}
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Credential: cred}
 	if !cfg.SurviveParent {
 		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 	}
@@ -224,7 +245,7 @@ func (Tier) Start(cfg native.Config) (tier.Instance, []net.Listener, error) {
 		{Name: "seccomp", State: rt.StateOK, Detail: "QEMU's -sandbox (obsolete, elevateprivileges, spawn and resourcecontrol denied)"},
 		{Name: "network", State: rt.StateOK, Detail: "none: the guest has no network device"},
 		{Name: "filesystem", State: rt.StateOK, Detail: fmt.Sprintf("initramfs root (busybox, read-only); /usr a read-only EROFS image (virtio-blk, QEMU opens it read-only) of the host's python3, its standard library and their shared libraries; tmpfs /workspace and /tmp of %d bytes each inside guest memory; no other host file", tmpfs)},
-		{Name: "identity", State: rt.StateOK, Detail: "the agent is the guest's PID 1 (root, capabilities reduced to kill, setuid, setgid); the workload runs as " + user},
+		{Name: "identity", State: rt.StateOK, Detail: fmt.Sprintf("QEMU runs as host uid and gid %d, without capabilities; in the guest the agent is PID 1 (root, capabilities reduced to kill, setuid, setgid) and the workload runs as %s", qemuID, user)},
 	}
 	if group != nil {
 		vm.enforced = append(vm.enforced, rt.Layer{Name: "cgroup", State: rt.StateOK,

@@ -155,8 +155,8 @@ func UsrImage() (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("microvm: mkfs.erofs not found (apt-get install erofs-utils, or scripts/setup.sh)")
 	}
-	if err := os.MkdirAll(CacheDir, 0o700); err != nil {
-		return "", fmt.Errorf("microvm: cache dir: %w", err)
+	if err := ensureCacheDir(); err != nil {
+		return "", err
 	}
 	stage, err := os.MkdirTemp(CacheDir, ".usr-")
 	if err != nil {
@@ -181,6 +181,10 @@ func UsrImage() (string, error) {
 	defer os.Remove(tmp)
 	if out, err := exec.Command(mkfs, "--quiet", "--all-root", tmp, stage).CombinedOutput(); err != nil {
 		return "", fmt.Errorf("microvm: mkfs.erofs: %v: %s", err, out)
+	}
+	// QEMU runs unprivileged and opens it; nothing in it is secret.
+	if err := os.Chmod(tmp, 0o644); err != nil {
+		return "", fmt.Errorf("microvm: /usr image: %w", err)
 	}
 	if err := os.Rename(tmp, path); err != nil {
 		return "", fmt.Errorf("microvm: /usr image: %w", err)
