@@ -30,6 +30,15 @@ func ensureCacheDir() error {
 	return nil
 }
 
+// cached reports whether path exists, and makes it readable by QEMU's
+// unprivileged uid (an older airlock wrote it 0600).
+func cached(path string) bool {
+	if _, err := os.Stat(path); err != nil {
+		return false
+	}
+	return os.Chmod(path, 0o644) == nil
+}
+
 // busyboxPath is the static busybox the guest's userland comes from
 // (Debian's busybox-static).
 var busyboxPath = "/bin/busybox"
@@ -106,11 +115,11 @@ func Initramfs(kernel, agentBinary string) (string, error) {
 	fmt.Fprintf(h, "agent %x\ninit %s\n", ah, initScript)
 	key := hex.EncodeToString(h.Sum(nil))[:24]
 	path := filepath.Join(CacheDir, "initramfs-"+key+".cpio")
-	if _, err := os.Stat(path); err == nil {
-		return path, nil
-	}
 	if err := ensureCacheDir(); err != nil {
 		return "", err
+	}
+	if cached(path) {
+		return path, nil
 	}
 	mods, err := moduleFiles(kernel)
 	if err != nil {

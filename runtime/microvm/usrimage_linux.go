@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 )
 
 // pythonBinary is the interpreter the guest's /usr image carries, with
@@ -134,7 +135,29 @@ func usrFiles() ([]string, error) {
 // UsrImage returns the path of the guest's read-only /usr, an EROFS image
 // built at first use with mkfs.erofs, cached by content (each file's path,
 // size and modification time: an upgrade of python3 makes a new one).
+//
+// The path is remembered for the process (walking the standard library
+// and reading its extension modules' ELF headers costs a start); a
+// server restart picks up an upgraded python3.
 func UsrImage() (string, error) {
+	usrMu.Lock()
+	defer usrMu.Unlock()
+	if usrPath != "" && cached(usrPath) && filepath.Dir(usrPath) == CacheDir {
+		return usrPath, nil
+	}
+	p, err := buildUsrImage()
+	if err == nil {
+		usrPath = p
+	}
+	return p, err
+}
+
+var (
+	usrMu   sync.Mutex
+	usrPath string
+)
+
+func buildUsrImage() (string, error) {
 	files, err := usrFiles()
 	if err != nil {
 		return "", err
@@ -148,15 +171,15 @@ func UsrImage() (string, error) {
 		fmt.Fprintf(h, "%s %d %d %v\n", f, fi.Size(), fi.ModTime().UnixNano(), fi.Mode())
 	}
 	path := filepath.Join(CacheDir, "usr-"+hex.EncodeToString(h.Sum(nil))[:24]+".erofs")
-	if _, err := os.Stat(path); err == nil {
+	if err := ensureCacheDir(); err != nil {
+		return "", err
+	}
+	if cached(path) {
 		return path, nil
 	}
 	mkfs, err := exec.LookPath("mkfs.erofs")
 	if err != nil {
 		return "", fmt.Errorf("microvm: mkfs.erofs not found (apt-get install erofs-utils, or scripts/setup.sh)")
-	}
-	if err := ensureCacheDir(); err != nil {
-		return "", err
 	}
 	stage, err := os.MkdirTemp(CacheDir, ".usr-")
 	if err != nil {
