@@ -148,10 +148,14 @@ func TestMicroVMEcho(t *testing.T) {
 		t.Fatalf("echo hi: %q", out)
 	}
 	t.Logf("boot to first exec (echo hi): %s", time.Since(start).Round(time.Millisecond))
-	// QEMU holds no privilege on the host.
+	// QEMU holds no privilege on the host and runs under its seccomp
+	// filter (-sandbox).
 	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", vm.Pid()))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !strings.Contains(string(st), "\nSeccomp:\t2\n") {
+		t.Fatalf("QEMU is not under a seccomp filter:\n%s", st)
 	}
 	for _, l := range strings.Split(string(st), "\n") {
 		f := strings.Fields(l)
