@@ -66,7 +66,14 @@ func prespawnThreads(n int) {
 // streams. After a connection ends, or at start, the agent waits for the
 // grace period ("--grace DURATION" in its arguments, default 10 minutes)
 // for the next one, and if none comes kills everything and exits.
+//
+// With "--serial=PATH" (a microVM guest), fd 0 is first replaced by a
+// socket relayed to that character device (serialStdin).
 func Main() {
+	if err := serialStdin(os.Args); err != nil {
+		fmt.Fprintf(os.Stderr, "airlock agent: %v\n", err)
+		os.Exit(1)
+	}
 	setup()
 	f := os.NewFile(0, "host")
 	var code int

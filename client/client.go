@@ -216,6 +216,7 @@ type RuntimeCaps struct {
 	// SnapshotEnvironments: memory snapshots of sandboxes with an image
 	// root or volumes too.
 	SnapshotEnvironments bool `json:"memory_snapshot_environments"`
+	Network              bool `json:"network"`
 	ForkWithNetwork      bool `json:"fork_with_network"`
 	AttachNetwork        bool `json:"attach_network"`
 	AdoptRunning         bool `json:"adopt_running"`

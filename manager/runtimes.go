@@ -53,6 +53,8 @@ func checkRuntimePolicy(p *policy.Policy, req *CreateRequest) error {
 		return refuse(t, "an image or template root", "image_roots")
 	case len(req.Volumes) > 0 && !c.Volumes:
 		return refuse(t, "volumes", "volumes")
+	case p.Network.Mode != policy.NetNone && !c.Network:
+		return refuse(t, fmt.Sprintf("network (mode %q)", p.Network.Mode), "network")
 	}
 	return nil
 }

@@ -57,6 +57,9 @@ const (
 	// inside the airlock process: no kernel boundary, only what the host
 	// functions hand the module (runtime/wasm).
 	RuntimeWasm Runtime = "wasm"
+	// RuntimeMicroVM runs the sandbox in a QEMU microvm guest with its own
+	// kernel (runtime/microvm).
+	RuntimeMicroVM Runtime = "microvm"
 )
 
 // ParseRuntime checks a runtime name; empty means native.
@@ -64,10 +67,10 @@ func ParseRuntime(s string) (Runtime, error) {
 	switch Runtime(s) {
 	case "", RuntimeNative:
 		return RuntimeNative, nil
-	case RuntimeGVisor, RuntimeWasm:
+	case RuntimeGVisor, RuntimeWasm, RuntimeMicroVM:
 		return Runtime(s), nil
 	}
-	return "", fmt.Errorf("runtime: unknown %q (want native, gvisor or wasm)", s)
+	return "", fmt.Errorf("runtime: unknown %q (want native, gvisor, wasm or microvm)", s)
 }
 
 // Filesystem describes the root tree of a sandbox. Host directories appear

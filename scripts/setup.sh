@@ -24,7 +24,8 @@ for a in "$@"; do
   esac
 done
 pkgs=(python3 python3-numpy python3-pandas python3-matplotlib python3-requests bubblewrap crun runc stress-ng strace
-      libcap2-bin util-linux curl iproute2 ca-certificates busybox-static)
+      libcap2-bin util-linux curl iproute2 ca-certificates busybox-static
+      qemu-system-x86 linux-image-cloud-amd64 erofs-utils)
 if ((tests)); then
   pkgs+=(clang lld wasi-libc libclang-rt-14-dev-wasm32 chromium postgresql mmdebstrap etcd-server)
 fi

@@ -25,7 +25,7 @@ import (
 
 // matrixTiers are the tiers of the matrix (wasm runs WASI modules, not a
 // shell: its own tests cover it).
-var matrixTiers = []string{"native", "gvisor"}
+var matrixTiers = []string{"native", "gvisor", "microvm"}
 
 // matrixOps are the operations, in the order they run on a sandbox.
 var matrixOps = []string{"exec", "files", "python cell", "background process", "network allowlist + injected header",
@@ -34,8 +34,9 @@ var matrixOps = []string{"exec", "files", "python cell", "background process", "
 // opCaps names the capabilities an operation depends on: the first one
 // always, the others on some roots.
 var opCaps = map[string][]string{"pause/resume": {"pause"},
-	"snapshot + fork":          {"memory_snapshot", "memory_snapshot_environments", "fork_with_network"},
-	"server kill -9 + restart": {"adopt_running"}}
+	"network allowlist + injected header": {"network"},
+	"snapshot + fork":                     {"memory_snapshot", "memory_snapshot_environments", "fork_with_network"},
+	"server kill -9 + restart":            {"adopt_running"}}
 
 // capRe finds the capability a refusal names (runtime/tier.Refuse).
 var capRe = regexp.MustCompile(`\(capability ([a-z_]+);`)

@@ -68,6 +68,7 @@ func cmdServe(args []string) int {
 	ef.register(fs)
 	var kf kubeFlags
 	kf.register(fs)
+	applyMicroVM := microvmFlags(fs)
 	var imf imageServeFlags
 	imf.register(fs)
 	var cf ceilingFlags
@@ -98,6 +99,10 @@ func cmdServe(args []string) int {
 		return exitUsage
 	}
 	if err := af.load(); err != nil {
+		fmt.Fprintf(os.Stderr, "airlock serve: %v\n", err)
+		return exitUsage
+	}
+	if err := applyMicroVM(); err != nil {
 		fmt.Fprintf(os.Stderr, "airlock serve: %v\n", err)
 		return exitUsage
 	}

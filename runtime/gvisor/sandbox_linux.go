@@ -19,6 +19,7 @@ import (
 
 	"airlock/policy"
 	rt "airlock/runtime"
+	"airlock/runtime/launcher"
 	"airlock/runtime/native"
 	"airlock/runtime/native/cgroups"
 )
@@ -321,7 +322,7 @@ func (s *Sandbox) launch(args []string, stdin, stdout, stderr *os.File) error {
 	start := s.cmd.Start
 	if !s.surviveParent {
 		s.cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
-		start = func() error { return onLauncher(s.cmd.Start) }
+		start = func() error { return launcher.Run(s.cmd.Start) }
 	}
 	if err := start(); err != nil {
 		return err

@@ -42,7 +42,7 @@ func (Tier) Available() error {
 // (image_linux.go), hence UnmappedIDs.
 func (Tier) Caps() tier.Caps {
 	return tier.Caps{Pause: tier.PauseCheckpoint, MemorySnapshot: true, ConnectedAgent: true,
-		AdoptRunning: true, ForkWithNetwork: true, AttachNetwork: true,
+		AdoptRunning: true, Network: true, ForkWithNetwork: true, AttachNetwork: true,
 		ImageRoots: true, Volumes: true, UnmappedIDs: true, AgentOOM: true}
 }
 

@@ -65,6 +65,9 @@ type Caps struct {
 	// ForkWithNetwork: a sandbox with network can be snapshotted and
 	// forked.
 	ForkWithNetwork bool `json:"fork_with_network"`
+	// Network: a sandbox can be created with network (allowlist or open,
+	// through the egress proxy); without it only network none is.
+	Network bool `json:"network"`
 	// AttachNetwork: a sandbox created with network none can be given a
 	// network later (PUT /network).
 	AttachNetwork bool `json:"attach_network"`
@@ -260,6 +263,8 @@ func (c Caps) Has(name string) bool {
 		return c.SnapshotEnvironments
 	case "fork_with_network":
 		return c.ForkWithNetwork
+	case "network":
+		return c.Network
 	case "attach_network":
 		return c.AttachNetwork
 	case "adopt_running":

@@ -14,7 +14,7 @@ import (
 // unknown one is refused with the list, and a refusal names the tier, the
 // capability and the tiers that have it.
 func TestRegistry(t *testing.T) {
-	for _, n := range []policy.Runtime{policy.RuntimeNative, policy.RuntimeGVisor, policy.RuntimeWasm} {
+	for _, n := range []policy.Runtime{policy.RuntimeNative, policy.RuntimeGVisor, policy.RuntimeWasm, policy.RuntimeMicroVM} {
 		tr, err := tier.Lookup(n)
 		if err != nil || tr.Name() != n {
 			t.Fatalf("lookup %s: %v %v", n, tr, err)
@@ -31,6 +31,11 @@ func TestRegistry(t *testing.T) {
 	if !errors.Is(err, tier.ErrNotSupported) || !strings.Contains(err.Error(), "runtime wasm does not support volumes") ||
 		!strings.Contains(err.Error(), "runtimes that have it: gvisor, native") {
 		t.Fatalf("refusal: %v", err)
+	}
+	mvm, _ := tier.Lookup(policy.RuntimeMicroVM)
+	if err := tier.Refuse(mvm, `network (mode "allowlist")`, "network"); !strings.Contains(err.Error(), "runtime microvm does not support network") ||
+		!strings.Contains(err.Error(), "(capability network; runtimes that have it: gvisor, native)") {
+		t.Fatalf("network refusal: %v", err)
 	}
 	// Each capability a tier declares has the optional interface behind it.
 	for _, n := range tier.Names() {

@@ -2,6 +2,7 @@ package tiers
 
 import (
 	"airlock/runtime/gvisor"
+	"airlock/runtime/microvm"
 	"airlock/runtime/tier"
 )
 
@@ -9,4 +10,5 @@ func init() {
 	tier.Register(Native{})
 	tier.Register(Wasm{})
 	tier.Register(gvisor.Tier{})
+	tier.Register(microvm.Tier{})
 }

@@ -93,26 +93,36 @@ func holderOf(pid int) (holder, error) {
 
 func (h holder) String() string { return fmt.Sprintf("%d %d\n", h.pid, h.start) }
 
+// alive: the holder runs. A zombie (exited, not yet reaped: a holder
+// whose parent died is left to PID 1, which may reap it late) holds no
+// ids any more.
 func (h holder) alive() bool {
-	st, err := StartTime(h.pid)
-	return err == nil && st == h.start
+	st, state, err := procStat(h.pid)
+	return err == nil && st == h.start && state != "Z" && state != "X"
 }
 
 // StartTime returns field 22 of /proc/PID/stat.
 func StartTime(pid int) (uint64, error) {
+	st, _, err := procStat(pid)
+	return st, err
+}
+
+// procStat returns fields 22 (start time) and 3 (state) of /proc/PID/stat.
+func procStat(pid int) (uint64, string, error) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	i := bytes.LastIndexByte(b, ')') // the command name may contain ") "
 	if i < 0 {
-		return 0, errors.New("malformed /proc stat")
+		return 0, "", errors.New("malformed /proc stat")
 	}
 	f := strings.Fields(string(b[i+1:]))
 	if len(f) < 20 {
-		return 0, errors.New("short /proc stat")
+		return 0, "", errors.New("short /proc stat")
 	}
-	return strconv.ParseUint(f[19], 10, 64)
+	st, err := strconv.ParseUint(f[19], 10, 64)
+	return st, f[0], err
 }
 
 // lock opens (creating) the pool's directory and takes its exclusive lock.

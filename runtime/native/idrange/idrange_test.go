@@ -2,9 +2,12 @@ package idrange
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
+	"time"
 )
 
 // startSleeper starts a process that lives until the test kills it (or
@@ -139,6 +142,41 @@ func TestCrashLeftoverReclaimed(t *testing.T) {
 	}
 	if got.Base != l.Base {
 		t.Fatalf("got range %d, want the crashed holder's %d back", got.Base, l.Base)
+	}
+}
+
+// TestZombieHolderReclaimed: a holder that has exited but is not reaped
+// yet (a zombie: a sandbox process whose server was killed is left to PID
+// 1, which may reap it late) holds no range. Before, its lease looked
+// live, and a restarted server could not reclaim or reuse the range
+// ("host id range in use by another live sandbox").
+func TestZombieHolderReclaimed(t *testing.T) {
+	p := Pool{Dir: t.TempDir() + "/ranges", First: DefaultFirst}
+	c := exec.Command("sleep", "60")
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Wait()
+	l, err := p.Acquire(c.Process.Pid, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Process.Kill() // not waited for: a zombie until the deferred Wait
+	for i := 0; ; i++ {
+		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", c.Process.Pid)); err == nil && strings.Contains(string(b), ") Z ") {
+			break
+		}
+		if i > 600 {
+			t.Fatal("the killed holder never became a zombie")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	got, err := p.Claim(l.Base, os.Getpid())
+	if err != nil {
+		t.Fatalf("a zombie's range cannot be claimed: %v", err)
+	}
+	if got.Base != l.Base {
+		t.Fatalf("claimed %d, want %d", got.Base, l.Base)
 	}
 }
 

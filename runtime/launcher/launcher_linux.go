@@ -1,10 +1,6 @@
-package gvisor
-
-import (
-	"runtime"
-	"sync"
-)
-
+// Package launcher forks processes that carry a parent-death signal from
+// one OS thread that never exits.
+//
 // The parent-death signal (Pdeathsig) of a process fires when the thread
 // that forked it exits, not when the process does. Go ends an OS thread
 // when a goroutine locked to it returns, and airlock has such goroutines:
@@ -13,15 +9,22 @@ import (
 // sandbox's egressNetns then took was killed with it: the first of two
 // gvisor sandboxes with network created back to back ended about 0.3 s
 // after the second one's create ("the sandbox's agent exited", runsc
-// killed by signal 9; issue 29). Every runsc that carries a Pdeathsig is
-// therefore forked from one thread that never exits: the launcher.
+// killed by signal 9; issue 29). Every runsc or QEMU that carries a
+// Pdeathsig is therefore forked from one thread that never exits.
+package launcher
+
+import (
+	"runtime"
+	"sync"
+)
+
 var launcher struct {
 	once sync.Once
 	work chan func()
 }
 
-// onLauncher runs f (a fork) on the launcher thread and returns its error.
-func onLauncher(f func() error) error {
+// Run runs f (a fork) on the launcher thread and returns its error.
+func Run(f func() error) error {
 	launcher.once.Do(func() {
 		launcher.work = make(chan func())
 		go func() {

@@ -1,0 +1,349 @@
+package microvm
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	osuser "os/user"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"airlock/agent"
+	"airlock/policy"
+	rt "airlock/runtime"
+	"airlock/runtime/launcher"
+	"airlock/runtime/native"
+	"airlock/runtime/native/cgroups"
+	"airlock/runtime/tier"
+)
+
+// BootTimeout bounds a guest's boot, up to its agent's ready line.
+var BootTimeout = 5 * time.Minute
+
+// nobody is QEMU's host uid and gid when the sandbox has no leased range.
+const nobody = 65534
+
+// qemuOverhead is the memory QEMU itself may use on the host beyond the
+// guest's RAM (its cgroup's limit is the guest's plus this).
+const qemuOverhead = 192 << 20
+
+// Tier is the microvm tier (tier.Tier).
+type Tier struct{}
+
+// Name implements tier.Tier.
+func (Tier) Name() policy.Runtime { return policy.RuntimeMicroVM }
+
+// Available implements tier.Tier: QEMU, a guest kernel with its modules
+// and a static busybox are installed, and airlock is root (QEMU's cgroup).
+func (Tier) Available() error {
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("%w: airlock must run as root (QEMU's cgroup)", errNotReady)
+	}
+	if _, err := qemuPath(); err != nil {
+		return err
+	}
+	k, err := kernelPath()
+	if err != nil {
+		return err
+	}
+	if _, err := moduleFiles(k); err != nil {
+		return err
+	}
+	if _, err := exec.LookPath("mkfs.erofs"); err != nil {
+		return fmt.Errorf("microvm: mkfs.erofs not found (apt-get install erofs-utils)")
+	}
+	if _, err := os.Stat(busyboxPath); err != nil {
+		return fmt.Errorf("microvm: %s: %w (apt-get install busybox-static)", busyboxPath, err)
+	}
+	return nil
+}
+
+// Caps implements tier.Tier: the agent gets a connected socket (relayed
+// to its virtio-serial port); pause freezes QEMU's cgroup, which stops
+// the whole guest (its memory stays resident). Nothing else yet: no image
+// roots, volumes, network, snapshots, adoption or pool.
+func (Tier) Caps() tier.Caps { return tier.Caps{ConnectedAgent: true, Pause: tier.PauseFreeze} }
+
+// Remove implements tier.Tier: the cgroup of a QEMU a crash left behind.
+func (Tier) Remove(id string) {
+	if g, err := cgroups.Lookup(id); err == nil && g != nil {
+		g.Kill()
+		g.Destroy()
+	}
+}
+
+// Start implements tier.Tier: it boots the guest and returns once the
+// agent inside has opened its port. cfg.Stdin must be a connected socket
+// (Caps.ConnectedAgent): the agent's stream is relayed between it and
+// QEMU's end of the virtio-serial port.
+func (Tier) Start(cfg native.Config) (tier.Instance, []net.Listener, error) {
+	p := cfg.Policy
+	switch {
+	case cfg.Image != nil:
+		return nil, nil, fmt.Errorf("microvm: image roots are not supported yet")
+	case len(cfg.Volumes) > 0:
+		return nil, nil, fmt.Errorf("microvm: volumes are not supported yet")
+	case p.Network.Mode != policy.NetNone || len(cfg.Listen) > 0:
+		return nil, nil, fmt.Errorf("microvm: network %q is not supported yet (the guest has no network device)", p.Network.Mode)
+	case cfg.Stdin == nil || len(cfg.Args) < 2:
+		return nil, nil, fmt.Errorf("microvm: want the agent's arguments and a connected socket")
+	case cfg.AgentBinary == "":
+		return nil, nil, fmt.Errorf("microvm: no agent binary")
+	}
+	for _, a := range cfg.Args[1:] {
+		if a == "" || strings.ContainsAny(a, " \t\n\"'\\") || strings.HasPrefix(a, "--serial") {
+			return nil, nil, fmt.Errorf("microvm: agent argument %q cannot go on the kernel command line", a)
+		}
+	}
+	q, err := qemuPath()
+	if err != nil {
+		return nil, nil, err
+	}
+	kernel, err := kernelPath()
+	if err != nil {
+		return nil, nil, err
+	}
+	acc, err := chooseAccel()
+	if err != nil {
+		return nil, nil, err
+	}
+	initrd, err := Initramfs(kernel, cfg.AgentBinary)
+	if err != nil {
+		return nil, nil, err
+	}
+	usr, err := UsrImage()
+	if err != nil {
+		return nil, nil, err
+	}
+	id := cfg.ID
+	if id == "" {
+		id = native.NewID()
+	}
+	memMiB := (p.Limits.MemoryBytes + (1<<20 - 1)) >> 20
+	if memMiB < 128 {
+		memMiB = 128 // the guest kernel and agent need this much to boot
+	}
+	cpus := int(p.Limits.CPUs + 0.999)
+	if cpus < 1 {
+		cpus = 1
+	}
+	tmpfs := p.Limits.DiskBytes
+	if tmpfs <= 0 || tmpfs > memMiB<<20/2 {
+		tmpfs = memMiB << 20 / 2
+	}
+
+	group, cgErr := cgroups.Create(id, cgroups.Limits{MemoryBytes: memMiB<<20 + qemuOverhead, CPUs: p.Limits.CPUs, Pids: 64})
+	if cgErr != nil {
+		if !cfg.AllowDegraded {
+			return nil, nil, &native.SetupError{Step: "cgroups", Err: cgErr}
+		}
+		group = nil
+	}
+	fail := func(step string, err error) (tier.Instance, []net.Listener, error) {
+		if group != nil {
+			group.Kill()
+			group.Destroy()
+		}
+		return nil, nil, &native.SetupError{Step: step, Err: err}
+	}
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fail("socketpair", err)
+	}
+	qemuEnd, tierEnd := os.NewFile(uintptr(fds[0]), "qemu"), os.NewFile(uintptr(fds[1]), "tier")
+	defer qemuEnd.Close()
+	user := fmt.Sprintf("%d:%d", p.User.UID, p.User.GID)
+	timing := ""
+	if acc.accel == AccelTCG {
+		// Under TCG on a loaded host the kernel cannot calibrate its
+		// clocks against the emulated PIT and stalls: give it the TSC
+		// rate and the delay loop instead of measuring them.
+		timing = " tsc_early_khz=2000000 lpj=4000000 no_timer_check"
+	}
+	appendLine := fmt.Sprintf("console=ttyS0 quiet loglevel=3 panic=-1 rdinit=/init%s AIRLOCK_USER=%s AIRLOCK_TMPFS=%d -- %s",
+		timing, user, tmpfs, strings.Join(cfg.Args[1:], " "))
+	machine := "microvm,accel=" + acc.accel + ",pit=on,pic=on,rtc=on"
+	cpu := "max"
+	if acc.accel == AccelKVM {
+		machine, cpu = "microvm,accel=kvm", "host"
+	}
+	args := []string{"-M", machine, "-cpu", cpu, "-m", fmt.Sprint(memMiB), "-smp", fmt.Sprint(cpus),
+		"-name", "airlock-" + id, "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
+		"-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
+		"-chardev", "stdio,id=con,signal=off", "-serial", "chardev:con",
+		"-device", "virtio-serial-device",
+		"-chardev", "socket,id=agent,fd=3", "-device", "virtserialport,chardev=agent,name=airlock.agent",
+		"-drive", "file=" + usr + ",if=none,format=raw,readonly=on,id=usr", "-device", "virtio-blk-device,drive=usr",
+		"-kernel", kernel, "-initrd", initrd, "-append", appendLine}
+	cmd := exec.Command(q, args...)
+	cmd.Stdin = nil
+	cmd.Stdout, cmd.Stderr = cfg.Stdout, cfg.Stderr
+	cmd.ExtraFiles = []*os.File{qemuEnd}
+	// QEMU runs as the first host id of the sandbox's leased range (or
+	// nobody without one), with no capabilities: it needs none, and two
+	// sandboxes' QEMUs cannot signal or trace each other.
+	qemuID := cfg.HostIDBase
+	if qemuID <= 0 {
+		qemuID = nobody
+	}
+	cred := &syscall.Credential{Uid: uint32(qemuID), Gid: uint32(qemuID), Groups: []uint32{}}
+	if acc.accel == AccelKVM {
+		g, err := osuser.LookupGroup("kvm")
+		if err != nil {
+			return fail("qemu identity", fmt.Errorf("group kvm (owner of /dev/kvm): %w", err))
+		}
+		gid, _ := strconv.Atoi(g.Gid)
+		cred.Groups = []uint32{uint32(gid)}
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Credential: cred}
+	if !cfg.SurviveParent {
+		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	}
+	var cgfd *os.File
+	if group != nil && group.Version() == 2 && len(group.Dirs()) == 1 {
+		if cgfd, err = os.Open(group.Dirs()[0]); err != nil {
+			tierEnd.Close()
+			return fail("cgroup", err)
+		}
+		defer cgfd.Close()
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(cgfd.Fd())
+	}
+	// Forked from the launcher thread: the parent-death signal fires when
+	// the forking thread exits (runtime/launcher).
+	start := cmd.Start
+	if cmd.SysProcAttr.Pdeathsig != 0 {
+		start = func() error { return launcher.Run(cmd.Start) }
+	}
+	if err := start(); err != nil {
+		tierEnd.Close()
+		return fail("start qemu", err)
+	}
+	if group != nil && cgfd == nil {
+		if err := group.Add(cmd.Process.Pid); err != nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+			tierEnd.Close()
+			return fail("cgroup", err)
+		}
+	}
+	vm := &VM{id: id, cmd: cmd, group: group, done: make(chan struct{})}
+	go func() {
+		vm.waitErr = cmd.Wait()
+		close(vm.done)
+	}()
+	vm.enforced = rt.Enforced{
+		{Name: "vm", State: rt.StateOK, Detail: "qemu microvm, " + acc.why + "; the workload runs on its own guest kernel (" + kernel + "), the host kernel sees only QEMU"},
+		{Name: "seccomp", State: rt.StateOK, Detail: "QEMU's -sandbox (obsolete, elevateprivileges, spawn and resourcecontrol denied)"},
+		{Name: "network", State: rt.StateOK, Detail: "none: the guest has no network device"},
+		{Name: "filesystem", State: rt.StateOK, Detail: fmt.Sprintf("initramfs root (busybox, read-only); /usr a read-only EROFS image (virtio-blk, QEMU opens it read-only) of the host's python3, its standard library and their shared libraries; tmpfs /workspace and /tmp of %d bytes each inside guest memory; no other host file", tmpfs)},
+		{Name: "identity", State: rt.StateOK, Detail: fmt.Sprintf("QEMU runs as host uid and gid %d, without capabilities; in the guest the agent is PID 1 (root, capabilities reduced to kill, setuid, setgid) and the workload runs as %s", qemuID, user)},
+	}
+	if group != nil {
+		vm.enforced = append(vm.enforced, rt.Layer{Name: "cgroup", State: rt.StateOK,
+			Detail: fmt.Sprintf("%s around QEMU: guest memory %d MiB (the workload's limit, enforced by the guest kernel) + %d MiB for QEMU, %d vCPUs", group.Describe(), memMiB, qemuOverhead>>20, cpus)})
+	} else {
+		vm.enforced = append(vm.enforced, rt.Layer{Name: "cgroup", State: rt.StateMissing, Detail: "QEMU's host resources NOT limited: " + cgErr.Error()})
+	}
+
+	// Wait for the agent's ready line, then relay.
+	ready := make(chan error, 1)
+	br := bufio.NewReader(tierEnd)
+	go func() {
+		line, err := br.ReadString('\n')
+		switch {
+		case err != nil:
+			ready <- fmt.Errorf("guest ended before its agent was ready: %w", err)
+		case line != agent.SerialReady:
+			ready <- fmt.Errorf("guest agent port: unexpected %q", line)
+		default:
+			ready <- nil
+		}
+	}()
+	timer := time.NewTimer(BootTimeout)
+	defer timer.Stop()
+	select {
+	case err = <-ready:
+	case <-vm.done:
+		err = fmt.Errorf("qemu exited during boot: %v", vm.waitErr)
+	case <-timer.C:
+		err = fmt.Errorf("guest not ready after %s", BootTimeout)
+	}
+	if err != nil {
+		tierEnd.Close()
+		vm.Destroy()
+		return nil, nil, &native.SetupError{Step: "boot", Err: err}
+	}
+	host, err := net.FileConn(cfg.Stdin)
+	if err != nil {
+		tierEnd.Close()
+		vm.Destroy()
+		return nil, nil, &native.SetupError{Step: "agent socket", Err: err}
+	}
+	go func() {
+		io.Copy(tierEnd, host) // the manager's frames to the guest
+		unix.Shutdown(int(tierEnd.Fd()), unix.SHUT_WR)
+	}()
+	go func() {
+		io.Copy(host, br) // the agent's frames to the manager
+		host.Close()
+	}()
+	go func() {
+		<-vm.done
+		tierEnd.Close()
+		host.Close()
+	}()
+	return vm, nil, nil
+}
+
+// VM is one running guest (tier.Instance).
+type VM struct {
+	id       string
+	cmd      *exec.Cmd
+	group    *cgroups.Group
+	enforced rt.Enforced
+	done     chan struct{}
+	waitErr  error
+	destroy  sync.Once
+}
+
+// Pid is QEMU's.
+func (v *VM) Pid() int { return v.cmd.Process.Pid }
+
+// Done is closed when QEMU has exited.
+func (v *VM) Done() <-chan struct{} { return v.done }
+
+// Stats reads QEMU's cgroup.
+func (v *VM) Stats() (cgroups.Stats, error) {
+	if v.group == nil {
+		return cgroups.Stats{}, errors.New("microvm: no cgroup")
+	}
+	return v.group.Stats()
+}
+
+// Enforced lists the layers applied.
+func (v *VM) Enforced() rt.Enforced { return v.enforced }
+
+// Destroy kills QEMU, waits for it and removes its cgroup.
+func (v *VM) Destroy() error {
+	var err error
+	v.destroy.Do(func() {
+		v.cmd.Process.Kill()
+		<-v.done
+		if v.group != nil {
+			v.group.Kill()
+			if e := v.group.Destroy(); e != nil {
+				err = fmt.Errorf("microvm: remove cgroup: %w", e)
+			}
+		}
+	})
+	return err
+}
