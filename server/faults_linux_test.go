@@ -165,47 +165,61 @@ func TestFaults(t *testing.T) {
 // after it.
 func churn(t *testing.T, c *client.Client, base string, n int, gv bool, known map[string]bool) {
 	t.Helper()
-	ctx := ctxT(t)
+	// Bombs: two in ten for a short churn (CI: every kind in turn), two in
+	// fifty for a long one (scripts/faults.sh: a gvisor fork bomb takes tens
+	// of seconds).
+	every := 10
+	if n > 100 {
+		every = 50
+	}
 	for i := range n {
-		req := client.CreateRequest{Timeout: 300}
-		// native, native from the image, gvisor, gvisor from the image
-		if i%2 == 1 {
-			req.Image = base
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute) // per sandbox
+		churnOne(t, ctx, c, base, i, every, gv, known)
+		cancel()
+	}
+}
+
+// churnOne is round i of churn.
+func churnOne(t *testing.T, ctx context.Context, c *client.Client, base string, i, every int, gv bool, known map[string]bool) {
+	t.Helper()
+	req := client.CreateRequest{Timeout: 300}
+	// native, native from the image, gvisor, gvisor from the image
+	if i%2 == 1 {
+		req.Image = base
+	}
+	if i%4 >= 2 && gv {
+		req.Runtime = "gvisor"
+	}
+	bomb := ""
+	if i%every == 0 || i%every == 3 { // every kind in turn
+		req.Limits = &client.Limits{MemoryBytes: 64 << 20, Pids: 32}
+		bomb = "x=aaaaaaaaaaaaaaaa; while :; do x=$x$x; done" // memory
+		if (i/every)%2 == 1 {
+			bomb = "f() { f | f & }; f; sleep 5" // fork
 		}
-		if i%4 >= 2 && gv {
-			req.Runtime = "gvisor"
+	}
+	sb, err := c.Create(ctx, req)
+	if err != nil {
+		t.Errorf("churn %d (%+v): create: %v", i, req, err)
+		return
+	}
+	known[sb.ID] = true
+	if bomb != "" {
+		res, err := c.Exec(ctx, sb.ID, client.ExecRequest{Argv: []string{"/bin/sh", "-c", bomb}, Timeout: 60})
+		if err == nil && strings.HasPrefix(bomb, "x=") && res.Status != "oom" {
+			err = fmt.Errorf("memory bomb ended %q, not oom", res.Status)
 		}
-		bomb := ""
-		if i%10 == 0 || i%10 == 3 { // every kind in turn
-			req.Limits = &client.Limits{MemoryBytes: 64 << 20, Pids: 32}
-			bomb = "x=aaaaaaaaaaaaaaaa; while :; do x=$x$x; done" // memory
-			if (i/10)%2 == 1 {
-				bomb = "f() { f | f & }; f; sleep 5" // fork
-			}
-		}
-		sb, err := c.Create(ctx, req)
 		if err != nil {
-			t.Errorf("churn %d (%+v): create: %v", i, req, err)
-			continue
+			t.Errorf("churn %d (%s): bomb: %v", i, req.Runtime, err)
 		}
-		known[sb.ID] = true
-		if bomb != "" {
-			res, err := c.Exec(ctx, sb.ID, client.ExecRequest{Argv: []string{"/bin/sh", "-c", bomb}, Timeout: 60})
-			if err == nil && strings.HasPrefix(bomb, "x=") && res.Status != "oom" {
-				err = fmt.Errorf("memory bomb ended %q, not oom", res.Status)
-			}
-			if err != nil {
-				t.Errorf("churn %d (%s): bomb: %v", i, req.Runtime, err)
-			}
-			c.KillProcesses(ctx, sb.ID)
-			after, err := c.Exec(ctx, sb.ID, client.ExecRequest{Argv: []string{"/bin/sh", "-c", "echo alive"}, Timeout: 60})
-			if err != nil || after.Stdout != "alive\n" {
-				t.Errorf("churn %d (%s): after the bomb: %+v %v", i, req.Runtime, after, err)
-			}
+		c.KillProcesses(ctx, sb.ID)
+		after, err := c.Exec(ctx, sb.ID, client.ExecRequest{Argv: []string{"/bin/sh", "-c", "echo alive"}, Timeout: 60})
+		if err != nil || after.Stdout != "alive\n" {
+			t.Errorf("churn %d (%s): after the bomb: %+v %v", i, req.Runtime, after, err)
 		}
-		if err := c.Kill(ctx, sb.ID); err != nil {
-			t.Errorf("churn %d: kill: %v", i, err)
-		}
+	}
+	if err := c.Kill(ctx, sb.ID); err != nil {
+		t.Errorf("churn %d: kill: %v", i, err)
 	}
 }
 
