@@ -63,7 +63,7 @@ func cmdServe(args []string) int {
 	e2bMaxNet := fs.String("e2b-max-network", "open", "the most network an E2B create may ask for: none, allowlist or open (older E2B SDKs, such as e2b 2.45, ask for open by default; more is refused with a 403)")
 	var cl connFlags
 	cl.register(fs)
-	defRuntime := fs.String("default-runtime", "native", "runtime of sandboxes created without one (API, E2B and MCP creates): native or gvisor (docs/gvisor.md)")
+	defRuntime := fs.String("default-runtime", "native", "runtime of sandboxes created without one (API, E2B and MCP creates): native, gvisor, microvm or wasm (docs/gvisor.md, docs/microvm.md; GET /v1/info lists what each can do)")
 	var ef egressFlags
 	ef.register(fs)
 	var kf kubeFlags
