@@ -13,7 +13,7 @@ import (
 // and an unknown runtime is a usage error naming the choices.
 func TestRunRuntimeFlag(t *testing.T) {
 	_, errOut, code := runCLI(t, nil, "run", "--runtime", "kvm", "--", "true")
-	if code != exitUsage || !strings.Contains(errOut, `unknown "kvm" (want native, gvisor or wasm)`) {
+	if code != exitUsage || !strings.Contains(errOut, `unknown "kvm" (want native, gvisor, wasm or microvm)`) {
 		t.Fatalf("unknown runtime: code %d err %q", code, errOut)
 	}
 	if _, err := gvisor.Available(); err != nil {
