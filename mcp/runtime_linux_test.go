@@ -14,7 +14,7 @@ import (
 func TestCreateSandboxRuntime(t *testing.T) {
 	e := newEnv(t, nil)
 	cs := e.connect(t)
-	if out := mustFail(t, cs, "create_sandbox", map[string]any{"runtime": "kvm"}); !strings.Contains(out, `unknown "kvm" (want native, gvisor or wasm)`) {
+	if out := mustFail(t, cs, "create_sandbox", map[string]any{"runtime": "kvm"}); !strings.Contains(out, `unknown "kvm" (want native, gvisor, wasm or microvm)`) {
 		t.Fatalf("unknown runtime: %q", out)
 	}
 	if _, err := gvisor.Available(); err != nil {
