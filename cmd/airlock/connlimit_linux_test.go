@@ -172,8 +172,12 @@ func TestServeConnsPerIP(t *testing.T) {
 			t.Fatalf("a 21st connection from 127.0.0.1 stays open with --max-conns-per-ip 20")
 		}
 	}
-	if !strings.Contains(srv.ReadLog(), "connection from 127.0.0.1 refused") {
-		t.Errorf("the refusal is not logged:\n%s", srv.ReadLog())
+	// The server logs the refusal after it closed the connection: poll.
+	for logged := time.Now().Add(time.Minute); !strings.Contains(srv.ReadLog(), "connection from 127.0.0.1 refused"); {
+		if time.Now().After(logged) {
+			t.Fatalf("the refusal is not logged:\n%s", srv.ReadLog())
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 
 	get := func(from string) (int, error) {
