@@ -241,22 +241,27 @@ func workloadHostUID(t *testing.T, c *client.Client, id string) string {
 		t.Fatal(err)
 	}
 	defer c.Signal(ctxT(t), id, pid, "KILL")
-	for _, hp := range pidsInCgroup(t, id) {
-		if cl, _ := readCmdline(hp); strings.HasPrefix(cl, "sleep 30") {
-			st := hostStatusOf(t, hp)
-			for _, k := range []string{"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"} {
-				if st[k] != "0000000000000000" {
-					t.Errorf("workload process %s = %s, want no capabilities", k, st[k])
-				}
+	// The process may not have exec'd sleep yet when Start answers: poll.
+	var hp int
+	eventually(t, 30*time.Second, "the workload's sleep on the host", func() bool {
+		for _, p := range pidsInCgroup(t, id) {
+			if cl, _ := readCmdline(p); strings.HasPrefix(cl, "sleep 30") {
+				hp = p
+				return true
 			}
-			if st["NoNewPrivs"] != "1" {
-				t.Errorf("workload process NoNewPrivs = %s", st["NoNewPrivs"])
-			}
-			return strings.Fields(st["Uid"])[0]
+		}
+		return false
+	})
+	st := hostStatusOf(t, hp)
+	for _, k := range []string{"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"} {
+		if st[k] != "0000000000000000" {
+			t.Errorf("workload process %s = %s, want no capabilities", k, st[k])
 		}
 	}
-	t.Fatal("workload process not found on the host")
-	return ""
+	if st["NoNewPrivs"] != "1" {
+		t.Errorf("workload process NoNewPrivs = %s", st["NoNewPrivs"])
+	}
+	return strings.Fields(st["Uid"])[0]
 }
 
 // sandboxProcs counts the sandbox's processes on the host whose command
