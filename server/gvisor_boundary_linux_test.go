@@ -203,7 +203,8 @@ func TestGVisorForkBombSandboxSurvives(t *testing.T) {
 	c, ctx := b.c, b.ctx
 	for _, lim := range []*client.Limits{nil, {Pids: 64}} {
 		id, check := gvisorBombSandbox(t, b, lim)
-		if _, err := c.Start(ctx, id, client.ExecRequest{Argv: []string{"/usr/bin/python3", "-c", forkBombPy}, Background: true}); err != nil {
+		bomb, err := c.Start(ctx, id, client.ExecRequest{Argv: []string{"/usr/bin/python3", "-c", forkBombPy}, Background: true})
+		if err != nil {
 			t.Fatal(err)
 		}
 		limited := false
@@ -223,7 +224,20 @@ func TestGVisorForkBombSandboxSurvives(t *testing.T) {
 		if !limited {
 			t.Errorf("pids %+v: the fork bomb never filled the workload's pids", lim)
 		}
-		// The bomb's processes hold their slots for 20 s, then exit.
+		// The bomb forks for 20 s (a slot freed meanwhile is taken again at
+		// once), then its processes exit: wait for its parent to end first.
+		eventually(t, 120*time.Second, "the fork bomb's parent ends", func() bool {
+			ps, err := c.Processes(ctx, id)
+			if err != nil {
+				return false
+			}
+			for _, p := range ps {
+				if p.Pid == bomb && p.Running {
+					return false
+				}
+			}
+			return true
+		})
 		eventually(t, 120*time.Second, "exec after the fork bomb", func() bool {
 			r, err := c.Exec(ctx, id, client.ExecRequest{Argv: []string{"echo", "alive"}})
 			return err == nil && strings.TrimSpace(r.Stdout) == "alive"
