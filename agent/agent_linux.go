@@ -127,6 +127,12 @@ func setup() {
 		fmt.Fprintf(os.Stderr, "airlock agent: %v\n", err)
 		os.Exit(1)
 	}
+	qjs, err := quickJSArg(os.Args)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "airlock agent: %v\n", err)
+		os.Exit(2)
+	}
+	quickJSKernel = qjs
 	if err := secureIdentity(os.Args); err != nil {
 		fmt.Fprintf(os.Stderr, "airlock agent: %v\n", err)
 		os.Exit(1)

@@ -98,7 +98,7 @@ func (c *hostConn) startContext(id string, req ContextRequest) (*codeContext, er
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), contextStartTimeout)
 	defer cancel()
-	k, err := interp.Start(ctx, interp.Config{Language: lang, Cwd: cwd, Env: env, MaxResult: MaxCodeResult, Credential: workloadCred, AmbientCaps: workloadCaps, SysProcAttr: theWorkload.sysProcAttr, Spawn: theSpawner.run})
+	k, err := interp.Start(ctx, interp.Config{Language: lang, Cwd: cwd, Env: env, MaxResult: MaxCodeResult, QuickJS: quickJSKernel, Credential: workloadCred, AmbientCaps: workloadCaps, SysProcAttr: theWorkload.sysProcAttr, Spawn: theSpawner.run})
 	if err != nil {
 		return nil, startError("the "+string(lang)+" kernel", err)
 	}

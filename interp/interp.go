@@ -125,6 +125,10 @@ type Config struct {
 	// Python, Node and Bash are interpreter paths; empty means
 	// DefaultPython, DefaultNode and DefaultBash.
 	Python, Node, Bash string
+	// QuickJS, if set, is the command that runs JavaScript (and TypeScript)
+	// kernels instead of node: the wasm tier's QuickJS on wazero
+	// (`airlock wasm-kernel`), which runs kernels/quickjs.js.
+	QuickJS []string
 	// KillAfter is how long after the first interrupt a kernel that has
 	// not stopped the cell is killed (losing its state); 0 means
 	// DefaultKillAfter.

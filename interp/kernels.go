@@ -18,6 +18,9 @@ var pythonKernel string
 //go:embed kernels/javascript.js
 var javascriptKernel string
 
+//go:embed kernels/quickjs.js
+var quickjsKernel string
+
 //go:embed kernels/bash.sh
 var bashPrelude string
 
@@ -64,6 +67,12 @@ func (cfg *Config) launch(token string) launch {
 			preamble: withInit(sourceFrame(pythonKernel), token),
 		}
 	case JavaScript, TypeScript:
+		if len(cfg.QuickJS) > 0 {
+			return launch{
+				argv:     cfg.QuickJS,
+				preamble: withInit(sourceFrame(quickjsKernel), token),
+			}
+		}
 		return launch{
 			argv:     []string{cfg.Node, "--expose-internals", "-e", javascriptBootstrap},
 			preamble: withInit(sourceFrame(javascriptKernel), token),

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Installs what airlock needs on a fresh Debian 12 machine (as root): Debian's
 # python3 with numpy/pandas/matplotlib (the sandbox's interpreter), gVisor's
-# runsc (--runtime gvisor), and the peers `airlock bench` compares against.
+# runsc (--runtime gvisor), QuickJS for WASI (the wasm tier's JavaScript,
+# built with clang + wasi-libc by scripts/quickjs/build.sh, cached), and the
+# peers `airlock bench` compares against.
 #
 # With --tests it also installs what the test suite needs (the README's test
 # command and .ci/run pass it):
-#   clang + wasi-libc build the wasm tier's C test module (runtime/wasm/testdata/cguest);
+#   clang + wasi-libc (installed for QuickJS anyway) build the wasm tier's C test module
+#     (runtime/wasm/testdata/cguest);
 #   chromium runs the dashboard's browser test (server/dashboard_browser_linux_test.go);
 #   postgresql: the shared-database tests (internal/pgtest) start their own clusters with its binaries;
 #   mmdebstrap: the Debian image of the images end-to-end test (imagestore/imagetest.DebianLayer, built
@@ -25,9 +28,9 @@ for a in "$@"; do
 done
 pkgs=(python3 python3-numpy python3-pandas python3-matplotlib python3-requests bubblewrap crun runc stress-ng strace
       libcap2-bin util-linux curl iproute2 ca-certificates busybox-static
-      qemu-system-x86 linux-image-cloud-amd64 erofs-utils)
+      qemu-system-x86 linux-image-cloud-amd64 erofs-utils clang lld wasi-libc libclang-rt-14-dev-wasm32 patch)
 if ((tests)); then
-  pkgs+=(clang lld wasi-libc libclang-rt-14-dev-wasm32 chromium postgresql mmdebstrap etcd-server)
+  pkgs+=(chromium postgresql mmdebstrap etcd-server)
 fi
 missing=()
 for p in "${pkgs[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p"); done
@@ -35,6 +38,11 @@ if ((${#missing[@]})); then
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+# QuickJS for WASI (~1 min cold; nothing when its key matches), built while
+# the rest installs.
+qjs_out=$(mktemp)
+"$(dirname "$0")/quickjs/build.sh" >"$qjs_out" 2>&1 &
+qjs_pid=$!
 kube_pid=
 if ((tests)); then
   # The longest step (a kube-apiserver build when not cached) runs while the
@@ -65,6 +73,13 @@ if ! go version -m /usr/local/bin/runsc 2>/dev/null | grep -q "mod[[:space:]]*gv
   rm -rf "$work"
 fi
 echo "setup: runsc $RUNSC_VERSION at /usr/local/bin/runsc"
+if ! wait "$qjs_pid"; then
+  cat "$qjs_out" >&2
+  echo "setup: scripts/quickjs/build.sh failed (its messages are above)" >&2
+  exit 1
+fi
+echo "setup: QuickJS for WASI at $(tail -n1 "$qjs_out")"
+rm -f "$qjs_out"
 # The Kubernetes backend's control-plane tests (package kube): kube-apiserver
 # built from the Go module proxy (cached by version under
 # /var/cache/airlock/kube, ~7+ minutes cold) and Debian's etcd-server.

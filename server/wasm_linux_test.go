@@ -51,4 +51,25 @@ func TestE2EWasmSandbox(t *testing.T) {
 	if !errors.As(err, &ae) || ae.Status != 400 || !strings.Contains(ae.Message, "WASI modules") {
 		t.Fatalf("shell in a wasm sandbox: %v", err)
 	}
+
+	// JavaScript cells in a wasm sandbox run QuickJS for WASI in wazero,
+	// not node: state persists across cells; the kernel is WebAssembly.
+	for i, cell := range []struct{ code, text string }{
+		{"let n = 40; const hello = process.env.GREETING; n + 2", "42"},
+		{"`${hello} ${n} ${typeof require} ${process.version}`", "'hi 40 undefined QuickJS 2021-03-27'"},
+		{"class K { #v = 5; get v() { return this.#v } }; new K().v", "5"},
+	} {
+		r, err := c.RunCode(ctx, sb.ID, client.CodeRequest{Code: cell.code, Language: "javascript"})
+		if err != nil || r.Error != nil || r.Text != cell.text {
+			t.Fatalf("javascript cell %d %q: %+v %v", i, cell.code, r, err)
+		}
+	}
+	ts, err := c.RunCode(ctx, sb.ID, client.CodeRequest{Code: "const t: number = 40 * 2; t", Language: "typescript"})
+	if err != nil || ts.Error != nil || ts.Text != "80" {
+		t.Fatalf("typescript cell: %+v %v", ts, err)
+	}
+	bad, err := c.RunCode(ctx, sb.ID, client.CodeRequest{Code: "null.x", Language: "javascript"})
+	if err != nil || bad.Error == nil || bad.Error.Name != "TypeError" {
+		t.Fatalf("javascript error: %+v %v", bad, err)
+	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 
 	"airlock/policy"
 	rt "airlock/runtime"
@@ -27,5 +28,10 @@ func doctorWasm(p policy.Policy) rt.Layer {
 	if err != nil {
 		return rt.Layer{Name: "wasm", State: rt.StateMissing, Detail: "--runtime wasm cannot run a module: " + oneLine(err)}
 	}
-	return rt.Layer{Name: "wasm", State: rt.StateOK, Detail: fmt.Sprintf("wazero %s, WASI preview 1: ran a hello-world module in %.2f ms (compiling it included); no kernel boundary: a module gets only its args, env, stdio, clocks, random and preopened directories (no sockets, no processes)", wasm.WazeroVersion, res.WallMS)}
+	detail := fmt.Sprintf("wazero %s, WASI preview 1: ran a hello-world module in %.2f ms (compiling it included); no kernel boundary: a module gets only its args, env, stdio, clocks, random and preopened directories (no sockets, no processes)", wasm.WazeroVersion, res.WallMS)
+	if _, err := os.Stat(wasm.QuickJSModule); err != nil {
+		// The tier runs modules; its JavaScript code contexts cannot start.
+		return rt.Layer{Name: "wasm", State: rt.StateDegraded, Detail: detail + "; JavaScript code contexts unavailable: " + wasm.ErrNoQuickJS.Error() + ": " + oneLine(err)}
+	}
+	return rt.Layer{Name: "wasm", State: rt.StateOK, Detail: detail + "; JavaScript code contexts: QuickJS 2021-03-27 for WASI at " + wasm.QuickJSModule}
 }

@@ -163,8 +163,11 @@ func (Wasm) Caps() tier.Caps {
 	return tier.Caps{Pause: tier.PauseFreeze, AdoptRunning: true, FullAgent: true}
 }
 
-// Start implements tier.Tier: the host sandbox is a native one.
+// Start implements tier.Tier: the host sandbox is a native one, whose
+// JavaScript code contexts run QuickJS for WASI in wazero (the agent's
+// --quickjs-memory: `airlock wasm-kernel`) with the sandbox's memory limit.
 func (w Wasm) Start(cfg native.Config) (tier.Instance, []net.Listener, error) {
+	cfg.Args = append(append([]string(nil), cfg.Args...), "--quickjs-memory="+strconv.FormatInt(cfg.Policy.Limits.MemoryBytes, 10))
 	cfg.Policy.Runtime = policy.RuntimeNative
 	return w.Native.Start(cfg)
 }

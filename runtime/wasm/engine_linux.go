@@ -67,6 +67,10 @@ func NewEngine(ctx context.Context, cacheDir string) (*Engine, error) {
 		e.Close()
 		return nil, fmt.Errorf("wasm: instantiating WASI preview 1: %w", err)
 	}
+	if err := instantiateBridge(ctx, e.rt); err != nil {
+		e.Close()
+		return nil, err
+	}
 	return e, nil
 }
 

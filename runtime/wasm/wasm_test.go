@@ -30,6 +30,10 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(kernelEnv) != "" {
+		// This binary is the kernel process of a QuickJS test (quickjs_test.go).
+		os.Exit(ServeKernel(context.Background(), os.Getenv(kernelEnv), 96<<20))
+	}
 	d, err := os.MkdirTemp("", "airlock-wasm-test-")
 	if err != nil {
 		panic(err)
