@@ -32,3 +32,20 @@ func TestCreateSandboxRuntime(t *testing.T) {
 		t.Fatalf("run_code in the gvisor sandbox: %q", out)
 	}
 }
+
+// TestWasmJavaScriptCells: an MCP client's JavaScript cells in a wasm
+// sandbox run QuickJS for WASI (not node) and keep their state.
+func TestWasmJavaScriptCells(t *testing.T) {
+	e := newEnv(t, nil)
+	cs := e.connect(t)
+	out := mustOK(t, cs, "create_sandbox", map[string]any{"runtime": "wasm"})
+	m := regexp.MustCompile(`created sandbox (sb-[0-9a-f]+)`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("create: %q", out)
+	}
+	mustOK(t, cs, "run_code", map[string]any{"code": "let kept = 6", "language": "javascript", "sandbox_id": m[1]})
+	out = mustOK(t, cs, "run_code", map[string]any{"code": "`${kept * 7} ${process.version} ${typeof require}`", "language": "javascript", "sandbox_id": m[1]})
+	if !strings.Contains(out, "42 QuickJS 2021-03-27 undefined") {
+		t.Fatalf("run_code in the wasm sandbox: %q", out)
+	}
+}
