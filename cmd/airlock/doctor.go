@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 
+	"airlock/internal/hostcheck"
 	"airlock/policy"
 	rt "airlock/runtime"
 	"airlock/runtime/gvisor"
@@ -87,6 +88,12 @@ func doctor() (rt.Enforced, bool) {
 	} else {
 		for _, l := range res.Enforced {
 			if l.Name == "cgroup" {
+				// What the sandbox got decides, not what Detect saw: as
+				// non-root the hierarchy is there but cannot be written.
+				if l.State != rt.StateOK && cg.State == rt.StateOK {
+					cg.State, cg.Detail, ok = l.State, l.Detail+"; fix: "+hostcheck.CgroupFix(), false
+					out[0] = cg
+				}
 				continue
 			}
 			if l.State != rt.StateOK {
@@ -97,6 +104,24 @@ func doctor() (rt.Enforced, bool) {
 		out = append(out, rt.Layer{Name: "sandbox", State: rt.StateOK, Detail: fmt.Sprintf("strict sandbox ran /bin/true in %.1f ms", res.WallMS)})
 	}
 	out = append(out, doctorGVisor(p), doctorWasm(p))
+	// What on this host forbids sandboxes, with fixes: a failure above
+	// then says why; a host with none gets one line saying so.
+	findings := hostcheck.Diagnose()
+	for _, f := range findings {
+		out = append(out, rt.Layer{Name: "host", State: rt.StateMissing, Detail: f.Problem + "; fix: " + f.Fix})
+	}
+	if len(findings) == 0 {
+		where := "not in a container"
+		if kind := hostcheck.ContainerKind(); kind != "" {
+			where = "in a " + kind + " container"
+		}
+		out = append(out, rt.Layer{Name: "host", State: rt.StateOK, Detail: where + "; no seccomp filter or AppArmor profile on airlock, user namespaces allowed"})
+	} else if ok {
+		// Sandboxes started all the same: the findings are for other modes.
+		for i := len(out) - len(findings); i < len(out); i++ {
+			out[i].State = rt.StateDegraded
+		}
+	}
 	return out, ok
 }
 

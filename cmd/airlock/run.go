@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"airlock/internal/hostcheck"
 	"airlock/policy"
 	"airlock/runtime/native"
 )
@@ -265,7 +266,7 @@ func runCommand(ctx context.Context, args []string) int {
 	}
 	if err != nil {
 		if !*asJSON {
-			fmt.Fprintf(os.Stderr, "airlock run: %s\n", oneLine(err))
+			fmt.Fprintf(os.Stderr, "airlock run: %s\n", explainStart(err))
 		}
 		return exitCodeFor(res)
 	}
@@ -273,6 +274,9 @@ func runCommand(ctx context.Context, args []string) int {
 		for _, l := range res.Enforced {
 			if l.State != "ok" {
 				fmt.Fprintf(os.Stderr, "airlock: WARNING: %s %s: %s\n", l.Name, l.State, l.Detail)
+				if l.Name == "cgroup" {
+					fmt.Fprintf(os.Stderr, "airlock: fix: %s\n", hostcheck.CgroupFix())
+				}
 			}
 		}
 		switch res.Status {
@@ -351,6 +355,17 @@ func exitCodeFor(r *native.Result) int {
 }
 
 func oneLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", "; ") }
+
+// explainStart renders a failure to start a sandbox with what on this host
+// forbids it and the fix (hostcheck), one finding per line; other errors on
+// one line.
+func explainStart(err error) string {
+	var he *hostcheck.Error
+	if err = hostcheck.Explain(err); errors.As(err, &he) {
+		return he.Error()
+	}
+	return oneLine(err)
+}
 
 // isTerminal reports whether f is a terminal.
 func isTerminal(f *os.File) bool {
