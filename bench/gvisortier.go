@@ -63,19 +63,29 @@ func GVisorExecFigure(api, gv Peer, others []Peer, argv []string, runs int, extr
 	return f
 }
 
-// pauseSessionBytes is how much the Python session of the pause figures
-// holds: os.urandom, so that no page is zero or compressible.
-const pauseSessionBytes = 100 << 20
+// PauseSessionSizes are how much the Python session of the pause figures
+// holds: os.urandom, so that no page is zero or compressible. 1 GiB is the
+// size E2B publishes pause and resume figures for (~4 s/GiB, ~1 s).
+var PauseSessionSizes = []int64{100 << 20, 1 << 30}
+
+// sizeName renders a session size as the figures name it.
+func sizeName(b int64) string {
+	if b >= 1<<30 && b%(1<<30) == 0 {
+		return fmt.Sprintf("%d GiB", b>>30)
+	}
+	return fmt.Sprintf("%d MB", b>>20)
+}
 
 // GVisorPauseFigures time pausing (runsc checkpoint to disk, memory freed)
 // and resuming (runsc restore) a live gvisor sandbox of airlock serve whose
-// Python context holds 100 MB of random bytes, through the API: one pause
-// and one resume per round. Only airlock pauses to disk behind an API, so
-// the other peers are listed as missing. After the last round the session
-// must still hold its bytes.
-func (s *apiServer) GVisorPauseFigures(others []Peer, runs int) []Figure {
+// Python context holds sessionBytes of random bytes, through the API: one
+// pause and one resume per round. Only airlock pauses to disk behind an
+// API, so the other peers are listed as missing. After the last round the
+// session must still hold its bytes.
+func (s *apiServer) GVisorPauseFigures(others []Peer, runs int, sessionBytes int64) []Figure {
 	const code = "import os, hashlib\nbig = os.urandom(%d)\nh = hashlib.sha256(big).hexdigest()"
-	names := []string{"gvisor pause (100 MB Python)", "gvisor resume (100 MB Python)"}
+	size := sizeName(sessionBytes)
+	names := []string{"gvisor pause (" + size + " Python)", "gvisor resume (" + size + " Python)"}
 	fail := func(why string) []Figure { return []Figure{Unavailable(names[0], why), Unavailable(names[1], why)} }
 	if _, err := gvisor.Available(); err != nil {
 		return fail(err.Error())
@@ -83,12 +93,13 @@ func (s *apiServer) GVisorPauseFigures(others []Peer, runs int) []Figure {
 	// Every round takes a pause, a resume and a metrics read.
 	ctx, cancel := context.WithTimeout(context.Background(), s.timeout*time.Duration(3*runs+3))
 	defer cancel()
-	sb, err := s.c.Create(ctx, client.CreateRequest{Runtime: "gvisor"})
+	// Room for the bytes, their copy while hashing, and Python itself.
+	sb, err := s.c.Create(ctx, client.CreateRequest{Runtime: "gvisor", Limits: &client.Limits{MemoryBytes: max(512<<20, 2*sessionBytes+256<<20)}})
 	if err != nil {
 		return fail("could not create a gvisor sandbox: " + err.Error())
 	}
 	defer s.c.Kill(context.Background(), sb.ID)
-	res, err := s.c.RunCode(ctx, sb.ID, client.CodeRequest{Code: fmt.Sprintf(code, pauseSessionBytes)})
+	res, err := s.c.RunCode(ctx, sb.ID, client.CodeRequest{Code: fmt.Sprintf(code, sessionBytes)})
 	if err == nil && res.Error != nil {
 		err = fmt.Errorf("%s: %s", res.Error.Name, res.Error.Value)
 	}
@@ -136,7 +147,7 @@ func (s *apiServer) GVisorPauseFigures(others []Peer, runs int) []Figure {
 		}
 		figs[1].Results[0].rounds[i] = ms
 	}
-	res, err = s.c.RunCode(ctx, sb.ID, client.CodeRequest{Code: fmt.Sprintf("len(big) == %d and hashlib.sha256(big).hexdigest() == h", pauseSessionBytes)})
+	res, err = s.c.RunCode(ctx, sb.ID, client.CodeRequest{Code: fmt.Sprintf("len(big) == %d and hashlib.sha256(big).hexdigest() == h", sessionBytes)})
 	if err == nil && res.Text != "True" {
 		err = fmt.Errorf("the session's bytes changed over pause and resume: %q %+v", res.Text, res.Error)
 	}
@@ -145,13 +156,13 @@ func (s *apiServer) GVisorPauseFigures(others []Peer, runs int) []Figure {
 		if err != nil && r.Error == "" {
 			r.Error = "after the rounds: " + err.Error()
 		}
-		figs[i].Command = []string{fmt.Sprintf(code, pauseSessionBytes)}
+		figs[i].Command = []string{fmt.Sprintf(code, sessionBytes)}
 		figs[i].summarise()
 	}
 	if len(paused) > 0 {
 		figs[0].Results[0].Detail = fmt.Sprintf("sandbox cgroup memory %.1f MiB before the first pause, median %.2f MiB while paused", float64(before)/(1<<20), Median(paused))
 	}
-	figs[0].Note = "a live gvisor sandbox whose Python context holds 100 MB of os.urandom bytes; each round pauses it (checkpoint to disk, memory freed) and resumes it; the bytes' hash is checked after the last round"
+	figs[0].Note = "a live gvisor sandbox whose Python context holds " + size + " of os.urandom bytes; each round pauses it (checkpoint to disk, memory freed) and resumes it; the bytes' hash is checked after the last round"
 	figs[1].Note = figs[0].Note
 	return figs
 }

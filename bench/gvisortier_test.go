@@ -110,7 +110,7 @@ func gvisorServer(t *testing.T) *apiServer {
 // session's bytes intact after the rounds.
 func TestGVisorPauseFigures(t *testing.T) {
 	srv := gvisorServer(t)
-	figs := srv.GVisorPauseFigures(DetectPeers(Options{}), 2)
+	figs := srv.GVisorPauseFigures(DetectPeers(Options{}), 2, PauseSessionSizes[0])
 	if len(figs) != 2 || figs[0].Name != "gvisor pause (100 MB Python)" || figs[1].Name != "gvisor resume (100 MB Python)" {
 		t.Fatalf("figures %+v", figs)
 	}
@@ -191,5 +191,24 @@ func TestDensityCountsAddressSpacesOnce(t *testing.T) {
 	}
 	if c := measureSandbox(idle, memCgroup(os.Getpid())); c.pss <= 0 || c.pss >= naive {
 		t.Fatalf("measured pss %d, naive sum %d: the shared address space is not counted once", c.pss, naive)
+	}
+}
+
+// TestGVisorForkFigure: the fork figure times every round of 3 forks from
+// one snapshot until each answers an exec, reports the memory they add,
+// and leaves no sandbox behind.
+func TestGVisorForkFigure(t *testing.T) {
+	srv := gvisorServer(t)
+	f := srv.GVisorForkFigure(DetectPeers(Options{}), 2, 3)
+	r := f.Result(Reference)
+	if f.Unavailable != "" || r == nil || r.Error != "" || len(r.Samples) != 2 {
+		t.Fatalf("fork figure: %+v", f)
+	}
+	if !strings.Contains(r.Detail, "memory added per fork") {
+		t.Fatalf("fork figure detail %q", r.Detail)
+	}
+	t.Logf("%s: median %.0f ms; %s", f.Name, r.Median, r.Detail)
+	if list, err := srv.c.List(context.Background(), nil); err != nil || len(list) != 0 {
+		t.Fatalf("sandboxes left: %+v %v", list, err)
 	}
 }

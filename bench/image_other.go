@@ -21,3 +21,11 @@ func GVisorImageCreateFigure(scratch string, runs int) Figure {
 func (s *apiServer) gvisorImagePeer(exe string) Peer {
 	return Peer{Name: GVisorImagePeer, Missing: "image roots need Linux"}
 }
+
+// ImagePeer is the airlock peer of native sandboxes from an image.
+const ImagePeer = Reference + " image"
+
+// nativeImagePeer needs Linux.
+func (s *apiServer) nativeImagePeer(exe string) Peer {
+	return Peer{Name: ImagePeer, Missing: "image roots need Linux"}
+}

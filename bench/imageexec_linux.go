@@ -34,6 +34,24 @@ func (s *apiServer) gvisorImagePeer(exe string) Peer {
 	return p
 }
 
+// ImagePeer is the name of the airlock peer whose live sandboxes are
+// native ones from the one-layer busybox image.
+const ImagePeer = Reference + " image"
+
+// nativeImagePeer is peer with live sandboxes created from the busybox
+// image (importBusybox) on the native tier.
+func (s *apiServer) nativeImagePeer(exe string) Peer {
+	p := s.peer()
+	p.Name = ImagePeer
+	p.Note = "airlock serve (loopback, no auth): POST /v1/sandboxes {\"image\":\"" + benchImage + "\"} (a one-layer busybox image: an overlay with an upper dir), then POST /v1/sandboxes/{id}/exec"
+	p.IdleNote = "a live native sandbox of airlock serve from an image root"
+	if err := s.importBusybox(exe); err != nil {
+		return Peer{Name: ImagePeer, Missing: "importing the busybox image: " + err.Error()}
+	}
+	p.StartIdle = func(argv []string) (*Idle, error) { return s.startLiveImage("", benchImage) }
+	return p
+}
+
 // importBusybox makes a one-layer image of the host's static busybox
 // (busyboxLayer) as a docker archive and imports it into the server's
 // image store as benchImage with the airlock CLI: the operator's

@@ -3,6 +3,7 @@ package bench
 import (
 	"os"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 )
@@ -45,6 +46,21 @@ func TestLiveFigures(t *testing.T) {
 	wantSamples(f, Reference, 1)
 	if f.Unit != UnitPerSecond || f.Results[0].Median <= 0 {
 		t.Errorf("throughput: %+v", f)
+	}
+
+	// Concurrent creates: two clients, two rounds; a latency figure with
+	// its percentiles and a throughput figure per level.
+	cf := ConcurrentCreateFigures(append(peers[:1], Peer{Name: "bwrap", Run: bare.Run}), []string{"/bin/true"}, []int{2}, 2)
+	if len(cf) != 2 || cf[0].Unit != UnitMS || cf[1].Unit != UnitCreatesPerSecond {
+		t.Fatalf("concurrent creates: %+v", cf)
+	}
+	wantSamples(cf[0], Reference, 2)
+	wantSamples(cf[1], Reference, 2)
+	if r := cf[0].Result(Reference); !strings.Contains(r.Detail, "over 4 creates: p50") {
+		t.Errorf("concurrent creates: detail %q", r.Detail)
+	}
+	if r := cf[1].Result("bwrap"); r.Missing != noExec {
+		t.Errorf("concurrent creates: a peer without exec is not missing: %+v", r)
 	}
 
 	f = Density(peers[:1], []string{"/bin/sleep", "600"}, DensityOptions{Max: 2})

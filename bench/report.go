@@ -9,6 +9,23 @@ import (
 	"time"
 )
 
+// higherIsBetter reports whether more of unit is better (rates), as opposed
+// to times and sizes.
+func higherIsBetter(unit string) bool { return strings.HasSuffix(unit, "/s") }
+
+// verdict says whether airlock's ratio over a peer is better or worse for
+// airlock, so the ratio column reads the same way for every unit.
+func verdict(ratio float64, unit string) string {
+	switch {
+	case ratio == 1:
+		return "same"
+	case (ratio < 1) != higherIsBetter(unit):
+		return "better"
+	default:
+		return "worse"
+	}
+}
+
 // PrintTable writes figs as a human-readable table: figure, peer, median,
 // min, max (in the figure's unit), the number of samples, the ratio
 // airlock/peer, and why a peer is missing or failed. Below the table it lists
@@ -49,7 +66,9 @@ func PrintTable(w io.Writer, figs []Figure) {
 					why = r.Error
 				}
 				ratio = "-"
-				if r.RatioPairs > 0 {
+				if r.RatioPairs > 0 && r.Peer != Reference {
+					ratio = fmt.Sprintf("%.2f %s", r.Ratio, verdict(r.Ratio, f.Unit))
+				} else if r.RatioPairs > 0 {
 					ratio = fmt.Sprintf("%.2f", r.Ratio)
 				}
 				if r.Detail != "" {

@@ -16,8 +16,10 @@ import (
 // throughput, density, wasm (the wasm tier's cold start, against node)
 // gvisor (the gvisor tier's cold start, against runsc's own run, and
 // exec in a live gvisor sandbox, against a native one and runsc exec) and
-// image (create from an image against the default root).
-var Keys = []string{"cold", "pooled", "exec", "cell", "throughput", "density", "wasm", "gvisor", "image"}
+// image (create from an image against the default root) and concurrent
+// (1, 10 and 50 clients creating a sandbox and running a command at once:
+// native, native from an image and gVisor against crun, runc and runsc).
+var Keys = []string{"cold", "pooled", "exec", "cell", "throughput", "density", "wasm", "gvisor", "image", "concurrent"}
 
 // ParseOnly splits a comma-separated --only value into keys, checking each
 // against Keys. Empty means every key.
@@ -188,6 +190,14 @@ func Run(cfg Config) *Report {
 			rep.Figures = append(rep.Figures, ImageCreateFigure(scratch, cfg.Runs))
 			progress("gvisor create from an image: %d rounds", cfg.Runs)
 			rep.Figures = append(rep.Figures, GVisorImageCreateFigure(scratch, cfg.Runs))
+		case "concurrent":
+			rounds := max(2, cfg.Runs/5)
+			progress("concurrent creates: %d rounds at %v clients", rounds, ConcurrencyLevels)
+			peers := []Peer{api()}
+			if srvErr == nil {
+				peers = append(peers, srv.nativeImagePeer(cfg.Airlock), srv.gvisorPeer())
+			}
+			rep.Figures = append(rep.Figures, ConcurrentCreateFigures(append(peers, others...), true_, ConcurrencyLevels, rounds)...)
 		case "gvisor":
 			progress("gvisor cold start: %d rounds of /bin/true", cfg.Runs)
 			rep.Figures = append(rep.Figures, GVisorFigure(cfg.Airlock, others, cfg.Runs, cfg.Peers.Timeout))
@@ -203,8 +213,17 @@ func Run(cfg Config) *Report {
 					Unavailable("gvisor density", "airlock serve did not start: "+srvErr.Error()))
 				break
 			}
-			progress("gvisor pause and resume: %d rounds with 100 MB in a Python session", cfg.Runs)
-			rep.Figures = append(rep.Figures, srv.GVisorPauseFigures(others, cfg.Runs)...)
+			for _, size := range PauseSessionSizes {
+				rounds := cfg.Runs
+				if size >= 1<<30 {
+					rounds = max(2, cfg.Runs/5) // each round writes and reads a GiB
+				}
+				progress("gvisor pause and resume: %d rounds with %s in a Python session", rounds, sizeName(size))
+				rep.Figures = append(rep.Figures, srv.GVisorPauseFigures(others, rounds, size)...)
+			}
+			rounds := max(2, cfg.Runs/5)
+			progress("gvisor fork: %d rounds of %d forks from one snapshot", rounds, ForkN)
+			rep.Figures = append(rep.Figures, srv.GVisorForkFigure(others, rounds, ForkN))
 			progress("gvisor density: up to %d sandboxes per peer", min(cfg.Density.Max, GVisorDensityMax))
 			opts := cfg.Density
 			opts.Max = min(opts.Max, GVisorDensityMax)
