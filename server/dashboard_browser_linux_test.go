@@ -223,13 +223,16 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.waitText(t, "#processes", "echo from-the-background")
-	b.run(t, "show output", chromedp.Click(chromedp.CSS(`#processes tr[data-tag="bg"] button`)))
+	b.run(t, "show output", chromedp.Click(chromedp.CSS(`#processes tr[data-tag="bg"] button.output`)))
 	b.waitText(t, "#proc-output", "from-the-background")
 	// Kill a running process from its row; the agent reports it ended.
 	if _, err := e.c.Start(e.ctx, id, client.ExecRequest{Shell: "sleep 300", Tag: "sleeper"}); err != nil {
 		t.Fatal(err)
 	}
+	// A destructive action asks first: one click arms it, a second does it.
 	b.run(t, "kill a process", chromedp.Click(chromedp.CSS(`#processes tr[data-tag="sleeper"] button.sigkill`)))
+	b.waitText(t, `#processes tr[data-tag="sleeper"] button.sigkill`, "Really kill?")
+	b.run(t, "confirm the kill", chromedp.Click(chromedp.CSS(`#processes tr[data-tag="sleeper"] button.sigkill`)))
 	b.waitJS(t, `(() => { const r = document.querySelector('#processes tr[data-tag="sleeper"]'); return !!r && r.children[3].textContent === "no"; })()`,
 		`document.getElementById("processes").textContent`, "the killed process to be reported ended")
 	// A Python cell in the sandbox's default context.
@@ -262,13 +265,67 @@ func TestDashboardInBrowser(t *testing.T) {
 	if sb, err := e.c.Get(e.ctx, id); err != nil || sb.Paused {
 		t.Fatalf("after Resume the server says %+v, %v", sb, err)
 	}
-	b.run(t, "kill", chromedp.Click(chromedp.CSS(row+` button.kill`)))
+	b.run(t, "kill (armed)", chromedp.Click(chromedp.CSS(row+` button.kill`)))
+	b.waitText(t, row+` button.kill`, "Really kill?")
+	if sb, err := e.c.Get(e.ctx, id); err != nil || sb.State != "running" {
+		t.Fatalf("one click on Kill (not confirmed) killed the sandbox: %+v, %v", sb, err)
+	}
+	b.run(t, "kill (confirmed)", chromedp.Click(chromedp.CSS(row+` button.kill`)))
 	eventually(t, 30*time.Second, "the sandbox to leave the running list", func() bool {
 		n, err := chromedp.Run(b.ctx, chromedp.Evaluate[int](`document.querySelectorAll('#sandboxes tr[data-id="`+id+`"]').length`))
 		return err == nil && n == 0
 	})
 	if sb, err := e.c.Get(e.ctx, id); err != nil || sb.State == "running" {
 		t.Fatalf("after kill the server says %+v, %v", sb, err)
+	}
+	// Unticking "running only" lists the ended sandbox too.
+	b.run(t, "show ended", chromedp.Click(chromedp.ID("running")))
+	b.waitText(t, row, "killed")
+
+	// The create form: image, runtime, profile, memory, timeout.
+	b.run(t, "create with options", chromedp.SendKeys(chromedp.ID("new-memory"), "200"), chromedp.SendKeys(chromedp.ID("new-timeout"), "300"),
+		chromedp.SetValue(chromedp.ID("new-profile"), "standard"), chromedp.Click(chromedp.ID("create")))
+	b.waitText(t, "#main .toolbar", "created sb-")
+	status, err = chromedp.Run(b.ctx, chromedp.Text(chromedp.CSS("#main .toolbar span.muted")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id2 := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(status), "created "))
+	if sb, err := e.c.Get(e.ctx, id2); err != nil || sb.Profile != "standard" || sb.State != "running" {
+		t.Fatalf("the form's sandbox: %+v, %v", sb, err)
+	}
+
+	// Volumes: create one from the page and delete it (confirmed).
+	b.run(t, "volumes page", chromedp.Navigate(base+"/#/volumes"))
+	b.waitText(t, "#volumes", "no volumes yet")
+	b.run(t, "create a volume", chromedp.SendKeys(chromedp.ID("vol-name"), "dashvol"), chromedp.SendKeys(chromedp.ID("vol-size"), "16"), chromedp.Click(chromedp.ID("vol-create")))
+	b.waitText(t, "#volumes", "dashvol")
+	b.shot(t, "volumes")
+	b.run(t, "delete the volume", chromedp.Click(chromedp.CSS(`#volumes tr[data-name="dashvol"] button.delete`)), chromedp.Click(chromedp.CSS(`#volumes tr[data-name="dashvol"] button.delete`)))
+	b.waitText(t, "#volumes", "no volumes yet")
+	// Images, templates and approvals render with their empty states.
+	b.run(t, "images page", chromedp.Navigate(base+"/#/images"))
+	b.waitText(t, "#images", "no images")
+	b.run(t, "templates page", chromedp.Navigate(base+"/#/templates"), chromedp.WaitVisible(chromedp.ID("tpl-dockerfile")))
+	b.shot(t, "templates")
+	b.run(t, "approvals page", chromedp.Navigate(base+"/#/approvals"))
+	b.waitText(t, "#approvals", "nothing is waiting")
+
+	// A phone's width: nothing wider than the screen on any page.
+	b.run(t, "narrow", chromedp.EmulateViewport(390, 844))
+	for _, page := range []string{"/#/", "/#/sb/" + id2, "/#/images", "/#/templates", "/#/volumes", "/#/approvals", "/#/server"} {
+		b.run(t, "narrow "+page, chromedp.Navigate(base+page))
+		b.waitJS(t, `document.querySelector("#main").innerText.length > 20 && !document.querySelector("#main .loading")`,
+			`document.querySelector("#main").innerText`, "page "+page+" loaded")
+		b.waitJS(t, `document.documentElement.scrollWidth <= window.innerWidth + 1`,
+			`document.documentElement.scrollWidth + " > " + window.innerWidth`, "page "+page+" to fit 390 px")
+		if page == "/#/" || page == "/#/sb/"+id2 {
+			name := "narrow-sandboxes"
+			if page != "/#/" {
+				name = "narrow-sandbox"
+			}
+			b.shot(t, name)
+		}
 	}
 	b.noErrors(t)
 }

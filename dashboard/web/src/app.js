@@ -101,6 +101,35 @@ function sample(id, m) {
 
 function showError(where, e) { where.replaceChildren(el("p", { class: "error" }, e.message || String(e))); }
 
+// confirmButton is a destructive action's button: the first click asks
+// ("Really …?", for 4 s), the second does it. No blocking dialog.
+function confirmButton(label, cls, action, attrs) {
+  const b = el("button", Object.assign({ class: cls }, attrs || {}), label);
+  let armed = null;
+  b.addEventListener("click", async () => {
+    if (!armed) {
+      b.textContent = "Really " + label.toLowerCase() + "?";
+      b.classList.add("confirm");
+      armed = setTimeout(() => { armed = null; b.textContent = label; b.classList.remove("confirm"); }, 4000);
+      return;
+    }
+    clearTimeout(armed); armed = null;
+    b.disabled = true;
+    try { await action(); } finally { b.disabled = false; b.textContent = label; b.classList.remove("confirm"); }
+  });
+  return b;
+}
+
+// table builds a scrolling table; cols marked "~" are hidden on narrow screens.
+function table(headers, tbody, id) {
+  return el("div", { class: "scroll" }, el("table", id ? { id } : {}, el("thead", {}, el("tr", {}, headers.map((h) => h.startsWith("~") ? el("th", { class: "hide-narrow" }, h.slice(1)) : el("th", {}, h)))), tbody));
+}
+
+// placeholder fills tbody with one row saying it is loading, empty, or failed.
+function placeholder(tbody, cols, text, cls) {
+  tbody.replaceChildren(el("tr", { class: cls || "empty" }, el("td", { colspan: cols, class: cls === "error" ? "error" : "" }, text)));
+}
+
 function loginPage() {
   const m = clear();
   const input = el("input", { type: "password", id: "key", autocomplete: "off", placeholder: "al_..." });
@@ -129,38 +158,64 @@ async function sandboxesPage() {
   const filter = el("input", { id: "filter", type: "search", placeholder: "filter by id, state, runtime, profile…" });
   const onlyRunning = el("input", { type: "checkbox", id: "running", checked: true });
   const status = el("span", { class: "muted" });
-  const allow = el("input", { id: "allow", placeholder: "allowed hosts (comma-separated; empty: no network)" });
-  const create = el("button", { id: "create", onclick: async () => {
+  const allow = el("input", { id: "allow", placeholder: "e.g. pypi.org, api.github.com (empty: no network)" });
+  const image = el("input", { id: "new-image", placeholder: "default root, or an image/template" });
+  const runtime = el("select", { id: "new-runtime" }, el("option", { value: "" }, "server default"));
+  const profile = el("select", { id: "new-profile" }, ["", "strict", "standard", "light"].map((p) => el("option", { value: p }, p || "server default")));
+  const memory = el("input", { id: "new-memory", type: "number", min: "16", placeholder: "profile's" });
+  const ttl = el("input", { id: "new-timeout", type: "number", min: "1", placeholder: "server's" });
+  api("GET", "/v1/info").then((i) => {
+    for (const r of i.runtimes || []) runtime.append(el("option", { value: r }, r));
+  }).catch(() => { /* the default stays */ });
+  const create = el("button", { id: "create", type: "submit" }, "New sandbox");
+  const form = el("form", { class: "create", id: "create-form" },
+    el("label", {}, "Image or template", image), el("label", {}, "Runtime", runtime), el("label", {}, "Profile", profile),
+    el("label", {}, "Memory (MiB)", memory), el("label", {}, "Timeout (s)", ttl), el("label", {}, "Allowed hosts", allow), create);
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
     create.disabled = true;
     const hosts = allow.value.split(",").map((h) => h.trim()).filter(Boolean);
     const req = hosts.length ? { network: { mode: "allowlist", allow: hosts } } : {};
+    if (image.value.trim()) req.image = image.value.trim();
+    if (runtime.value) req.runtime = runtime.value;
+    if (profile.value) req.profile = profile.value;
+    if (Number(memory.value) > 0) req.limits = { memory_bytes: Number(memory.value) * 1048576 };
+    if (Number(ttl.value) > 0) req.timeout = Number(ttl.value);
+    status.textContent = "creating";
+    status.className = "loading";
     try { const sb = await api("POST", "/v1/sandboxes", req); status.textContent = "created " + sb.id; refresh(); } catch (e) { status.textContent = e.message; }
+    status.className = "muted";
     create.disabled = false;
-  } }, "New sandbox");
+  });
   const tbody = el("tbody", { id: "sandboxes" });
-  m.append(el("div", { class: "toolbar" }, create, allow, filter, el("label", {}, onlyRunning, " running only"), status),
-    el("table", {}, el("thead", {}, el("tr", {}, ["ID", "State", "Runtime", "Image", "Profile", "Owner key", "Age", "TTL left", "CPU", "Memory", ""].map((h) => el("th", {}, h)))), tbody));
+  placeholder(tbody, 11, "loading", "loading");
+  m.append(form, el("div", { class: "toolbar" }, filter, el("label", {}, onlyRunning, " running only"), status),
+    table(["ID", "State", "Runtime", "~Image", "~Profile", "~Owner key", "~Age", "TTL left", "~CPU", "Memory", ""], tbody));
   let list = [];
   const images = new Map();
   const render = () => {
     const q = filter.value.toLowerCase();
     const rows = list.filter((s) => (!onlyRunning.checked || s.state === "running") &&
       (!q || [s.id, s.state, s.runtime, s.profile, images.get(s.id), JSON.stringify(s.metadata)].join(" ").toLowerCase().includes(q)));
+    if (!rows.length) {
+      placeholder(tbody, 11, list.length ? "no sandbox matches" : onlyRunning.checked ? "no running sandboxes: create one above" : "no sandboxes yet");
+      return;
+    }
     tbody.replaceChildren(...rows.map((s) => {
       const h = history.get(s.id);
       const last = h && h.mem.length ? fmtBytes(h.mem[h.mem.length - 1]) : "";
       return el("tr", { "data-id": s.id },
         el("td", {}, el("a", { href: "#/sb/" + encodeURIComponent(s.id) }, s.id)),
         el("td", { class: "state-" + s.state }, s.paused ? "paused" : s.state),
-        el("td", {}, s.runtime || ""), el("td", {}, images.get(s.id) || ""), el("td", {}, s.profile),
-        el("td", {}, session && session.key_id ? session.key_id : "(no auth)"),
-        el("td", {}, fmtAge(s.created_at)),
+        el("td", {}, s.runtime || ""), el("td", { class: "hide-narrow" }, images.get(s.id) || ""), el("td", { class: "hide-narrow" }, s.profile),
+        el("td", { class: "hide-narrow" }, session && session.key_id ? session.key_id : "(no auth)"),
+        el("td", { class: "hide-narrow" }, fmtAge(s.created_at)),
         el("td", {}, s.expires_at && s.state === "running" ? fmtDur(Math.max(0, Math.round((new Date(s.expires_at) - Date.now()) / 1000))) : ""),
-        el("td", {}, h ? sparkline(h.cpu) : "", " ", h ? (h.cpu[h.cpu.length - 1] * 100).toFixed(0) + "%" : ""),
+        el("td", { class: "hide-narrow" }, h ? sparkline(h.cpu) : "", " ", h ? (h.cpu[h.cpu.length - 1] * 100).toFixed(0) + "%" : ""),
         el("td", {}, h ? sparkline(h.mem) : "", " ", last),
         el("td", {}, s.state === "running" ? [
           el("button", { class: s.paused ? "resume" : "pause", onclick: () => act("POST", s.id, s.paused ? "/resume" : "/pause") }, s.paused ? "Resume" : "Pause"), " ",
-          el("button", { class: "kill", onclick: () => act("DELETE", s.id, "") }, "Kill")] : ""));
+          confirmButton("Kill", "kill", () => act("DELETE", s.id, ""))] : ""));
     }));
   };
   const act = async (method, id, suffix) => {
@@ -168,7 +223,8 @@ async function sandboxesPage() {
   };
   const refresh = async () => {
     try {
-      list = (await api("GET", "/v1/sandboxes?limit=200")).sandboxes || [];
+      const states = onlyRunning.checked ? "running" : "running,exited,killed,expired,lost";
+      list = (await api("GET", "/v1/sandboxes?limit=200&state=" + states)).sandboxes || [];
       // The image each was created from is in its sandbox.create record.
       if (list.some((s) => !images.has(s.id))) {
         for (const ev of (await api("GET", "/v1/audit?action=sandbox.create&limit=1000")).events || []) {
@@ -182,7 +238,7 @@ async function sandboxesPage() {
     } catch (e) { status.textContent = e.message; }
   };
   filter.addEventListener("input", render);
-  onlyRunning.addEventListener("change", render);
+  onlyRunning.addEventListener("change", refresh);
   every(2000, refresh);
 }
 
@@ -194,7 +250,7 @@ async function sandboxPage(id) {
   let info;
   try { info = await api("GET", base); } catch (e) { showError(m, e); return; }
   head.append(el("span", { class: "state-" + info.state }, info.state), el("span", { class: "muted" }, (info.runtime || "") + " · " + info.profile),
-    info.state === "running" ? el("button", { id: "kill", onclick: async () => { await api("DELETE", base); location.hash = "#/"; } }, "Kill") : "");
+    info.state === "running" ? confirmButton("Kill", "kill", async () => { await api("DELETE", base); location.hash = "#/"; }, { id: "kill" }) : "");
   const sec = (title, id, ...kids) => el("section", { id }, el("h2", {}, title), ...kids);
 
   // Terminal: a shell on a pseudo-terminal over the PTY WebSocket
@@ -202,7 +258,8 @@ async function sandboxPage(id) {
   const termBox = el("div", { id: "terminal" });
   const termTitle = el("h2", {}, "Terminal");
   m.append(el("section", { id: "term" }, termTitle, termBox));
-  term = new Terminal({ rows: 14, fontSize: 13 });
+  // As many columns as the box holds (a phone's screen too), at least 20.
+  term = new Terminal({ rows: 14, fontSize: 13, cols: Math.max(20, Math.floor((termBox.clientWidth || 640) / 8)) });
   term.open(termBox);
   const t = term;
   sock = new WebSocket((location.protocol === "https:" ? "wss://" : "ws://") + location.host + base + "/pty?cols=" + t.cols + "&rows=" + t.rows);
@@ -266,15 +323,16 @@ async function sandboxPage(id) {
   // Processes and their output.
   const procs = el("tbody", { id: "processes" });
   const logs = el("pre", { id: "proc-output", class: "muted" }, "select a process to see its output");
-  m.append(sec("Processes", "procs", el("table", {}, el("thead", {}, el("tr", {}, ["PID", "Command", "Tag", "Running", "Exit", ""].map((h) => el("th", {}, h)))), procs), logs));
+  m.append(sec("Processes", "procs", table(["PID", "Command", "~Tag", "Running", "~Exit", ""], procs), logs));
   const loadProcs = async () => {
     try {
       const ps = (await api("GET", base + "/processes")).processes || [];
-      procs.replaceChildren(...ps.map((p) => el("tr", { "data-tag": p.tag || "" }, el("td", {}, p.pid), el("td", {}, (p.argv || []).join(" ")), el("td", {}, p.tag || ""),
-        el("td", {}, p.running ? "yes" : "no"), el("td", {}, p.exit_code ?? ""),
-        el("td", {}, p.running ? el("button", { class: "sigkill", onclick: async () => {
+      if (!ps.length) { placeholder(procs, 6, "no processes yet"); return; }
+      procs.replaceChildren(...ps.map((p) => el("tr", { "data-tag": p.tag || "" }, el("td", {}, p.pid), el("td", {}, (p.argv || []).join(" ")), el("td", { class: "hide-narrow" }, p.tag || ""),
+        el("td", {}, p.running ? "yes" : "no"), el("td", { class: "hide-narrow" }, p.exit_code ?? ""),
+        el("td", {}, p.running ? confirmButton("Kill", "sigkill", async () => {
           try { await api("POST", base + "/processes/" + p.pid + "/signal", { signal: "SIGKILL" }); loadProcs(); } catch (e) { logs.textContent = e.message; }
-        } }, "Kill") : "", " ", el("button", { onclick: async () => {
+        }) : "", " ", el("button", { class: "output", onclick: async () => {
           try { const l = await api("GET", base + "/processes/" + p.pid + "/logs"); logs.textContent = l.stdout + (l.stderr ? "\n[stderr]\n" + l.stderr : ""); } catch (e) { logs.textContent = e.message; }
         } }, "Output")))));
     } catch (e) { procs.replaceChildren(el("tr", {}, el("td", { class: "error" }, e.message))); }
@@ -294,14 +352,14 @@ async function sandboxPage(id) {
     loadFiles();
   });
   m.append(sec("Files", "filesec", el("div", { class: "toolbar" }, here, el("button", { onclick: () => { dir = dir.replace(/\/[^/]*$/, "") || "/"; loadFiles(); } }, "Up"), el("label", {}, "Upload: ", upload), fstatus),
-    el("table", {}, el("thead", {}, el("tr", {}, ["Name", "Type", "Size", "Modified", ""].map((h) => el("th", {}, h)))), files)));
+    table(["Name", "~Type", "Size", "~Modified", ""], files)));
   const loadFiles = async () => {
     here.textContent = dir;
     try {
       const es = (await api("GET", base + "/files/list?path=" + encodeURIComponent(dir))).entries || [];
       files.replaceChildren(...es.map((f) => el("tr", {},
         el("td", {}, f.type === "dir" ? el("a", { href: "#", onclick: (ev) => { ev.preventDefault(); dir = f.path; loadFiles(); } }, f.name + "/") : f.name),
-        el("td", {}, f.type), el("td", {}, fmtBytes(f.size)), el("td", {}, new Date(f.mtime).toLocaleString()),
+        el("td", { class: "hide-narrow" }, f.type), el("td", {}, fmtBytes(f.size)), el("td", { class: "hide-narrow" }, new Date(f.mtime).toLocaleString()),
         el("td", {}, f.type === "file" ? el("button", { onclick: async () => {
           try {
             const r = await api("GET", base + "/files?path=" + encodeURIComponent(f.path), undefined, true);
@@ -315,14 +373,15 @@ async function sandboxPage(id) {
   // Network.
   const netPolicy = el("p", { id: "net-policy", class: "muted" });
   const net = el("tbody", { id: "netlog" });
-  m.append(sec("Network", "network", netPolicy, el("table", {}, el("thead", {}, el("tr", {}, ["Time", "Host", "Port", "Verdict", "Up", "Down"].map((h) => el("th", {}, h)))), net)));
+  m.append(sec("Network", "network", netPolicy, table(["~Time", "Host", "~Port", "Verdict", "~Up", "~Down"], net)));
   const loadNet = async () => {
     try {
       const p = await api("GET", base + "/network");
       netPolicy.textContent = "mode " + p.mode + (p.allow && p.allow.length ? " · allow " + p.allow.join(", ") : "") + (p.deny && p.deny.length ? " · deny " + p.deny.join(", ") : "");
       const cs = (await api("GET", base + "/network/log")).connections || [];
-      net.replaceChildren(...cs.slice().reverse().map((c) => el("tr", {}, el("td", {}, new Date(c.time).toLocaleTimeString()), el("td", {}, c.host), el("td", {}, c.port),
-        el("td", { class: c.allowed ? "allowed" : "denied", title: c.reason || "" }, c.allowed ? "allowed" : "denied"), el("td", {}, fmtBytes(c.bytes_up)), el("td", {}, fmtBytes(c.bytes_down)))));
+      if (!cs.length) { placeholder(net, 6, "no connections yet"); return; }
+      net.replaceChildren(...cs.slice().reverse().map((c) => el("tr", {}, el("td", { class: "hide-narrow" }, new Date(c.time).toLocaleTimeString()), el("td", {}, c.host), el("td", { class: "hide-narrow" }, c.port),
+        el("td", { class: c.allowed ? "allowed" : "denied", title: c.reason || "" }, c.allowed ? "allowed" : "denied"), el("td", { class: "hide-narrow" }, fmtBytes(c.bytes_up)), el("td", { class: "hide-narrow" }, fmtBytes(c.bytes_down)))));
     } catch (e) { netPolicy.textContent = e.message; }
   };
 
@@ -379,19 +438,28 @@ function lineMode(t, base, id, termBox, termTitle) {
 }
 
 function auditTable(tbody) {
-  return el("table", {}, el("thead", {}, el("tr", {}, ["#", "Time", "Sandbox", "Action", "Detail"].map((h) => el("th", {}, h)))), tbody);
+  placeholder(tbody, 5, "loading", "loading");
+  return table(["~#", "Time", "~Sandbox", "Action", "Detail"], tbody);
 }
 
 function fillAudit(tbody, evs) {
-  tbody.replaceChildren(...evs.map((e) => el("tr", {}, el("td", {}, e.id), el("td", {}, new Date(e.time).toLocaleString()), el("td", {}, e.sandbox_id || ""),
-    el("td", {}, e.action), el("td", {}, el("code", {}, JSON.stringify(e.detail || {}))))));
+  tbody.replaceChildren(...evs.map((e) => el("tr", {}, el("td", { class: "hide-narrow" }, e.id), el("td", {}, new Date(e.time).toLocaleString()), el("td", { class: "hide-narrow" }, e.sandbox_id || ""),
+    el("td", {}, e.action), el("td", { class: "detail" }, detailOf(e.detail)))));
+  if (!evs.length) placeholder(tbody, 5, "no audit records");
+}
+
+// detailOf shows a record's detail: short ones inline, long ones folded.
+function detailOf(d) {
+  const text = JSON.stringify(d || {});
+  if (text.length <= 120) return el("code", {}, text);
+  return el("details", {}, el("summary", {}, text.slice(0, 100) + "…"), el("pre", {}, JSON.stringify(d, null, 2)));
 }
 
 async function serverPage() {
   const m = clear();
   const cap = el("tbody", { id: "capacity" });
   const layers = el("tbody", { id: "layers" });
-  m.append(el("section", {}, el("h2", {}, "Server"), el("table", {}, cap)), el("section", {}, el("h2", {}, "Isolation layers"), el("table", {}, layers)));
+  m.append(el("section", {}, el("h2", {}, "Server"), el("div", { class: "scroll" }, el("table", {}, cap))), el("section", {}, el("h2", {}, "Isolation layers"), el("div", { class: "scroll" }, el("table", {}, layers))));
   try {
     const i = await api("GET", "/v1/info");
     const c = i.ceilings || {};
@@ -407,7 +475,7 @@ async function serverPage() {
   // Totals over time: the server's Prometheus counters, polled while the
   // page is open (values summed over their labels).
   const totals = el("tbody", { id: "totals" });
-  m.append(el("section", {}, el("h2", {}, "Totals (since this page opened, every 2 s)"), el("table", {}, totals)));
+  m.append(el("section", {}, el("h2", {}, "Totals (since this page opened, every 2 s)"), el("div", { class: "scroll" }, el("table", {}, totals))));
   const series = new Map();
   every(2000, async () => {
     try {
@@ -415,7 +483,8 @@ async function serverPage() {
       const now = new Map();
       for (const l of text.split("\n")) {
         const mm = /^(airlock_[a-z_]+)(\{[^}]*\})? ([0-9.eE+-]+)$/.exec(l);
-        if (mm) now.set(mm[1], (now.get(mm[1]) || 0) + Number(mm[3]));
+        // Histograms' buckets, sums and counts are not totals.
+        if (mm && !/_(bucket|sum|count)$/.test(mm[1])) now.set(mm[1], (now.get(mm[1]) || 0) + Number(mm[3]));
       }
       for (const [k, v] of now) {
         const arr = series.get(k) || [];
@@ -441,6 +510,114 @@ async function serverPage() {
   go();
 }
 
+// imagesPage lists the key's images (named ones; "all" adds build steps)
+// and deletes them.
+async function imagesPage() {
+  const m = clear();
+  const tbody = el("tbody", { id: "images" });
+  const all = el("input", { type: "checkbox", id: "images-all" });
+  const status = el("span", { class: "muted", id: "images-status" });
+  const ref = el("input", { id: "pull-ref", placeholder: "registry/name:tag" });
+  const pull = el("button", { id: "pull", onclick: async () => {
+    if (!ref.value.trim()) return;
+    pull.disabled = true; status.textContent = "pulling " + ref.value; status.className = "loading";
+    try { await api("POST", "/v1/images", { ref: ref.value.trim() }); status.textContent = "pulled " + ref.value; load(); } catch (e) { status.textContent = e.message; }
+    status.className = "muted"; pull.disabled = false;
+  } }, "Pull");
+  placeholder(tbody, 5, "loading", "loading");
+  m.append(el("h2", {}, "Images"), el("div", { class: "toolbar" }, ref, pull, el("label", {}, all, " build steps too"), status),
+    table(["Name", "~Digest", "Size", "~Created", ""], tbody));
+  const load = async () => {
+    try {
+      const imgs = ((await api("GET", "/v1/images")).images || []).filter((i) => all.checked || i.name);
+      if (!imgs.length) { placeholder(tbody, 5, "no images: pull one, build a template, or snapshot a sandbox"); return; }
+      tbody.replaceChildren(...imgs.map((i) => el("tr", { "data-name": i.name || "" }, el("td", {}, i.name || "<none>"), el("td", { class: "hide-narrow" }, el("code", {}, (i.digest || "").slice(0, 19))),
+        el("td", {}, fmtBytes(i.size)), el("td", { class: "hide-narrow" }, i.created ? new Date(i.created).toLocaleString() : ""),
+        el("td", {}, confirmButton("Delete", "delete", async () => {
+          try { await api("DELETE", "/v1/images/" + encodeURI(i.name || i.digest)); load(); } catch (e) { status.textContent = e.message; }
+        })))));
+    } catch (e) { placeholder(tbody, 5, e.message, "error"); }
+  };
+  all.addEventListener("change", load);
+  load();
+}
+
+// templatesPage builds an image from a Dockerfile (POST /v1/templates) and
+// shows the build log.
+async function templatesPage() {
+  const m = clear();
+  const name = el("input", { id: "tpl-name", placeholder: "name, e.g. team/py:1", required: true });
+  const runtime = el("select", { id: "tpl-runtime" }, el("option", { value: "" }, "server default"));
+  api("GET", "/v1/info").then((i) => { for (const r of i.runtimes || []) if (r !== "wasm") runtime.append(el("option", { value: r }, r)); }).catch(() => {});
+  const df = el("textarea", { id: "tpl-dockerfile", rows: 8, spellcheck: "false", placeholder: "FROM debian-with-python\nRUN pip install requests" });
+  const build = el("button", { id: "tpl-build", type: "submit" }, "Build");
+  const log = el("pre", { id: "tpl-log", class: "muted" }, "the build log appears here");
+  const form = el("form", { class: "stack", id: "tpl-form" }, el("label", {}, "Name", name), el("label", {}, "RUN steps under", runtime), el("label", {}, "Dockerfile", df), build);
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    build.disabled = true;
+    log.className = "loading"; log.textContent = "building " + name.value;
+    try {
+      const r = await api("POST", "/v1/templates", { name: name.value.trim(), dockerfile: df.value, runtime: runtime.value || undefined });
+      log.className = "";
+      log.textContent = r.log + "\n" + r.steps + " steps, " + r.cached + " cached: " + (r.image.name || r.image.digest) + " (" + fmtBytes(r.image.size) + ")";
+    } catch (e) { log.className = "error"; log.textContent = e.message; }
+    build.disabled = false;
+  });
+  m.append(el("h2", {}, "Build a template"), el("p", { class: "muted" }, "Templates are images built from a Dockerfile; create sandboxes from them by name (Sandboxes, Image or template)."), form, log);
+}
+
+// volumesPage lists, creates and deletes the key's volumes.
+async function volumesPage() {
+  const m = clear();
+  const tbody = el("tbody", { id: "volumes" });
+  const name = el("input", { id: "vol-name", placeholder: "name" });
+  const size = el("input", { id: "vol-size", type: "number", min: "1", placeholder: "size (MiB)" });
+  const status = el("span", { class: "muted", id: "vol-status" });
+  const add = el("button", { id: "vol-create", onclick: async () => {
+    try { await api("POST", "/v1/volumes", { name: name.value.trim(), size_bytes: Number(size.value || 0) * 1048576 }); status.textContent = "created " + name.value; name.value = ""; load(); } catch (e) { status.textContent = e.message; }
+  } }, "Create volume");
+  placeholder(tbody, 4, "loading", "loading");
+  m.append(el("h2", {}, "Volumes"), el("div", { class: "toolbar" }, name, size, add, status), table(["Name", "Size", "~Created", ""], tbody));
+  const load = async () => {
+    try {
+      const vs = (await api("GET", "/v1/volumes")).volumes || [];
+      if (!vs.length) { placeholder(tbody, 4, "no volumes yet"); return; }
+      tbody.replaceChildren(...vs.map((v) => el("tr", { "data-name": v.name }, el("td", {}, v.name), el("td", {}, v.size_bytes ? fmtBytes(v.size_bytes) : "no cap"),
+        el("td", { class: "hide-narrow" }, new Date(v.created_at).toLocaleString()),
+        el("td", {}, confirmButton("Delete", "delete", async () => {
+          try { await api("DELETE", "/v1/volumes/" + encodeURIComponent(v.name)); load(); } catch (e) { status.textContent = e.message; }
+        })))));
+    } catch (e) { placeholder(tbody, 4, e.message, "error"); }
+  };
+  load();
+}
+
+// approvalsPage shows the actions waiting for a person (the approval
+// gate) and answers them.
+async function approvalsPage() {
+  const m = clear();
+  const tbody = el("tbody", { id: "approvals" });
+  const status = el("span", { class: "muted" });
+  placeholder(tbody, 5, "loading", "loading");
+  m.append(el("h2", {}, "Approvals"), el("p", { class: "muted" }, "Actions held by the approval gate (docs/approvals.md) until someone answers or they expire."), status,
+    table(["What", "~Sandbox", "~Asked", "Expires", ""], tbody));
+  const answer = async (id, decision) => {
+    try { await api("POST", "/v1/approvals/" + encodeURIComponent(id), { decision, id }); status.textContent = decision + "d " + id; load(); } catch (e) { status.textContent = e.message; }
+  };
+  const load = async () => {
+    try {
+      const ps = (await api("GET", "/v1/approvals")).approvals || [];
+      if (!ps.length) { placeholder(tbody, 5, "nothing is waiting for an answer"); return; }
+      tbody.replaceChildren(...ps.map((p) => el("tr", { "data-id": p.id }, el("td", {}, p.summary, p.reason ? el("div", { class: "muted" }, p.reason) : ""),
+        el("td", { class: "hide-narrow" }, (p.action && p.action.sandbox_id) || ""), el("td", { class: "hide-narrow" }, fmtAge(p.created_at) + " ago"),
+        el("td", {}, "in " + fmtDur(Math.max(0, Math.round((new Date(p.expires_at) - Date.now()) / 1000)))),
+        el("td", {}, el("button", { class: "approve", onclick: () => answer(p.id, "approve") }, "Approve"), " ", confirmButton("Deny", "deny", () => answer(p.id, "deny"))))));
+    } catch (e) { placeholder(tbody, 5, e.message, "error"); }
+  };
+  every(2000, load);
+}
+
 async function route() {
   if (!csrf) {
     try {
@@ -453,8 +630,13 @@ async function route() {
   who.textContent = session.no_auth ? "no auth (loopback)" : "key " + session.key_id;
   out.hidden = !!session.no_auth;
   const h = location.hash.replace(/^#/, "") || "/";
+  for (const a of document.querySelectorAll("header nav a")) a.classList.toggle("active", a.getAttribute("href") === "#" + (h.startsWith("/sb/") ? "/" : h));
   if (h.startsWith("/sb/")) sandboxPage(decodeURIComponent(h.slice(4)));
   else if (h === "/server") serverPage();
+  else if (h === "/images") imagesPage();
+  else if (h === "/templates") templatesPage();
+  else if (h === "/volumes") volumesPage();
+  else if (h === "/approvals") approvalsPage();
   else sandboxesPage();
 }
 
