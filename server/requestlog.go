@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -98,6 +99,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rec := &reqRecord{}
 	r = r.WithContext(context.WithValue(r.Context(), recKey{}, rec))
 	sw := &statusWriter{ResponseWriter: w}
+	e2bReq := s.e2b.Match(r)
 	defer func() {
 		p := recover()
 		status := sw.status
@@ -109,7 +111,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case status == 0:
 			status = http.StatusOK
 		}
-		s.logRequest(r, rec, status, sw.bytes, time.Since(start), p != nil)
+		s.logRequest(r, rec, e2bReq, status, sw.bytes, time.Since(start), p != nil)
 		if p != nil {
 			panic(p)
 		}
@@ -117,26 +119,29 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.route(sw, r)
 }
 
-func (s *Server) logRequest(r *http.Request, rec *reqRecord, status int, bytes int64, d time.Duration, panicked bool) {
+func (s *Server) logRequest(r *http.Request, rec *reqRecord, e2bReq bool, status int, bytes int64, d time.Duration, panicked bool) {
 	route := r.Pattern
 	sandbox := rec.sandboxID
 	if route != "" && sandbox == "" {
 		sandbox = r.PathValue("id")
 	}
-	if route == "" {
-		if id := r.Header.Get("E2b-Sandbox-Id"); id != "" || s.e2b.Match(r) {
-			// E2B's protocol (package e2b) routes on its own.
-			route = "e2b"
-			if sandbox == "" {
-				sandbox = id
-			}
-		} else {
-			route = "unmatched"
+	if e2bReq {
+		// E2B's protocol (package e2b) routes on its own: its control
+		// plane's patterns, or a sandbox's envd or port (by header or
+		// by host name, which it turns into the header).
+		switch id := r.Header.Get("E2b-Sandbox-Id"); {
+		case id != "":
+			route, sandbox = "e2b sandbox", id
+		case route != "":
+			route = "e2b " + route
+		default:
+			route = "e2b unmatched"
 		}
 	}
-	if len(sandbox) > 64 {
-		sandbox = sandbox[:64] // client-supplied on unknown ids
+	if route == "" {
+		route = "unmatched"
 	}
+	sandbox = loggableID(sandbox)
 	method := methodLabel(r.Method)
 	s.prom.http.WithLabelValues(method, route, strconv.Itoa(status)).Observe(d.Seconds())
 	if op := timedOps[route]; op != "" {
@@ -173,6 +178,20 @@ func (s *Server) logRequest(r *http.Request, rec *reqRecord, status int, bytes i
 		attrs = append(attrs, slog.Bool("panic", true))
 	}
 	s.log.LogAttrs(ctx, level, "request", attrs...)
+}
+
+// loggableID is id if it has the form of a sandbox id ("sb-" and hex
+// digits), else "invalid": the id in a path or header is the client's,
+// and a key pasted there by mistake must not reach the log.
+func loggableID(id string) string {
+	hexPart, ok := strings.CutPrefix(id, "sb-")
+	if id == "" {
+		return ""
+	}
+	if !ok || hexPart == "" || len(hexPart) > 64 || strings.Trim(hexPart, "0123456789abcdef") != "" {
+		return "invalid"
+	}
+	return id
 }
 
 // remoteIP is the client's address without its port.
