@@ -396,8 +396,9 @@ func TestServeTLS(t *testing.T) {
 	}
 }
 
-// waitServed sends SIGHUP until the served certificate's serial passes ok
-// (the signal handler may not be installed the instant serve listens).
+// waitServed sends SIGHUP and polls the served certificate until its
+// serial passes ok (each poll sends SIGHUP again: reloading an unchanged
+// pair is harmless, and the test never depends on one signal's timing).
 func waitServed(t *testing.T, srv *testserver.Server, addr string, ca *x509.CertPool, ok func(*big.Int) bool) *big.Int {
 	t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)

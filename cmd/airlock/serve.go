@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"airlock/e2b"
+	"airlock/internal/config"
 	"airlock/internal/connlimit"
 	"airlock/internal/statelock"
 	"airlock/manager"
@@ -89,7 +90,7 @@ func cmdServe(args []string) int {
 		fmt.Fprintf(os.Stderr, "airlock serve: %v\n%s", err, serveUsage)
 		return exitUsage
 	}
-	configFile, err := of.applyConfig(fs)
+	configFile, err := of.applyConfig(fs, config.DefaultPath)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "airlock serve: %v\n", err)
 		return exitUsage

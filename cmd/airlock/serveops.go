@@ -30,18 +30,20 @@ func (o *opsFlags) register(fs *flag.FlagSet) {
 }
 
 // applyConfig sets the flags the config file names and the command line
-// did not (fs is parsed). It returns the file read, "" if none.
-func (o *opsFlags) applyConfig(fs *flag.FlagSet) (string, error) {
+// did not (fs is parsed): --config's file, or else defaultPath if it
+// exists (config.DefaultPath in serve). It returns the file read, "" if
+// none.
+func (o *opsFlags) applyConfig(fs *flag.FlagSet, defaultPath string) (string, error) {
 	path, given := o.config, false
 	fs.Visit(func(f *flag.Flag) { given = given || f.Name == "config" })
 	if !given {
-		if _, err := os.Stat(config.DefaultPath); err != nil {
+		if _, err := os.Stat(defaultPath); err != nil {
 			if errors.Is(err, os.ErrNotExist) {
 				return "", nil
 			}
 			return "", fmt.Errorf("config: %w", err)
 		}
-		path = config.DefaultPath
+		path = defaultPath
 	}
 	if path == "" {
 		return "", nil
