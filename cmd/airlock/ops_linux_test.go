@@ -279,7 +279,9 @@ func tlsClient(ca *x509.CertPool, addr string) *http.Client {
 	d := net.Dialer{Timeout: 30 * time.Second}
 	return &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{
 		TLSClientConfig: &tls.Config{RootCAs: ca},
-		DialContext:     func(ctx context.Context, network, _ string) (net.Conn, error) { return d.DialContext(ctx, network, addr) }}}
+		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return d.DialContext(ctx, network, addr)
+		}}}
 }
 
 // servedSerial is the serial number of the certificate the server at addr

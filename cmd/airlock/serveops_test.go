@@ -10,7 +10,7 @@ import (
 
 // TestServeConfigDefaultPath: without --config the default file is read
 // if it exists and skipped if not; --config names another file; --config
-// '' reads none even when the default exists; an unreadable default is
+// "" reads none even when the default exists; an unreadable default is
 // an error, not a silent skip.
 func TestServeConfigDefaultPath(t *testing.T) {
 	dir := t.TempDir()
