@@ -558,6 +558,18 @@ func TestServeMetrics(t *testing.T) {
 			t.Fatalf("%s: %d %s", op, code, b)
 		}
 	}
+	// An E2B create is timed too.
+	req, _ := http.NewRequest("POST", srv.URL+"/sandboxes", strings.NewReader(`{"templateID":"base","timeout":60}`))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 201 {
+		t.Fatalf("E2B create: %d %s", resp.StatusCode, b)
+	}
 	// A create that fails, and an exec in a sandbox that does not exist.
 	if code, _ := apiCall(t, c, "POST", srv.URL+"/v1/sandboxes", "", map[string]any{"runtime": "native", "profile": "no-such-profile"}); code < 400 {
 		t.Fatalf("create with an unknown profile: %d", code)
@@ -576,11 +588,13 @@ func TestServeMetrics(t *testing.T) {
 			t.Fatal("no denied egress connection in /metrics")
 		}
 	}
+	if n := histCount(fams, "airlock_sandbox_create_duration_seconds", map[string]string{"runtime": "native", "status": "ok"}); n < 2 {
+		t.Errorf("%d successful native creates timed, want 2 (API and E2B)", n)
+	}
 	for _, h := range []struct {
 		name   string
 		labels map[string]string
 	}{
-		{"airlock_sandbox_create_duration_seconds", map[string]string{"runtime": "native", "status": "ok"}},
 		{"airlock_exec_duration_seconds", map[string]string{"runtime": "native", "status": "ok"}},
 		{"airlock_exec_duration_seconds", map[string]string{"runtime": "unknown", "status": "not_found"}},
 		{"airlock_cell_duration_seconds", map[string]string{"runtime": "native", "status": "ok"}},
@@ -624,6 +638,13 @@ func TestServeMetrics(t *testing.T) {
 					t.Errorf("%s has label %s=%q: a raw path or id, unbounded", name, l.GetName(), l.GetValue())
 				}
 			}
+		}
+	}
+	// The default log format, text: every line is one slog record.
+	srv.Stop()
+	for _, l := range strings.Split(strings.TrimSpace(srv.ReadLog()), "\n") {
+		if !strings.HasPrefix(l, "time=") || !strings.Contains(l, " level=") || !strings.Contains(l, " msg=") {
+			t.Errorf("log line not in slog's text format: %q", l)
 		}
 	}
 }
