@@ -86,7 +86,8 @@ type Config struct {
 	Logger *slog.Logger
 	// Metrics are the series of GET /metrics; nil makes a registry of
 	// the server's own (manager operations then go untimed unless the
-	// caller gave its Observe to manager.Config.Observe).
+	// caller gave its Observe to manager.Config.Observe). One Metrics
+	// serves one Server.
 	Metrics *Metrics
 }
 
