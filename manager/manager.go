@@ -112,6 +112,9 @@ type Config struct {
 	// DefaultRuntime runs sandboxes created without a runtime; empty means
 	// native.
 	DefaultRuntime policy.Runtime
+	// Observe, if set, is told how long each create, pause, resume and
+	// egress connection took (manager/observe.go); it must not block.
+	Observe func(Observation)
 	// Backend, if set, runs the sandboxes instead of this host and is their
 	// state of record (backend.go); nil runs them here.
 	Backend Backend
@@ -563,8 +566,8 @@ func (m *Manager) reserve(owner string, ownerLimit int) error {
 	return nil
 }
 
-// Create starts a sandbox and connects to its agent.
-func (m *Manager) Create(ctx context.Context, req CreateRequest) (Info, error) {
+// create is Create (manager/observe.go times it).
+func (m *Manager) create(ctx context.Context, req CreateRequest) (Info, error) {
 	if m.remote() {
 		return m.createRemote(ctx, req)
 	}

@@ -158,6 +158,7 @@ func (m *Manager) closeEgress() {
 // finished connection's goroutine waits, so a slow store slows the proxy
 // rather than losing records.
 func (m *Manager) logConnection(r egress.Record) {
+	m.observeEgress(r)
 	if !r.Allowed {
 		m.anomalies.countEgressDenied(r.SandboxID)
 	}

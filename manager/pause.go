@@ -32,21 +32,6 @@ func (s *Sandbox) Paused() bool {
 	return s.paused
 }
 
-// Pause stops every process of a running sandbox: a native one is frozen
-// with the cgroup freezer (memory stays resident); a gvisor one is
-// checkpointed to disk with runsc checkpoint (processes, memory, open
-// files and its tmpfs /workspace and /tmp; the memory is freed) and
-// restored by Resume. The TTL keeps counting. Pausing a paused sandbox is
-// a no-op.
-func (m *Manager) Pause(ctx context.Context, owner, id string) (Info, error) {
-	return m.setPaused(ctx, owner, id, true)
-}
-
-// Resume thaws a paused sandbox. Resuming a running one is a no-op.
-func (m *Manager) Resume(ctx context.Context, owner, id string) (Info, error) {
-	return m.setPaused(ctx, owner, id, false)
-}
-
 func (m *Manager) setPaused(ctx context.Context, owner, id string, on bool) (Info, error) {
 	if m.remote() {
 		return m.setPausedRemote(ctx, owner, id, on)

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
@@ -80,6 +81,14 @@ type Config struct {
 	// E2BDomain routes requests for PORT-SANDBOXID.E2BDomain to sandbox
 	// ports (e2b.Config.Domain); empty means header routing only.
 	E2BDomain string
+	// Logger writes the request log (one line per request) and the
+	// server's other lines; nil means slog.Default().
+	Logger *slog.Logger
+	// Metrics are the series of GET /metrics; nil makes a registry of
+	// the server's own (manager operations then go untimed unless the
+	// caller gave its Observe to manager.Config.Observe). One Metrics
+	// serves one Server.
+	Metrics *Metrics
 }
 
 // Server serves the API.
@@ -98,6 +107,12 @@ type Server struct {
 	layersOnce atomic.Pointer[runtime.Enforced]
 
 	execs, errors5xx, errors4xx, requests atomic.Int64
+
+	// log is Config.Logger; prom and promHandler serve /metrics
+	// (server/metrics.go).
+	log         *slog.Logger
+	prom        *Metrics
+	promHandler http.Handler
 }
 
 // New returns the API handler.
@@ -108,7 +123,15 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxFileBytes <= 0 {
 		cfg.MaxFileBytes = MaxFileBody
 	}
-	s := &Server{cfg: cfg, m: cfg.Manager, mux: http.NewServeMux(), gate: cfg.Approvals}
+	s := &Server{cfg: cfg, m: cfg.Manager, mux: http.NewServeMux(), gate: cfg.Approvals, log: cfg.Logger, prom: cfg.Metrics}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if s.prom == nil {
+		s.prom = NewMetrics()
+	}
+	s.registerLegacy()
+	s.promHandler = s.prom.handler()
 	tools, err := mcp.New(mcp.Config{Manager: cfg.Manager, Version: cfg.Version, SessionTimeout: cfg.MCPIdle, Approvals: cfg.Approvals})
 	if err != nil {
 		return nil, err
@@ -205,8 +228,8 @@ func (s *Server) routes() {
 	})
 }
 
-// ServeHTTP implements http.Handler.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+// route serves a request (ServeHTTP logs it).
+func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 	s.requests.Add(1)
 	if msg := browserGuard(r, s.cfg.NoAuth); msg != "" {
 		s.count(http.StatusForbidden)
@@ -267,6 +290,7 @@ func (s *Server) wrap(h handler, auth bool) http.Handler {
 				writeError(w, http.StatusUnauthorized, "unauthorized", err.Error())
 				return
 			}
+			noteKey(r, k.id)
 			r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, k))
 		}
 		if err := h(w, r); err != nil {
@@ -451,31 +475,6 @@ func (s *Server) info(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func (s *Server) prometheus(w http.ResponseWriter, r *http.Request) error {
-	c := s.m.Counters()
-	w.Header().Set("Content-Type", "text/plain; version=0.0.4")
-	p := func(name, typ, help string, v int64) {
-		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n%s %d\n", name, help, name, typ, name, v)
-	}
-	p("airlock_sandboxes_running", "gauge", "Sandboxes running now.", c.Running)
-	p("airlock_pool_idle", "gauge", "Ready sandboxes in the warm pool.", int64(s.m.PoolIdle()))
-	p("airlock_sandboxes_created_total", "counter", "Sandboxes created.", c.Created)
-	p("airlock_sandboxes_killed_total", "counter", "Sandboxes killed on request or shutdown.", c.Killed)
-	p("airlock_sandboxes_expired_total", "counter", "Sandboxes killed by their TTL.", c.Expired)
-	p("airlock_sandboxes_lost_total", "counter", "Sandboxes lost across a server restart.", c.Lost)
-	p("airlock_sandboxes_reattached_total", "counter", "Sandboxes reattached after a server restart.", c.Reattached)
-	p("airlock_sandbox_create_errors_total", "counter", "Failed sandbox creations.", c.CreateErrors)
-	p("airlock_execs_total", "counter", "Processes started through the API.", s.execs.Load())
-	an := s.m.Anomalies()
-	p("airlock_sandbox_oom_kills_total", "counter", "Processes the out-of-memory killer killed in sandboxes (audited as anomaly.oom_kill).", an.OOMKills)
-	p("airlock_sandbox_pids_limit_hits_total", "counter", "Forks refused at a sandbox's pids limit, a fork storm's sign (audited as anomaly.pids_limit).", an.PidsLimitHits)
-	p("airlock_egress_denied_total", "counter", "Connections the egress proxy refused (audited as anomaly.egress_denied).", an.EgressDenied)
-	p("airlock_http_requests_total", "counter", "HTTP requests received.", s.requests.Load())
-	fmt.Fprintf(w, "# HELP airlock_http_errors_total HTTP error responses.\n# TYPE airlock_http_errors_total counter\n")
-	fmt.Fprintf(w, "airlock_http_errors_total{class=\"4xx\"} %d\nairlock_http_errors_total{class=\"5xx\"} %d\n", s.errors4xx.Load(), s.errors5xx.Load())
-	return nil
-}
-
 // CreateRequest is the body of POST /v1/sandboxes.
 type CreateRequest struct {
 	Profile  string            `json:"profile,omitempty"`
@@ -555,6 +554,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 		s.m.Kill(context.WithoutCancel(r.Context()), k.id, info.ID)
 		return fmt.Errorf("sandbox %s killed: %w", info.ID, err)
 	}
+	noteSandbox(r, info.ID)
 	writeJSON(w, 201, info)
 	return nil
 }

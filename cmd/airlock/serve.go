@@ -6,7 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"airlock/e2b"
+	"airlock/internal/config"
 	"airlock/internal/connlimit"
 	"airlock/internal/statelock"
 	"airlock/manager"
@@ -33,7 +34,9 @@ const serveUsage = `usage: airlock serve --listen ADDR --state-dir DIR [flags]
 
 Serves the HTTP API (api/openapi.yaml). Requests need "Authorization: Bearer
 al_..." with a key from 'airlock keys create'; --no-auth is only accepted on a
-loopback address.
+loopback address. Every flag can also be set in a TOML file (--config, by
+default /etc/airlock/config.toml if it exists; flags given here win); see
+docs/operations.md for the file, TLS, logs and metrics.
 `
 
 // cmdServe runs the HTTP API server.
@@ -75,6 +78,8 @@ func cmdServe(args []string) int {
 	cf.register(fs, "the host's: its RAM, its CPUs, 32768 processes")
 	var af approvalFlags
 	af.register(fs)
+	var of opsFlags
+	of.register(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(os.Stdout)
@@ -83,6 +88,28 @@ func cmdServe(args []string) int {
 			return 0
 		}
 		fmt.Fprintf(os.Stderr, "airlock serve: %v\n%s", err, serveUsage)
+		return exitUsage
+	}
+	configFile, err := of.applyConfig(fs, config.DefaultPath)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "airlock serve: %v\n", err)
+		return exitUsage
+	}
+	slogger, err := of.logger(os.Stderr)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "airlock serve: %v\n", err)
+		return exitUsage
+	}
+	// Every line the server writes, its own and the log package's of any
+	// library, goes through slogger: one format.
+	slog.SetDefault(slogger)
+	logger := slog.NewLogLogger(slogger.Handler(), slog.LevelInfo)
+	if configFile != "" {
+		slogger.Info("configuration read", "file", configFile)
+	}
+	certs, err := of.tls()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "airlock serve: %v\n", err)
 		return exitUsage
 	}
 	if *stateDir == "" {
@@ -147,7 +174,6 @@ func cmdServe(args []string) int {
 		fmt.Fprintf(os.Stderr, "airlock serve: locate own binary: %v\n", err)
 		return 1
 	}
-	logger := log.New(os.Stderr, "airlock: ", log.LstdFlags)
 	lean, err := leanAgent(self, *agentBin, logger.Printf)
 	if err != nil {
 		ln.Close()
@@ -193,10 +219,11 @@ func cmdServe(args []string) int {
 		fmt.Fprintf(os.Stderr, "airlock serve: %v\n", err)
 		return exitUsage
 	}
+	metrics := server.NewMetrics()
 	m, err := manager.Open(manager.Config{Backend: backend, StateDir: *stateDir, Store: st, Images: images, Volumes: volumes, AgentBinary: self, LeanAgent: lean, MaxSandboxes: *maxSB,
 		AllowDegraded: *allowDegraded, DefaultTimeout: *defTimeout, MaxTimeout: *maxTimeout, ReapInterval: *reap,
 		AgentGrace: *grace, KeepOnShutdown: *keep, Logf: logger.Printf, Egress: egressCfg, Ceilings: cf.ceilings(),
-		DefaultRuntime: rtm, SnapshotQuota: int64(snapQuota)})
+		DefaultRuntime: rtm, SnapshotQuota: int64(snapQuota), Observe: metrics.Observe})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "airlock serve: %v\n", err)
 		return 1
@@ -214,7 +241,7 @@ func cmdServe(args []string) int {
 	}
 	srv, err := server.New(server.Config{Manager: m, Store: st, NoAuth: *noAuth, Version: version,
 		Images: images, ImageRegistries: registries, Approvals: gate, Approvers: af.approvers, WebhookSecret: af.secret,
-		MaxFileBytes: int64(maxFile), MCPIdle: *mcpIdle, E2BMaxNetwork: e2bNet, E2BDomain: *e2bDomain, Layers: func() rt.Enforced { l, _ := doctor(); return l }})
+		MaxFileBytes: int64(maxFile), MCPIdle: *mcpIdle, E2BMaxNetwork: e2bNet, E2BDomain: *e2bDomain, Logger: slogger, Metrics: metrics, Layers: func() rt.Enforced { l, _ := doctor(); return l }})
 	if err != nil {
 		m.Close()
 		fmt.Fprintf(os.Stderr, "airlock serve: %v\n", err)
@@ -226,11 +253,25 @@ func cmdServe(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	errc := make(chan error, 1)
+	scheme := "http"
+	if certs != nil {
+		scheme = "https"
+		hs.TLSConfig = certs.Config()
+		stopHUP := make(chan struct{})
+		defer close(stopHUP)
+		reloadOnHUP(certs, slogger, stopHUP)
+	}
 	go func() {
-		errc <- hs.Serve(connlimit.Listen(ln, connlimit.Config{Max: maxConns, PerAddr: cl.perAddr, Logf: logger.Printf}))
+		cln := connlimit.Listen(ln, connlimit.Config{Max: maxConns, PerAddr: cl.perAddr, Logf: logger.Printf})
+		if certs != nil {
+			errc <- hs.ServeTLS(cln, "", "")
+			return
+		}
+		errc <- hs.Serve(cln)
 	}()
+	slogger.Info("listening", "url", scheme+"://"+ln.Addr().String())
 	// Tests and scripts read this line to learn the port.
-	fmt.Printf("airlock: listening on http://%s\n", ln.Addr())
+	fmt.Printf("airlock: listening on %s://%s\n", scheme, ln.Addr())
 	code := 0
 	select {
 	case <-ctx.Done():

@@ -116,7 +116,7 @@ type Server struct {
 	done  chan struct{}
 }
 
-var listening = regexp.MustCompile(`listening on (http://\S+)`)
+var listening = regexp.MustCompile(`listening on (https?://\S+)`)
 
 // Start runs `airlock serve --listen 127.0.0.1:0 --state-dir state ARGS...`,
 // waits until it listens, and stops it (SIGTERM) when t ends, printing its
