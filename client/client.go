@@ -1,8 +1,12 @@
 // Package client is the Go SDK for airlock's HTTP API (api/openapi.yaml).
 //
-//	c := client.New("http://127.0.0.1:7070", "al_...")
-//	sb, _ := c.Create(ctx, client.CreateRequest{Timeout: 600})
-//	res, _ := c.Exec(ctx, sb.ID, client.ExecRequest{Shell: "echo hi"})
+//	c, err := client.FromEnv() // $AIRLOCK_URL, $AIRLOCK_API_KEY; or client.New(url, key)
+//	sb, _ := c.Create(ctx, client.CreateRequest{TTL: 10 * time.Minute})
+//	res, _ := c.Exec(ctx, sb.ID, client.ExecRequest{Shell: "echo hi", TimeLimit: time.Minute})
+//
+// Every duration is a time.Duration (TTL, TimeLimit, CodeRequest.Timeout,
+// SetTimeout); the float seconds fields Timeout of CreateRequest and
+// ExecRequest remain for older callers (prefer the durations).
 package client
 
 import (
@@ -82,7 +86,11 @@ type CreateRequest struct {
 	Limits   *Limits           `json:"limits,omitempty"`
 	Env      map[string]string `json:"env,omitempty"`
 	Metadata map[string]string `json:"metadata,omitempty"`
-	// Timeout is the TTL in seconds; 0 means the server's default.
+	// TTL is how long the sandbox lives before it is killed; 0 means the
+	// server's default.
+	TTL time.Duration `json:"-"`
+	// Timeout is the TTL in seconds, the form older callers use; prefer
+	// TTL. Setting both to different values is an error.
 	Timeout float64 `json:"timeout,omitempty"`
 	// Network is the network policy; nil means mode none.
 	Network *Network `json:"network,omitempty"`
@@ -139,9 +147,55 @@ type ExecRequest struct {
 	StdinOpen  bool              `json:"stdin_open,omitempty"`
 	Tag        string            `json:"tag,omitempty"`
 	Background bool              `json:"background,omitempty"`
-	// Timeout in seconds for a foreground process; 0 means 60.
+	// TimeLimit kills a foreground process (and its group) after this
+	// long; 0 means the server's default (60 s).
+	TimeLimit time.Duration `json:"-"`
+	// Timeout is TimeLimit in seconds, the form older callers use; prefer
+	// TimeLimit. Setting both to different values is an error.
 	Timeout   float64 `json:"timeout,omitempty"`
 	MaxOutput int     `json:"max_output,omitempty"`
+}
+
+// MarshalJSON sends TTL as the API's seconds.
+func (r CreateRequest) MarshalJSON() ([]byte, error) {
+	type plain CreateRequest
+	p := plain(r)
+	s, err := wireSeconds("TTL", r.TTL, r.Timeout)
+	if err != nil {
+		return nil, err
+	}
+	p.Timeout = s
+	return json.Marshal(p)
+}
+
+// MarshalJSON sends TimeLimit as the API's seconds.
+func (r ExecRequest) MarshalJSON() ([]byte, error) {
+	type plain ExecRequest
+	p := plain(r)
+	s, err := wireSeconds("TimeLimit", r.TimeLimit, r.Timeout)
+	if err != nil {
+		return nil, err
+	}
+	p.Timeout = s
+	return json.Marshal(p)
+}
+
+// wireSeconds is the seconds the API takes for a duration field d and
+// its deprecated seconds twin secs. A duration under a millisecond is
+// refused: it is a count of seconds given as a time.Duration
+// (Timeout: 60 instead of 60*time.Second), which would otherwise be 60 ns.
+func wireSeconds(field string, d time.Duration, secs float64) (float64, error) {
+	switch {
+	case d < 0 || secs < 0:
+		return 0, fmt.Errorf("airlock: %s %v: not negative", field, d)
+	case d > 0 && d < time.Millisecond:
+		return 0, fmt.Errorf("airlock: %s %v is under a millisecond: a time.Duration, e.g. %d*time.Second", field, d, int64(d))
+	case d > 0 && secs != 0 && secs != d.Seconds():
+		return 0, fmt.Errorf("airlock: %s %v and the deprecated seconds field %gs differ: set one", field, d, secs)
+	case d > 0:
+		return d.Seconds(), nil
+	}
+	return secs, nil
 }
 
 // ExecResult is the outcome of a foreground process.
