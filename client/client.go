@@ -469,10 +469,22 @@ type Event struct {
 type Stream struct {
 	body io.ReadCloser
 	sc   *bufio.Scanner
+	// queued are the events of a server that answered with a whole
+	// result instead of a stream (a command that never started: not
+	// found, not executable).
+	queued []Event
 }
 
 // Next returns the next event, or io.EOF after the last.
 func (s *Stream) Next() (Event, error) {
+	if s.sc == nil {
+		if len(s.queued) == 0 {
+			return Event{}, io.EOF
+		}
+		ev := s.queued[0]
+		s.queued = s.queued[1:]
+		return ev, nil
+	}
 	var typ string
 	var data []byte
 	for s.sc.Scan() {
@@ -549,9 +561,31 @@ func (c *Client) stream(ctx context.Context, method, path string, in any) (*Stre
 	if err != nil {
 		return nil, err
 	}
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
+		return resultStream(resp.Body, path)
+	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 4<<20)
 	return &Stream{body: resp.Body, sc: sc}, nil
+}
+
+// resultStream turns a whole ExecResult (the answer for a command that
+// could not start) into the events a stream would have carried.
+func resultStream(body io.ReadCloser, path string) (*Stream, error) {
+	defer body.Close()
+	var res ExecResult
+	if err := json.NewDecoder(io.LimitReader(body, 64<<20)).Decode(&res); err != nil {
+		return nil, fmt.Errorf("airlock: decode %s result: %w", path, err)
+	}
+	s := &Stream{body: io.NopCloser(strings.NewReader(""))}
+	if res.Stdout != "" {
+		s.queued = append(s.queued, Event{Type: "stdout", Data: []byte(res.Stdout)})
+	}
+	if res.Stderr != "" {
+		s.queued = append(s.queued, Event{Type: "stderr", Data: []byte(res.Stderr)})
+	}
+	s.queued = append(s.queued, Event{Type: "exit", Pid: res.Pid, ExitCode: res.ExitCode, Signal: res.Signal, Status: res.Status})
+	return s, nil
 }
 
 // ExecStream runs a process and streams its events.

@@ -227,7 +227,7 @@ func cmdShell(args []string) int {
 		defer c.Kill(context.Background(), id)
 	}
 	if *ttyMode {
-		return shellTTY(ctx, c, id, fs.Args())
+		return shellTTY(ctx, c, id, fs.Args(), "", "airlock shell")
 	}
 	cx, err := c.CreateContext(ctx, id, client.ContextRequest{Language: *lang})
 	if err != nil {
