@@ -25,11 +25,13 @@ directory receives the source under its own name. A relative sandbox PATH
 is under /workspace.
 
 Copying out treats the sandbox's files as hostile: nothing is written
-outside the destination (a symlink in the tree is recreated as a symlink
-and never followed), set-id and sticky bits are dropped, and a file or
-tree appears only once wholly copied (a failed copy leaves the previous
-destination as it was and no partial file). Copying in skips symlinks and
-special files with a warning (the API makes regular files and directories).
+outside the destination (an os.Root confines every step); a symlink is
+recreated only when it points inside the tree copied (one that is
+absolute or climbs out with .. is skipped with a warning, so that no later
+command on the host is led through it); set-id and sticky bits are
+dropped; and a file or tree appears only once wholly copied (a failed copy
+leaves the previous destination as it was and no partial file). Copying
+in skips symlinks and special files with a warning (the API makes regular files and directories).
 `
 
 // cmdCp is airlock cp.
@@ -174,7 +176,7 @@ func copyOut(ctx context.Context, c *client.Client, id, src, dst string) error {
 	defer root.Close()
 	tmp := ".airlock-cp-" + randomSuffix() + "-" + base
 	defer root.RemoveAll(tmp) // gone once renamed; left only on failure
-	o := outCopier{ctx: ctx, c: c, id: id, root: root}
+	o := outCopier{ctx: ctx, c: c, id: id, root: root, top: tmp}
 	switch st.Type {
 	case "file":
 		err = o.file(src, tmp, st.Mode)
@@ -185,10 +187,8 @@ func copyOut(ctx context.Context, c *client.Client, id, src, dst string) error {
 		if err == nil {
 			err = root.Chmod(tmp, safeMode(st.Mode)|0o700)
 		}
-	case "symlink":
-		err = root.Symlink(st.Target, tmp)
 	default:
-		return fmt.Errorf("%s:%s is a %s: not copied", id, src, st.Type)
+		return fmt.Errorf("%s:%s is a %s: not copied (copy what a symlink points to)", id, src, st.Type)
 	}
 	if err != nil {
 		return err
@@ -205,6 +205,7 @@ type outCopier struct {
 	c    *client.Client
 	id   string
 	root *os.Root
+	top  string // the tree's top in root
 }
 
 // maxCopyDepth bounds how deep a tree copied out may nest.
@@ -240,6 +241,10 @@ func (o outCopier) dir(src, dst string, depth int) error {
 				return err
 			}
 		case "symlink":
+			if !inside(o.top, to, e.Target) {
+				fmt.Fprintf(os.Stderr, "airlock cp: skipped %s:%s: a symlink to %q, outside what is copied\n", o.id, from, e.Target)
+				continue
+			}
 			if err := o.root.Symlink(e.Target, to); err != nil {
 				return err
 			}
@@ -265,6 +270,18 @@ func (o outCopier) file(src, dst string, mode uint32) error {
 		return fmt.Errorf("%s:%s: %w", o.id, src, err)
 	}
 	return f.Close()
+}
+
+// inside reports whether symlink link (a path under top) pointing to
+// target stays inside top: a relative target that does not climb out. A
+// link the sandbox planted towards a host path (/home/..., ../../..) would
+// otherwise lead a later copy or edit on the host through it.
+func inside(top, link, target string) bool {
+	if target == "" || filepath.IsAbs(target) {
+		return false
+	}
+	rel, err := filepath.Rel(top, filepath.Join(filepath.Dir(link), target))
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
 }
 
 // safeMode keeps a sandbox file's permission bits, never set-id or sticky.
