@@ -143,20 +143,8 @@ func cmdLs(args []string) int {
 	if err != nil {
 		return r.fail(err, caught)
 	}
-	switch {
-	case *asJSON:
-		if sbs == nil {
-			sbs = []client.Sandbox{}
-		}
-		printJSON(sbs)
-	case *quiet:
-		for _, sb := range sbs {
-			fmt.Println(sb.ID)
-		}
-	default:
-		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tSTATE\tRUNTIME\tPROFILE\tCREATED\tEXPIRES\tLABELS")
-		for _, sb := range sbs {
+	printList(sbs, *asJSON, *quiet, func(sb client.Sandbox) string { return sb.ID },
+		"ID\tSTATE\tRUNTIME\tPROFILE\tCREATED\tEXPIRES\tLABELS", func(sb client.Sandbox) []string {
 			state := sb.State
 			if sb.Paused {
 				state = "paused"
@@ -167,12 +155,32 @@ func cmdLs(args []string) int {
 			if sb.ExpiresAt != nil && sb.State == "running" {
 				expires = humanize.Time(*sb.ExpiresAt)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", sb.ID, state, orDash(sb.Runtime), orDash(sb.Profile),
-				humanize.Time(sb.CreatedAt), expires, labelText(sb.Metadata))
+			return []string{sb.ID, state, orDash(sb.Runtime), orDash(sb.Profile), humanize.Time(sb.CreatedAt), expires, labelText(sb.Metadata)}
+		})
+	return 0
+}
+
+// printList prints items as JSON (an empty list, never null), as ids
+// one a line, or as a table under header.
+func printList[T any](items []T, asJSON, quiet bool, id func(T) string, header string, row func(T) []string) {
+	switch {
+	case asJSON:
+		if items == nil {
+			items = []T{}
+		}
+		printJSON(items)
+	case quiet:
+		for _, it := range items {
+			fmt.Println(id(it))
+		}
+	default:
+		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, header)
+		for _, it := range items {
+			fmt.Fprintln(tw, strings.Join(row(it), "\t"))
 		}
 		tw.Flush()
 	}
-	return 0
 }
 
 func orDash(s string) string {
@@ -302,17 +310,23 @@ func sandboxesVerb(name, usage string, args []string, do func(context.Context, *
 	}
 	ctx, stop, caught := interruptContext()
 	defer stop()
+	return r.each(caught, func(id string) error { return do(ctx, c, id) })
+}
+
+// each runs do on every argument, printing those done on stdout and
+// those failed on stderr; any failure makes the result exitRemote.
+func (r *remote) each(caught func() os.Signal, do func(arg string) error) int {
 	status := 0
-	for _, id := range r.fs.Args() {
-		if err := do(ctx, c, id); err != nil {
+	for _, arg := range r.fs.Args() {
+		if err := do(arg); err != nil {
 			if s := caught(); s != nil {
-				return interrupted("airlock "+name, "stopped before every sandbox was done", s)
+				return interrupted("airlock "+r.name, "stopped before every one was done", s)
 			}
-			fmt.Fprintf(os.Stderr, "airlock %s: %s: %s\n", name, id, strings.TrimPrefix(err.Error(), "airlock: "))
+			fmt.Fprintf(os.Stderr, "airlock %s: %s: %s\n", r.name, arg, strings.TrimPrefix(err.Error(), "airlock: "))
 			status = exitRemote
 			continue
 		}
-		fmt.Println(id)
+		fmt.Println(arg)
 	}
 	return status
 }
@@ -393,25 +407,36 @@ func cmdLogs(args []string) int {
 		return r.fail(err, caught)
 	}
 	defer st.Close()
+	ev, err := relay(st)
+	switch {
+	case errors.Is(err, io.EOF) || err == nil && ev.Type == "exit":
+		return 0
+	case err != nil:
+		if s := caught(); s != nil {
+			return interrupted("airlock logs", "stopped following; the process runs on", s)
+		}
+		return r.fail(err, nil)
+	}
+	fmt.Fprintf(os.Stderr, "airlock logs: %s\n", ev.Data)
+	return exitRemote
+}
+
+// relay writes a process stream's stdout and stderr here until its exit
+// or error event, which it returns, or a read error (io.EOF when the
+// stream ends without either).
+func relay(st *client.Stream) (client.Event, error) {
 	for {
 		ev, err := st.Next()
-		if errors.Is(err, io.EOF) {
-			return 0
-		}
 		if err != nil {
-			if s := caught(); s != nil {
-				return interrupted("airlock logs", "stopped following; the process runs on", s)
-			}
-			return r.fail(err, nil)
+			return ev, err
 		}
 		switch ev.Type {
 		case "stdout":
 			os.Stdout.Write(ev.Data)
 		case "stderr":
 			os.Stderr.Write(ev.Data)
-		case "error":
-			fmt.Fprintf(os.Stderr, "airlock logs: %s\n", ev.Data)
-			return exitRemote
+		case "exit", "error":
+			return ev, nil
 		}
 	}
 }
@@ -456,28 +481,14 @@ func cmdImages(args []string) int {
 		if err != nil {
 			return r.fail(err, caught)
 		}
-		switch {
-		case *asJSON:
-			if imgs == nil {
-				imgs = []client.Image{}
-			}
-			printJSON(imgs)
-		case *quiet:
-			for _, img := range imgs {
-				fmt.Println(cmpOr(img.Name, img.Digest))
-			}
-		default:
-			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tDIGEST\tSIZE\tCREATED\tPUBLIC")
-			for _, img := range imgs {
+		printList(imgs, *asJSON, *quiet, func(img client.Image) string { return cmpOr(img.Name, img.Digest) },
+			"NAME\tDIGEST\tSIZE\tCREATED\tPUBLIC", func(img client.Image) []string {
 				created := "-"
 				if !img.Created.IsZero() {
 					created = humanize.Time(img.Created)
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%v\n", orNone(img.Name), shortDigest(img.Digest), humanize.IBytes(uint64(img.Size)), created, img.Public)
-			}
-			tw.Flush()
-		}
+				return []string{orNone(img.Name), shortDigest(img.Digest), humanize.IBytes(uint64(img.Size)), created, fmt.Sprint(img.Public)}
+			})
 	case "pull", "inspect":
 		if !r.args(1, 1) {
 			return r.usageError(sub + " takes one REF")
@@ -501,19 +512,7 @@ func cmdImages(args []string) int {
 		if !r.args(1, -1) {
 			return r.usageError("rm takes one or more REFs")
 		}
-		status := 0
-		for _, ref := range r.fs.Args() {
-			if _, err := c.RemoveImage(ctx, ref); err != nil {
-				if s := caught(); s != nil {
-					return interrupted("airlock images rm", "stopped before every image was removed", s)
-				}
-				fmt.Fprintf(os.Stderr, "airlock images rm: %s: %s\n", ref, strings.TrimPrefix(err.Error(), "airlock: "))
-				status = exitRemote
-				continue
-			}
-			fmt.Println(ref)
-		}
-		return status
+		return r.each(caught, func(ref string) error { _, err := c.RemoveImage(ctx, ref); return err })
 	}
 	return 0
 }
@@ -574,19 +573,9 @@ func cmdVolumes(args []string) int {
 		if err != nil {
 			return r.fail(err, caught)
 		}
-		if *asJSON {
-			if vols == nil {
-				vols = []client.Volume{}
-			}
-			printJSON(vols)
-			return 0
-		}
-		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "NAME\tSIZE\tCREATED")
-		for _, v := range vols {
-			fmt.Fprintf(tw, "%s\t%s\t%s\n", v.Name, humanize.IBytes(uint64(v.SizeBytes)), humanize.Time(v.CreatedAt))
-		}
-		tw.Flush()
+		printList(vols, *asJSON, false, nil, "NAME\tSIZE\tCREATED", func(v client.Volume) []string {
+			return []string{v.Name, humanize.IBytes(uint64(v.SizeBytes)), humanize.Time(v.CreatedAt)}
+		})
 	case "create":
 		if !r.args(1, 1) || size == 0 {
 			return r.usageError("create takes --size SIZE and one NAME")
@@ -600,16 +589,7 @@ func cmdVolumes(args []string) int {
 		if !r.args(1, -1) {
 			return r.usageError("rm takes one or more NAMEs")
 		}
-		status := 0
-		for _, name := range r.fs.Args() {
-			if _, err := c.DeleteVolume(ctx, name); err != nil {
-				fmt.Fprintf(os.Stderr, "airlock volumes rm: %s: %s\n", name, strings.TrimPrefix(err.Error(), "airlock: "))
-				status = exitRemote
-				continue
-			}
-			fmt.Println(name)
-		}
-		return status
+		return r.each(caught, func(name string) error { _, err := c.DeleteVolume(ctx, name); return err })
 	}
 	return 0
 }

@@ -94,33 +94,25 @@ func cmdExec(args []string) int {
 		return r.fail(err, caught)
 	}
 	defer st.Close()
-	for {
-		ev, err := st.Next()
-		if err != nil {
-			st.Close() // a foreground command ends with its stream
-			if s := caught(); s != nil {
-				return interrupted("airlock exec", "the command was killed", s)
-			}
-			if errors.Is(err, io.EOF) {
-				err = errors.New("the server ended the stream without the command's exit")
-			}
-			return r.fail(err, nil)
+	ev, err := relay(st)
+	if err != nil {
+		st.Close() // a foreground command ends with its stream
+		if s := caught(); s != nil {
+			return interrupted("airlock exec", "the command was killed", s)
 		}
-		switch ev.Type {
-		case "stdout":
-			os.Stdout.Write(ev.Data)
-		case "stderr":
-			os.Stderr.Write(ev.Data)
-		case "error":
-			fmt.Fprintf(os.Stderr, "airlock exec: %s\n", ev.Data)
-			return exitRemote
-		case "exit":
-			return execExitCode(ev, req.TimeLimit)
+		if errors.Is(err, io.EOF) {
+			err = errors.New("the server ended the stream without the command's exit")
 		}
+		return r.fail(err, nil)
 	}
+	if ev.Type == "error" {
+		fmt.Fprintf(os.Stderr, "airlock exec: %s\n", ev.Data)
+		return exitRemote
+	}
+	return execExitCode(ev, req.TimeLimit)
 }
 
-// execExitCode is airlock exec's exit code for the command's exit event.
+// execExitCode
 func execExitCode(ev client.Event, limit time.Duration) int {
 	switch ev.Status {
 	case "timeout":
