@@ -98,6 +98,13 @@ func TestRemoteVerbs(t *testing.T) {
 		{"", []string{"-e", "A=1", "-w", "/tmp", id, "sh", "-c", `echo "$A $(pwd)"`}, "1 /tmp\n", "", 0, ""},
 		{"fed in\n", []string{"-i", id, "cat"}, "fed in\n", "", 0, ""},
 		{"not read\n", []string{id, "cat"}, "", "", 0, ""}, // no -i: no stdin
+		// -i streams: more than a request body holds, characters split
+		// between chunks, a reader that stops early, input it cannot carry.
+		{strings.Repeat("a", 3<<20), []string{"-i", id, "wc", "-c"}, "3145728\n", "", 0, ""},
+		{strings.Repeat("é", 40000), []string{"-i", id, "sh", "-c", "wc -c; echo done"}, "80000\ndone\n", "", 0, ""},
+		{strings.Repeat("line\n", 200000), []string{"-i", id, "head", "-1"}, "line\n", "", 0, ""},
+		{"\xff\xfe", []string{"-i", id, "cat"}, "", "", exitRemote, "not UTF-8"},
+		{"x", []string{"-i", "--timeout", "1s", id, "sleep", "60"}, "", "", exitTimeout, "--timeout 1s"},
 		{"", []string{id, "sh", "-c", "kill -9 $$"}, "", "", 137, ""},
 		{"", []string{id, "no-such-command"}, "", "", exitNotFound, "not found"},
 		{"", []string{id, "/etc/passwd"}, "", "", exitNotExec, ""},
@@ -281,20 +288,28 @@ func TestRemoteCp(t *testing.T) {
 	}
 }
 
-// TestRemoteExecSignals: SIGINT and SIGTERM of `airlock exec` kill the
-// command in the sandbox (its process is gone from the host) and exit 130
+// TestRemoteExecSignals: SIGINT and SIGTERM of `airlock exec` (and of
+// `exec -i`, whose command runs in the background) kill the command in
+// the sandbox (its process is gone from the host) and exit 130
 // and 143 with a message; the sandbox lives on.
 func TestRemoteExecSignals(t *testing.T) {
 	cli, c, _ := startRemote(t)
 	id := strings.TrimSpace(cli.must("", "create"))
 	for i, tc := range []struct {
-		sig  syscall.Signal
-		name string
-		code int
-	}{{syscall.SIGINT, "SIGINT", 130}, {syscall.SIGTERM, "SIGTERM", 143}} {
+		sig   syscall.Signal
+		name  string
+		code  int
+		flags []string
+	}{{syscall.SIGINT, "SIGINT", 130, nil}, {syscall.SIGTERM, "SIGTERM", 143, nil}, {syscall.SIGINT, "SIGINT", 130, []string{"-i"}}} {
 		marker := "7171." + strconv.Itoa(i) + strconv.Itoa(os.Getpid())
-		cmd := exec.Command(airlockBin(t), "exec", id, "sh", "-c", "echo ready; exec sleep "+marker)
+		args := append(append([]string{"exec"}, tc.flags...), id, "sh", "-c", "echo ready; exec sleep "+marker)
+		cmd := exec.Command(airlockBin(t), args...)
 		cmd.Env = append([]string{"PATH=/usr/bin:/bin"}, cli.env...)
+		stdin, err := cmd.StdinPipe() // open until the end: -i reads it
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer stdin.Close()
 		out, err := cmd.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)
