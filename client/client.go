@@ -23,6 +23,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Error is an API error response.
@@ -168,8 +169,12 @@ func (r CreateRequest) MarshalJSON() ([]byte, error) {
 	return json.Marshal(p)
 }
 
-// MarshalJSON sends TimeLimit as the API's seconds.
+// MarshalJSON sends TimeLimit as the API's seconds; stdin that is not
+// UTF-8 is refused (JSON would carry it altered).
 func (r ExecRequest) MarshalJSON() ([]byte, error) {
+	if !utf8.ValidString(r.Stdin) {
+		return nil, errStdinNotText
+	}
 	type plain ExecRequest
 	p := plain(r)
 	s, err := wireSeconds("TimeLimit", r.TimeLimit, r.Timeout)
@@ -608,8 +613,15 @@ func (c *Client) Processes(ctx context.Context, id string) ([]Process, error) {
 	return out.Processes, c.call(ctx, "GET", sbPath(id, "/processes"), nil, nil, &out)
 }
 
-// WriteStdin writes to a process's stdin, closing it after if close.
+// errStdinNotText refuses stdin the API's JSON cannot carry unaltered.
+var errStdinNotText = errors.New("airlock: stdin is not UTF-8 text: the API carries stdin as text (write bytes with WriteFile)")
+
+// WriteStdin writes to a process's stdin, closing it after if close. The
+// API carries text: data that is not UTF-8 is refused, never altered.
 func (c *Client) WriteStdin(ctx context.Context, id string, pid int, data string, close bool) error {
+	if !utf8.ValidString(data) {
+		return errStdinNotText
+	}
 	return c.call(ctx, "POST", sbPath(id, "/processes/", strconv.Itoa(pid), "/stdin"), nil,
 		map[string]any{"data": data, "close": close}, nil)
 }

@@ -89,6 +89,12 @@ func TestDurationsOnTheWire(t *testing.T) {
 			t.Errorf("%+v was sent", in)
 		}
 	}
+	if _, err := wire(ExecRequest{Shell: "cat", Stdin: "\xff\xfe"}); err == nil || !strings.Contains(err.Error(), "UTF-8") {
+		t.Errorf("stdin that is not UTF-8: %v, want a refusal (JSON would replace the bytes)", err)
+	}
+	if err := New("http://127.0.0.1:1", "").WriteStdin(t.Context(), "sb", 1, "\xff", false); err == nil || !strings.Contains(err.Error(), "UTF-8") {
+		t.Errorf("WriteStdin of bytes that are not UTF-8: %v", err)
+	}
 	if _, err := (CodeRequest{Code: "1", Timeout: 30}).wire(); err == nil || !strings.Contains(err.Error(), "time.Second") {
 		t.Errorf("CodeRequest with a 30 ns timeout: %v", err)
 	}
