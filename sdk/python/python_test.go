@@ -53,3 +53,16 @@ func TestPythonSDK(t *testing.T) {
 		t.Fatalf("the suite ran no test or did not end OK")
 	}
 }
+
+// TestPythonSDKTypes: the package is typed throughout: mypy --strict
+// (Debian's mypy, installed by scripts/setup.sh --tests) finds no issue.
+func TestPythonSDKTypes(t *testing.T) {
+	if err := exec.Command(debianPython, "-c", "import mypy").Run(); err != nil {
+		t.Skip("mypy is not installed (scripts/setup.sh --tests installs it)")
+	}
+	cmd := exec.Command(debianPython, "-m", "mypy", "--strict", "--no-incremental", "airlock")
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + t.TempDir(), "MYPY_CACHE_DIR=" + t.TempDir()}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("mypy --strict airlock: %v\n%s", err, out)
+	}
+}

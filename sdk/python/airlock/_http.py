@@ -10,7 +10,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import IO, Any
 
 
 class AirlockError(Exception):
@@ -73,13 +73,13 @@ class Transport:
         *,
         query: dict[str, Any] | None = None,
         json_body: Any = None,
-        body: bytes | BinaryIO | None = None,
+        body: bytes | IO[bytes] | None = None,
         content_type: str | None = None,
         accept: str | None = None,
         timeout: float | None = None,
     ) -> Any:
         """Sends a request; returns the open response of a 2xx answer."""
-        data: bytes | BinaryIO | None = body
+        data: bytes | IO[bytes] | None = body
         headers = {"User-Agent": "airlock-python"}
         if json_body is not None:
             data = json.dumps(json_body).encode()
