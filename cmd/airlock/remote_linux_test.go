@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"airlock/client"
+	"airlock/imagestore/imagetest"
 	"airlock/internal/testserver"
 )
 
@@ -377,4 +378,63 @@ func TestRemoteDidYouMean(t *testing.T) {
 			t.Errorf("airlock %s: exit %d, stderr %q; want %d and %q", strings.Join(tc.args, " "), code, errOut, exitUsage, tc.want)
 		}
 	}
+}
+
+// TestRemoteImages: images pull/ls/inspect/rm, templates build from a
+// local Dockerfile and context (a symlink in it is not sent), and create
+// --image and --volume, against a server with a local registry.
+func TestRemoteImages(t *testing.T) {
+	testserver.NeedRoot(t)
+	reg := imagetest.Registry(t)
+	ref := imagetest.Push(t, reg, "cli/busybox:1", imagetest.Busybox(t))
+	state := testserver.StateDir(t)
+	key := testserver.NewKey(t, state, "cli-images")
+	srv := testserver.Start(t, state, "--image-registry", reg)
+	cli := remoteCLI{t: t, env: []string{"AIRLOCK_URL=" + srv.URL, "AIRLOCK_API_KEY=" + key}, dir: t.TempDir()}
+
+	if out := cli.must("", "images", "pull", ref); !strings.Contains(out, "sha256:") {
+		t.Errorf("images pull: %q", out)
+	}
+	if out := cli.must("", "images", "-q"); !strings.Contains(out, ref) {
+		t.Errorf("images -q: %q", out)
+	}
+	var img client.Image
+	if err := json.Unmarshal([]byte(cli.must("", "images", "inspect", ref)), &img); err != nil || !strings.HasPrefix(img.Digest, "sha256:") {
+		t.Errorf("images inspect: %v %+v", err, img)
+	}
+
+	ctxDir := filepath.Join(cli.dir, "ctx")
+	os.MkdirAll(ctxDir, 0o755)
+	os.WriteFile(filepath.Join(ctxDir, "Dockerfile"), []byte("FROM "+ref+"\nCOPY app.txt /app/\nRUN cat /app/app.txt > /app/copy.txt\n"), 0o644)
+	os.WriteFile(filepath.Join(ctxDir, "app.txt"), []byte("built remotely\n"), 0o644)
+	os.Symlink("/etc/shadow", filepath.Join(ctxDir, "secret"))
+	out, errOut, code := cli.run("", "templates", "build", "-t", "cli-tmpl:1", ctxDir)
+	if code != 0 || !strings.Contains(out, "cli-tmpl:1 sha256:") || !strings.Contains(errOut, "3 steps") {
+		t.Fatalf("templates build: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	cli.must("", "volumes", "create", "--size", "8M", "cli-data")
+	id := strings.TrimSpace(cli.must("", "create", "--image", "cli-tmpl:1", "--volume", "cli-data:/data"))
+	if out := cli.must("", "exec", id, "/bin/sh", "-c", "cat /app/copy.txt; echo kept > /data/f; ls /app"); out != "built remotely\napp.txt\ncopy.txt\n" {
+		t.Errorf("a sandbox of the built image: %q", out)
+	}
+	if _, errOut, code := cli.run("", "templates", "build", "-t", "cli-bad:1", "-f", filepath.Join(ctxDir, "nope")); code != exitUsage || !strings.Contains(errOut, "nope") {
+		t.Errorf("templates build of a missing Dockerfile: exit %d, stderr %q", code, errOut)
+	}
+	bad := filepath.Join(cli.dir, "bad")
+	os.MkdirAll(bad, 0o755)
+	os.WriteFile(filepath.Join(bad, "Dockerfile"), []byte("FROM "+ref+"\nRUN exit 9\n"), 0o644)
+	if _, errOut, code := cli.run("", "templates", "build", "-t", "cli-bad:1", bad); code != exitRemote || !strings.Contains(errOut, "build_failed") {
+		t.Errorf("a failing build: exit %d, stderr %q", code, errOut)
+	}
+	// The context's symlink to a host secret was not sent.
+	os.WriteFile(filepath.Join(ctxDir, "Dockerfile.secret"), []byte("FROM "+ref+"\nCOPY secret /s\n"), 0o644)
+	if _, errOut, code := cli.run("", "templates", "build", "-t", "cli-secret:1", "-f", filepath.Join(ctxDir, "Dockerfile.secret"), ctxDir); code == 0 || strings.Contains(errOut, "root:") {
+		t.Errorf("COPY of a context symlink to /etc/shadow: exit %d, stderr %q", code, errOut)
+	}
+	cli.must("", "kill", id)
+	cli.must("", "images", "rm", "cli-tmpl:1")
+	if out := cli.must("", "images", "-q"); strings.Contains(out, "cli-tmpl") {
+		t.Errorf("images after rm: %q", out)
+	}
+	cli.must("", "volumes", "rm", "cli-data")
 }
