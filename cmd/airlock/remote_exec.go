@@ -29,7 +29,7 @@ unreachable.
 // cmdExec is airlock exec.
 func cmdExec(args []string) int {
 	r := newRemote("exec", execUsage)
-	interactive := r.fs.Bool("i", false, "send stdin to CMD")
+	interactive := r.fs.Bool("i", false, "stream stdin to CMD as it comes (UTF-8 text)")
 	var tty ttyFlag
 	for _, name := range []string{"t", "it", "ti"} {
 		r.fs.Var(&tty, name, "run CMD on a pseudo-terminal of the sandbox (this terminal goes raw meanwhile)")
