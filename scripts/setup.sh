@@ -27,7 +27,10 @@ pkgs=(python3 python3-numpy python3-pandas python3-matplotlib python3-requests b
       libcap2-bin util-linux curl iproute2 ca-certificates busybox-static
       qemu-system-x86 linux-image-cloud-amd64 erofs-utils)
 if ((tests)); then
-  pkgs+=(clang lld wasi-libc libclang-rt-14-dev-wasm32 chromium postgresql mmdebstrap etcd-server zsh fish mypy)
+  pkgs+=(clang lld wasi-libc libclang-rt-14-dev-wasm32 chromium postgresql mmdebstrap etcd-server)
+fi
+if ((tests)); then
+  pkgs+=(zsh fish mypy) # cmd/airlock's completion test parses zsh and fish scripts; mypy checks sdk/python's types
 fi
 missing=()
 for p in "${pkgs[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p"); done
