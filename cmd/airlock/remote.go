@@ -43,6 +43,19 @@ type remote struct {
 	name, usage string
 	fs          *flag.FlagSet
 	url, key    string
+	// pos are the positional arguments. Flags may follow them (kill ID
+	// --url U), except where the rest is a command (exec: cmdStart).
+	pos []string
+	// cmdStart ends flag parsing at the Nth positional argument (0: never).
+	cmdStart int
+}
+
+// arg is the i-th positional argument, or "".
+func (r *remote) arg(i int) string {
+	if i < len(r.pos) {
+		return r.pos[i]
+	}
+	return ""
 }
 
 // newRemote starts a remote verb's flag set with --url and --api-key.
@@ -57,14 +70,24 @@ func newRemote(name, usage string) *remote {
 // parse parses args and connects; when it returns a nil client, the verb
 // exits with code (0 after --help).
 func (r *remote) parse(args []string) (*client.Client, int) {
-	if err := r.fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Print(r.usage)
-			r.fs.SetOutput(os.Stdout)
-			r.fs.PrintDefaults()
-			return nil, 0
+	for {
+		if err := r.fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				fmt.Print(r.usage)
+				r.fs.SetOutput(os.Stdout)
+				r.fs.PrintDefaults()
+				return nil, 0
+			}
+			return nil, r.usageError(suggestFlag(r.fs, err).Error())
 		}
-		return nil, r.usageError(suggestFlag(r.fs, err).Error())
+		rest := r.fs.Args()
+		afterDashes := len(args) > len(rest) && args[len(args)-len(rest)-1] == "--"
+		if len(rest) == 0 || afterDashes || (r.cmdStart > 0 && len(r.pos)+1 >= r.cmdStart) {
+			r.pos = append(r.pos, rest...)
+			break
+		}
+		r.pos = append(r.pos, rest[0])
+		args = rest[1:]
 	}
 	c, err := client.Config{URL: r.url, APIKey: r.key}.WithEnv().New()
 	if errors.Is(err, client.ErrNoURL) {
@@ -84,7 +107,7 @@ func (r *remote) usageError(msg string) int {
 
 // args checks the count of positional arguments (max -1: any).
 func (r *remote) args(min, max int) bool {
-	n := r.fs.NArg()
+	n := len(r.pos)
 	return n >= min && (max < 0 || n <= max)
 }
 
@@ -317,7 +340,7 @@ func sandboxesVerb(name, usage string, args []string, do func(context.Context, *
 // those failed on stderr; any failure makes the result exitRemote.
 func (r *remote) each(caught func() os.Signal, do func(arg string) error) int {
 	status := 0
-	for _, arg := range r.fs.Args() {
+	for _, arg := range r.pos {
 		if err := do(arg); err != nil {
 			if s := caught(); s != nil {
 				return interrupted("airlock "+r.name, "stopped before every one was done", s)
@@ -365,13 +388,13 @@ func cmdLogs(args []string) int {
 	if !r.args(1, 2) {
 		return r.usageError("name a sandbox and at most one PID")
 	}
-	id := r.fs.Arg(0)
+	id := r.arg(0)
 	ctx, stop, caught := interruptContext()
 	defer stop()
 	pid := 0
-	if r.fs.NArg() == 2 {
-		if _, err := fmt.Sscanf(r.fs.Arg(1), "%d", &pid); err != nil || pid <= 0 || fmt.Sprint(pid) != r.fs.Arg(1) {
-			return r.usageError(fmt.Sprintf("PID %q: want a number", r.fs.Arg(1)))
+	if len(r.pos) == 2 {
+		if _, err := fmt.Sscanf(r.arg(1), "%d", &pid); err != nil || pid <= 0 || fmt.Sprint(pid) != r.arg(1) {
+			return r.usageError(fmt.Sprintf("PID %q: want a number", r.arg(1)))
 		}
 	} else {
 		procs, err := c.Processes(ctx, id)
@@ -496,9 +519,9 @@ func cmdImages(args []string) int {
 		var img *client.Image
 		var err error
 		if sub == "pull" {
-			img, err = c.PullImage(ctx, r.fs.Arg(0), *platform)
+			img, err = c.PullImage(ctx, r.arg(0), *platform)
 		} else {
-			img, err = c.Image(ctx, r.fs.Arg(0))
+			img, err = c.Image(ctx, r.arg(0))
 		}
 		if err != nil {
 			return r.fail(err, caught)
@@ -580,7 +603,7 @@ func cmdVolumes(args []string) int {
 		if !r.args(1, 1) || size == 0 {
 			return r.usageError("create takes --size SIZE and one NAME")
 		}
-		v, err := c.CreateVolume(ctx, r.fs.Arg(0), int64(size))
+		v, err := c.CreateVolume(ctx, r.arg(0), int64(size))
 		if err != nil {
 			return r.fail(err, caught)
 		}
@@ -640,7 +663,7 @@ func cmdTemplates(args []string) int {
 	if err != nil {
 		return r.usageError(err.Error())
 	}
-	ctxDir := r.fs.Arg(0)
+	ctxDir := r.arg(0)
 	if ctxDir == "" {
 		ctxDir = "."
 		if *file != "" {

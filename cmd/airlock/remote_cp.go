@@ -44,7 +44,7 @@ func cmdCp(args []string) int {
 	if !r.args(2, 2) {
 		return r.usageError("takes a source and a destination")
 	}
-	src, dst := r.fs.Arg(0), r.fs.Arg(1)
+	src, dst := r.arg(0), r.arg(1)
 	sid, spath, sRemote := remotePath(src)
 	did, dpath, dRemote := remotePath(dst)
 	ctx, stop, caught := interruptContext()

@@ -29,6 +29,7 @@ unreachable.
 // cmdExec is airlock exec.
 func cmdExec(args []string) int {
 	r := newRemote("exec", execUsage)
+	r.cmdStart = 2 // SANDBOX CMD: what follows CMD is its own
 	interactive := r.fs.Bool("i", false, "stream stdin to CMD as it comes (UTF-8 text)")
 	var tty ttyFlag
 	for _, name := range []string{"t", "it", "ti"} {
@@ -53,7 +54,7 @@ func cmdExec(args []string) int {
 	if *limit < 0 {
 		return r.usageError("--timeout must be positive")
 	}
-	id, argv := r.fs.Arg(0), r.fs.Args()[1:]
+	id, argv := r.arg(0), r.pos[1:]
 	ctx, stop, caught := interruptContext()
 	defer stop()
 	if tty {

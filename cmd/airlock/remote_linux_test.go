@@ -111,6 +111,8 @@ func TestRemoteVerbs(t *testing.T) {
 		{"", []string{id, "/etc/passwd"}, "", "", exitNotExec, ""},
 		{"", []string{"--timeout", "1s", id, "sleep", "60"}, "", "", exitTimeout, "--timeout 1s"},
 		{"", []string{"sb-nonexistent", "true"}, "", "", exitRemote, "not_found"},
+		// After CMD every word is CMD's, flags and -- included.
+		{"", []string{id, "printf", "%s|", "-e", "--timeout", "--", "x"}, "-e|--timeout|--|x|", "", 0, ""},
 	} {
 		out, errOut, code := cli.run(tc.stdin, append([]string{"exec"}, tc.args...)...)
 		if code != tc.code || out != tc.out || (tc.err != "" && errOut != tc.err) || !strings.Contains(errOut, tc.errMessage) {
@@ -150,7 +152,7 @@ func TestRemoteVerbs(t *testing.T) {
 	if out := cli.must("", "images"); !strings.HasPrefix(out, "NAME") {
 		t.Errorf("images: %q", out)
 	}
-	cli.must("", "volumes", "create", "--size", "8M", "cli-vol")
+	cli.must("", "volumes", "create", "cli-vol", "--size", "8M") // flags may follow arguments
 	var vols []client.Volume
 	if err := json.Unmarshal([]byte(cli.must("", "volumes", "ls", "--json")), &vols); err != nil || len(vols) != 1 || vols[0].Name != "cli-vol" || vols[0].SizeBytes != 8<<20 {
 		t.Errorf("volumes ls --json: %v %+v", err, vols)
