@@ -1,8 +1,12 @@
 // Package client is the Go SDK for airlock's HTTP API (api/openapi.yaml).
 //
-//	c := client.New("http://127.0.0.1:7070", "al_...")
-//	sb, _ := c.Create(ctx, client.CreateRequest{Timeout: 600})
-//	res, _ := c.Exec(ctx, sb.ID, client.ExecRequest{Shell: "echo hi"})
+//	c, err := client.FromEnv() // $AIRLOCK_URL, $AIRLOCK_API_KEY; or client.New(url, key)
+//	sb, _ := c.Create(ctx, client.CreateRequest{TTL: 10 * time.Minute})
+//	res, _ := c.Exec(ctx, sb.ID, client.ExecRequest{Shell: "echo hi", TimeLimit: time.Minute})
+//
+// Every duration is a time.Duration (TTL, TimeLimit, CodeRequest.Timeout,
+// SetTimeout); the float seconds fields Timeout of CreateRequest and
+// ExecRequest remain for older callers (prefer the durations).
 package client
 
 import (
@@ -19,6 +23,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Error is an API error response.
@@ -82,7 +87,11 @@ type CreateRequest struct {
 	Limits   *Limits           `json:"limits,omitempty"`
 	Env      map[string]string `json:"env,omitempty"`
 	Metadata map[string]string `json:"metadata,omitempty"`
-	// Timeout is the TTL in seconds; 0 means the server's default.
+	// TTL is how long the sandbox lives before it is killed; 0 means the
+	// server's default.
+	TTL time.Duration `json:"-"`
+	// Timeout is the TTL in seconds, the form older callers use; prefer
+	// TTL. Setting both to different values is an error.
 	Timeout float64 `json:"timeout,omitempty"`
 	// Network is the network policy; nil means mode none.
 	Network *Network `json:"network,omitempty"`
@@ -139,9 +148,59 @@ type ExecRequest struct {
 	StdinOpen  bool              `json:"stdin_open,omitempty"`
 	Tag        string            `json:"tag,omitempty"`
 	Background bool              `json:"background,omitempty"`
-	// Timeout in seconds for a foreground process; 0 means 60.
+	// TimeLimit kills a foreground process (and its group) after this
+	// long; 0 means the server's default (60 s).
+	TimeLimit time.Duration `json:"-"`
+	// Timeout is TimeLimit in seconds, the form older callers use; prefer
+	// TimeLimit. Setting both to different values is an error.
 	Timeout   float64 `json:"timeout,omitempty"`
 	MaxOutput int     `json:"max_output,omitempty"`
+}
+
+// MarshalJSON sends TTL as the API's seconds.
+func (r CreateRequest) MarshalJSON() ([]byte, error) {
+	type plain CreateRequest
+	p := plain(r)
+	s, err := wireSeconds("TTL", r.TTL, r.Timeout)
+	if err != nil {
+		return nil, err
+	}
+	p.Timeout = s
+	return json.Marshal(p)
+}
+
+// MarshalJSON sends TimeLimit as the API's seconds; stdin that is not
+// UTF-8 is refused (JSON would carry it altered).
+func (r ExecRequest) MarshalJSON() ([]byte, error) {
+	if !utf8.ValidString(r.Stdin) {
+		return nil, errStdinNotText
+	}
+	type plain ExecRequest
+	p := plain(r)
+	s, err := wireSeconds("TimeLimit", r.TimeLimit, r.Timeout)
+	if err != nil {
+		return nil, err
+	}
+	p.Timeout = s
+	return json.Marshal(p)
+}
+
+// wireSeconds is the seconds the API takes for a duration field d and
+// its deprecated seconds twin secs. A duration under a millisecond is
+// refused: it is a count of seconds given as a time.Duration
+// (Timeout: 60 instead of 60*time.Second), which would otherwise be 60 ns.
+func wireSeconds(field string, d time.Duration, secs float64) (float64, error) {
+	switch {
+	case d < 0 || secs < 0:
+		return 0, fmt.Errorf("airlock: %s %v: not negative", field, d)
+	case d > 0 && d < time.Millisecond:
+		return 0, fmt.Errorf("airlock: %s %v is under a millisecond: a time.Duration, e.g. %d*time.Second", field, d, int64(d))
+	case d > 0 && secs != 0 && secs != d.Seconds():
+		return 0, fmt.Errorf("airlock: %s %v and the deprecated seconds field %gs differ: set one", field, d, secs)
+	case d > 0:
+		return d.Seconds(), nil
+	}
+	return secs, nil
 }
 
 // ExecResult is the outcome of a foreground process.
@@ -415,10 +474,22 @@ type Event struct {
 type Stream struct {
 	body io.ReadCloser
 	sc   *bufio.Scanner
+	// queued are the events of a server that answered with a whole
+	// result instead of a stream (a command that never started: not
+	// found, not executable).
+	queued []Event
 }
 
 // Next returns the next event, or io.EOF after the last.
 func (s *Stream) Next() (Event, error) {
+	if s.sc == nil {
+		if len(s.queued) == 0 {
+			return Event{}, io.EOF
+		}
+		ev := s.queued[0]
+		s.queued = s.queued[1:]
+		return ev, nil
+	}
 	var typ string
 	var data []byte
 	for s.sc.Scan() {
@@ -495,9 +566,31 @@ func (c *Client) stream(ctx context.Context, method, path string, in any) (*Stre
 	if err != nil {
 		return nil, err
 	}
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
+		return resultStream(resp.Body, path)
+	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 4<<20)
 	return &Stream{body: resp.Body, sc: sc}, nil
+}
+
+// resultStream turns a whole ExecResult (the answer for a command that
+// could not start) into the events a stream would have carried.
+func resultStream(body io.ReadCloser, path string) (*Stream, error) {
+	defer body.Close()
+	var res ExecResult
+	if err := json.NewDecoder(io.LimitReader(body, 64<<20)).Decode(&res); err != nil {
+		return nil, fmt.Errorf("airlock: decode %s result: %w", path, err)
+	}
+	s := &Stream{body: io.NopCloser(strings.NewReader(""))}
+	if res.Stdout != "" {
+		s.queued = append(s.queued, Event{Type: "stdout", Data: []byte(res.Stdout)})
+	}
+	if res.Stderr != "" {
+		s.queued = append(s.queued, Event{Type: "stderr", Data: []byte(res.Stderr)})
+	}
+	s.queued = append(s.queued, Event{Type: "exit", Pid: res.Pid, ExitCode: res.ExitCode, Signal: res.Signal, Status: res.Status})
+	return s, nil
 }
 
 // ExecStream runs a process and streams its events.
@@ -520,8 +613,15 @@ func (c *Client) Processes(ctx context.Context, id string) ([]Process, error) {
 	return out.Processes, c.call(ctx, "GET", sbPath(id, "/processes"), nil, nil, &out)
 }
 
-// WriteStdin writes to a process's stdin, closing it after if close.
+// errStdinNotText refuses stdin the API's JSON cannot carry unaltered.
+var errStdinNotText = errors.New("airlock: stdin is not UTF-8 text: the API carries stdin as text (write bytes with WriteFile)")
+
+// WriteStdin writes to a process's stdin, closing it after if close. The
+// API carries text: data that is not UTF-8 is refused, never altered.
 func (c *Client) WriteStdin(ctx context.Context, id string, pid int, data string, close bool) error {
+	if !utf8.ValidString(data) {
+		return errStdinNotText
+	}
 	return c.call(ctx, "POST", sbPath(id, "/processes/", strconv.Itoa(pid), "/stdin"), nil,
 		map[string]any{"data": data, "close": close}, nil)
 }

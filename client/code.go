@@ -48,11 +48,14 @@ type CodeRequest struct {
 	Env map[string]string `json:"env,omitempty"`
 }
 
-func (r CodeRequest) wire() any {
+func (r CodeRequest) wire() (any, error) {
+	if _, err := wireSeconds("Timeout", r.Timeout, 0); err != nil {
+		return nil, err
+	}
 	return struct {
 		CodeRequest
 		Timeout float64 `json:"timeout,omitempty"`
-	}{r, r.Timeout.Seconds()}
+	}{r, r.Timeout.Seconds()}, nil
 }
 
 // CodeError is the error that ended a cell: an exception (Name is its
@@ -119,7 +122,11 @@ func (c *Client) DeleteContext(ctx context.Context, id, contextID string) error 
 // RunCode runs a cell and returns its whole result.
 func (c *Client) RunCode(ctx context.Context, id string, req CodeRequest) (*CodeResult, error) {
 	var out CodeResult
-	if err := c.call(ctx, "POST", sbPath(id, "/code"), nil, req.wire(), &out); err != nil {
+	in, err := req.wire()
+	if err != nil {
+		return nil, err
+	}
+	if err := c.call(ctx, "POST", sbPath(id, "/code"), nil, in, &out); err != nil {
 		return nil, err
 	}
 	return &out, nil
@@ -160,7 +167,11 @@ const maxCodeEventLine = 32 << 20
 // RunCodeStream runs a cell and streams its events. Closing the stream
 // before the end interrupts the cell.
 func (c *Client) RunCodeStream(ctx context.Context, id string, req CodeRequest) (*CodeStream, error) {
-	b, err := json.Marshal(req.wire())
+	in, err := req.wire()
+	if err != nil {
+		return nil, err
+	}
+	b, err := json.Marshal(in)
 	if err != nil {
 		return nil, fmt.Errorf("airlock: encode request: %w", err)
 	}

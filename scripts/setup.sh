@@ -32,6 +32,9 @@ pkgs=(python3 python3-numpy python3-pandas python3-matplotlib python3-requests b
 if ((tests)); then
   pkgs+=(chromium postgresql mmdebstrap etcd-server)
 fi
+if ((tests)); then
+  pkgs+=(zsh fish mypy) # cmd/airlock's completion test parses zsh and fish scripts; mypy checks sdk/python's types
+fi
 missing=()
 for p in "${pkgs[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p"); done
 if ((${#missing[@]})); then

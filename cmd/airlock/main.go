@@ -27,6 +27,11 @@ usage:
   airlock serve [flags]                  serve the HTTP API (long-lived sandboxes)
   airlock shell --url URL --key KEY      interactive code session against a server
                                          (or $AIRLOCK_URL and $AIRLOCK_API_KEY)
+  airlock ls|ps, create, exec [-it], logs, cp, kill, pause, resume
+                                         drive sandboxes of a running server
+  airlock images|volumes|templates ...   the server's images, volumes and builds
+                                         (server: --url/--api-key or $AIRLOCK_URL, $AIRLOCK_API_KEY)
+  airlock completion bash|zsh|fish       print a shell completion script
   airlock keys create|list|revoke        manage the server's API keys
   airlock image pull|import|ls|inspect|rm  manage OCI images (docs/images.md; ls -a: with build steps)
   airlock template build -f DF -t NAME    build an image from a Dockerfile (docs/images.md)

@@ -191,6 +191,7 @@ func cmdShell(args []string) int {
 	fs.SetOutput(io.Discard)
 	url := fs.String("url", os.Getenv("AIRLOCK_URL"), "server URL, e.g. http://127.0.0.1:7070 (default $AIRLOCK_URL)")
 	key := fs.String("key", os.Getenv("AIRLOCK_API_KEY"), "API key (al_...) (default $AIRLOCK_API_KEY)")
+	fs.StringVar(key, "api-key", os.Getenv("AIRLOCK_API_KEY"), "same as --key (the spelling of the other verbs against a server)")
 	lang := fs.String("language", "python", "python, javascript or bash")
 	sbID := fs.String("sandbox", "", "use this running sandbox instead of creating one")
 	timeout := fs.Duration("timeout", 5*time.Minute, "per-cell timeout")
@@ -227,7 +228,7 @@ func cmdShell(args []string) int {
 		defer c.Kill(context.Background(), id)
 	}
 	if *ttyMode {
-		return shellTTY(ctx, c, id, fs.Args())
+		return shellTTY(ctx, c, id, fs.Args(), "", "airlock shell")
 	}
 	cx, err := c.CreateContext(ctx, id, client.ContextRequest{Language: *lang})
 	if err != nil {

@@ -21,8 +21,9 @@ import (
 // stays on this side: it is put in raw mode (restored at the end) and only
 // its bytes travel, so the sandbox never holds the caller's terminal
 // (no TIOCSTI into it). Window size changes (SIGWINCH) are forwarded.
-// The result is the command's exit code (128+N for a signal).
-func shellTTY(ctx context.Context, c *client.Client, id string, argv []string) int {
+// The result is the command's exit code (128+N for a signal). cwd ""
+// is the sandbox's default; name prefixes messages ("airlock shell").
+func shellTTY(ctx context.Context, c *client.Client, id string, argv []string, cwd, name string) int {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGHUP)
 	defer stop()
 	in, out := int(os.Stdin.Fd()), int(os.Stdout.Fd())
@@ -30,16 +31,16 @@ func shellTTY(ctx context.Context, c *client.Client, id string, argv []string) i
 	if w, h, err := term.GetSize(out); err == nil && w > 0 && h > 0 {
 		cols, rows = w, h
 	}
-	t, err := c.Terminal(ctx, id, client.TerminalRequest{Argv: argv, Cols: cols, Rows: rows, Term: os.Getenv("TERM")})
+	t, err := c.Terminal(ctx, id, client.TerminalRequest{Argv: argv, Cwd: cwd, Cols: cols, Rows: rows, Term: os.Getenv("TERM")})
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "airlock shell: %v\n", err)
+		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
 		return 1
 	}
 	defer t.Close()
 	if term.IsTerminal(in) {
 		old, err := term.MakeRaw(in)
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "airlock shell: raw mode on the terminal: %v\n", err)
+			fmt.Fprintf(os.Stderr, "%s: raw mode on the terminal: %v\n", name, err)
 			return 1
 		}
 		defer term.Restore(in, old)
@@ -68,12 +69,12 @@ func shellTTY(ctx context.Context, c *client.Client, id string, argv []string) i
 		return 1
 	}
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "\r\nairlock shell: %v\r\n", err)
+		fmt.Fprintf(os.Stderr, "\r\n%s: %v\r\n", name, err)
 		return 1
 	}
 	ex := t.Exit()
 	if ex == nil {
-		fmt.Fprintf(os.Stderr, "\r\nairlock shell: the terminal ended without an exit status\r\n")
+		fmt.Fprintf(os.Stderr, "\r\n%s: the terminal ended without an exit status\r\n", name)
 		return 1
 	}
 	if ex.Signal != "" {
