@@ -18,6 +18,7 @@ import (
 	"airlock/e2b"
 	"airlock/internal/config"
 	"airlock/internal/connlimit"
+	"airlock/internal/hostcheck"
 	"airlock/internal/statelock"
 	"airlock/manager"
 	"airlock/mcp"
@@ -250,6 +251,11 @@ func cmdServe(args []string) int {
 	hs := &http.Server{Handler: connlimit.BodyIdle(srv, cl.bodyIdle), ReadHeaderTimeout: cl.header, IdleTimeout: cl.idle,
 		MaxHeaderBytes: 64 << 10, ErrorLog: logger}
 	logger.Printf("connections: at most %d (descriptor limit %d, half kept for sandboxes), %d per client address", maxConns, nofile, cl.perAddr)
+	// What on this host forbids sandboxes, said once at start (airlock
+	// doctor has the same lines): creates would fail or lack a layer.
+	for _, f := range hostcheck.Diagnose() {
+		logger.Printf("WARNING: host: %s; fix: %s", f.Problem, f.Fix)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	errc := make(chan error, 1)
