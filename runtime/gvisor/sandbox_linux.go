@@ -67,6 +67,7 @@ type Sandbox struct {
 	listeners []net.Listener       // the proxy's listeners in it, handed to the caller
 	token     []byte               // the agent's reconnect token (live sandboxes)
 
+	exited   chan struct{} // closed when an adopted runsc (not a child) exits
 	waitOnce sync.Once
 	state    *os.ProcessState
 	waitErr  error
@@ -768,6 +769,9 @@ func buildSpec(p *policy.Policy, cfg *native.Config, l *native.Layout, cgPath, n
 func (s *Sandbox) Wait() (*os.ProcessState, error) {
 	s.waitOnce.Do(func() {
 		if s.cmd == nil { // adopted: runsc was never started here
+			if s.exited != nil {
+				<-s.exited
+			}
 			close(s.waitDone)
 			return
 		}

@@ -1,0 +1,109 @@
+package server_test
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"airlock/client"
+	"airlock/runtime/gvisor"
+)
+
+// TestE2EGVisorAdoptedPausesAndSnapshots: a gvisor sandbox taken over
+// running after a SIGKILL of the server (its agent now reached over TCP in
+// its own network namespace) can be memory-snapshotted and forked, paused
+// and resumed, like one the server started: its file, Python variable and
+// background process are intact in the fork and after the resume, and the
+// original keeps answering after the snapshot. Paused, it survives a second
+// SIGKILL and resumes under the next server with its state intact. Killed,
+// it leaves nothing on the host.
+func TestE2EGVisorAdoptedPausesAndSnapshots(t *testing.T) {
+	state, key, s1, sb := gvisorSandbox(t)
+	c := client.New(s1.URL, key)
+	ctx := ctxT(t)
+	if _, err := c.WriteFile(ctx, sb.ID, "kept.txt", strings.NewReader("kept\n"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if res := runCell(t, c, sb.ID, client.CodeRequest{Code: "x = 41"}); res.Error != nil {
+		t.Fatalf("cell: %+v", res.Error)
+	}
+	if _, err := c.Start(ctx, sb.ID, client.ExecRequest{Shell: "sleep 600", Tag: "bg"}); err != nil {
+		t.Fatal(err)
+	}
+	intact := func(c *client.Client, id, when string) {
+		t.Helper()
+		if res, err := c.Exec(ctx, id, client.ExecRequest{Argv: []string{"cat", "kept.txt"}}); err != nil || res.Stdout != "kept\n" {
+			t.Fatalf("%s: file: %+v %v", when, res, err)
+		}
+		if res := runCell(t, c, id, client.CodeRequest{Code: "x + 1"}); res.Error != nil || res.Text != "42" {
+			t.Fatalf("%s: Python variable: %+v", when, res)
+		}
+		if res, err := c.Exec(ctx, id, client.ExecRequest{Shell: "pgrep -x sleep >/dev/null && echo alive"}); err != nil || res.Stdout != "alive\n" {
+			t.Fatalf("%s: background process: %+v %v", when, res, err)
+		}
+	}
+	s1.crash() // SIGKILL
+	s2 := startServer(t, state)
+	c = client.New(s2.URL, key)
+	if got, err := c.Get(ctx, sb.ID); err != nil || got.State != "running" || !got.Reattached || got.Paused {
+		t.Fatalf("after the restart: %+v %v", got, err)
+	}
+	intact(c, sb.ID, "adopted running")
+
+	snap, err := c.MemorySnapshot(ctx, sb.ID)
+	if err != nil {
+		t.Fatalf("memory snapshot of an adopted sandbox: %v", err)
+	}
+	intact(c, sb.ID, "the original after its snapshot")
+	f, err := c.Create(ctx, client.CreateRequest{Snapshot: snap.ID, Timeout: 600})
+	if err != nil {
+		t.Fatalf("fork of an adopted sandbox's snapshot: %v", err)
+	}
+	intact(c, f.ID, "the fork")
+	// The fork's files are its own.
+	if _, err := c.WriteFile(ctx, f.ID, "kept.txt", strings.NewReader("fork\n"), 0); err != nil {
+		t.Fatal(err)
+	}
+	intact(c, sb.ID, "the original after the fork wrote")
+	if err := c.Kill(ctx, f.ID); err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err := c.Pause(ctx, sb.ID); err != nil {
+		t.Fatalf("pause of an adopted sandbox: %v", err)
+	}
+	if _, err := c.Resume(ctx, sb.ID); err != nil {
+		t.Fatalf("resume of an adopted sandbox: %v", err)
+	}
+	intact(c, sb.ID, "after pause and resume")
+
+	// Paused again, it survives a second SIGKILL: the next server adopts
+	// it paused and reconnects to its agent over TCP on resume.
+	if _, err := c.Pause(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	s2.crash()
+	s3 := startServer(t, state)
+	c = client.New(s3.URL, key)
+	if got, err := c.Get(ctx, sb.ID); err != nil || got.State != "running" || !got.Paused || !got.Reattached {
+		t.Fatalf("after the second restart: %+v %v", got, err)
+	}
+	if _, err := c.Resume(ctx, sb.ID); err != nil {
+		t.Fatalf("resume after the second restart: %v", err)
+	}
+	intact(c, sb.ID, "resumed after the second restart")
+
+	if err := c.Kill(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 15*time.Second, "no process of the sandboxes left", func() bool { return !hostHasArg(sb.ID) && !hostHasArg(f.ID) })
+	for _, id := range []string{sb.ID, f.ID} {
+		for _, p := range []string{filepath.Join(gvisor.StateBase, "bundles", id), filepath.Join(gvisor.StateBase, "root", "*"+id+"*"),
+			filepath.Join(gvisor.StateBase, "netns", id), filepath.Join(state, "sandboxes", id)} {
+			if m, _ := filepath.Glob(p); len(m) > 0 {
+				t.Errorf("left behind: %v", m)
+			}
+		}
+	}
+}
