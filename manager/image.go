@@ -163,6 +163,9 @@ func (m *Manager) Snapshot(ctx context.Context, owner, id, name string) (*images
 	if err != nil {
 		return nil, fmt.Errorf("%w: sandbox %s was not created from an image", ErrInvalid, sb.ID)
 	}
+	if m.isForkRoot(sb.ID) {
+		return nil, fmt.Errorf("%w: sandbox %s is a fork of a memory snapshot: its root holds the snapshot's changes as layers of its own, above its image, which an image snapshot does not carry yet; snapshot the original's root instead", ErrPolicy, sb.ID)
+	}
 	// By digest, as the operator: the sandbox was made from it, so its
 	// layers are already the sandbox's (even if unpublished meanwhile).
 	base, err := m.cfg.Images.Get(strings.TrimSpace(string(b)))

@@ -14,12 +14,6 @@ import (
 	"airlock/runtime/native"
 )
 
-// ErrImageSnapshot is returned by Snapshot for a sandbox with an image
-// root: its root's changes are files on the host (the overlay's upper
-// directory), not in the memory image, and a fork would get a fresh upper
-// directory that does not match the memory it restores.
-var ErrImageSnapshot = errors.New("gvisor: a sandbox with an image root cannot be snapshotted in memory or forked (its root's changes are on the host, not in the memory image; snapshot its root to an image instead)")
-
 // rootLayout returns the tree the sandbox's root is built from: the
 // host-derived template (native.RootLayout), or, with cfg.Image, the
 // overlay of the image's layers and a per-sandbox upper directory on a

@@ -22,6 +22,7 @@ import (
 	"airlock/runtime/launcher"
 	"airlock/runtime/native"
 	"airlock/runtime/native/cgroups"
+	"airlock/runtime/tier"
 )
 
 // StateBase holds runsc's state directory (root/: runsc's --root, shared
@@ -64,6 +65,7 @@ type Sandbox struct {
 	netns     *os.File             // the namespace runsc joins, while this process made it
 	nsPath    string               // where it is pinned (netnsPath), "" for --network=none
 	img       *native.MountedImage // an image root, mounted on the host while the sandbox lives
+	upper     string               // its upper directory on the host (snapshotted with the memory)
 	listeners []net.Listener       // the proxy's listeners in it, handed to the caller
 	token     []byte               // the agent's reconnect token (live sandboxes)
 
@@ -112,9 +114,6 @@ func start(cfg native.Config, image string) (*Sandbox, error) {
 		if strings.IndexByte(s, 0) >= 0 {
 			return nil, errors.New("argument or environment contains a NUL byte")
 		}
-	}
-	if image != "" && cfg.Image != nil {
-		return nil, &native.SetupError{Step: "root filesystem", Err: ErrImageSnapshot}
 	}
 	if (len(cfg.Listen) > 0) != (p.Network.Mode != policy.NetNone) {
 		return nil, &native.SetupError{Step: "network", Err: fmt.Errorf("network mode %q with %d proxy listeners: a gvisor sandbox has either no network or the egress proxy's listeners", p.Network.Mode, len(cfg.Listen))}
@@ -243,6 +242,9 @@ func start(cfg native.Config, image string) (*Sandbox, error) {
 
 	enforced = imageEnforced(enforced, img, &cfg)
 	s := &Sandbox{ID: id, runsc: rs, group: group, enforced: enforced, waitDone: make(chan struct{}), img: img}
+	if cfg.Image != nil {
+		s.upper = cfg.Image.UpperDir()
+	}
 	fail := func(step string, err error) (*Sandbox, error) {
 		img.Abort()
 		s.closeNet()
@@ -347,18 +349,59 @@ func (s *Sandbox) Checkpoint(image string) error { return s.CheckpointHolding(im
 // Snapshot saves the sandbox's whole state to directory image, as
 // Checkpoint does, but leaves it running (runsc checkpoint
 // --leave-running): Fork starts copies from the image.
+//
+// A sandbox with an image root has its root's changes on the host, in its
+// upper directory, not in the memory image: it is paused (runsc pause)
+// around the checkpoint, which flushes the sentry's file state to the
+// gofer and leaves the kernel paused, and its upper directory is copied
+// into image/tier.SnapshotRootLayer while nothing runs, so that the copy
+// is the root the memory image saw. Then it resumes.
 func (s *Sandbox) Snapshot(image string) error {
-	if s.img != nil {
-		return ErrImageSnapshot
-	}
 	if err := os.MkdirAll(image, 0o700); err != nil {
 		return fmt.Errorf("gvisor: snapshot: %w", err)
 	}
-	out, err := exec.Command(s.runsc.Path, append(append(s.globalFlags(), "checkpoint", "--leave-running"), checkpointFlags(image, s.ID)...)...).CombinedOutput()
+	if s.upper != "" {
+		if err := s.runscCmd("pause", s.ID); err != nil {
+			return err
+		}
+	}
+	err := s.runscCmd(append([]string{"checkpoint", "--leave-running"}, checkpointFlags(image, s.ID)...)...)
+	if err == nil && s.upper != "" {
+		err = copyTree(s.upper, filepath.Join(image, tier.SnapshotRootLayer))
+	}
+	if s.upper != "" {
+		if rerr := s.runscCmd("resume", s.ID); rerr != nil {
+			// Left paused it would hang every request: it ends instead.
+			s.Kill()
+			return errors.Join(err, fmt.Errorf("%w (the sandbox was killed)", rerr))
+		}
+	}
 	if err != nil {
-		return fmt.Errorf("gvisor: runsc checkpoint --leave-running: %v: %s", err, strings.TrimSpace(string(out)))
+		return err
 	}
 	return dropCache(image)
+}
+
+// runscCmd runs `runsc ARGS...` for the sandbox and waits for it.
+func (s *Sandbox) runscCmd(args ...string) error {
+	out, err := exec.Command(s.runsc.Path, append(s.globalFlags(), args...)...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("gvisor: runsc %s: %v: %s", args[0], err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// copyTree copies the overlay upper directory src to dst as it is: owners,
+// modes, times, hard links, extended attributes (overlayfs's trusted.*
+// opaque and redirect marks) and whiteouts (character devices 0:0), with
+// cp -a, which does each of these where a hand-written walk easily misses
+// one. dst must not exist.
+func copyTree(src, dst string) error {
+	if out, err := exec.Command("cp", "-a", "--no-dereference", "--", src, dst).CombinedOutput(); err != nil {
+		os.RemoveAll(dst)
+		return fmt.Errorf("gvisor: copy the root's upper directory: %v: %s", err, strings.TrimSpace(string(out)))
+	}
+	return nil
 }
 
 // agentTmpfs returns the agent's "--tmpfs=TARGET=OPTIONS" arguments for
@@ -462,7 +505,7 @@ func dropCache(dir string) error {
 // cgroup).
 func (s *Sandbox) Restore(image string, stdin, stdout, stderr *os.File) (*Sandbox, error) {
 	n := &Sandbox{ID: s.ID, runsc: s.runsc, dir: s.dir, group: s.group, enforced: s.enforced,
-		surviveParent: s.surviveParent, waitDone: make(chan struct{}), netns: s.netns, nsPath: s.nsPath, token: s.token, img: s.img}
+		surviveParent: s.surviveParent, waitDone: make(chan struct{}), netns: s.netns, nsPath: s.nsPath, token: s.token, img: s.img, upper: s.upper}
 	if err := n.launch(append([]string{"restore"}, restoreFlags(image, filepath.Join(s.dir, "bundle"), s.ID)...), stdin, stdout, stderr); err != nil {
 		return nil, fmt.Errorf("gvisor: start runsc restore: %w", err)
 	}

@@ -43,7 +43,7 @@ func (Tier) Available() error {
 func (Tier) Caps() tier.Caps {
 	return tier.Caps{Pause: tier.PauseCheckpoint, MemorySnapshot: true, ConnectedAgent: true,
 		AdoptRunning: true, Network: true, ForkWithNetwork: true, AttachNetwork: true,
-		ImageRoots: true, Volumes: true, UnmappedIDs: true, AgentOOM: true}
+		ImageRoots: true, Volumes: true, UnmappedIDs: true, AgentOOM: true, SnapshotEnvironments: true}
 }
 
 // Start implements tier.Tier (see liveConfig).
@@ -280,9 +280,6 @@ func (h *Handle) Snapshot(image string) error {
 	defer h.conn.release()
 	cur := h.current()
 	if err := cur.Snapshot(image); err != nil {
-		if errors.Is(err, ErrImageSnapshot) {
-			return fmt.Errorf("%w: %w", tier.ErrNotSupported, err)
-		}
 		return err
 	}
 	if h.tcp {

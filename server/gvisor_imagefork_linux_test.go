@@ -1,0 +1,137 @@
+package server_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"airlock/client"
+	it "airlock/imagestore/imagetest"
+	"airlock/runtime/gvisor"
+)
+
+// TestE2EGVisorImageSnapshotForks: a gvisor sandbox with an image root is
+// memory-snapshotted and forked. Each fork starts with the original's root
+// as it was at the snapshot (a file written in /workspace and one in /opt,
+// a file of the image deleted), its Python variable and its background
+// process; what the original writes after the snapshot is not in the
+// forks, and what one fork writes is in neither the other nor the
+// original: no writable layer is shared. The forks keep their roots after
+// the original (with its snapshot images) is killed. A sandbox with a
+// volume is refused with 422 naming memory_snapshot_volumes. Killed,
+// nothing of any of them is left.
+func TestE2EGVisorImageSnapshotForks(t *testing.T) {
+	needRoot(t)
+	if _, err := gvisor.Available(); err != nil {
+		t.Skipf("gvisor tier unavailable: %v", err)
+	}
+	reg := it.Registry(t)
+	ref := it.Push(t, reg, "forks/debian:12", it.DebianPython(t))
+	state := stateDir(t)
+	key := newKey(t, state, "imgfork")
+	s := startServer(t, state, "--image-registry", reg)
+	c := client.New(s.URL, key)
+	ctx := ctxT(t)
+	if code, v := post(t, s.URL+"/v1/images", key, `{"ref":"`+ref+`"}`); code != 200 {
+		t.Fatalf("pull: %d %v", code, v)
+	}
+	sb, err := c.Create(ctx, client.CreateRequest{Runtime: "gvisor", Image: ref, User: "root", Timeout: 900})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh := func(id, script string) string {
+		t.Helper()
+		res, err := c.Exec(ctx, id, client.ExecRequest{Shell: script, Timeout: 120})
+		if err != nil || res.ExitCode != 0 {
+			t.Fatalf("%s: %q: %+v %v", id, script, res, err)
+		}
+		return res.Stdout
+	}
+	sh(sb.ID, "echo orig > /workspace/kept.txt && mkdir -p /opt/app && echo orig-opt > /opt/app/state && rm /etc/debian_version")
+	if res := runCell(t, c, sb.ID, client.CodeRequest{Code: "x = 41"}); res.Error != nil {
+		t.Fatalf("cell: %+v", res.Error)
+	}
+	if _, err := c.Start(ctx, sb.ID, client.ExecRequest{Shell: "sleep 600", Tag: "bg"}); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := c.MemorySnapshot(ctx, sb.ID)
+	if err != nil {
+		t.Fatalf("memory snapshot of a gvisor image sandbox: %v", err)
+	}
+	const state0 = "orig\norig-opt\ngone\n"
+	const check = "cat /workspace/kept.txt /opt/app/state; test -e /etc/debian_version && echo present || echo gone"
+	if got := sh(sb.ID, check); got != state0 {
+		t.Fatalf("the original after its snapshot: %q", got)
+	}
+	sh(sb.ID, "echo after > /workspace/kept.txt")
+
+	var forks []string
+	for i := 0; i < 2; i++ {
+		f, err := c.Create(ctx, client.CreateRequest{Snapshot: snap.ID, Timeout: 900})
+		if err != nil {
+			t.Fatalf("fork %d: %v", i, err)
+		}
+		forks = append(forks, f.ID)
+		if got := sh(f.ID, check); got != state0 {
+			t.Fatalf("fork %d's root: %q, want the snapshot's %q", i, got, state0)
+		}
+		if res := runCell(t, c, f.ID, client.CodeRequest{Code: "x + 1"}); res.Error != nil || res.Text != "42" {
+			t.Fatalf("fork %d: Python variable: %+v", i, res)
+		}
+		if got := sh(f.ID, "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline; echo; done | grep -cx 'sleep 600 '"); got != "1\n" {
+			t.Fatalf("fork %d: background process: %q sleep 600 running", i, got)
+		}
+	}
+	sh(forks[0], "echo fork0 > /workspace/kept.txt && echo fork0-opt > /opt/app/state && echo new > /etc/debian_version")
+	if got := sh(forks[1], check); got != state0 {
+		t.Fatalf("fork 1 sees fork 0's writes: %q", got)
+	}
+	if got := sh(sb.ID, check); got != "after\norig-opt\ngone\n" {
+		t.Fatalf("the original sees a fork's writes: %q", got)
+	}
+
+	// A sandbox with a volume: refused, naming the capability.
+	if code, v := post(t, s.URL+"/v1/volumes", key, `{"name":"v","size_bytes":16777216}`); code != 201 {
+		t.Fatalf("volume: %d %v", code, v)
+	}
+	vs, err := c.Create(ctx, client.CreateRequest{Runtime: "gvisor", Volumes: []client.VolumeRef{{Name: "v", Path: "/data"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ae *client.Error
+	if _, err := c.MemorySnapshot(ctx, vs.ID); !errors.As(err, &ae) || ae.Status != 422 || !strings.Contains(ae.Message, "memory_snapshot_volumes") {
+		t.Fatalf("memory snapshot of a gvisor sandbox with a volume: %v, want 422 naming memory_snapshot_volumes", err)
+	}
+	c.Kill(ctx, vs.ID)
+
+	// The original goes, with its snapshot: the forks keep their roots.
+	if err := c.Kill(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the original's state directory removed", func() bool {
+		_, err := os.Stat(filepath.Join(state, "sandboxes", sb.ID))
+		return os.IsNotExist(err)
+	})
+	if got := sh(forks[1], check+"; ls /usr/bin/python3"); got != state0+"/usr/bin/python3\n" {
+		t.Fatalf("fork 1 after the original was killed: %q", got)
+	}
+	if got := sh(forks[0], check); got != "fork0\nfork0-opt\npresent\n" {
+		t.Fatalf("fork 0 after the original was killed: %q", got)
+	}
+	for _, f := range forks {
+		if err := c.Kill(ctx, f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 30*time.Second, "no process of the sandboxes left", func() bool {
+		return !hostHasArg(sb.ID) && !hostHasArg(forks[0]) && !hostHasArg(forks[1])
+	})
+	for _, id := range append([]string{sb.ID, vs.ID}, forks...) {
+		for _, p := range []string{filepath.Join(gvisor.StateBase, "bundles", id), filepath.Join(state, "sandboxes", id)} {
+			eventually(t, 30*time.Second, "nothing left at "+p, func() bool { m, _ := filepath.Glob(p); return len(m) == 0 })
+		}
+	}
+}
