@@ -134,8 +134,13 @@ func start(cfg native.Config, image string) (*Sandbox, error) {
 			return nil, err
 		}
 	}
+	hostDirs, err := mapHostDirs(&p, id) // writable host directories of another owner: hostdir_linux.go
+	if err != nil {
+		return nil, err
+	}
 	layout, img, err := rootLayout(&p, &cfg) // image root, volumes: image_linux.go
 	if err != nil {
+		unstageHostDirs(id)
 		return nil, err
 	}
 	// The agent mounts the tmpfs with their inode limit itself (runsc
@@ -241,12 +246,16 @@ func start(cfg native.Config, image string) (*Sandbox, error) {
 	)
 
 	enforced = imageEnforced(enforced, img, &cfg)
+	if hostDirs != nil {
+		enforced = append(enforced, *hostDirs)
+	}
 	s := &Sandbox{ID: id, runsc: rs, group: group, enforced: enforced, waitDone: make(chan struct{}), img: img}
 	if cfg.Image != nil {
 		s.upper = cfg.Image.UpperDir()
 	}
 	fail := func(step string, err error) (*Sandbox, error) {
 		img.Abort()
+		unstageHostDirs(id)
 		s.closeNet()
 		if s.nsPath != "" {
 			unpinNetns(id)
@@ -287,6 +296,9 @@ func start(cfg native.Config, image string) (*Sandbox, error) {
 	spec := buildSpec(&p, &cfg, layout, cgPath, s.nsPath, privileged || len(mounts) > 0)
 	imageSpec(spec, img)
 	rootAgentSpec(spec, &p, &cfg, len(mounts) > 0)
+	if hostDirs != nil {
+		spec.Linux.Seccomp = noSetIDSeccomp()
+	}
 	data, err := json.Marshal(spec)
 	if err != nil {
 		return fail("bundle", err)
@@ -638,7 +650,7 @@ func (s *Sandbox) closeNet() {
 // meets first).
 func runscFlags() []string {
 	return []string{"--root", runscRoot, "--rootless=false", "--platform=" + Platform,
-		"--network=none", "--overlay2=none", "--host-uds=none", "--host-fifo=none", "--in-sandbox-cgroup=v2"}
+		"--network=none", "--overlay2=none", "--host-uds=none", "--host-fifo=none", "--in-sandbox-cgroup=v2", "--oci-seccomp"}
 }
 
 // Remove kills what is left of sandbox id after the process that started
@@ -656,14 +668,17 @@ func Remove(id string) error {
 	}
 	removeRunscLeftovers(id)
 	unpinNetns(id)
+	if err := unstageHostDirs(id); err != nil {
+		return err
+	}
 	return os.RemoveAll(dir)
 }
 
 // prepareWorkspace makes a host workspace directory usable by the sandbox
 // user. gVisor's gofer creates files with the sandbox's own uid and gid
 // (no user namespace mapping), so a missing directory is created owned by
-// them, and an existing one must already be (airlock never chowns a
-// user's files).
+// them; an existing one of another unprivileged owner is ID-mapped onto
+// them (mapHostDirs), as native does; airlock never chowns a user's files.
 func prepareWorkspace(dir string, uid, gid int) error {
 	fi, err := os.Lstat(dir)
 	if errors.Is(err, os.ErrNotExist) {
@@ -678,9 +693,8 @@ func prepareWorkspace(dir string, uid, gid int) error {
 	if err != nil {
 		return fmt.Errorf("workspace: %w", err)
 	}
-	if st := fi.Sys().(*syscall.Stat_t); !fi.IsDir() || int(st.Uid) != uid {
-		return fmt.Errorf("workspace %s must be a directory owned by uid %d, the gvisor sandbox's user (files are created as that host uid): chown -R %d:%d %s, or pass a directory that does not exist yet",
-			dir, uid, uid, gid, dir)
+	if !fi.IsDir() {
+		return fmt.Errorf("workspace %s is not a directory", dir)
 	}
 	return nil
 }
@@ -894,6 +908,9 @@ func (s *Sandbox) Destroy() error {
 		removeRunscLeftovers(s.ID)
 		s.closeNet()
 		s.img.Unmount()
+		if uerr := unstageHostDirs(s.ID); uerr != nil {
+			err = uerr
+		}
 		if s.nsPath != "" {
 			unpinNetns(s.ID)
 		}
