@@ -20,9 +20,10 @@ import (
 // process; what the original writes after the snapshot is not in the
 // forks, and what one fork writes is in neither the other nor the
 // original: no writable layer is shared. The forks keep their roots after
-// the original (with its snapshot images) is killed. A sandbox with a
-// volume is refused with 422 naming memory_snapshot_volumes. Killed,
-// nothing of any of them is left.
+// the original (with its snapshot images) is killed. A fork taken over
+// running after a SIGKILL of the server is snapshotted and forked in turn.
+// A sandbox with a volume is refused with 422 naming
+// memory_snapshot_volumes. Killed, nothing of any of them is left.
 func TestE2EGVisorImageSnapshotForks(t *testing.T) {
 	needRoot(t)
 	if _, err := gvisor.Available(); err != nil {
@@ -118,8 +119,31 @@ func TestE2EGVisorImageSnapshotForks(t *testing.T) {
 	if got := sh(forks[1], check+"; ls /usr/bin/python3"); got != state0+"/usr/bin/python3\n" {
 		t.Fatalf("fork 1 after the original was killed: %q", got)
 	}
-	if got := sh(forks[0], check); got != "fork0\nfork0-opt\npresent\n" {
+	const fork0 = "fork0\nfork0-opt\npresent\n"
+	if got := sh(forks[0], check); got != fork0 {
 		t.Fatalf("fork 0 after the original was killed: %q", got)
+	}
+
+	// After a SIGKILL of the server, fork 0 (taken over running, its root
+	// two layers and an upper above its image) is snapshotted and forked
+	// again: the new fork has fork 0's root and variable.
+	s.crash()
+	s = startServer(t, state, "--image-registry", reg)
+	c = client.New(s.URL, key)
+	snap2, err := c.MemorySnapshot(ctx, forks[0])
+	if err != nil {
+		t.Fatalf("memory snapshot of an adopted fork: %v", err)
+	}
+	ff, err := c.Create(ctx, client.CreateRequest{Snapshot: snap2.ID, Timeout: 900})
+	if err != nil {
+		t.Fatalf("fork of an adopted fork: %v", err)
+	}
+	forks = append(forks, ff.ID)
+	if got := sh(ff.ID, check); got != fork0 {
+		t.Fatalf("the fork of fork 0: %q, want %q", got, fork0)
+	}
+	if res := runCell(t, c, ff.ID, client.CodeRequest{Code: "x + 1"}); res.Error != nil || res.Text != "42" {
+		t.Fatalf("the fork of fork 0: Python variable: %+v", res)
 	}
 	for _, f := range forks {
 		if err := c.Kill(ctx, f); err != nil {
@@ -127,7 +151,7 @@ func TestE2EGVisorImageSnapshotForks(t *testing.T) {
 		}
 	}
 	eventually(t, 30*time.Second, "no process of the sandboxes left", func() bool {
-		return !hostHasArg(sb.ID) && !hostHasArg(forks[0]) && !hostHasArg(forks[1])
+		return !hostHasArg(sb.ID) && !hostHasArg(forks[0]) && !hostHasArg(forks[1]) && !hostHasArg(forks[2])
 	})
 	for _, id := range append([]string{sb.ID, vs.ID}, forks...) {
 		for _, p := range []string{filepath.Join(gvisor.StateBase, "bundles", id), filepath.Join(state, "sandboxes", id)} {

@@ -59,7 +59,7 @@ func adoptRunning(info tier.AdoptInfo) (tier.Instance, error) {
 		return fail(err)
 	}
 	sb := &Sandbox{ID: info.ID, Pid: info.Pid, runsc: rs, dir: dir, group: group, enforced: info.Enforced,
-		nsPath: ns, token: token, surviveParent: true, waitDone: make(chan struct{}), exited: make(chan struct{})}
+		nsPath: ns, token: token, surviveParent: true, waitDone: make(chan struct{}), exited: make(chan struct{}), upper: readUpper(dir)}
 	h := &Handle{cur: sb, adopted: true, ended: make(chan struct{}), pidfd: fd}
 	if err := h.setTCP(); err != nil {
 		return fail(err)

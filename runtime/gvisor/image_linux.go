@@ -3,6 +3,8 @@ package gvisor
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -144,4 +146,30 @@ func capName(c int) string {
 		return n
 	}
 	return fmt.Sprintf("CAP_%d", c) // refused by runsc: fails closed
+}
+
+// upperFile names, in a sandbox's state directory, the file that records
+// its image root's upper directory, for a server that adopts it after a
+// restart (a memory snapshot copies that directory).
+const upperFile = "upper"
+
+// saveUpper records the sandbox's upper directory in its state directory.
+func (s *Sandbox) saveUpper() error {
+	if s.upper == "" {
+		return nil
+	}
+	if err := os.WriteFile(filepath.Join(s.dir, upperFile), []byte(s.upper), 0o600); err != nil {
+		return fmt.Errorf("gvisor: record the image root: %w", err)
+	}
+	return nil
+}
+
+// readUpper returns the upper directory recorded in state directory dir,
+// "" for a sandbox without an image root.
+func readUpper(dir string) string {
+	b, err := os.ReadFile(filepath.Join(dir, upperFile))
+	if err != nil {
+		return ""
+	}
+	return string(b)
 }

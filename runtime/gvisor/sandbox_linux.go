@@ -286,6 +286,9 @@ func start(cfg native.Config, image string) (*Sandbox, error) {
 			return fail("agent token", err)
 		}
 	}
+	if err := s.saveUpper(); err != nil {
+		return fail("state directory", err)
+	}
 	if err := s.makeNetns(cfg); err != nil {
 		return fail("network", err)
 	}
@@ -566,6 +569,7 @@ func Adopt(id string, enforced rt.Enforced, listen []string) (*Sandbox, error) {
 	// (a crash mid pause must not kill it before runsc has its image).
 	s := &Sandbox{ID: id, runsc: rs, dir: dir, group: group, enforced: enforced, waitDone: make(chan struct{}), surviveParent: true}
 	s.token, _ = readToken(dir) // absent for a one-shot run's state
+	s.upper = readUpper(dir)
 	if netIdx >= 0 {
 		if err := s.adoptNetns(&spec, netIdx, listen); err != nil {
 			return nil, fmt.Errorf("gvisor: adopt %s: %w", id, err)
