@@ -35,7 +35,7 @@ var matrixOps = []string{"exec", "files", "python cell", "background process", "
 // always, the others on some roots.
 var opCaps = map[string][]string{"pause/resume": {"pause"},
 	"network allowlist + injected header": {"network"},
-	"snapshot + fork":                     {"memory_snapshot", "memory_snapshot_environments", "fork_with_network"},
+	"snapshot + fork":                     {"memory_snapshot", "memory_snapshot_environments", "memory_snapshot_volumes", "fork_with_network"},
 	"server kill -9 + restart":            {"adopt_running"}}
 
 // capRe finds the capability a refusal names (runtime/tier.Refuse).
@@ -342,6 +342,20 @@ func matrixOp(ctx context.Context, e *netEnv, tier string, mr matrixRoot, id, op
 			return "", err
 		}
 		if err := check("fork's cell", r.Stdout, "42\n"); err != nil {
+			return "", err
+		}
+		// The fork writes a layer of its own (an image root's upper
+		// directory is not shared): the original does not see its file.
+		if res, err = c.Exec(ctx, fork.ID, client.ExecRequest{Shell: "echo fork > /workspace/fork.txt && echo fork > /opt/fork.txt 2>/dev/null; cat /workspace/fork.txt", Timeout: 60}); err != nil {
+			return "", err
+		}
+		if err := check("fork's write", res.Stdout, "fork\n"); err != nil {
+			return "", err
+		}
+		if res, err = c.Exec(ctx, id, client.ExecRequest{Shell: "cat /workspace/fork.txt /opt/fork.txt 2>&1 >/dev/null | wc -l", Timeout: 60}); err != nil {
+			return "", err
+		}
+		if err := check("the fork's files seen from the original (missing-file errors)", strings.TrimSpace(res.Stdout), "2"); err != nil {
 			return "", err
 		}
 	default:
