@@ -912,9 +912,7 @@ func (s *Sandbox) Destroy() error {
 		removeRunscLeftovers(s.ID)
 		s.closeNet()
 		s.img.Unmount()
-		if uerr := unstageHostDirs(s.ID); uerr != nil {
-			err = uerr
-		}
+		uerr := unstageHostDirs(s.ID)
 		if s.nsPath != "" {
 			unpinNetns(s.ID)
 		}
@@ -923,6 +921,9 @@ func (s *Sandbox) Destroy() error {
 		}
 		if rerr := os.RemoveAll(s.dir); rerr != nil && err == nil {
 			err = rerr
+		}
+		if err == nil {
+			err = uerr
 		}
 	})
 	return err
