@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -92,6 +93,12 @@ func TestE2EGVisorImageSnapshotForks(t *testing.T) {
 	}
 	if got := sh(sb.ID, check); got != "after\norig-opt\ngone\n" {
 		t.Fatalf("the original sees a fork's writes: %q", got)
+	}
+	// A fork's root cannot be committed to an image yet (its snapshot
+	// layers are not in its base image): a clear 422, never an image
+	// that silently lacks them.
+	if code, v := post(t, s.URL+"/v1/sandboxes/"+forks[0]+"/snapshot", key, `{"name":"forks/fork0:1"}`); code != 422 || !strings.Contains(fmt.Sprint(v), "fork of a memory snapshot") {
+		t.Fatalf("image snapshot of a fork: %d %v, want 422 naming the fork", code, v)
 	}
 
 	// A sandbox with a volume: refused, naming the capability.
