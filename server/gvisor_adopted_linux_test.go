@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -106,4 +107,44 @@ func TestE2EGVisorAdoptedPausesAndSnapshots(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestE2EGVisorKilledMidSnapshotAdopted: a server killed (SIGKILL) while a
+// memory snapshot of an image sandbox holds it paused (runsc pause, made
+// here from outside at that point) leaves it paused; the next server takes
+// it over running again, its file and Python variable intact, instead of
+// losing it to an agent that cannot answer.
+func TestE2EGVisorKilledMidSnapshotAdopted(t *testing.T) {
+	state, key, s1, sb := gvisorSandbox(t)
+	c := client.New(s1.URL, key)
+	ctx := ctxT(t)
+	if _, err := c.WriteFile(ctx, sb.ID, "kept.txt", strings.NewReader("kept\n"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if res := runCell(t, c, sb.ID, client.CodeRequest{Code: "x = 41"}); res.Error != nil {
+		t.Fatalf("cell: %+v", res.Error)
+	}
+	rs, err := gvisor.Available()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(rs.Path, "--root", filepath.Join(gvisor.StateBase, "root"), "pause", sb.ID).CombinedOutput(); err != nil {
+		t.Fatalf("runsc pause: %v: %s", err, out)
+	}
+	s1.crash()
+	s2 := startServer(t, state)
+	c = client.New(s2.URL, key)
+	if got, err := c.Get(ctx, sb.ID); err != nil || got.State != "running" || !got.Reattached {
+		t.Fatalf("after the restart: %+v %v (server log: %s)", got, err, s2.ReadLog())
+	}
+	if res, err := c.Exec(ctx, sb.ID, client.ExecRequest{Argv: []string{"cat", "kept.txt"}}); err != nil || res.Stdout != "kept\n" {
+		t.Fatalf("file: %+v %v", res, err)
+	}
+	if res := runCell(t, c, sb.ID, client.CodeRequest{Code: "x + 1"}); res.Error != nil || res.Text != "42" {
+		t.Fatalf("Python variable: %+v", res)
+	}
+	if err := c.Kill(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 15*time.Second, "no process of the sandbox left", func() bool { return !hostHasArg(sb.ID) })
 }

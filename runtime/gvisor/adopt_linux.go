@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -57,6 +59,13 @@ func adoptRunning(info tier.AdoptInfo) (tier.Instance, error) {
 	group, err := cgroups.Lookup(info.ID)
 	if err != nil {
 		return fail(err)
+	}
+	// A server killed during the memory snapshot of an image sandbox
+	// (between runsc pause and resume) left it paused: it goes on.
+	if st, _ := containerStatus(rs.Path, info.ID); st == "paused" {
+		if out, err := exec.Command(rs.Path, append(runscFlags(), "resume", info.ID)...).CombinedOutput(); err != nil {
+			return fail(fmt.Errorf("resume it from the pause a killed snapshot left: %v: %s", err, strings.TrimSpace(string(out))))
+		}
 	}
 	sb := &Sandbox{ID: info.ID, Pid: info.Pid, runsc: rs, dir: dir, group: group, enforced: info.Enforced,
 		nsPath: ns, token: token, surviveParent: true, waitDone: make(chan struct{}), exited: make(chan struct{}), upper: readUpper(dir)}
