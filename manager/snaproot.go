@@ -42,13 +42,6 @@ func (m *Manager) imageOf(id string) string {
 	return strings.TrimSpace(string(b))
 }
 
-// isForkRoot reports whether sandbox id's image root has layers from a
-// snapshot above its image.
-func (m *Manager) isForkRoot(id string) bool {
-	_, err := os.Lstat(rootLayersDir(filepath.Join(m.dir, id)))
-	return err == nil
-}
-
 // layerChain lists the layer directories under dir (0..N), lowest first.
 func layerChain(dir string) ([]string, error) {
 	ents, err := os.ReadDir(dir)

@@ -2,7 +2,8 @@ package server_test
 
 import (
 	"errors"
-	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -52,7 +53,7 @@ func TestE2EGVisorImageSnapshotForks(t *testing.T) {
 		}
 		return res.Stdout
 	}
-	sh(sb.ID, "echo orig > /workspace/kept.txt && mkdir -p /opt/app && echo orig-opt > /opt/app/state && rm /etc/debian_version")
+	sh(sb.ID, "echo orig > /workspace/kept.txt && mkdir -p /opt/app && echo orig-opt > /opt/app/state && echo l0 > /opt/l0.txt && rm /etc/debian_version /etc/issue")
 	if res := runCell(t, c, sb.ID, client.CodeRequest{Code: "x = 41"}); res.Error != nil {
 		t.Fatalf("cell: %+v", res.Error)
 	}
@@ -94,11 +95,32 @@ func TestE2EGVisorImageSnapshotForks(t *testing.T) {
 	if got := sh(sb.ID, check); got != "after\norig-opt\ngone\n" {
 		t.Fatalf("the original sees a fork's writes: %q", got)
 	}
-	// A fork's root cannot be committed to an image yet (its snapshot
-	// layers are not in its base image): a clear 422, never an image
-	// that silently lacks them.
-	if code, v := post(t, s.URL+"/v1/sandboxes/"+forks[0]+"/snapshot", key, `{"name":"forks/fork0:1"}`); code != 422 || !strings.Contains(fmt.Sprint(v), "fork of a memory snapshot") {
-		t.Fatalf("image snapshot of a fork: %d %v, want 422 naming the fork", code, v)
+	// A fork's root committed to an image carries the snapshot's layer
+	// (a file only the original wrote, a file of the image it deleted)
+	// and the fork's own changes.
+	if code, v := post(t, s.URL+"/v1/sandboxes/"+forks[0]+"/snapshot", key, `{"name":"forks/fork0:1"}`); code != 201 {
+		t.Fatalf("image snapshot of a fork: %d %v", code, v)
+	}
+	fromFork, err := c.Create(ctx, client.CreateRequest{Runtime: "gvisor", Image: "forks/fork0:1", User: "root", Timeout: 900})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := sh(fromFork.ID, "cat /workspace/kept.txt /opt/app/state /opt/l0.txt /etc/debian_version; test -e /etc/issue && echo issue || echo no-issue"); got != "fork0\nfork0-opt\nl0\nnew\nno-issue\n" {
+		t.Fatalf("a sandbox from the fork's image: %q", got)
+	}
+	if err := c.Kill(ctx, fromFork.ID); err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest("GET", s.URL+"/v1/images", nil)
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(list), "forks/fork0:1") || strings.Contains(string(list), "-layer-") {
+		t.Fatalf("images: %d %s, want the fork's image and none of the commit's intermediate ones", resp.StatusCode, list)
 	}
 
 	// A sandbox with a volume: refused, naming the capability.
