@@ -148,3 +148,53 @@ func TestE2EGVisorKilledMidSnapshotAdopted(t *testing.T) {
 	}
 	eventually(t, 15*time.Second, "no process of the sandbox left", func() bool { return !hostHasArg(sb.ID) })
 }
+
+// TestCrashMidGVisorPauseAdopted is TestCrashMidGVisorPause for a sandbox
+// taken over running after a first SIGKILL (its agent on TCP): a second
+// SIGKILL while runsc checkpoints it for a pause leaves it paused under
+// the third server, which resumes it, reconnecting to its agent, with its
+// file and Python variable intact; killed, nothing of it is left.
+func TestCrashMidGVisorPauseAdopted(t *testing.T) {
+	state, key, s1, sb := gvisorSandbox(t)
+	c := client.New(s1.URL, key)
+	ctx := ctxT(t)
+	if _, err := c.WriteFile(ctx, sb.ID, "kept.txt", strings.NewReader("kept\n"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if res := runCell(t, c, sb.ID, client.CodeRequest{Code: "x = 41"}); res.Error != nil {
+		t.Fatalf("cell: %+v", res.Error)
+	}
+	s1.crash()
+	s2 := startServer(t, state)
+	c = client.New(s2.URL, key)
+	if got, err := c.Get(ctx, sb.ID); err != nil || got.State != "running" || !got.Reattached {
+		t.Fatalf("after the first restart: %+v %v", got, err)
+	}
+	paused := make(chan error, 1)
+	go func() { _, err := c.Pause(ctx, sb.ID); paused <- err }()
+	eventually(t, time.Minute, "runsc checkpoint of the sandbox runs", func() bool { return runscCheckpointOf(sb.ID) })
+	s2.crash() // SIGKILL, mid checkpoint
+	<-paused
+
+	s3 := startServer(t, state)
+	c = client.New(s3.URL, key)
+	if got, err := c.Get(ctx, sb.ID); err != nil || got.State != "running" || !got.Paused || !got.Reattached {
+		t.Fatalf("after a crash mid pause the adopted sandbox is %+v (%v), want it kept, paused", got, err)
+	}
+	if _, err := c.Resume(ctx, sb.ID); err != nil {
+		t.Fatalf("resume after restart: %v", err)
+	}
+	if res, err := c.Exec(ctx, sb.ID, client.ExecRequest{Argv: []string{"cat", "kept.txt"}}); err != nil || res.Stdout != "kept\n" {
+		t.Fatalf("file after the crash: %+v %v", res, err)
+	}
+	if res := runCell(t, c, sb.ID, client.CodeRequest{Code: "x + 1"}); res.Error != nil || res.Text != "42" {
+		t.Fatalf("Python variable after the crash: %+v", res)
+	}
+	if err := c.Kill(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 15*time.Second, "no process of the sandbox left", func() bool { return !hostHasArg(sb.ID) })
+	if m, _ := filepath.Glob(filepath.Join(state, "sandboxes", sb.ID)); len(m) > 0 {
+		t.Errorf("the sandbox's directory (and its checkpoint) is left: %v", m)
+	}
+}
