@@ -273,13 +273,16 @@ type RuntimeCaps struct {
 	Pause          string `json:"pause,omitempty"` // "freeze", "checkpoint", or "" (cannot pause)
 	MemorySnapshot bool   `json:"memory_snapshot"`
 	// SnapshotEnvironments: memory snapshots of sandboxes with an image
-	// root or volumes too.
+	// root too.
 	SnapshotEnvironments bool `json:"memory_snapshot_environments"`
-	Network              bool `json:"network"`
-	ForkWithNetwork      bool `json:"fork_with_network"`
-	AttachNetwork        bool `json:"attach_network"`
-	AdoptRunning         bool `json:"adopt_running"`
-	Pooled               bool `json:"pooled"`
+	// SnapshotVolumes: memory snapshots of sandboxes with volumes or host
+	// directories too.
+	SnapshotVolumes bool `json:"memory_snapshot_volumes"`
+	Network         bool `json:"network"`
+	ForkWithNetwork bool `json:"fork_with_network"`
+	AttachNetwork   bool `json:"attach_network"`
+	AdoptRunning    bool `json:"adopt_running"`
+	Pooled          bool `json:"pooled"`
 }
 
 // Has reports whether the runtime has the capability named as in its JSON

@@ -182,7 +182,41 @@ func (m *Manager) Snapshot(ctx context.Context, owner, id, name string) (*images
 		return nil, err
 	}
 	// Named in the owner's own namespace: never another key's image.
-	return m.cfg.Images.As(owner).Commit(ctx, base, (&native.ImageRoot{Dir: root}).UpperDir(), idBase, name)
+	store := m.cfg.Images.As(owner)
+	upper := (&native.ImageRoot{Dir: root}).UpperDir()
+	chain, err := layerChain(rootLayersDir(filepath.Join(m.dir, sb.ID)))
+	if err != nil {
+		return nil, fmt.Errorf("manager: %w", err)
+	}
+	if len(chain) == 0 {
+		return store.Commit(ctx, base, upper, idBase, name)
+	}
+	return commitChain(ctx, store, base, chain, upper, idBase, name, sb.ID)
+}
+
+// commitChain commits a fork's root: each layer of the chain its snapshot
+// gave it (snaproot.go), lowest first, then its upper directory, on base.
+// The layers between are images of their own for a moment, named after
+// the sandbox, and removed once the result holds their layers (removal
+// keeps what another image uses), or when a commit fails.
+func commitChain(ctx context.Context, store *imagestore.Store, base *imagestore.Image, chain []string, upper string, idBase int, name, id string) (*imagestore.Image, error) {
+	var between []string
+	defer func() {
+		for _, n := range between {
+			store.Remove(n)
+		}
+	}()
+	img := base
+	for i, l := range chain {
+		n := fmt.Sprintf("localhost/airlock/%s-layer-%d:commit", id, i)
+		next, err := store.Commit(ctx, img, l, idBase, n)
+		if err != nil {
+			return nil, fmt.Errorf("manager: commit layer %d of the fork's root: %w", i, err)
+		}
+		between = append(between, n)
+		img = next
+	}
+	return store.Commit(ctx, img, upper, idBase, name)
 }
 
 // checkStaticAgent refuses image sandboxes when the agent binary needs a

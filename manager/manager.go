@@ -605,6 +605,11 @@ func (m *Manager) create(ctx context.Context, req CreateRequest) (Info, error) {
 	if req.image, err = m.resolveImage(&req, &p); err != nil {
 		return Info{}, err
 	}
+	if req.snap != nil {
+		if req.image, err = m.snapshotBase(req.snap); err != nil {
+			return Info{}, err
+		}
+	}
 	if err := m.checkVolumes(&req); err != nil {
 		return Info{}, err
 	}

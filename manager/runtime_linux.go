@@ -35,6 +35,8 @@ type runtimeState struct {
 	// Env: the sandbox has an image root or volumes (files on the host,
 	// outside a memory snapshot).
 	Env bool `json:"env,omitempty"`
+	// Vols: the sandbox has volumes.
+	Vols bool `json:"volumes,omitempty"`
 	// Secrets names the sandbox's injected headers (never their values),
 	// so that a reattached sandbox can report them lost.
 	Secrets []SecretRef `json:"secrets,omitempty"`
@@ -148,6 +150,13 @@ func (m *Manager) start(ctx context.Context, req *CreateRequest, p policy.Policy
 	if err != nil {
 		return fail(err)
 	}
+	if req.snap != nil && root != nil {
+		// A fork of an image sandbox: the snapshot's root layers, its own
+		// upper directory (snaproot.go).
+		if root.Above, err = forkLayers(req.snap.image, dir); err != nil {
+			return fail(err)
+		}
+	}
 	vols, err := m.useVolumes(id, dir, req.Owner, req.Volumes)
 	if err != nil {
 		return fail(err)
@@ -216,7 +225,7 @@ func (m *Manager) start(ctx context.Context, req *CreateRequest, p policy.Policy
 	}
 	startTime, _ := native.ProcStartTime(inst.Pid())
 	rs, _ := json.Marshal(runtimeState{Runtime: string(t.Name()), Pid: inst.Pid(), StartTime: startTime, Socket: sock, Enforced: inst.Enforced(), Secrets: ns.refs,
-		Env: root != nil || len(vols) > 0})
+		Env: root != nil || len(vols) > 0, Vols: len(vols) > 0})
 	rec.InitPID, rec.Runtime = inst.Pid(), rs
 	if err := m.st.PutSandbox(ctx, &rec); err != nil {
 		client.Close()

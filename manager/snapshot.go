@@ -36,6 +36,10 @@ type snapshot struct {
 	image  string
 	policy policy.Policy
 	src    *Sandbox
+	// baseImage is the digest of the image the snapshotted sandbox's root
+	// was made from ("" without an image root): a fork's root is that
+	// image with the snapshot's layers above (snaproot.go).
+	baseImage string
 }
 
 // live reports whether the snapshot's sandbox is still running (its
@@ -102,12 +106,15 @@ func (m *Manager) MemorySnapshot(ctx context.Context, owner, id string) (Snapsho
 	if err := json.Unmarshal(sb.rec.Policy, &p); err != nil {
 		return SnapshotInfo{}, fmt.Errorf("manager: policy of %s: %w", id, err)
 	}
+	base, vols := m.imageOf(id), sb.hasVolumes()
 	if t, err := tierOf(p.Runtime); err != nil {
 		return SnapshotInfo{}, err
 	} else if !t.Caps().MemorySnapshot {
 		return SnapshotInfo{}, refuse(t, "memory snapshots and forks (pause freezes it instead)", "memory_snapshot")
-	} else if !t.Caps().SnapshotEnvironments && sb.hasEnvironment() {
-		return SnapshotInfo{}, refuse(t, "a memory snapshot of a sandbox with an image root or volumes (snapshot its root to an image instead: POST /v1/sandboxes/{id}/snapshot)", "memory_snapshot_environments")
+	} else if !t.Caps().SnapshotVolumes && vols {
+		return SnapshotInfo{}, refuse(t, "a memory snapshot of a sandbox with volumes or host directories (their files are shared and live on outside the snapshot)", "memory_snapshot_volumes")
+	} else if !t.Caps().SnapshotEnvironments && base != "" {
+		return SnapshotInfo{}, refuse(t, "a memory snapshot of a sandbox with an image root (snapshot its root to an image instead: POST /v1/sandboxes/{id}/snapshot)", "memory_snapshot_environments")
 	}
 	if used, quota := m.snapshotUse(), m.snapshotQuota(); used >= quota {
 		return SnapshotInfo{}, fmt.Errorf("%w: snapshot images use %d bytes of the server's quota of %d (--snapshot-quota); kill sandboxes whose snapshots are not needed", ErrLimit, used, quota)
@@ -118,10 +125,16 @@ func (m *Manager) MemorySnapshot(ctx context.Context, owner, id string) (Snapsho
 	b := make([]byte, 8)
 	rand.Read(b)
 	s := &snapshot{SnapshotInfo: SnapshotInfo{ID: "snap-" + hex.EncodeToString(b), SandboxID: id, CreatedAt: time.Now().UTC()},
-		owner: owner, policy: p, src: sb}
+		owner: owner, policy: p, src: sb, baseImage: base}
 	s.image = filepath.Join(m.dir, id, "snapshots", s.ID)
 	if err := m.snapshotImage(sb, s.image); err != nil {
 		return SnapshotInfo{}, err
+	}
+	if base != "" {
+		if err := m.fileSnapshotRoot(id, s.image); err != nil {
+			os.RemoveAll(s.image)
+			return SnapshotInfo{}, err
+		}
 	}
 	filepath.WalkDir(s.image, func(_ string, d fs.DirEntry, err error) error {
 		if err == nil && d.Type().IsRegular() {
@@ -148,11 +161,13 @@ type manifest struct {
 	SnapshotInfo
 	Owner  string        `json:"owner"`
 	Policy policy.Policy `json:"policy"`
+	// BaseImage is snapshot.baseImage.
+	BaseImage string `json:"base_image,omitempty"`
 }
 
 // writeManifest records s next to its image, atomically.
 func writeManifest(s *snapshot) error {
-	data, err := json.Marshal(manifest{SnapshotInfo: s.SnapshotInfo, Owner: s.owner, Policy: s.policy})
+	data, err := json.Marshal(manifest{SnapshotInfo: s.SnapshotInfo, Owner: s.owner, Policy: s.policy, BaseImage: s.baseImage})
 	if err != nil {
 		return fmt.Errorf("manager: snapshot manifest: %w", err)
 	}
@@ -197,7 +212,7 @@ func (m *Manager) loadSnapshots(sb *Sandbox) {
 			if fi, err := os.Stat(filepath.Join(dir, name)); err == nil && fi.IsDir() {
 				keep[name] = true
 				m.snaps.Store(name, &snapshot{SnapshotInfo: mf.SnapshotInfo, owner: mf.Owner, policy: mf.Policy,
-					image: filepath.Join(dir, name), src: sb})
+					image: filepath.Join(dir, name), src: sb, baseImage: mf.BaseImage})
 				continue
 			}
 			m.cfg.Logf("sandbox %s: snapshot %s: manifest without an image; removing it", sb.ID, name)
@@ -212,13 +227,21 @@ func (m *Manager) loadSnapshots(sb *Sandbox) {
 	}
 }
 
-// hasEnvironment reports whether sb has an image root or volumes, from its
-// record.
-func (sb *Sandbox) hasEnvironment() bool {
+// hasVolumes reports whether sb has volumes or host directories mounted,
+// from its record (one written before "volumes" was recorded says only
+// "env": an image root or volumes; without an image root, volumes).
+func (sb *Sandbox) hasVolumes() bool {
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
 	var rs struct {
-		Env bool `json:"env"`
+		Env  bool `json:"env"`
+		Vols bool `json:"volumes"`
 	}
-	return json.Unmarshal(sb.rec.Runtime, &rs) == nil && rs.Env
+	if json.Unmarshal(sb.rec.Runtime, &rs) != nil {
+		return false
+	}
+	if rs.Vols {
+		return true
+	}
+	return rs.Env && sb.m.imageOf(sb.ID) == ""
 }

@@ -36,11 +36,13 @@ var faultPoints = []struct {
 	{"pause", 1200 * time.Millisecond, true},
 	{"snapshot", 1500 * time.Millisecond, false},
 	{"template", 4 * time.Second, false},
+	{"image fork", 2 * time.Second, true},
 }
 
 // TestFaults is the fault script (scripts/faults.sh): AIRLOCK_FAULTS
 // rounds, each killing the server with SIGKILL at a random point of one
-// operation (create, image pull, pause, snapshot, template build; each at
+// operation (create, image pull, pause, snapshot, template build, memory
+// snapshot of a gvisor image sandbox; each at
 // least once, then at random; seed AIRLOCK_FAULTS_SEED), restarting it and
 // checking that nothing is left beyond the live sandboxes: no mount under
 // the state directory, no loop device backed by one of its files, no
@@ -289,6 +291,19 @@ func faultOp(t *testing.T, c *client.Client, url, key, reg, base, point string, 
 		return func() {
 			postQuiet(url+"/v1/sandboxes/"+sb.ID+"/snapshot", key, fmt.Sprintf(`{"name":"faults/snap:%d"}`, round))
 		}, ""
+	case "image fork":
+		// A memory snapshot of a gvisor image sandbox pauses it while its
+		// root's changes are copied: a kill then leaves it paused by runsc
+		// and a partial image, which the next server resumes and removes.
+		sb, err := c.Create(ctx, client.CreateRequest{Runtime: "gvisor", Image: base, Timeout: 600})
+		if err != nil {
+			t.Fatal(err)
+		}
+		known[sb.ID] = true
+		if _, err := c.Exec(ctx, sb.ID, client.ExecRequest{Argv: []string{"/bin/sh", "-c", "head -c 20000000 /dev/urandom > /workspace/big"}}); err != nil {
+			t.Fatal(err)
+		}
+		return func() { c.MemorySnapshot(ctx, sb.ID) }, ""
 	case "template":
 		b, _ := json.Marshal(map[string]any{"name": fmt.Sprintf("faults/tmpl:%d", round),
 			"dockerfile": "FROM " + base + fmt.Sprintf("\nRUN echo %d > /round\nRUN head -c 5000000 /dev/urandom > /noise\n", round)})

@@ -98,18 +98,6 @@ for pre in (b"0" * 64 + b"\n", b""):
 		t.Fatalf("the server lost the agent to a program inside: %+v", res)
 	}
 
-	// Its agent is now reached over TCP, which a checkpoint cannot carry:
-	// pause and snapshot are refused (422) and it keeps running.
-	if _, err := e.c.Pause(ctx, ids[1]); client.StatusOf(err) != 422 {
-		t.Fatalf("pause of a sandbox taken over running: %v, want 422", err)
-	}
-	if _, err := e.c.MemorySnapshot(ctx, ids[1]); client.StatusOf(err) != 422 {
-		t.Fatalf("snapshot of a sandbox taken over running: %v, want 422", err)
-	}
-	if res := e.sh(t, ids[1], "cat kept.txt"); res.Stdout != "kept-1\n" {
-		t.Fatalf("after the refused pause: %+v", res)
-	}
-
 	if err := e.c.Kill(ctx, ids[0]); err != nil {
 		t.Fatal(err)
 	}

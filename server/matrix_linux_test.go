@@ -35,7 +35,7 @@ var matrixOps = []string{"exec", "files", "python cell", "background process", "
 // always, the others on some roots.
 var opCaps = map[string][]string{"pause/resume": {"pause"},
 	"network allowlist + injected header": {"network"},
-	"snapshot + fork":                     {"memory_snapshot", "memory_snapshot_environments", "fork_with_network"},
+	"snapshot + fork":                     {"memory_snapshot", "memory_snapshot_environments", "memory_snapshot_volumes", "fork_with_network"},
 	"server kill -9 + restart":            {"adopt_running"}}
 
 // capRe finds the capability a refusal names (runtime/tier.Refuse).
@@ -159,6 +159,14 @@ func TestConformanceMatrix(t *testing.T) {
 		}
 	}
 
+	// Writable host directories, through the CLI (matrix_hostdir_linux_test.go).
+	hostDirs := map[string]string{}
+	for _, tier := range matrixTiers {
+		if _, ok := caps[tier]; ok {
+			hostDirs[tier] = matrixHostDir(t, tier, caps[tier], cells)
+		}
+	}
+
 	// Server kill -9 and restart: a tier that declares adopt_running keeps
 	// every sandbox with its files and processes; one that does not
 	// records each as lost, saying why.
@@ -192,7 +200,7 @@ func TestConformanceMatrix(t *testing.T) {
 			record(l.tier, l.root, op, "lost, with its reason (adopt_running)")
 		}
 	}
-	checkMatrixDoc(t, cells)
+	checkMatrixDoc(t, cells, hostDirs)
 }
 
 // backgroundAlive checks that the row's background process runs.
@@ -344,6 +352,20 @@ func matrixOp(ctx context.Context, e *netEnv, tier string, mr matrixRoot, id, op
 		if err := check("fork's cell", r.Stdout, "42\n"); err != nil {
 			return "", err
 		}
+		// The fork writes a layer of its own (an image root's upper
+		// directory is not shared): the original does not see its file.
+		if res, err = c.Exec(ctx, fork.ID, client.ExecRequest{Shell: "echo fork > /workspace/fork.txt && echo fork > /opt/fork.txt 2>/dev/null; cat /workspace/fork.txt", Timeout: 60}); err != nil {
+			return "", err
+		}
+		if err := check("fork's write", res.Stdout, "fork\n"); err != nil {
+			return "", err
+		}
+		if res, err = c.Exec(ctx, id, client.ExecRequest{Shell: "cat /workspace/fork.txt /opt/fork.txt 2>&1 >/dev/null | wc -l", Timeout: 60}); err != nil {
+			return "", err
+		}
+		if err := check("the fork's files seen from the original (missing-file errors)", strings.TrimSpace(res.Stdout), "2"); err != nil {
+			return "", err
+		}
 	default:
 		return "", fmt.Errorf("unknown operation %q", op)
 	}
@@ -400,7 +422,7 @@ except Exception as e:
 
 // checkMatrixDoc renders the cells as docs/support-matrix.md and compares
 // it with the committed one (AIRLOCK_UPDATE_MATRIX=1 writes it instead).
-func checkMatrixDoc(t *testing.T, cells []matrixCell) {
+func checkMatrixDoc(t *testing.T, cells []matrixCell, hostDirs map[string]string) {
 	t.Helper()
 	var b strings.Builder
 	b.WriteString("# Support matrix\n\n" +
@@ -436,6 +458,16 @@ func checkMatrixDoc(t *testing.T, cells []matrixCell) {
 				fmt.Fprintf(&b, " %s |", res)
 			}
 			b.WriteString("\n")
+		}
+	}
+	b.WriteString("\n## Writable host directories\n\n" +
+		"The API has no host directories (volumes are the server's); a one-shot `airlock run` mounts them. A\n" +
+		"directory owned by another unprivileged host user must be writable inside without a chown, with the\n" +
+		"files the directory owner's on the host and set-uid modes refused; a tier without `volumes` is refused\n" +
+		"as in the volume column.\n\n| runtime | " + matrixHostDirOp + " |\n|---|---|\n")
+	for _, tier := range matrixTiers {
+		if res, ok := hostDirs[tier]; ok {
+			fmt.Fprintf(&b, "| %s | %s |\n", tier, res)
 		}
 	}
 	path := filepath.Join("..", "docs", "support-matrix.md")

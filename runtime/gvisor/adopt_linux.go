@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -58,9 +60,19 @@ func adoptRunning(info tier.AdoptInfo) (tier.Instance, error) {
 	if err != nil {
 		return fail(err)
 	}
+	// A server killed during the memory snapshot of an image sandbox
+	// (between runsc pause and resume) left it paused: it goes on.
+	if st, _ := containerStatus(rs.Path, info.ID); st == "paused" {
+		if out, err := exec.Command(rs.Path, append(runscFlags(), "resume", info.ID)...).CombinedOutput(); err != nil {
+			return fail(fmt.Errorf("resume it from the pause a killed snapshot left: %v: %s", err, strings.TrimSpace(string(out))))
+		}
+	}
 	sb := &Sandbox{ID: info.ID, Pid: info.Pid, runsc: rs, dir: dir, group: group, enforced: info.Enforced,
-		nsPath: ns, token: token, surviveParent: true, waitDone: make(chan struct{})}
+		nsPath: ns, token: token, surviveParent: true, waitDone: make(chan struct{}), exited: make(chan struct{}), upper: readUpper(dir)}
 	h := &Handle{cur: sb, adopted: true, ended: make(chan struct{}), pidfd: fd}
+	if err := h.setTCP(); err != nil {
+		return fail(err)
+	}
 	go func() {
 		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
 		for {
@@ -70,8 +82,15 @@ func adoptRunning(info tier.AdoptInfo) (tier.Instance, error) {
 			}
 			break
 		}
+		close(sb.exited)
 		h.closePidfd()
-		h.End()
+		// A checkpoint (pause) stops this runsc without ending the sandbox.
+		h.mu.Lock()
+		end := h.cur == sb && !h.suspended
+		h.mu.Unlock()
+		if end {
+			h.End()
+		}
 	}()
 	return h, nil
 }
@@ -84,13 +103,20 @@ func isNetns(path string) bool {
 
 // DialAgent implements tier.AgentDialer: a new connection to the agent at
 // AgentAddr in the sandbox's namespace, token sent; the agent's hello
-// follows. The agent serves it in place of its current connection.
+// follows. The agent serves it in place of its current connection. The
+// connection becomes the handle's (Conn), carried across a checkpoint by
+// reconnecting after the restore (reconnect_linux.go).
 func (h *Handle) DialAgent(ctx context.Context) (net.Conn, error) {
 	cur := h.current()
 	if cur.nsPath == "" || cur.token == nil {
 		return nil, errors.New("gvisor: this sandbox's agent is not reconnectable")
 	}
-	return dialAgent(ctx, cur.nsPath, cur.token)
+	c, err := dialAgent(ctx, cur.nsPath, cur.token)
+	if err != nil {
+		return nil, err
+	}
+	h.conn = newSwapConn(c)
+	return h.conn, nil
 }
 
 // ListenIn implements tier.NetAttacher: listeners in the sandbox's own

@@ -98,16 +98,23 @@ func FinishCheckpoint(id, image string, wait time.Duration) (bool, error) {
 // running reports whether runsc runs container id: its state says so
 // and its sandbox process is alive.
 func running(runsc, id string) bool {
+	st, pid := containerStatus(runsc, id)
+	return st == "running" && pid > 0 && unix.Kill(pid, 0) == nil
+}
+
+// containerStatus returns runsc's status of container id ("running",
+// "paused"...) and its sandbox's pid; "" if runsc has no state for it.
+func containerStatus(runsc, id string) (string, int) {
 	out, err := exec.Command(runsc, append(runscFlags(), "state", id)...).Output()
 	if err != nil {
-		return false
+		return "", 0
 	}
 	var st struct {
 		Status string `json:"status"`
 		Pid    int    `json:"pid"`
 	}
-	if json.Unmarshal(out, &st) != nil || st.Status != "running" || st.Pid <= 0 {
-		return false
+	if json.Unmarshal(out, &st) != nil {
+		return "", 0
 	}
-	return unix.Kill(st.Pid, 0) == nil
+	return st.Status, st.Pid
 }

@@ -3,6 +3,8 @@ package gvisor
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -13,12 +15,6 @@ import (
 	rt "airlock/runtime"
 	"airlock/runtime/native"
 )
-
-// ErrImageSnapshot is returned by Snapshot for a sandbox with an image
-// root: its root's changes are files on the host (the overlay's upper
-// directory), not in the memory image, and a fork would get a fresh upper
-// directory that does not match the memory it restores.
-var ErrImageSnapshot = errors.New("gvisor: a sandbox with an image root cannot be snapshotted in memory or forked (its root's changes are on the host, not in the memory image; snapshot its root to an image instead)")
 
 // rootLayout returns the tree the sandbox's root is built from: the
 // host-derived template (native.RootLayout), or, with cfg.Image, the
@@ -150,4 +146,30 @@ func capName(c int) string {
 		return n
 	}
 	return fmt.Sprintf("CAP_%d", c) // refused by runsc: fails closed
+}
+
+// upperFile names, in a sandbox's state directory, the file that records
+// its image root's upper directory, for a server that adopts it after a
+// restart (a memory snapshot copies that directory).
+const upperFile = "upper"
+
+// saveUpper records the sandbox's upper directory in its state directory.
+func (s *Sandbox) saveUpper() error {
+	if s.upper == "" {
+		return nil
+	}
+	if err := os.WriteFile(filepath.Join(s.dir, upperFile), []byte(s.upper), 0o600); err != nil {
+		return fmt.Errorf("gvisor: record the image root: %w", err)
+	}
+	return nil
+}
+
+// readUpper returns the upper directory recorded in state directory dir,
+// "" for a sandbox without an image root.
+func readUpper(dir string) string {
+	b, err := os.ReadFile(filepath.Join(dir, upperFile))
+	if err != nil {
+		return ""
+	}
+	return string(b)
 }

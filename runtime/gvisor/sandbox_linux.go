@@ -22,6 +22,7 @@ import (
 	"airlock/runtime/launcher"
 	"airlock/runtime/native"
 	"airlock/runtime/native/cgroups"
+	"airlock/runtime/tier"
 )
 
 // StateBase holds runsc's state directory (root/: runsc's --root, shared
@@ -64,9 +65,11 @@ type Sandbox struct {
 	netns     *os.File             // the namespace runsc joins, while this process made it
 	nsPath    string               // where it is pinned (netnsPath), "" for --network=none
 	img       *native.MountedImage // an image root, mounted on the host while the sandbox lives
+	upper     string               // its upper directory on the host (snapshotted with the memory)
 	listeners []net.Listener       // the proxy's listeners in it, handed to the caller
 	token     []byte               // the agent's reconnect token (live sandboxes)
 
+	exited   chan struct{} // closed when an adopted runsc (not a child) exits
 	waitOnce sync.Once
 	state    *os.ProcessState
 	waitErr  error
@@ -112,9 +115,6 @@ func start(cfg native.Config, image string) (*Sandbox, error) {
 			return nil, errors.New("argument or environment contains a NUL byte")
 		}
 	}
-	if image != "" && cfg.Image != nil {
-		return nil, &native.SetupError{Step: "root filesystem", Err: ErrImageSnapshot}
-	}
 	if (len(cfg.Listen) > 0) != (p.Network.Mode != policy.NetNone) {
 		return nil, &native.SetupError{Step: "network", Err: fmt.Errorf("network mode %q with %d proxy listeners: a gvisor sandbox has either no network or the egress proxy's listeners", p.Network.Mode, len(cfg.Listen))}
 	}
@@ -134,8 +134,13 @@ func start(cfg native.Config, image string) (*Sandbox, error) {
 			return nil, err
 		}
 	}
+	hostDirs, err := mapHostDirs(&p, id) // writable host directories of another owner: hostdir_linux.go
+	if err != nil {
+		return nil, err
+	}
 	layout, img, err := rootLayout(&p, &cfg) // image root, volumes: image_linux.go
 	if err != nil {
+		unstageHostDirs(id)
 		return nil, err
 	}
 	// The agent mounts the tmpfs with their inode limit itself (runsc
@@ -241,9 +246,16 @@ func start(cfg native.Config, image string) (*Sandbox, error) {
 	)
 
 	enforced = imageEnforced(enforced, img, &cfg)
+	if hostDirs != nil {
+		enforced = append(enforced, *hostDirs)
+	}
 	s := &Sandbox{ID: id, runsc: rs, group: group, enforced: enforced, waitDone: make(chan struct{}), img: img}
+	if cfg.Image != nil {
+		s.upper = cfg.Image.UpperDir()
+	}
 	fail := func(step string, err error) (*Sandbox, error) {
 		img.Abort()
+		unstageHostDirs(id)
 		s.closeNet()
 		if s.nsPath != "" {
 			unpinNetns(id)
@@ -274,6 +286,9 @@ func start(cfg native.Config, image string) (*Sandbox, error) {
 			return fail("agent token", err)
 		}
 	}
+	if err := s.saveUpper(); err != nil {
+		return fail("state directory", err)
+	}
 	if err := s.makeNetns(cfg); err != nil {
 		return fail("network", err)
 	}
@@ -284,6 +299,9 @@ func start(cfg native.Config, image string) (*Sandbox, error) {
 	spec := buildSpec(&p, &cfg, layout, cgPath, s.nsPath, privileged || len(mounts) > 0)
 	imageSpec(spec, img)
 	rootAgentSpec(spec, &p, &cfg, len(mounts) > 0)
+	if hostDirs != nil {
+		spec.Linux.Seccomp = noSetIDSeccomp()
+	}
 	data, err := json.Marshal(spec)
 	if err != nil {
 		return fail("bundle", err)
@@ -346,18 +364,59 @@ func (s *Sandbox) Checkpoint(image string) error { return s.CheckpointHolding(im
 // Snapshot saves the sandbox's whole state to directory image, as
 // Checkpoint does, but leaves it running (runsc checkpoint
 // --leave-running): Fork starts copies from the image.
+//
+// A sandbox with an image root has its root's changes on the host, in its
+// upper directory, not in the memory image: it is paused (runsc pause)
+// around the checkpoint, which flushes the sentry's file state to the
+// gofer and leaves the kernel paused, and its upper directory is copied
+// into image/tier.SnapshotRootLayer while nothing runs, so that the copy
+// is the root the memory image saw. Then it resumes.
 func (s *Sandbox) Snapshot(image string) error {
-	if s.img != nil {
-		return ErrImageSnapshot
-	}
 	if err := os.MkdirAll(image, 0o700); err != nil {
 		return fmt.Errorf("gvisor: snapshot: %w", err)
 	}
-	out, err := exec.Command(s.runsc.Path, append(append(s.globalFlags(), "checkpoint", "--leave-running"), checkpointFlags(image, s.ID)...)...).CombinedOutput()
+	if s.upper != "" {
+		if err := s.runscCmd("pause", s.ID); err != nil {
+			return err
+		}
+	}
+	err := s.runscCmd(append([]string{"checkpoint", "--leave-running"}, checkpointFlags(image, s.ID)...)...)
+	if err == nil && s.upper != "" {
+		err = copyTree(s.upper, filepath.Join(image, tier.SnapshotRootLayer))
+	}
+	if s.upper != "" {
+		if rerr := s.runscCmd("resume", s.ID); rerr != nil {
+			// Left paused it would hang every request: it ends instead.
+			s.Kill()
+			return errors.Join(err, fmt.Errorf("%w (the sandbox was killed)", rerr))
+		}
+	}
 	if err != nil {
-		return fmt.Errorf("gvisor: runsc checkpoint --leave-running: %v: %s", err, strings.TrimSpace(string(out)))
+		return err
 	}
 	return dropCache(image)
+}
+
+// runscCmd runs `runsc ARGS...` for the sandbox and waits for it.
+func (s *Sandbox) runscCmd(args ...string) error {
+	out, err := exec.Command(s.runsc.Path, append(s.globalFlags(), args...)...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("gvisor: runsc %s: %v: %s", args[0], err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// copyTree copies the overlay upper directory src to dst as it is: owners,
+// modes, times, hard links, extended attributes (overlayfs's trusted.*
+// opaque and redirect marks) and whiteouts (character devices 0:0), with
+// cp -a, which does each of these where a hand-written walk easily misses
+// one. dst must not exist.
+func copyTree(src, dst string) error {
+	if out, err := exec.Command("cp", "-a", "--no-dereference", "--", src, dst).CombinedOutput(); err != nil {
+		os.RemoveAll(dst)
+		return fmt.Errorf("gvisor: copy the root's upper directory: %v: %s", err, strings.TrimSpace(string(out)))
+	}
+	return nil
 }
 
 // agentTmpfs returns the agent's "--tmpfs=TARGET=OPTIONS" arguments for
@@ -461,7 +520,7 @@ func dropCache(dir string) error {
 // cgroup).
 func (s *Sandbox) Restore(image string, stdin, stdout, stderr *os.File) (*Sandbox, error) {
 	n := &Sandbox{ID: s.ID, runsc: s.runsc, dir: s.dir, group: s.group, enforced: s.enforced,
-		surviveParent: s.surviveParent, waitDone: make(chan struct{}), netns: s.netns, nsPath: s.nsPath, token: s.token, img: s.img}
+		surviveParent: s.surviveParent, waitDone: make(chan struct{}), netns: s.netns, nsPath: s.nsPath, token: s.token, img: s.img, upper: s.upper}
 	if err := n.launch(append([]string{"restore"}, restoreFlags(image, filepath.Join(s.dir, "bundle"), s.ID)...), stdin, stdout, stderr); err != nil {
 		return nil, fmt.Errorf("gvisor: start runsc restore: %w", err)
 	}
@@ -510,6 +569,7 @@ func Adopt(id string, enforced rt.Enforced, listen []string) (*Sandbox, error) {
 	// (a crash mid pause must not kill it before runsc has its image).
 	s := &Sandbox{ID: id, runsc: rs, dir: dir, group: group, enforced: enforced, waitDone: make(chan struct{}), surviveParent: true}
 	s.token, _ = readToken(dir) // absent for a one-shot run's state
+	s.upper = readUpper(dir)
 	if netIdx >= 0 {
 		if err := s.adoptNetns(&spec, netIdx, listen); err != nil {
 			return nil, fmt.Errorf("gvisor: adopt %s: %w", id, err)
@@ -594,7 +654,7 @@ func (s *Sandbox) closeNet() {
 // meets first).
 func runscFlags() []string {
 	return []string{"--root", runscRoot, "--rootless=false", "--platform=" + Platform,
-		"--network=none", "--overlay2=none", "--host-uds=none", "--host-fifo=none", "--in-sandbox-cgroup=v2"}
+		"--network=none", "--overlay2=none", "--host-uds=none", "--host-fifo=none", "--in-sandbox-cgroup=v2", "--oci-seccomp"}
 }
 
 // Remove kills what is left of sandbox id after the process that started
@@ -612,14 +672,17 @@ func Remove(id string) error {
 	}
 	removeRunscLeftovers(id)
 	unpinNetns(id)
+	if err := unstageHostDirs(id); err != nil {
+		return err
+	}
 	return os.RemoveAll(dir)
 }
 
 // prepareWorkspace makes a host workspace directory usable by the sandbox
 // user. gVisor's gofer creates files with the sandbox's own uid and gid
 // (no user namespace mapping), so a missing directory is created owned by
-// them, and an existing one must already be (airlock never chowns a
-// user's files).
+// them; an existing one of another unprivileged owner is ID-mapped onto
+// them (mapHostDirs), as native does; airlock never chowns a user's files.
 func prepareWorkspace(dir string, uid, gid int) error {
 	fi, err := os.Lstat(dir)
 	if errors.Is(err, os.ErrNotExist) {
@@ -634,9 +697,8 @@ func prepareWorkspace(dir string, uid, gid int) error {
 	if err != nil {
 		return fmt.Errorf("workspace: %w", err)
 	}
-	if st := fi.Sys().(*syscall.Stat_t); !fi.IsDir() || int(st.Uid) != uid {
-		return fmt.Errorf("workspace %s must be a directory owned by uid %d, the gvisor sandbox's user (files are created as that host uid): chown -R %d:%d %s, or pass a directory that does not exist yet",
-			dir, uid, uid, gid, dir)
+	if !fi.IsDir() {
+		return fmt.Errorf("workspace %s is not a directory", dir)
 	}
 	return nil
 }
@@ -768,6 +830,9 @@ func buildSpec(p *policy.Policy, cfg *native.Config, l *native.Layout, cgPath, n
 func (s *Sandbox) Wait() (*os.ProcessState, error) {
 	s.waitOnce.Do(func() {
 		if s.cmd == nil { // adopted: runsc was never started here
+			if s.exited != nil {
+				<-s.exited
+			}
 			close(s.waitDone)
 			return
 		}
@@ -847,6 +912,7 @@ func (s *Sandbox) Destroy() error {
 		removeRunscLeftovers(s.ID)
 		s.closeNet()
 		s.img.Unmount()
+		uerr := unstageHostDirs(s.ID)
 		if s.nsPath != "" {
 			unpinNetns(s.ID)
 		}
@@ -855,6 +921,9 @@ func (s *Sandbox) Destroy() error {
 		}
 		if rerr := os.RemoveAll(s.dir); rerr != nil && err == nil {
 			err = rerr
+		}
+		if err == nil {
+			err = uerr
 		}
 	})
 	return err

@@ -43,7 +43,7 @@ func (Tier) Available() error {
 func (Tier) Caps() tier.Caps {
 	return tier.Caps{Pause: tier.PauseCheckpoint, MemorySnapshot: true, ConnectedAgent: true,
 		AdoptRunning: true, Network: true, ForkWithNetwork: true, AttachNetwork: true,
-		ImageRoots: true, Volumes: true, UnmappedIDs: true, AgentOOM: true}
+		ImageRoots: true, Volumes: true, UnmappedIDs: true, AgentOOM: true, SnapshotEnvironments: true}
 }
 
 // Start implements tier.Tier (see liveConfig).
@@ -64,7 +64,14 @@ func (Tier) Fork(cfg native.Config, image string) (tier.Instance, []net.Listener
 	if err != nil {
 		return nil, nil, err
 	}
-	return newHandle(sb), sb.Listeners(), nil
+	h := newHandle(sb)
+	if isTCP(image) { // WrapConn reconnects over TCP
+		if err := h.setTCP(); err != nil {
+			sb.Destroy()
+			return nil, nil, err
+		}
+	}
+	return h, sb.Listeners(), nil
 }
 
 // liveConfig is cfg for a sandbox the manager starts: a live sandbox
@@ -98,7 +105,7 @@ func (Tier) Adopt(info tier.AdoptInfo) (tier.Instance, error) {
 	if err != nil {
 		return nil, fmt.Errorf("paused gvisor sandbox: %w", err)
 	}
-	h := &Handle{cur: sb, suspended: true, ended: make(chan struct{})}
+	h := &Handle{cur: sb, suspended: true, ended: make(chan struct{}), tcp: isTCP(sb.dir)}
 	gone, peer := net.Pipe()
 	peer.Close()
 	h.conn = newSwapConn(gone) // reads and writes wait for the restore's socket
@@ -116,7 +123,8 @@ type Handle struct {
 	suspended bool
 	conn      *swapConn // the agent's connection, set by WrapConn
 	preamble  bool      // WrapConn sends the agent's token first (a fresh agent)
-	adopted   bool      // taken over running: the agent is reached over TCP
+	adopted   bool      // taken over running: its first runsc is not this process's child
+	tcp       bool      // the agent is reached over TCP (reconnect_linux.go)
 	pidMu     sync.Mutex
 	pidfd     int // an adopted one's runsc, -1 once closed
 	ended     chan struct{}
@@ -156,6 +164,14 @@ func (h *Handle) current() *Sandbox {
 // For a fresh agent it first sends the agent's token (the agent reads it
 // before the hello).
 func (h *Handle) WrapConn(c net.Conn) net.Conn {
+	if h.tcp {
+		// A fork of a sandbox in TCP mode: its agent does not read the
+		// socketpair; a failed reconnect shows as a failed ping.
+		if t, err := reconnect(h.current()); err == nil {
+			c.Close()
+			c = t
+		}
+	}
 	if h.preamble {
 		// A failure shows as a failed hello.
 		c.SetWriteDeadline(time.Now().Add(30 * time.Second))
@@ -235,7 +251,12 @@ func (h *Handle) Resume(image string, log *os.File) error {
 	if err != nil {
 		return err
 	}
-	c, err := net.FileConn(hostEnd)
+	var c net.Conn
+	if h.tcp {
+		c, err = reconnect(n)
+	} else {
+		c, err = net.FileConn(hostEnd)
+	}
 	if err != nil {
 		n.Destroy()
 		return fmt.Errorf("gvisor: agent connection: %w", err)
@@ -259,19 +280,19 @@ func (h *Handle) Snapshot(image string) error {
 	defer h.conn.release()
 	cur := h.current()
 	if err := cur.Snapshot(image); err != nil {
-		if errors.Is(err, ErrImageSnapshot) {
-			return fmt.Errorf("%w: %w", tier.ErrNotSupported, err)
-		}
 		return err
+	}
+	if h.tcp {
+		if err := markTCP(image); err != nil {
+			return err
+		}
 	}
 	return cur.SaveToken(image)
 }
 
-// errNoSwap is returned by Suspend and Snapshot for a sandbox whose agent
-// connection cannot be carried across a checkpoint: one taken over running
-// after a restart, whose agent is reached over TCP (a host socket, which
-// comes back from a restore broken).
-var errNoSwap = fmt.Errorf("%w: gvisor: this sandbox was taken over after a server restart; its agent connection (TCP in its namespace) cannot be carried across a checkpoint, so it cannot be paused or snapshotted", tier.ErrNotSupported)
+// errNoSwap is returned by Suspend and Snapshot for a handle whose agent
+// connection was never made (WrapConn or DialAgent not called).
+var errNoSwap = errors.New("gvisor: the sandbox's agent connection is not set up; it cannot be checkpointed")
 
 // ExitDetail implements tier.ExitDetailer: how runsc ended.
 func (h *Handle) ExitDetail() string { return h.current().ExitDetail() }

@@ -54,10 +54,53 @@ func (h *hostDirs) undo() {
 // caller arranges when mapped() is true. Unprivileged airlock maps
 // nothing (it cannot), and checkWritableMounts judges the mounts as before.
 func attachHostDirs(p *policy.Policy, ids idMap, id string) (*hostDirs, error) {
-	h := &hostDirs{}
 	if os.Geteuid() != 0 || ids.owner <= 0 {
-		return h, nil
+		return &hostDirs{}, nil
 	}
+	return mapHostDirs(p, ids.hostUID, ids.hostGID, -1, func() (string, error) {
+		root, err := stagingDir()
+		if err != nil {
+			return "", err
+		}
+		return filepath.Join(filepath.Dir(root), "hostdirs", id), nil
+	})
+}
+
+// MapHostDirs is attachHostDirs for a runtime whose sandbox user is host
+// uid:gid itself, with no user namespace of airlock's around it (gVisor,
+// whose gofer gives the sandbox's files its own ids on the host): a
+// read-write host directory of p (its :rw mounts, its workspace) owned by
+// another unprivileged host user U:G is ID-mapped so that U:G appear as
+// uid:gid (and nothing else is mapped), nosuid, nodev, attached under
+// directory stage (made if needed) and put in p in place of the directory.
+// It returns the staging mount points, to detach (MNT_DETACH) when the
+// sandbox is gone and before stage is removed, and the enforced layer's
+// detail ("" if nothing was mapped). A root-owned directory the sandbox
+// cannot write is refused, as for native sandboxes. airlock must be root.
+//
+// creator, if not -1, is the host uid and gid that the runtime's file
+// server creates a file as before it gives the file its owner (gVisor's
+// sentry and gofer: root, then fchown): a creation through an ID-mapped
+// mount needs the creator's ids mapped, so on-disk nobody (65534) appears
+// as creator too, which is what such a file is for that moment (and what
+// a failed fchown leaves, before the server unlinks it).
+func MapHostDirs(p *policy.Policy, uid, gid, creator int, stage string) (attached []string, detail string, err error) {
+	h, err := mapHostDirs(p, uid, gid, creator, func() (string, error) { return stage, nil })
+	if err != nil {
+		return nil, "", err
+	}
+	if h.mapped() {
+		detail = h.describe()
+	}
+	return h.attached, detail, nil
+}
+
+// mapHostDirs does attachHostDirs' mapping onto host uid hostUID and gid
+// hostGID (and creator, see MapHostDirs); stage names the staging
+// directory when one is needed.
+func mapHostDirs(p *policy.Policy, hostUID, hostGID, creator int, stage func() (string, error)) (*hostDirs, error) {
+	h := &hostDirs{}
+	ids := struct{ hostUID, hostGID int }{hostUID, hostGID}
 	userns := map[[2]uint32]int{} // one user namespace per host owner
 	defer func() {
 		for _, fd := range userns {
@@ -85,19 +128,23 @@ func attachHostDirs(p *policy.Policy, ids idMap, id string) (*hostDirs, error) {
 		owner := [2]uint32{st.Uid, st.Gid}
 		ns, ok := userns[owner]
 		if !ok {
-			if ns, err = idmapUserns(
-				[]syscall.SysProcIDMap{{ContainerID: int(st.Uid), HostID: ids.hostUID, Size: 1}},
-				[]syscall.SysProcIDMap{{ContainerID: int(st.Gid), HostID: ids.hostGID, Size: 1}}); err != nil {
+			uids := []syscall.SysProcIDMap{{ContainerID: int(st.Uid), HostID: ids.hostUID, Size: 1}}
+			gids := []syscall.SysProcIDMap{{ContainerID: int(st.Gid), HostID: ids.hostGID, Size: 1}}
+			if creator >= 0 && creator != ids.hostUID {
+				uids = append(uids, syscall.SysProcIDMap{ContainerID: nobodyID, HostID: creator, Size: 1})
+			}
+			if creator >= 0 && creator != ids.hostGID {
+				gids = append(gids, syscall.SysProcIDMap{ContainerID: nobodyID, HostID: creator, Size: 1})
+			}
+			if ns, err = idmapUserns(uids, gids); err != nil {
 				return "", err
 			}
 			userns[owner] = ns
 		}
 		if h.stage == "" {
-			root, err := stagingDir()
-			if err != nil {
+			if h.stage, err = stage(); err != nil {
 				return "", err
 			}
-			h.stage = filepath.Join(filepath.Dir(root), "hostdirs", id)
 		}
 		at := filepath.Join(h.stage, strconv.Itoa(len(h.attached)))
 		if fi.IsDir() {
@@ -161,6 +208,9 @@ func attachHostDirs(p *policy.Policy, ids idMap, id string) (*hostDirs, error) {
 	fs.Mounts = mounts
 	return h, nil
 }
+
+// nobodyID is the host's nobody, uid and gid.
+const nobodyID = 65534
 
 // describe is the enforced layer's detail.
 func (h *hostDirs) describe() string {

@@ -16,6 +16,11 @@ type ImageRoot struct {
 	// Disks, if set, supplies the capped upper disk ready-made; nil (or an
 	// empty pool) means it is made for this start.
 	Disks *DiskPool
+	// Above are read-only layer directories, lowest first, put above the
+	// root template airlock adds on the image (mount points, /etc files):
+	// the root changes a fork carries from a memory snapshot, which may
+	// change those files too.
+	Above []string
 }
 
 // UpperDir is where the changes of a sandbox with root img are, on the

@@ -172,7 +172,7 @@ func mountImageTree(t *treeBuilder, img *ImageRoot, base int, mapped bool, p *po
 	if err := set("source", "airlock-image"); err != nil {
 		return nil, nil, err
 	}
-	lowers := append([]string{t.root}, reversed(img.Layers)...) // top first
+	lowers := append(append(reversed(img.Above), t.root), reversed(img.Layers)...) // top first
 	for _, l := range lowers {
 		p, err := idmapped(l, true)
 		if err != nil {

@@ -59,9 +59,13 @@ type Caps struct {
 	// Checkpointer and the tier a Forker).
 	MemorySnapshot bool `json:"memory_snapshot"`
 	// SnapshotEnvironments: MemorySnapshot extends to sandboxes with an
-	// image root or volumes (whose files are on the host, outside the
-	// memory image).
+	// image root (whose files are on the host, outside the memory image):
+	// the snapshot carries the root's changes (SnapshotRootLayer).
 	SnapshotEnvironments bool `json:"memory_snapshot_environments"`
+	// SnapshotVolumes: MemorySnapshot extends to sandboxes with volumes or
+	// host directories mounted (files shared with the host and other
+	// sandboxes, which a snapshot cannot freeze).
+	SnapshotVolumes bool `json:"memory_snapshot_volumes"`
 	// ForkWithNetwork: a sandbox with network can be snapshotted and
 	// forked.
 	ForkWithNetwork bool `json:"fork_with_network"`
@@ -125,6 +129,14 @@ type Instance interface {
 	// Destroy kills everything of it and removes what it held.
 	Destroy() error
 }
+
+// SnapshotRootLayer is the directory, in the memory snapshot image of a
+// sandbox with an image root, holding that root's changes at the snapshot
+// (its upper directory, copied while the sandbox was stopped, whiteouts
+// and all). A fork's root is the original's image with this directory as
+// its top layer, read-only, below an upper directory of the fork's own:
+// forks never share a writable layer.
+const SnapshotRootLayer = "root-layer"
 
 // Forker is a tier that starts new sandboxes from a memory snapshot.
 type Forker interface {
@@ -261,6 +273,8 @@ func (c Caps) Has(name string) bool {
 		return c.MemorySnapshot
 	case "memory_snapshot_environments":
 		return c.SnapshotEnvironments
+	case "memory_snapshot_volumes":
+		return c.SnapshotVolumes
 	case "fork_with_network":
 		return c.ForkWithNetwork
 	case "network":
