@@ -3,6 +3,8 @@ package agenttls
 import (
 	"context"
 	"crypto/tls"
+	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
@@ -35,6 +37,16 @@ func enroller(t *testing.T, ca *CA) *Enroller {
 		t.Fatal(err)
 	}
 	return e
+}
+
+// enrollMessage is the enrollment of b as Enroller.Enroll sends it.
+func enrollMessage(t *testing.T, b *Bundle) []byte {
+	t.Helper()
+	msg, err := json.Marshal(b.SecretData())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(binary.BigEndian.AppendUint32([]byte(enrollMagic), uint32(len(msg))), msg...)
 }
 
 // result waits for one authentication result.
@@ -87,7 +99,9 @@ func TestPooledServesNothingBeforeEnrollment(t *testing.T) {
 			// TLS 1.3: the server's verdict on the client certificate
 			// arrives with the first read.
 			c.SetDeadline(time.Now().Add(30 * time.Second))
-			c.Write([]byte(enrollMagic + "\x00\x00\x00\x02{}"))
+			// The attack: enroll the unclaimed pod with a bundle the
+			// attacker holds (its own sandbox's, of the same CA).
+			c.Write(enrollMessage(t, other))
 			var b [1]byte
 			n, rerr := c.Read(b[:])
 			c.Close()
@@ -98,6 +112,9 @@ func TestPooledServesNothingBeforeEnrollment(t *testing.T) {
 		}
 		if err := result(t, results); err == nil || errors.Is(err, ErrEnrolled) || !strings.Contains(err.Error(), "bootstrap handshake failed") {
 			t.Errorf("%s: %v, want the bootstrap handshake refused", name, err)
+		}
+		if p.SandboxID() != "" {
+			t.Fatalf("%s enrolled the agent as %q", name, p.SandboxID())
 		}
 	}
 
