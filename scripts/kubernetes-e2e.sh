@@ -591,6 +591,56 @@ wait_for "smoke pod output" 30 sh -c "'$BIN/kubectl' --kubeconfig '$S/admin.kube
 		die "the smoke pod's log lacks python's 42"
 	}
 log "smoke pod: $(kc get pod smoke -n airlock-e2e-smoke -o jsonpath='{.status.podIP}') ran the installed agent and python3 ($(($(date +%s) - T_BUILT))s after the build)"
+
+# A warm pool's agent: started with the CA certificate alone (--pool-ca),
+# it serves nothing until enrolled; then its sandbox's token holder only.
+mkdir -p "$S/pool"
+"$S/kube-e2e" pooled ca -state "$S/pool/ca.json" -out "$S/pool" || die "pooled: making a CA failed"
+kc create secret generic airlock-pool-ca -n airlock-e2e-smoke --from-file=ca.crt="$S/pool/ca.crt" >/dev/null
+kc apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Pod
+metadata: {name: pooled, namespace: airlock-e2e-smoke}
+spec:
+  automountServiceAccountToken: false
+  restartPolicy: Never
+  securityContext: {fsGroup: 1000}
+  volumes:
+  - {name: airlock-bin, emptyDir: {}}
+  - {name: workspace, emptyDir: {}}
+  - {name: pool-ca, secret: {secretName: airlock-pool-ca}}
+  initContainers:
+  - name: airlock-install
+    image: $AGENT_IMAGE
+    imagePullPolicy: Never
+    command: [/airlock, install-agent, /airlock-bin/airlock]
+    volumeMounts: [{name: airlock-bin, mountPath: /airlock-bin}]
+  containers:
+  - name: sandbox
+    image: $SANDBOX_IMAGE
+    imagePullPolicy: Never
+    command: [/airlock-bin/airlock, agent, --listen, ":7070", --pool-ca, /airlock-pool]
+    volumeMounts:
+    - {name: airlock-bin, mountPath: /airlock-bin, readOnly: true}
+    - {name: workspace, mountPath: /workspace}
+    - {name: pool-ca, mountPath: /airlock-pool, readOnly: true}
+    securityContext:
+      runAsUser: 1000
+      runAsNonRoot: true
+      allowPrivilegeEscalation: false
+      readOnlyRootFilesystem: true
+      capabilities: {drop: [ALL]}
+      seccompProfile: {type: RuntimeDefault}
+EOF
+if ! wait_for "pooled pod Running" 180 kc wait --for=jsonpath='{.status.phase}'=Running pod/pooled -n airlock-e2e-smoke --timeout=2s; then
+	kc describe pod pooled -n airlock-e2e-smoke >&2
+	die "the pooled pod did not reach Running"
+fi
+POOLED_IP=$(kc get pod pooled -n airlock-e2e-smoke -o jsonpath='{.status.podIP}')
+wait_for "pooled agent listening" 60 sh -c "'$BIN/kubectl' --kubeconfig '$S/admin.kubeconfig' logs pooled -n airlock-e2e-smoke | grep -q 'pooled (not enrolled) listening'" ||
+	die "the pooled agent did not start: $(kc logs pooled -n airlock-e2e-smoke 2>&1)"
+"$S/kube-e2e" pooled enroll -state "$S/pool/ca.json" -addr "$POOLED_IP:7070" ||
+	die "pooled agent in pod pooled ($POOLED_IP): $(kc logs pooled -n airlock-e2e-smoke 2>&1 | tail -5)"
 kc delete namespace airlock-e2e-smoke --wait=false >/dev/null
 if [ "${KUBE_E2E_SMOKE_ONLY:-0}" = 1 ]; then
 	log "PASS (smoke only): the cluster runs the agent's pod"
