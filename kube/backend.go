@@ -1,6 +1,6 @@
 // Package kube runs airlock's sandboxes as pods of a Kubernetes cluster: a
 // manager.Backend whose sandboxes are agent-sandbox Sandbox objects
-// (agents.x-k8s.io/v1alpha1, sigs.k8s.io/agent-sandbox), created and read
+// (agents.x-k8s.io/v1beta1, sigs.k8s.io/agent-sandbox), created and read
 // with controller-runtime's client.
 //
 // Each sandbox is a Sandbox named by its id, in the server's namespace,
@@ -11,8 +11,8 @@
 // token from the sandbox's Secret (package agenttls). Its TTL is the
 // Sandbox's shutdownTime (shutdownPolicy Delete: agent-sandbox's controller
 // deletes it, and the Secret goes with it by owner reference); pause is
-// replicas 0 (the pod is deleted: processes and files outside volumes are
-// lost), resume replicas 1.
+// operatingMode Suspended (the pod is deleted: processes and files outside
+// volumes are lost), resume Running.
 //
 // The Kubernetes API is the state of record: labels and annotations on the
 // Sandbox say whose it is and what it was made with, so any number of
@@ -40,7 +40,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
-	sandboxv1 "sigs.k8s.io/agent-sandbox/api/v1alpha1"
+	sandboxv1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"airlock/agent"
@@ -50,6 +50,7 @@ import (
 	"airlock/manager"
 	"airlock/policy"
 	rt "airlock/runtime"
+	"airlock/runtime/tier"
 	"airlock/store"
 )
 
@@ -162,6 +163,26 @@ func (b *Backend) Runtimes() []string {
 	}
 	sort.Strings(out[1:])
 	return out
+}
+
+// PauseRestart is how a pod pauses (tier.Caps.Pause): agent-sandbox's
+// operatingMode Suspended deletes the pod and Running starts a new one, so
+// its processes, memory and files outside volumes are lost.
+const PauseRestart tier.PauseKind = "restart"
+
+var _ manager.BackendCaps = (*Backend)(nil)
+
+// Caps implements manager.BackendCaps: what a pod of any tier can do. Its
+// root is any image of the cluster's registries; it pauses by restarting
+// (PauseRestart); it has network only through the cluster's egress proxy,
+// fixed at create (the pod's NetworkPolicy and proxy variables); volumes,
+// memory snapshots and forks are refused (no runsc checkpoint/restore
+// through the CRI, and airlock's volumes are this host's directories, not
+// PersistentVolumeClaims yet), as is taking over a sandbox's processes
+// (every replica dials the agent: AdoptRunning is the cluster's, not a
+// restart's) and the warm pool.
+func (b *Backend) Caps(runtime string) tier.Caps {
+	return tier.Caps{ImageRoots: true, Pause: PauseRestart, Network: b.cfg.EgressProxy != ""}
 }
 
 // Close implements manager.Backend: it closes this process's agent
@@ -414,11 +435,11 @@ func (b *Backend) Create(ctx context.Context, spec manager.RemoteSpec) (manager.
 	sb := &sandboxv1.Sandbox{
 		ObjectMeta: metav1.ObjectMeta{Name: spec.ID, Namespace: b.cfg.Namespace, Labels: labels, Annotations: ann},
 		Spec: sandboxv1.SandboxSpec{
-			PodTemplate: sandboxv1.PodTemplate{Spec: ps, ObjectMeta: sandboxv1.PodMetadata{
-				Labels: labels, Annotations: map[string]string{AnnotationNetwork: string(network)}}},
+			SandboxBlueprint: sandboxv1.SandboxBlueprint{PodTemplate: sandboxv1.PodTemplate{Spec: ps, ObjectMeta: sandboxv1.PodMetadata{
+				Labels: labels, Annotations: map[string]string{AnnotationNetwork: string(network)}}}},
 			Lifecycle: sandboxv1.Lifecycle{ShutdownTime: ptr.To(metav1.NewTime(spec.ExpiresAt)),
 				ShutdownPolicy: ptr.To(sandboxv1.ShutdownPolicyDelete)},
-			Replicas: ptr.To(int32(1)),
+			OperatingMode: sandboxv1.SandboxOperatingModeRunning,
 		},
 	}
 	if err := b.c.Create(ctx, sb); err != nil {
@@ -522,7 +543,7 @@ func info(sb *sandboxv1.Sandbox) manager.Info {
 			in.EndReason = "timeout expired"
 		}
 	}
-	in.Paused = sb.Spec.Replicas != nil && *sb.Spec.Replicas == 0
+	in.Paused = sb.Spec.OperatingMode == sandboxv1.SandboxOperatingModeSuspended
 	in.Enforced = enforced(&sb.Spec.PodTemplate.Spec)
 	return in
 }
@@ -720,8 +741,9 @@ func (b *Backend) SetExpiry(ctx context.Context, owner, id string, at time.Time)
 	return info(sb), nil
 }
 
-// SetPaused implements manager.Backend: replicas 0 deletes the pod (its
-// processes and the files outside volumes are lost), 1 starts a new one.
+// SetPaused implements manager.Backend: operatingMode Suspended deletes the
+// pod (its processes and the files outside volumes are lost), Running
+// starts a new one.
 func (b *Backend) SetPaused(ctx context.Context, owner, id string, paused bool) (manager.Info, error) {
 	sb, err := b.sandbox(ctx, owner, id)
 	if err != nil {
@@ -730,11 +752,11 @@ func (b *Backend) SetPaused(ctx context.Context, owner, id string, paused bool) 
 	if in := info(sb); in.State != store.StateRunning {
 		return manager.Info{}, fmt.Errorf("%w: %s", manager.ErrNotRunning, in.State)
 	}
-	replicas := int32(1)
+	mode := sandboxv1.SandboxOperatingModeRunning
 	if paused {
-		replicas = 0
+		mode = sandboxv1.SandboxOperatingModeSuspended
 	}
-	if err := b.patch(ctx, sb, map[string]any{"replicas": replicas}); err != nil {
+	if err := b.patch(ctx, sb, map[string]any{"operatingMode": mode}); err != nil {
 		return manager.Info{}, err
 	}
 	if paused {
@@ -810,7 +832,7 @@ func (b *Backend) runningPod(ctx context.Context, sb *sandboxv1.Sandbox) (*corev
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.ReadyTimeout)
 	defer cancel()
 	name := sb.Name
-	if n := sb.Annotations["agents.x-k8s.io/pod-name"]; n != "" {
+	if n := sb.Annotations[sandboxv1.SandboxPodNameAnnotation]; n != "" {
 		name = n
 	}
 	var last string
@@ -840,4 +862,50 @@ func (b *Backend) runningPod(ctx context.Context, sb *sandboxv1.Sandbox) (*corev
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
+}
+
+// v1alpha1StateAnnotation is the annotation agent-sandbox's conversion
+// webhook (v0.5) adds to a Sandbox converted from v1alpha1 to v1beta1: the
+// whole old object, kept for a lossless way back. A Sandbox read with it
+// was written by a server of agent-sandbox v0.2's API and is still stored
+// as v1alpha1.
+const v1alpha1StateAnnotation = "api.agents.x-k8s.io/v1alpha1-sandbox-state"
+
+// MigrateStorage rewrites airlock's Sandboxes that are still stored as
+// v1alpha1 (made by servers built with agent-sandbox v0.2.1) so that the
+// API server stores them as v1beta1: a merge patch that drops the
+// conversion webhook's v1alpha1-state annotation, guarded by the
+// resourceVersion read (a Sandbox changed meanwhile was rewritten by that
+// change). Until then every read of such a Sandbox goes through
+// agent-sandbox's conversion webhook; after it, none does. It returns how
+// many it rewrote. Safe to run from every replica at once.
+func (b *Backend) MigrateStorage(ctx context.Context) (int, error) {
+	items, err := b.list(ctx, "", false)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	var errs []error
+	for i := range items {
+		sb := &items[i]
+		if _, old := sb.Annotations[v1alpha1StateAnnotation]; !old {
+			continue
+		}
+		data, err := json.Marshal(map[string]any{"metadata": map[string]any{
+			"resourceVersion": sb.ResourceVersion,
+			"annotations":     map[string]any{v1alpha1StateAnnotation: nil}}})
+		if err != nil {
+			return n, err
+		}
+		err = b.c.Patch(ctx, sb, client.RawPatch(types.MergePatchType, data))
+		switch {
+		case err == nil:
+			n++
+		case apierrors.IsNotFound(err), apierrors.IsConflict(err):
+			// Gone, or rewritten by a change since the list.
+		default:
+			errs = append(errs, fmt.Errorf("kube: migrate Sandbox %s to v1beta1: %w", sb.Name, err))
+		}
+	}
+	return n, errors.Join(errs...)
 }

@@ -16,13 +16,14 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
-	sandboxv1 "sigs.k8s.io/agent-sandbox/api/v1alpha1"
+	sandboxv1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"airlock/egress"
 	"airlock/kube/agenttls"
 	"airlock/manager"
 	"airlock/policy"
+	"airlock/runtime/tier"
 )
 
 func getSandbox(t *testing.T, id string) *sandboxv1.Sandbox {
@@ -73,8 +74,8 @@ func TestCreateSandboxObject(t *testing.T) {
 	if err := json.Unmarshal([]byte(sb.Spec.PodTemplate.ObjectMeta.Annotations[AnnotationNetwork]), &n); err != nil || n.Mode != policy.NetNone {
 		t.Errorf("pod network annotation %q: %v", sb.Spec.PodTemplate.ObjectMeta.Annotations[AnnotationNetwork], err)
 	}
-	if sb.Spec.Replicas == nil || *sb.Spec.Replicas != 1 {
-		t.Errorf("replicas %v", sb.Spec.Replicas)
+	if sb.Spec.OperatingMode != sandboxv1.SandboxOperatingModeRunning {
+		t.Errorf("operatingMode %q", sb.Spec.OperatingMode)
 	}
 	if st := sb.Spec.ShutdownTime; st == nil || st.Time.Sub(*in.ExpiresAt).Abs() > time.Second ||
 		time.Until(st.Time) < 9*time.Minute || time.Until(st.Time) > 10*time.Minute {
@@ -243,7 +244,7 @@ func countSandboxes(t *testing.T) int {
 	return len(l.Items)
 }
 
-// TestLifecycle: list, TTL (shutdownTime), pause (replicas 0) and resume,
+// TestLifecycle: list, TTL (shutdownTime), pause (operatingMode Suspended) and resume,
 // kill (the Sandbox and its Secret gone), owners kept apart.
 func TestLifecycle(t *testing.T) {
 	needEnv(t)
@@ -299,8 +300,8 @@ func TestLifecycle(t *testing.T) {
 	if in, err = r.m.Pause(ctx, "key-life", id); err != nil || !in.Paused {
 		t.Fatalf("pause: %+v %v", in, err)
 	}
-	if sb := getSandbox(t, id); sb.Spec.Replicas == nil || *sb.Spec.Replicas != 0 {
-		t.Errorf("paused: replicas %v", sb.Spec.Replicas)
+	if sb := getSandbox(t, id); sb.Spec.OperatingMode != sandboxv1.SandboxOperatingModeSuspended {
+		t.Errorf("paused: operatingMode %q", sb.Spec.OperatingMode)
 	}
 	if in, _ := r.m.Get(ctx, "key-life", id); !in.Paused {
 		t.Errorf("get of a paused sandbox: %+v", in)
@@ -311,8 +312,8 @@ func TestLifecycle(t *testing.T) {
 	if in, err = r.m.Resume(ctx, "key-life", id); err != nil || in.Paused {
 		t.Fatalf("resume: %+v %v", in, err)
 	}
-	if sb := getSandbox(t, id); sb.Spec.Replicas == nil || *sb.Spec.Replicas != 1 {
-		t.Errorf("resumed: replicas %v", sb.Spec.Replicas)
+	if sb := getSandbox(t, id); sb.Spec.OperatingMode != sandboxv1.SandboxOperatingModeRunning {
+		t.Errorf("resumed: operatingMode %q", sb.Spec.OperatingMode)
 	}
 
 	// Kill: the Sandbox and the Secret are gone.
@@ -376,6 +377,30 @@ func TestRefusals(t *testing.T) {
 		if _, err := r.m.Create(ctx, req); !errors.Is(err, manager.ErrPolicy) {
 			t.Errorf("%s: %v, want ErrPolicy", name, err)
 		}
+	}
+	if n := countSandboxes(t); n != before {
+		t.Errorf("refused creates left %d sandboxes", n-before)
+	}
+	// Refusals by declared capability name the runtime, the backend and
+	// the capability (as a single node's tiers do), for every runtime.
+	for _, rtName := range []string{"native", "gvisor"} {
+		for capName, req := range map[string]manager.CreateRequest{
+			"memory_snapshot": {Snapshot: "snap-0123"},
+			"volumes":         {Volumes: []manager.VolumeRef{{Name: "v", Path: "/data"}}},
+			"network":         {Network: policy.Network{Mode: policy.NetOpen}},
+		} {
+			req.Owner, req.Runtime = "key-ref", rtName
+			_, err := r.m.Create(ctx, req)
+			if !errors.Is(err, manager.ErrPolicy) || !errors.Is(err, tier.ErrNotSupported) ||
+				!strings.Contains(err.Error(), "runtime "+rtName+" of backend kubernetes does not support") ||
+				!strings.Contains(err.Error(), "(capability "+capName+")") {
+				t.Errorf("%s on %s: %v, want a refusal naming the runtime and capability %s", capName, rtName, err, capName)
+			}
+		}
+	}
+	caps := r.m.RuntimeCaps()
+	if c, ok := caps["native"]; !ok || c.Volumes || c.MemorySnapshot || c.Network || !c.ImageRoots || c.Pause != PauseRestart {
+		t.Errorf("declared caps %+v", caps)
 	}
 	if n := countSandboxes(t); n != before {
 		t.Errorf("refused creates left %d sandboxes", n-before)

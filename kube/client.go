@@ -12,8 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	sandboxv1 "sigs.k8s.io/agent-sandbox/api/v1alpha1"
-	extv1 "sigs.k8s.io/agent-sandbox/extensions/api/v1alpha1"
+	sandboxv1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
+	extv1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 )

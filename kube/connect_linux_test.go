@@ -203,7 +203,7 @@ func TestConnectAgentTwoReplicas(t *testing.T) {
 }
 
 // TestConnectAfterPodReplaced: when a sandbox's pod is replaced (a resume
-// after a pause, which is replicas 0 then 1, or a pod recreated), a replica
+// after a pause, which is operatingMode Suspended then Running, or a pod recreated), a replica
 // holding a connection to the old pod dials the new one: the connection is
 // kept per pod UID. The new pod starts empty, as docs/kubernetes.md says of
 // pause.
@@ -233,7 +233,7 @@ func TestConnectAfterPodReplaced(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Error("pausing kept the connection to the old pod")
 	}
-	// agent-sandbox's controller deletes the pod at replicas 0 ...
+	// agent-sandbox's controller deletes the pod when Suspended ...
 	pa.stop()
 	if err := admin.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: sandboxNS, Name: in.ID}}, client.GracePeriodSeconds(0)); err != nil {
 		t.Fatal(err)
@@ -241,7 +241,7 @@ func TestConnectAfterPodReplaced(t *testing.T) {
 	if _, err := r.m.Resume(ctx, "key-repl", in.ID); err != nil {
 		t.Fatal(err)
 	}
-	// ... and makes a new one at replicas 1.
+	// ... and makes a new one when Running.
 	pb := startPodAgent(t, in.ID, "127.0.0.1", 0)
 	r.b.port = pb.port
 	sb2, err := r.m.Lookup("key-repl", in.ID)

@@ -71,7 +71,7 @@ func startEnv(dir string) error {
 		return err
 	}
 	testEnv = &envtest.Environment{
-		CRDDirectoryPaths:        []string{filepath.Join("..", "deploy", "agent-sandbox", "crds")},
+		CRDDirectoryPaths:        []string{filepath.Join("..", "deploy", "agent-sandbox", "k8s", "crds")},
 		ErrorIfCRDPathMissing:    true,
 		BinaryAssetsDirectory:    dir,
 		Scheme:                   s,

@@ -17,7 +17,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/rest"
-	sandboxv1 "sigs.k8s.io/agent-sandbox/api/v1alpha1"
+	sandboxv1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	alclient "airlock/client"

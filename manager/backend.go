@@ -16,6 +16,7 @@ import (
 	"airlock/policy"
 	"airlock/runtime"
 	"airlock/runtime/native/cgroups"
+	"airlock/runtime/tier"
 	"airlock/store"
 )
 
@@ -88,6 +89,15 @@ type RemoteSandbox struct {
 	Client *agent.Client
 }
 
+// BackendCaps is a Backend that declares what the sandboxes of each of its
+// runtimes can do, as the tiers of this host do (tier.Caps): the Manager
+// refuses the rest before asking the backend, with an error that names the
+// runtime, the backend and the capability (refuseRemote), and /v1/info
+// lists them (RuntimeCaps).
+type BackendCaps interface {
+	Caps(runtime string) tier.Caps
+}
+
 // ErrBackend marks what the configured Backend cannot do; it is always
 // wrapped with ErrPolicy (HTTP 422).
 var ErrBackend = errors.New("not available with this server's backend")
@@ -98,6 +108,24 @@ func (m *Manager) remote() bool { return m.cfg.Backend != nil }
 // notRemote refuses what only this host's sandboxes can do.
 func (m *Manager) notRemote(what string) error {
 	return fmt.Errorf("%w: %w: %s (backend %s)", ErrPolicy, ErrBackend, what, m.cfg.Backend.Name())
+}
+
+// remoteCaps returns the capabilities of runtime on the backend, if it
+// declares them.
+func (m *Manager) remoteCaps(runtime string) (tier.Caps, bool) {
+	bc, ok := m.cfg.Backend.(BackendCaps)
+	if !ok {
+		return tier.Caps{}, false
+	}
+	return bc.Caps(runtime), true
+}
+
+// refuseRemote is the error for what runtime cannot do on the backend:
+// what names the request, capability the tier.Caps field it lacks (its
+// JSON name), as tier.Refuse words it for this host's tiers.
+func (m *Manager) refuseRemote(runtime, what, capability string) error {
+	return fmt.Errorf("%w: %w: %w: runtime %s of backend %s does not support %s (capability %s)",
+		ErrPolicy, ErrBackend, tier.ErrNotSupported, runtime, m.cfg.Backend.Name(), what, capability)
 }
 
 // newRemoteID returns a new sandbox id of the same form as native ones.
@@ -115,18 +143,6 @@ func (m *Manager) createRemote(ctx context.Context, req CreateRequest) (Info, er
 	if req.Metadata[OnTimeoutKey] == "pause" {
 		return Info{}, m.notRemote("pausing at the end of the timeout (" + OnTimeoutKey + "=pause)")
 	}
-	switch {
-	case req.Snapshot != "":
-		return Info{}, m.notRemote("forks of memory snapshots")
-	case len(req.Volumes) > 0:
-		return Info{}, m.notRemote("volumes")
-	case req.User != "":
-		return Info{}, m.notRemote("user " + req.User + " (image sandboxes of this server's native runtime)")
-	}
-	ttl, err := m.ttl(req.Timeout)
-	if err != nil {
-		return Info{}, err
-	}
 	tier := req.Runtime
 	if tier == "" {
 		tier = string(m.cfg.DefaultRuntime)
@@ -136,6 +152,25 @@ func (m *Manager) createRemote(ctx context.Context, req CreateRequest) (Info, er
 	}
 	if !slices.Contains(m.cfg.Backend.Runtimes(), tier) {
 		return Info{}, fmt.Errorf("%w: runtime %q is not available with backend %s (it offers %v)", ErrPolicy, tier, m.cfg.Backend.Name(), m.cfg.Backend.Runtimes())
+	}
+	caps, declared := m.remoteCaps(tier)
+	switch {
+	case req.Snapshot != "" && declared && !caps.MemorySnapshot:
+		return Info{}, m.refuseRemote(tier, "a fork of a memory snapshot", "memory_snapshot")
+	case req.Snapshot != "":
+		return Info{}, m.notRemote("forks of memory snapshots")
+	case len(req.Volumes) > 0 && declared && !caps.Volumes:
+		return Info{}, m.refuseRemote(tier, "volumes", "volumes")
+	case len(req.Volumes) > 0:
+		return Info{}, m.notRemote("volumes")
+	case req.User != "":
+		return Info{}, m.notRemote("user " + req.User + " (image sandboxes of this server's native runtime)")
+	case req.Network.Mode != "" && req.Network.Mode != policy.NetNone && declared && !caps.Network:
+		return Info{}, m.refuseRemote(tier, fmt.Sprintf("network (mode %q)", req.Network.Mode), "network")
+	}
+	ttl, err := m.ttl(req.Timeout)
+	if err != nil {
+		return Info{}, err
 	}
 	// The tier is the backend's business (a RuntimeClass): the policy is
 	// built and checked as a native one's.

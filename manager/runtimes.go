@@ -75,10 +75,17 @@ func (m *Manager) Runtimes() []string {
 }
 
 // RuntimeCaps returns each runtime's capabilities on this server (for
-// /v1/info), or nil with a Backend.
+// /v1/info): with a Backend, those it declares (BackendCaps), else nil.
 func (m *Manager) RuntimeCaps() map[string]tier.Caps {
 	if m.remote() {
-		return nil
+		if _, ok := m.cfg.Backend.(BackendCaps); !ok {
+			return nil
+		}
+		out := map[string]tier.Caps{}
+		for _, n := range m.cfg.Backend.Runtimes() {
+			out[n], _ = m.remoteCaps(n)
+		}
+		return out
 	}
 	out := map[string]tier.Caps{}
 	for _, n := range m.Runtimes() {

@@ -156,7 +156,7 @@ agent_sandbox_bin() {
 		go mod init airlock.local/agent-sandbox-build >/dev/null 2>&1
 		# (go install pkg@version would need the proxy's version list,
 		# which it refuses for this module.)
-		go mod edit -go=1.24 -require="sigs.k8s.io/agent-sandbox@$AGENT_SANDBOX_VERSION"
+		go mod edit -go=1.26 -require="sigs.k8s.io/agent-sandbox@$AGENT_SANDBOX_VERSION"
 		go build -trimpath -ldflags="-s -w" -o out sigs.k8s.io/agent-sandbox/cmd/agent-sandbox-controller
 	) || {
 		rm -rf "$work"
@@ -537,13 +537,15 @@ log "agent-sandbox $AGENT_SANDBOX_VERSION: CRDs, RBAC, controller"
 AS_DEPLOY=$ROOT/deploy/agent-sandbox
 grep -q "\*\*$AGENT_SANDBOX_VERSION\*\*" "$AS_DEPLOY/SOURCE.md" ||
 	die "deploy/agent-sandbox/SOURCE.md is not of agent-sandbox $AGENT_SANDBOX_VERSION (go.mod's): vendor the same version"
-kc apply -f "$AS_DEPLOY/crds/" >/dev/null || die "applying agent-sandbox CRDs failed"
-kc apply -f "$AS_DEPLOY/rbac.generated.yaml" -f "$AS_DEPLOY/extensions-rbac.generated.yaml" >/dev/null || die "applying agent-sandbox RBAC failed"
+kc apply --server-side -f "$AS_DEPLOY/k8s/crds/" >/dev/null || die "applying agent-sandbox CRDs failed"
+kc apply -f "$AS_DEPLOY/k8s/rbac.generated.yaml" -f "$AS_DEPLOY/k8s/extensions-rbac.generated.yaml" >/dev/null || die "applying agent-sandbox RBAC failed"
 kc create clusterrolebinding e2e-agent-sandbox --clusterrole agent-sandbox-controller --user agent-sandbox-controller >/dev/null
 kc create clusterrolebinding e2e-agent-sandbox-ext --clusterrole agent-sandbox-controller-extensions --user agent-sandbox-controller >/dev/null
 kc wait --for condition=Established crd --all --timeout=60s >/dev/null || die "agent-sandbox CRDs not established"
 kubeconfig "$S/as.kubeconfig" agent-sandbox-controller "$AS_TOKEN"
-start agent-sandbox env KUBECONFIG="$S/as.kubeconfig" "$AS_BIN" --leader-elect=false --extensions \
+# --enable-webhook=false: the conversion webhook serves only v1alpha1
+# clients (none here), and its Service could not be routed (no kube-proxy).
+start agent-sandbox env KUBECONFIG="$S/as.kubeconfig" "$AS_BIN" --leader-elect=false --extensions --enable-webhook=false \
 	--metrics-bind-address 0 --health-probe-bind-address "127.0.0.1:$(free_port)"
 
 # ---------------------------------------------------------------- smoke: a plain pod
@@ -589,6 +591,56 @@ wait_for "smoke pod output" 30 sh -c "'$BIN/kubectl' --kubeconfig '$S/admin.kube
 		die "the smoke pod's log lacks python's 42"
 	}
 log "smoke pod: $(kc get pod smoke -n airlock-e2e-smoke -o jsonpath='{.status.podIP}') ran the installed agent and python3 ($(($(date +%s) - T_BUILT))s after the build)"
+
+# A warm pool's agent: started with the CA certificate alone (--pool-ca),
+# it serves nothing until enrolled; then its sandbox's token holder only.
+mkdir -p "$S/pool"
+"$S/kube-e2e" pooled ca -state "$S/pool/ca.json" -out "$S/pool" || die "pooled: making a CA failed"
+kc create secret generic airlock-pool-ca -n airlock-e2e-smoke --from-file=ca.crt="$S/pool/ca.crt" >/dev/null
+kc apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Pod
+metadata: {name: pooled, namespace: airlock-e2e-smoke}
+spec:
+  automountServiceAccountToken: false
+  restartPolicy: Never
+  securityContext: {fsGroup: 1000}
+  volumes:
+  - {name: airlock-bin, emptyDir: {}}
+  - {name: workspace, emptyDir: {}}
+  - {name: pool-ca, secret: {secretName: airlock-pool-ca}}
+  initContainers:
+  - name: airlock-install
+    image: $AGENT_IMAGE
+    imagePullPolicy: Never
+    command: [/airlock, install-agent, /airlock-bin/airlock]
+    volumeMounts: [{name: airlock-bin, mountPath: /airlock-bin}]
+  containers:
+  - name: sandbox
+    image: $SANDBOX_IMAGE
+    imagePullPolicy: Never
+    command: [/airlock-bin/airlock, agent, --listen, ":7070", --pool-ca, /airlock-pool]
+    volumeMounts:
+    - {name: airlock-bin, mountPath: /airlock-bin, readOnly: true}
+    - {name: workspace, mountPath: /workspace}
+    - {name: pool-ca, mountPath: /airlock-pool, readOnly: true}
+    securityContext:
+      runAsUser: 1000
+      runAsNonRoot: true
+      allowPrivilegeEscalation: false
+      readOnlyRootFilesystem: true
+      capabilities: {drop: [ALL]}
+      seccompProfile: {type: RuntimeDefault}
+EOF
+if ! wait_for "pooled pod Running" 180 kc wait --for=jsonpath='{.status.phase}'=Running pod/pooled -n airlock-e2e-smoke --timeout=2s; then
+	kc describe pod pooled -n airlock-e2e-smoke >&2
+	die "the pooled pod did not reach Running"
+fi
+POOLED_IP=$(kc get pod pooled -n airlock-e2e-smoke -o jsonpath='{.status.podIP}')
+wait_for "pooled agent listening" 60 sh -c "'$BIN/kubectl' --kubeconfig '$S/admin.kubeconfig' logs pooled -n airlock-e2e-smoke | grep -q 'pooled (not enrolled) listening'" ||
+	die "the pooled agent did not start: $(kc logs pooled -n airlock-e2e-smoke 2>&1)"
+"$S/kube-e2e" pooled enroll -state "$S/pool/ca.json" -addr "$POOLED_IP:7070" ||
+	die "pooled agent in pod pooled ($POOLED_IP): $(kc logs pooled -n airlock-e2e-smoke 2>&1 | tail -5)"
 kc delete namespace airlock-e2e-smoke --wait=false >/dev/null
 if [ "${KUBE_E2E_SMOKE_ONLY:-0}" = 1 ]; then
 	log "PASS (smoke only): the cluster runs the agent's pod"
@@ -691,10 +743,10 @@ log "pod $POD ($POD_IP): agent is the container's pid 1 (host pid $APID): uid $u
 kill -KILL "$(cat "$S/pids/airlock-1")"
 log "replica 1 killed (SIGKILL)"
 "$S/kube-e2e" drive after -url "$URL2" -key "$KEY" -state "$S/drive.json" || die "replica 2 lost the sandbox after replica 1 died"
-# Pause is agent-sandbox's replicas 0 (the pod goes), resume a new pod.
+# Pause is agent-sandbox's operatingMode Suspended (the pod goes), resume a new pod.
 POD_UID=$(kc get pod "$POD" -n "$NS" -o jsonpath='{.metadata.uid}')
 "$S/kube-e2e" drive pause -url "$URL2" -key "$KEY" -state "$S/drive.json" || die "pause through replica 2 failed"
-[ "$(kc get sandboxes.agents.x-k8s.io "$ID" -n "$NS" -o jsonpath='{.spec.replicas}')" = 0 ] || die "paused Sandbox $ID does not have replicas 0"
+[ "$(kc get sandboxes.agents.x-k8s.io "$ID" -n "$NS" -o jsonpath='{.spec.operatingMode}')" = Suspended ] || die "paused Sandbox $ID is not operatingMode Suspended"
 wait_for "paused sandbox's pod gone" 120 sh -c "! '$BIN/kubectl' --kubeconfig '$S/admin.kubeconfig' get pod -n '$NS' -o jsonpath='{.items[*].metadata.uid}' | grep -q '$POD_UID'" ||
 	die "the pod of paused sandbox $ID is still there"
 "$S/kube-e2e" drive resume -url "$URL2" -key "$KEY" -state "$S/drive.json" || die "resume through replica 2 failed"

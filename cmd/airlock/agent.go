@@ -37,29 +37,45 @@ func init() {
 // did not start (a Kubernetes pod): `airlock agent --listen :7070
 // --tls-dir /airlock-tls`. Every client must pass TLS with the sandbox's
 // certificate and its token (kube/agenttls); there is no plaintext mode.
+// A warm pool's pod, made before its sandbox, starts with --pool-ca DIR
+// (the cluster CA's certificate alone) instead and serves nothing until a
+// server enrolls it with its sandbox's credentials (agenttls.Pooled).
 func cmdAgent(args []string) int {
 	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
 	listen := fs.String("listen", "", "TCP address to serve hosts on, e.g. :7070 (required)")
-	tlsDir := fs.String("tls-dir", "", "directory holding ca.crt, tls.crt, tls.key and token (required)")
+	tlsDir := fs.String("tls-dir", "", "directory holding ca.crt, tls.crt, tls.key and token (this or --pool-ca)")
+	poolCA := fs.String("pool-ca", "", "directory holding the cluster CA's ca.crt alone: a pooled agent, serving nothing until a server enrolls it")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
-	if *listen == "" || *tlsDir == "" || fs.NArg() > 0 {
-		fmt.Fprintln(os.Stderr, "usage: airlock agent --listen ADDR --tls-dir DIR")
+	if *listen == "" || (*tlsDir == "") == (*poolCA == "") || fs.NArg() > 0 {
+		fmt.Fprintln(os.Stderr, "usage: airlock agent --listen ADDR (--tls-dir DIR | --pool-ca DIR)")
 		return exitUsage
 	}
-	srv, err := agenttls.LoadServer(*tlsDir)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "airlock agent: %v\n", err)
-		return exitSetup
+	var auth func(net.Conn) (net.Conn, error)
+	what := ""
+	if *tlsDir != "" {
+		srv, err := agenttls.LoadServer(*tlsDir)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "airlock agent: %v\n", err)
+			return exitSetup
+		}
+		auth, what = srv.Authenticate, "sandbox "+srv.SandboxID()
+	} else {
+		p, err := agenttls.LoadPooled(*poolCA)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "airlock agent: %v\n", err)
+			return exitSetup
+		}
+		auth, what = p.Authenticate, "pooled (not enrolled)"
 	}
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "airlock agent: %v\n", err)
 		return exitSetup
 	}
-	fmt.Fprintf(os.Stderr, "airlock agent: sandbox %s listening on %s\n", srv.SandboxID(), ln.Addr())
-	agent.MainListen(agent.ListenConfig{Listener: ln, Authenticate: srv.Authenticate})
+	fmt.Fprintf(os.Stderr, "airlock agent: %s listening on %s\n", what, ln.Addr())
+	agent.MainListen(agent.ListenConfig{Listener: ln, Authenticate: auth})
 	return 0 // not reached: MainListen exits
 }
 

@@ -32,6 +32,7 @@ type listeningAgent struct {
 	addr   string
 	home   string
 	bundle *agenttls.Bundle
+	ca     *agenttls.CA
 	cmd    *exec.Cmd
 	stderr *testserver.Output
 }
@@ -40,6 +41,14 @@ type listeningAgent struct {
 // directory, writes a sandbox Secret's files there, and starts the agent
 // as listenUID on 127.0.0.1:0.
 func startListeningAgent(t *testing.T) *listeningAgent {
+	t.Helper()
+	return startAgentProcess(t, false)
+}
+
+// startAgentProcess is startListeningAgent; pooled starts it as a warm
+// pool's pod does, with the CA certificate alone (--pool-ca), not enrolled
+// (la.bundle is then the bundle to enroll it with).
+func startAgentProcess(t *testing.T, pooled bool) *listeningAgent {
 	t.Helper()
 	testserver.NeedRoot(t)
 	root, err := os.MkdirTemp("", "airlock-listen-")
@@ -74,7 +83,11 @@ func startListeningAgent(t *testing.T) *listeningAgent {
 	}
 	tlsDir := filepath.Join(root, "airlock-tls")
 	os.Mkdir(tlsDir, 0o755)
-	for k, v := range b.SecretData() {
+	files, mode := b.SecretData(), "--tls-dir"
+	if pooled {
+		files, mode = map[string][]byte{agenttls.CACertKey: ca.CertPEM()}, "--pool-ca"
+	}
+	for k, v := range files {
 		f := filepath.Join(tlsDir, k)
 		if err := os.WriteFile(f, v, 0o400); err != nil {
 			t.Fatal(err)
@@ -85,7 +98,7 @@ func startListeningAgent(t *testing.T) *listeningAgent {
 	os.Mkdir(home, 0o755)
 	os.Chown(home, listenUID, listenUID)
 
-	cmd := exec.Command(bin, "agent", "--listen", "127.0.0.1:0", "--tls-dir", tlsDir)
+	cmd := exec.Command(bin, "agent", "--listen", "127.0.0.1:0", mode, tlsDir)
 	cmd.Dir = home
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + home, "LC_ALL=C"}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: listenUID, Gid: listenUID, Groups: []uint32{}}}
@@ -96,7 +109,7 @@ func startListeningAgent(t *testing.T) *listeningAgent {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	la := &listeningAgent{home: home, bundle: b, cmd: cmd, stderr: &testserver.Output{}}
+	la := &listeningAgent{home: home, bundle: b, ca: ca, cmd: cmd, stderr: &testserver.Output{}}
 	exited := make(chan struct{})
 	t.Cleanup(func() {
 		cmd.Process.Signal(syscall.SIGTERM) // outside a pid namespace: clean shutdown

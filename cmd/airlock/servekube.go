@@ -3,9 +3,11 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"airlock/kube"
 	"airlock/manager"
@@ -57,6 +59,15 @@ func (k *kubeFlags) open(logf func(string, ...any)) (manager.Backend, error) {
 		RuntimeClasses: classes, EgressProxy: *k.egressProxy, WaitReady: true, ReadyTimeout: *k.readyTimeout, Logf: logf})
 	if err != nil {
 		return nil, err
+	}
+	// Sandboxes of servers built with agent-sandbox v0.2.1 are stored as
+	// v1alpha1 and readable only through agent-sandbox's conversion
+	// webhook until rewritten. A failure leaves them so (still served).
+	mctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	n, err := b.MigrateStorage(mctx)
+	cancel()
+	if n > 0 || err != nil {
+		logf("kubernetes: %d Sandboxes of agent-sandbox v1alpha1 rewritten as v1beta1 (err: %v)", n, err)
 	}
 	return b, nil
 }

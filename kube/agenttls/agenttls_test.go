@@ -20,6 +20,12 @@ import (
 // every authentication result goes to the returned channel.
 func echoAgent(t *testing.T, s *Server) (string, <-chan error) {
 	t.Helper()
+	return echoAuth(t, s.Authenticate)
+}
+
+// echoAuth is echoAgent for any Authenticate (a Server's or a Pooled's).
+func echoAuth(t *testing.T, authenticate func(net.Conn) (net.Conn, error)) (string, <-chan error) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -33,7 +39,7 @@ func echoAgent(t *testing.T, s *Server) (string, <-chan error) {
 				return
 			}
 			go func() {
-				conn, err := s.Authenticate(raw)
+				conn, err := authenticate(raw)
 				results <- err
 				if err != nil {
 					return

@@ -97,11 +97,8 @@ func Dial(ctx context.Context, addr string, creds *ClientCreds) (net.Conn, error
 	fail := func(err error) error {
 		return fmt.Errorf("agenttls: dial sandbox %q at %s: %w", creds.sandboxID, addr, err)
 	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, HandshakeTimeout)
-		defer cancel()
-	}
+	ctx, cancel := handshakeContext(ctx)
+	defer cancel()
 	var d net.Dialer
 	raw, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
@@ -144,6 +141,15 @@ func Dial(ctx context.Context, addr string, creds *ClientCreds) (net.Conn, error
 	}
 	conn.SetDeadline(time.Time{})
 	return conn, nil
+}
+
+// handshakeContext is ctx, bounded by HandshakeTimeout if it has no
+// deadline.
+func handshakeContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, HandshakeTimeout)
 }
 
 // classify names the cause of a failed client handshake.

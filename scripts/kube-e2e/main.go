@@ -25,6 +25,11 @@
 // back and a Python cell; after checks, through another replica, that the
 // sandbox, the file and the Python variable survived the first replica's
 // death; kill ends the sandbox and waits until the API says so.
+//
+//	kube-e2e pooled ca     -state FILE -out DIR
+//	kube-e2e pooled enroll -state FILE -addr IP:7070
+//
+// pooled checks a warm pool's agent (--pool-ca) in a real pod (pooled.go).
 package main
 
 import (
@@ -34,7 +39,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: kube-e2e image|drive [flags]")
+		fmt.Fprintln(os.Stderr, "usage: kube-e2e image|drive|pooled [flags]")
 		os.Exit(2)
 	}
 	var err error
@@ -43,8 +48,10 @@ func main() {
 		err = cmdImage(os.Args[2:])
 	case "drive":
 		err = cmdDrive(os.Args[2:])
+	case "pooled":
+		err = cmdPooled(os.Args[2:])
 	default:
-		err = fmt.Errorf("unknown command %q (image, drive)", os.Args[1])
+		err = fmt.Errorf("unknown command %q (image, drive, pooled)", os.Args[1])
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "kube-e2e:", err)
