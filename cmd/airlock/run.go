@@ -340,6 +340,9 @@ func readCode(v string) (string, error) {
 const maxCodeBytes = 16 << 20
 
 func exitCodeFor(r *native.Result) int {
+	if r == nil { // refused before any sandbox existed
+		return exitSetup
+	}
 	switch r.Status {
 	case native.StatusOK, native.StatusNonzeroExit, native.StatusKilled, native.StatusOOM:
 		return r.ExitCode
