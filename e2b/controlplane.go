@@ -31,7 +31,7 @@ const autoResumeKey = "e2b.auto_resume"
 // hiddenKey reports whether a metadata key is airlock's own, kept out of
 // E2B's view of the metadata and refused in a create's.
 func hiddenKey(k string) bool {
-	return k == templateKey || k == autoResumeKey || k == manager.OnTimeoutKey
+	return k == templateKey || k == autoResumeKey || k == manager.OnTimeoutKey || k == manager.PauseMemoryKey
 }
 
 // E2B's well-known templates, served by the profile in Config.Profile.
@@ -79,7 +79,9 @@ func (h *Handler) controlRoutes() *http.ServeMux {
 	route("POST /sandboxes/{id}/pause", h.pause)
 	route("POST /sandboxes/{id}/resume", h.resume)
 	route("POST /sandboxes/{id}/fork", h.fork)
-	route("POST /sandboxes/{id}/snapshots", unsupported("snapshotting a sandbox"))
+	route("POST /sandboxes/{id}/snapshots", h.createSnapshot)
+	route("GET /snapshots", h.listSnapshots)
+	route("DELETE /templates/{id}", h.deleteTemplate)
 	route("PUT /sandboxes/{id}/network", h.updateNetwork)
 	route("GET /sandboxes/{id}/logs", unsupported("reading sandbox logs"))
 	route("GET /v2/sandboxes/{id}/logs", unsupported("reading sandbox logs"))
@@ -275,8 +277,6 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, defTimeout floa
 	switch {
 	case present(req.MCP):
 		return apiErrorf(http.StatusBadRequest, "MCP gateways are not supported by airlock")
-	case req.AutoPauseMemory != nil && !*req.AutoPauseMemory:
-		return apiErrorf(http.StatusBadRequest, "%s", noFilesystemOnlyPause)
 	case present(req.VolumeMounts):
 		return apiErrorf(http.StatusBadRequest, "volume mounts are not supported by airlock")
 	case present(req.IAM):
@@ -295,9 +295,18 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, defTimeout floa
 		}
 	}
 	c := callerOf(r.Context())
-	profile, image, err := h.templateFor(c.id, req.TemplateID)
-	if err != nil {
-		return err
+	var snap *snapRecord
+	profile, image := "", ""
+	if h.snaps != nil {
+		if rec, ok := h.snaps.find(c.id, req.TemplateID); ok {
+			snap = &rec
+		}
+	}
+	if snap == nil {
+		var err error
+		if profile, image, err = h.templateFor(c.id, req.TemplateID); err != nil {
+			return err
+		}
 	}
 	ttl, err := timeoutSeconds(req.Timeout, defTimeout)
 	if err != nil {
@@ -310,6 +319,9 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, defTimeout floa
 	md[templateKey] = req.TemplateID
 	if req.AutoPause != nil && *req.AutoPause {
 		md[manager.OnTimeoutKey] = "pause"
+		if req.AutoPauseMemory != nil && !*req.AutoPauseMemory {
+			md[manager.PauseMemoryKey] = "false"
+		}
 	}
 	if autoResumeWanted(req.AutoResume) {
 		md[autoResumeKey] = "true"
@@ -320,8 +332,19 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, defTimeout floa
 	for k, v := range req.EnvVars {
 		env[k] = v
 	}
-	info, err := h.m.Create(r.Context(), manager.CreateRequest{Owner: c.id, OwnerLimit: c.maxSandboxes,
-		Profile: profile, Image: image, Env: env, Metadata: md, Timeout: ttl, Network: network, Secrets: secrets})
+	creq := manager.CreateRequest{Owner: c.id, OwnerLimit: c.maxSandboxes,
+		Profile: profile, Image: image, Env: env, Metadata: md, Timeout: ttl, Network: network, Secrets: secrets}
+	if snap != nil {
+		md[templateKey] = snap.ID
+		info, kind, err := h.createFromSnapshot(r.Context(), *snap, creq)
+		if err != nil {
+			return err
+		}
+		h.cfg.Logf("e2b: %s created from %s snapshot %s", info.ID, kind, snap.ID)
+		writeJSON(w, http.StatusCreated, h.created(info.ID, snap.ID))
+		return nil
+	}
+	info, err := h.m.Create(r.Context(), creq)
 	if err != nil {
 		return err
 	}
@@ -514,9 +537,6 @@ func (h *Handler) connect(w http.ResponseWriter, r *http.Request, v2 bool) error
 	if err := decodeBody(r, &req); err != nil {
 		return err
 	}
-	if req.Memory != nil && !*req.Memory {
-		return apiErrorf(http.StatusBadRequest, "%s", noFilesystemOnlyPause)
-	}
 	def := 300.0
 	if !v2 && req.Timeout == nil {
 		return apiErrorf(http.StatusBadRequest, "timeout is required")
@@ -531,8 +551,9 @@ func (h *Handler) connect(w http.ResponseWriter, r *http.Request, v2 bool) error
 		return err
 	}
 	if in.Paused {
-		// E2B's connect resumes a paused sandbox and answers 201.
-		return h.resumeFor(w, r, id, d)
+		// E2B's connect resumes a paused sandbox and answers 201;
+		// onResume: 'reboot' (memory: false) drops its processes.
+		return h.resumeFor(w, r, id, d, req.Memory != nil && !*req.Memory)
 	}
 	if err := h.extend(r, in, d); err != nil {
 		return err

@@ -108,6 +108,16 @@ type Config struct {
 	Domain string
 	// MaxFileBytes caps a file upload; 0 means DefaultMaxFileBytes.
 	MaxFileBytes int64
+	// SnapshotDir keeps E2B's snapshots (createSnapshot). Empty means
+	// e2b-snapshots in the Store's directory; without a Store, the server
+	// keeps no snapshots (creating one is a 501).
+	SnapshotDir string
+	// SnapshotsPerKey caps the snapshots one key keeps; 0 means
+	// DefaultSnapshotsPerKey.
+	SnapshotsPerKey int
+	// SnapshotBytes caps one snapshot's workspace archive; 0 means
+	// DefaultSnapshotBytes.
+	SnapshotBytes int64
 	// Logf logs operational problems; log.Printf if nil.
 	Logf func(format string, args ...any)
 }
@@ -118,6 +128,7 @@ type Handler struct {
 	m       *manager.Manager
 	control *http.ServeMux
 	secret  []byte
+	snaps   *snapshots // nil: no snapshots
 
 	owners sync.Map // sandbox id -> owner key id, for the sandboxes in boxes
 
@@ -171,6 +182,22 @@ func NewHandler(cfg Config) (*Handler, error) {
 		}
 	}
 	h := &Handler{cfg: cfg, m: cfg.Manager, secret: secret, boxes: map[string]*boxState{}}
+	if cfg.SnapshotDir == "" && cfg.Store != nil {
+		cfg.SnapshotDir = filepath.Join(filepath.Dir(cfg.Store.Path()), "e2b-snapshots")
+	}
+	if cfg.SnapshotDir != "" {
+		if err := os.MkdirAll(cfg.SnapshotDir, 0o700); err != nil {
+			return nil, fmt.Errorf("e2b: snapshot directory: %w", err)
+		}
+		h.snaps = &snapshots{dir: cfg.SnapshotDir, perKey: cfg.SnapshotsPerKey, maxBytes: cfg.SnapshotBytes,
+			pending: map[string]int{}, names: map[string]bool{}}
+		if h.snaps.perKey <= 0 {
+			h.snaps.perKey = DefaultSnapshotsPerKey
+		}
+		if h.snaps.maxBytes <= 0 {
+			h.snaps.maxBytes = DefaultSnapshotBytes
+		}
+	}
 	h.control = h.controlRoutes()
 	return h, nil
 }

@@ -194,7 +194,7 @@ func TestControlPlaneAuthAndErrors(t *testing.T) {
 		`{"templateID":"base","network":{"egressProxy":{"address":"proxy:1080"}}}`,
 		`{"templateID":"base","network":{"httpsPorts":[8443]}}`,
 		`{"templateID":"base","network":{"denyOut":["0.0.0.0/0"],"allowOut":["not a host!"]}}`,
-		`{"templateID":"base","autoPause":true,"autoPauseMemory":false}`,
+		`{"templateID":"base","metadata":{"airlock.pause_memory":"false"}}`,
 		`{"templateID":"base","metadata":{"airlock.on_timeout":"pause"}}`,
 		`{"templateID":"base","metadata":{"e2b.auto_resume":"true"}}`,
 		`{"templateID":"base","mcp":{"x":{}}}`,
