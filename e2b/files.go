@@ -60,8 +60,8 @@ func fileQuery(w http.ResponseWriter, r *http.Request) (string, bool) {
 		writeAPIError(w, http.StatusBadRequest, "repeated path parameter")
 		return "", false
 	}
-	if e := checkUser(q.Get("username")); e != nil {
-		writeAPIError(w, http.StatusForbidden, e.Message)
+	if e := checkUser(r, q.Get("username")); e != nil {
+		writeAPIError(w, http.StatusUnauthorized, e.Message)
 		return "", false
 	}
 	return q.Get("path"), true

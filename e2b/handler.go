@@ -430,6 +430,7 @@ func (h *Handler) serveSandbox(w http.ResponseWriter, r *http.Request, id string
 	case InterpreterPort:
 		h.serveInterpreter(w, r, h.box(sb))
 	case EnvdPort:
+		r = r.WithContext(context.WithValue(r.Context(), sandboxUserKey{}, sb.UserName()))
 		h.serveEnvd(w, r, h.box(sb))
 	default:
 		h.servePort(w, r, sb, port)
@@ -519,15 +520,29 @@ func (h *Handler) serveRPC(w http.ResponseWriter, r *http.Request, b *boxState, 
 	}
 }
 
-// checkUser refuses a user other than the sandbox's own. envd runs
+// sandboxUserKey carries, in an envd request's context, the name of the
+// user the sandbox runs everything as (manager.Sandbox.UserName).
+type sandboxUserKey struct{}
+
+// checkUser refuses a user other than the sandbox's own, as envd refuses a
+// user its template lacks (unauthenticated, "invalid username"). envd runs
 // commands and file operations as any user of the template; airlock runs
-// everything as the sandbox user "user". RPCs name the user in HTTP Basic
-// auth; /files in the username parameter.
-func checkUser(user string) *Error {
-	if user == "" || user == "user" {
+// everything in a sandbox as one user: "user" (uid 1000 of the sandbox's
+// own user namespace), or "root" (uid 0 of it) in a sandbox of an image or
+// template that runs as root. RPCs name the user in HTTP Basic auth;
+// /files in the username parameter.
+func checkUser(r *http.Request, user string) *Error {
+	own, _ := r.Context().Value(sandboxUserKey{}).(string)
+	if own == "" {
+		own = "user"
+	}
+	if user == "" || user == own {
 		return nil
 	}
-	return errorf(CodePermissionDenied, "user %q is not available: airlock runs everything in the sandbox as \"user\" (uid 1000 of the sandbox's own user namespace; there is no root inside, and never the host's): leave user unset, and build a template or image with what needs root", user)
+	if user == "root" {
+		return errorf(CodeUnauthenticated, "invalid username: 'root': user \"root\" is not available in this sandbox: it runs everything as %q (uid 1000 of its own user namespace; no root inside, and never the host's): leave user unset, or use a template or image that runs as root (its root is uid 0 of the sandbox's own user namespace)", own)
+	}
+	return errorf(CodeUnauthenticated, "invalid username: '%s': this sandbox runs everything as %q: leave user unset", user, own)
 }
 
 // rpcUser extracts the user named by an RPC's Authorization header.
@@ -540,7 +555,7 @@ func rpcUser(r *http.Request) *Error {
 	if !ok {
 		return errorf(CodeUnauthenticated, "malformed Authorization header: want Basic with a user name")
 	}
-	return checkUser(u)
+	return checkUser(r, u)
 }
 
 // hostRoute parses a host of the form PORT-SANDBOXID.Domain (with an

@@ -393,13 +393,13 @@ func TestEnvdAgainstASandbox(t *testing.T) {
 	e.rpc(t, id, "filesystem.Filesystem/ListDir", `{"path":"/home/user/../../proc"}`, nil).rpcErr(t, CodeInvalidArgument)
 	e.rpc(t, id, "filesystem.Filesystem/Remove", `{"path":"/home/user"}`, nil).rpcErr(t, CodeInvalidArgument)
 	e.rpc(t, id, "filesystem.Filesystem/Stat", `{"path":"/home/user/nope"}`, nil).rpcErr(t, CodeNotFound)
-	e.rpc(t, id, "filesystem.Filesystem/Stat", `{"path":"/home/user"}`, map[string]string{"Authorization": "Basic cm9vdDo="}).rpcErr(t, CodePermissionDenied)
+	e.rpc(t, id, "filesystem.Filesystem/Stat", `{"path":"/home/user"}`, map[string]string{"Authorization": "Basic cm9vdDo="}).rpcErr(t, CodeUnauthenticated)
 	e.rpc(t, id, "filesystem.Filesystem/Stat", `{"path":"a\u0000b"}`, nil).rpcErr(t, CodeInvalidArgument)
 	e.rpc(t, id, "filesystem.Filesystem/Nope", `{}`, nil).rpcErr(t, CodeUnimplemented)
 	envd := map[string]string{"E2b-Sandbox-Id": id, "E2b-Sandbox-Port": "49983", "X-Access-Token": e.h.envdToken(id)}
 	e.do(t, "GET", "/files?path=/etc/passwd", envd, nil).apiErr(t, 400)
 	e.do(t, "GET", "/files?path=/home/user/missing", envd, nil).apiErr(t, 404)
-	e.do(t, "GET", "/files?path=/home/user&username=root", envd, nil).apiErr(t, 403)
+	e.do(t, "GET", "/files?path=/home/user&username=root", envd, nil).apiErr(t, 401)
 	e.do(t, "GET", "/files?path=/home/user", envd, nil).apiErr(t, 400)
 	up := map[string]string{"Content-Type": "application/octet-stream"}
 	for k, v := range envd {

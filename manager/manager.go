@@ -233,6 +233,21 @@ func (s *Sandbox) Owner() string { return s.rec.Owner }
 // Ended is closed once the sandbox has ended.
 func (s *Sandbox) Ended() <-chan struct{} { return s.ended }
 
+// UserName is the name of the user every process of the sandbox runs as:
+// "user" (uid 1000 of its own user namespace) by default, "root" (uid 0 of
+// it) for an image sandbox whose image runs as root or that was created
+// with User "root"; "" if its policy cannot be read.
+func (s *Sandbox) UserName() string {
+	s.mu.Lock()
+	raw := s.rec.Policy
+	s.mu.Unlock()
+	var p policy.Policy
+	if json.Unmarshal(raw, &p) != nil {
+		return ""
+	}
+	return p.User.Name
+}
+
 func (s *Sandbox) info() Info {
 	s.mu.Lock()
 	defer s.mu.Unlock()
