@@ -65,7 +65,7 @@ func (h *Handler) fsStat(ctx context.Context, c *rpcCall, b *boxState, body []by
 	if err != nil {
 		return nil, agentRPCError(err)
 	}
-	e := entryFor(fi)
+	e := entriesFor(ctx, c.r, b.sb.Agent(), []agent.FileInfo{fi})[0]
 	return &entryResponse{Entry: &e}, nil
 }
 
@@ -89,11 +89,7 @@ func (h *Handler) fsListDir(ctx context.Context, c *rpcCall, b *boxState, body [
 	if err != nil {
 		return nil, agentRPCError(err)
 	}
-	out := listDirResponse{Entries: make([]entryInfo, 0, len(list))}
-	for _, fi := range list {
-		out.Entries = append(out.Entries, entryFor(fi))
-	}
-	return &out, nil
+	return &listDirResponse{Entries: entriesFor(ctx, c.r, b.sb.Agent(), list)}, nil
 }
 
 func (h *Handler) fsMakeDir(ctx context.Context, c *rpcCall, b *boxState, body []byte) (any, error) {
@@ -154,7 +150,7 @@ func (h *Handler) fsMove(ctx context.Context, c *rpcCall, b *boxState, body []by
 	if err != nil {
 		return nil, agentRPCError(err)
 	}
-	e := entryFor(fi)
+	e := entriesFor(ctx, c.r, ag, []agent.FileInfo{fi})[0]
 	return &entryResponse{Entry: &e}, nil
 }
 
