@@ -121,7 +121,10 @@ func (p *eproc) pump() {
 	if why == "" {
 		why = "the sandbox was killed or timed out"
 	}
-	p.finish(nil, errorf(CodeUnavailable, "lost the sandbox while following process %d: %s", p.pid, why))
+	// E2B's SDKs (and their tests) say "the sandbox was killed or reached
+	// its end of life" when a call dies with its sandbox; airlock's reason
+	// follows.
+	p.finish(nil, errorf(CodeUnavailable, "lost the sandbox while following process %d: the sandbox was killed or reached its end of life while the request was in flight (%s)", p.pid, why))
 }
 
 // finish records how the process ended and wakes its streams.

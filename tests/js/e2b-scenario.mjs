@@ -244,7 +244,7 @@ async function main() {
     eq((await fetch(down, { method: 'POST', headers: route, body: form })).status, 401, 'download URL used to upload')
     res = await fetch(await sbx.downloadUrl('/home/user/signed.txt', { useSignatureExpiration: -5 }), { headers: route })
     eq(res.status, 401, 'expired signature')
-    assert((await res.json()).message.includes('expired'), 'the expired URL\'s error names the expiry')
+    assert((await res.json()).message.startsWith('signature is already expired'), 'the expired URL\'s error is envd\'s')
     eq(await sbx.files.read('/home/user/signed.txt'), 'signed upload', 'file read back through the SDK')
   })
 
@@ -430,6 +430,8 @@ async function main() {
     assert(/was killed/.test(r.error.value), `cell error value ${r.error.value}`)
     const e = await cmd
     assert(e instanceof Error && /was killed/.test(e.message), `command: ${e?.name}: ${e?.message}`)
+    // E2B's wording, which its own tests look for (sandboxKilledDuringRun).
+    assert(e.name === 'TimeoutError' && /sandbox was killed or reached its end of life/.test(e.message), `command: ${e?.name}: ${e?.message}`)
   })
 
   await step('kill, then calls on the killed sandbox fail with NotFoundError', async () => {
