@@ -208,8 +208,13 @@ func (a *hostConn) handleWriteFile(s *astream, payload []byte) (any, error) {
 		return nil, err
 	}
 	defer f.Close()
-	if err := f.Truncate(0); err != nil {
-		return nil, fmt.Errorf("truncating %s: %w", path, err)
+	// A new file is empty already: truncating it would add a write event
+	// to a watcher's (envd reports a new file's write as create, chmod,
+	// write).
+	if !created {
+		if err := f.Truncate(0); err != nil {
+			return nil, fmt.Errorf("truncating %s: %w", path, err)
+		}
 	}
 	if created || req.Mode != 0 { // exact mode, regardless of umask
 		if err := syscall.Fchmod(int(f.Fd()), perm); err != nil {

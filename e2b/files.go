@@ -198,7 +198,11 @@ func (h *Handler) writeFiles(w http.ResponseWriter, r *http.Request, b *boxState
 			writeAPIError(w, status, err.Error())
 			return false
 		}
+		mark := b.markWatchers(p)
 		n, err := ag.WriteFile(r.Context(), p, &cappedReader{r: body, max: max}, 0)
+		if err == nil {
+			mark.settle(r.Context(), p, n == 0)
+		}
 		detail := map[string]any{"path": p, "bytes": n, "via": "e2b"}
 		if err != nil {
 			detail["error"] = err.Error()
