@@ -501,6 +501,22 @@ plt.show()`)
     eq(bar.elements.map((e) => [e.label, e.value]), [['a', 3], ['b', 1]], 'bar elements')
     assert(r.results.every((x) => x.png), 'figures keep their PNG')
   })
+  await step('runCode: PIL images are results on show(), save() and as a value, as in E2B\'s kernel', async () => {
+    const make = 'import numpy\nfrom PIL import Image\nimage = Image.fromarray((numpy.random.rand(16, 16, 3) * 255).astype("uint8")).convert("RGBA")\n'
+    for (const [what, code] of [['show()', 'image.show()\nprint("done")'], ['save()', 'image.save("pil.png")'], ['value', 'image']]) {
+      const r = await sbx.runCode(make + code)
+      eq(r.error, undefined, `${what}: error`)
+      assert(r.results[0]?.png, `${what}: no PNG among ${JSON.stringify(r.results.map((x) => x.formats()))}`)
+    }
+    eq((await sbx.files.exists('/home/user/pil.png')), true, 'save() still saves')
+  })
+  await step('runCode: IPython.display works without IPython installed (display, HTML, Markdown, raw bundles)', async () => {
+    const r = await sbx.runCode('from IPython.display import display, HTML, Markdown\n' +
+      "display({'text/latex': r'\\text{CustomReprObject}'}, raw=True)\ndisplay(HTML('<b>bold</b>'))\nMarkdown('# title')")
+    eq(r.error, undefined, 'error')
+    eq(r.results.map((x) => x.formats()), [['latex'], ['html'], ['markdown']], 'formats')
+    eq([r.results[1].html, r.results[2].markdown], ['<b>bold</b>', '# title'], 'contents')
+  })
   await step('runCode: exception as ExecutionError', async () => {
     const r = await sbx.runCode('1 / 0')
     assert(r.error, 'no error')
