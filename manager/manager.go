@@ -505,6 +505,9 @@ func checkMetadata(md map[string]string) error {
 	if v, ok := md[OnTimeoutKey]; ok && v != "pause" && v != "kill" {
 		return fmt.Errorf("%w: metadata %s must be pause or kill, not %q", ErrInvalid, OnTimeoutKey, v)
 	}
+	if v, ok := md[PauseMemoryKey]; ok && v != "true" && v != "false" {
+		return fmt.Errorf("%w: metadata %s must be true or false, not %q", ErrInvalid, PauseMemoryKey, v)
+	}
 	return nil
 }
 
