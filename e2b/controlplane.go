@@ -82,6 +82,11 @@ func (h *Handler) controlRoutes() *http.ServeMux {
 	route("POST /sandboxes/{id}/snapshots", h.createSnapshot)
 	route("GET /snapshots", h.listSnapshots)
 	route("DELETE /templates/{id}", h.deleteTemplate)
+	route("GET /secrets", h.listSecrets)
+	route("POST /secrets", h.createSecret)
+	route("GET /secrets/{id}", h.getSecret)
+	route("POST /secrets/{id}", h.updateSecret)
+	route("DELETE /secrets/{id}", h.deleteSecret)
 	route("PUT /sandboxes/{id}/network", h.updateNetwork)
 	route("GET /sandboxes/{id}/logs", unsupported("reading sandbox logs"))
 	route("GET /v2/sandboxes/{id}/logs", unsupported("reading sandbox logs"))
@@ -295,6 +300,10 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, defTimeout floa
 		}
 	}
 	c := callerOf(r.Context())
+	secrets, secretNames, err := h.resolveSecrets(c.id, secrets)
+	if err != nil {
+		return err
+	}
 	var snap *snapRecord
 	profile, image := "", ""
 	if h.snaps != nil {
@@ -347,6 +356,13 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, defTimeout floa
 	info, err := h.m.Create(r.Context(), creq)
 	if err != nil {
 		return err
+	}
+	if len(secretNames) > 0 {
+		hosts := make([]string, 0, len(secrets))
+		for _, s := range secrets {
+			hosts = append(hosts, s.Host+" "+s.Header)
+		}
+		h.m.Audit(r.Context(), c.id, info.ID, "e2b.secret_use", map[string]any{"secrets": secretNames, "headers": hosts})
 	}
 	writeJSON(w, http.StatusCreated, h.created(info.ID, req.TemplateID))
 	return nil

@@ -128,7 +128,8 @@ type Handler struct {
 	m       *manager.Manager
 	control *http.ServeMux
 	secret  []byte
-	snaps   *snapshots // nil: no snapshots
+	snaps   *snapshots   // nil: no snapshots
+	secrets *secretStore // nil: no secrets
 
 	owners sync.Map // sandbox id -> owner key id, for the sandboxes in boxes
 
@@ -184,6 +185,13 @@ func NewHandler(cfg Config) (*Handler, error) {
 	h := &Handler{cfg: cfg, m: cfg.Manager, secret: secret, boxes: map[string]*boxState{}}
 	if cfg.SnapshotDir == "" && cfg.Store != nil {
 		cfg.SnapshotDir = filepath.Join(filepath.Dir(cfg.Store.Path()), "e2b-snapshots")
+	}
+	if cfg.Store != nil {
+		dir := filepath.Join(filepath.Dir(cfg.Store.Path()), "e2b-secrets")
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("e2b: secrets directory: %w", err)
+		}
+		h.secrets = &secretStore{dir: dir}
 	}
 	if cfg.SnapshotDir != "" {
 		if err := os.MkdirAll(cfg.SnapshotDir, 0o700); err != nil {

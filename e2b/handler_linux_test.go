@@ -65,6 +65,7 @@ type envSetup struct {
 	Config
 	prepare func(t *testing.T, dir string)
 	images  *imagestore.Store // the manager's image store, if any
+	egress  manager.EgressConfig
 	runtime policy.Runtime    // the manager's default runtime; "" native
 }
 
@@ -90,7 +91,7 @@ func newEnvSetup(t *testing.T, sandboxes bool, cfg envSetup) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	m, err := manager.Open(manager.Config{StateDir: dir, Store: st, Images: cfg.images, AgentBinary: bin, Logf: t.Logf, DefaultRuntime: cfg.runtime})
+	m, err := manager.Open(manager.Config{StateDir: dir, Store: st, Images: cfg.images, AgentBinary: bin, Logf: t.Logf, DefaultRuntime: cfg.runtime, Egress: cfg.egress})
 	if err != nil {
 		t.Fatal(err)
 	}

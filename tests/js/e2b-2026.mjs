@@ -5,7 +5,8 @@
 // E2B_RUNTIME (native or gvisor: the server's --default-runtime). Every
 // step asserts its result; the first failure exits non-zero naming the
 // step. Driven by e2b/sdk2026_linux_test.go.
-import { Sandbox, NotFoundError, SandboxError } from 'e2b'
+import { createServer } from 'node:http'
+import { Sandbox, Secret, NotFoundError } from 'e2b'
 
 const runtime = process.env.E2B_RUNTIME || 'native'
 for (const v of ['E2B_API_URL', 'E2B_SANDBOX_URL', 'E2B_API_KEY', 'E2B_OTHER_API_KEY']) {
@@ -146,6 +147,35 @@ async function main() {
     const err = await fails(Sandbox.create(snap.snapshotId), 'create from a deleted snapshot')
     assert(/not found/i.test(err.message), `create from a deleted snapshot: ${err.message}`)
     eq(await Sandbox.deleteSnapshot(snap.snapshotId), false, 'second delete')
+  })
+
+  await step('secrets: stored per key, named in network.rules, resolved at egress, never inside', async () => {
+    const value = 'sk-test-' + Math.random().toString(36).slice(2)
+    const heard = []
+    const server = createServer((req, res) => { heard.push(req.headers['x-api-key']); res.end('ok') })
+    await new Promise((r) => server.listen(0, '127.0.0.1', r))
+    const port = server.address().port
+    try {
+      const info = await Secret.create('scenario-token', value, { metadata: { purpose: 'test' } })
+      eq([info.name, info.version], ['scenario-token', 1], 'created')
+      assert(!JSON.stringify(await Secret.list().nextItems()).includes(value), 'a listing carries the value')
+      eq(await Secret.list(other).nextItems(), [], 'the other key lists none')
+      eq(await Secret.exists('scenario-token', other), false, 'the other key cannot see it')
+      eq(await Secret.destroy(info.secretId, other), false, 'the other key cannot delete it')
+      const rules = { '127.0.0.1': [{ transform: { headers: { 'X-Api-Key': Secret.fill('scenario-token') } } }] }
+      const network = { denyOut: ['0.0.0.0/0'], allowOut: ['127.0.0.1'], rules }
+      await fails(Sandbox.create({ ...other, network }), "the other key's sandbox naming the secret")
+      const s = await created(Sandbox.create({ network }))
+      const r = await s.commands.run(`curl -fsS -m 20 --noproxy '' http://127.0.0.1:${port}/`)
+      eq(r.stdout, 'ok', 'request through the proxy')
+      eq(heard, [value], 'the server got the secret')
+      const inside = await s.commands.run("env; cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n'; true")
+      assert(!inside.stdout.includes(value), 'the secret is inside the sandbox')
+      await s.kill()
+      eq(await Secret.destroy('scenario-token'), true, 'destroy')
+    } finally {
+      server.close()
+    }
   })
 
   await step('pause({keepMemory: false}): files kept, processes stopped; connect brings it back', async () => {
