@@ -66,7 +66,7 @@ type envSetup struct {
 	prepare func(t *testing.T, dir string)
 	images  *imagestore.Store // the manager's image store, if any
 	egress  manager.EgressConfig
-	runtime policy.Runtime    // the manager's default runtime; "" native
+	runtime policy.Runtime // the manager's default runtime; "" native
 }
 
 func newEnvSetup(t *testing.T, sandboxes bool, cfg envSetup) *env {
