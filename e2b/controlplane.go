@@ -82,6 +82,10 @@ func (h *Handler) controlRoutes() *http.ServeMux {
 	route("POST /sandboxes/{id}/snapshots", h.createSnapshot)
 	route("GET /snapshots", h.listSnapshots)
 	route("DELETE /templates/{id}", h.deleteTemplate)
+	route("POST /volumes", h.createVolume)
+	route("GET /volumes", h.listVolumes)
+	route("GET /volumes/{id}", h.getVolume)
+	route("DELETE /volumes/{id}", h.deleteVolume)
 	route("GET /secrets", h.listSecrets)
 	route("POST /secrets", h.createSecret)
 	route("GET /secrets/{id}", h.getSecret)
@@ -282,12 +286,14 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, defTimeout floa
 	switch {
 	case present(req.MCP):
 		return apiErrorf(http.StatusBadRequest, "MCP gateways are not supported by airlock")
-	case present(req.VolumeMounts):
-		return apiErrorf(http.StatusBadRequest, "volume mounts are not supported by airlock")
 	case present(req.IAM):
 		return apiErrorf(http.StatusBadRequest, "IAM tokens are not supported by airlock")
 	}
 	network, secrets, err := networkFor(req.AllowInternetAccess, req.Network, false)
+	if err != nil {
+		return err
+	}
+	volumes, err := volumeMounts(req.VolumeMounts)
 	if err != nil {
 		return err
 	}
@@ -342,7 +348,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, defTimeout floa
 		env[k] = v
 	}
 	creq := manager.CreateRequest{Owner: c.id, OwnerLimit: c.maxSandboxes,
-		Profile: profile, Image: image, Env: env, Metadata: md, Timeout: ttl, Network: network, Secrets: secrets}
+		Profile: profile, Image: image, Env: env, Metadata: md, Timeout: ttl, Network: network, Secrets: secrets, Volumes: volumes}
 	if snap != nil {
 		md[templateKey] = snap.ID
 		info, kind, err := h.createFromSnapshot(r.Context(), *snap, creq)

@@ -26,6 +26,7 @@ import (
 	"airlock/manager"
 	"airlock/policy"
 	"airlock/store"
+	"airlock/volume"
 
 	"airlock/internal/testserver"
 )
@@ -66,6 +67,7 @@ type envSetup struct {
 	prepare func(t *testing.T, dir string)
 	images  *imagestore.Store // the manager's image store, if any
 	egress  manager.EgressConfig
+	volumes bool // give the manager a volume store
 	runtime policy.Runtime // the manager's default runtime; "" native
 }
 
@@ -91,7 +93,13 @@ func newEnvSetup(t *testing.T, sandboxes bool, cfg envSetup) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	m, err := manager.Open(manager.Config{StateDir: dir, Store: st, Images: cfg.images, AgentBinary: bin, Logf: t.Logf, DefaultRuntime: cfg.runtime, Egress: cfg.egress})
+	var vs *volume.Store
+	if cfg.volumes {
+		if vs, err = volume.Open(filepath.Join(dir, "volumes")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m, err := manager.Open(manager.Config{Volumes: vs, StateDir: dir, Store: st, Images: cfg.images, AgentBinary: bin, Logf: t.Logf, DefaultRuntime: cfg.runtime, Egress: cfg.egress})
 	if err != nil {
 		t.Fatal(err)
 	}

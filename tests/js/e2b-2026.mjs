@@ -6,7 +6,7 @@
 // step asserts its result; the first failure exits non-zero naming the
 // step. Driven by e2b/sdk2026_linux_test.go.
 import { createServer } from 'node:http'
-import { Sandbox, Secret, NotFoundError } from 'e2b'
+import { Sandbox, Secret, Volume, NotFoundError } from 'e2b'
 
 const runtime = process.env.E2B_RUNTIME || 'native'
 for (const v of ['E2B_API_URL', 'E2B_SANDBOX_URL', 'E2B_API_KEY', 'E2B_OTHER_API_KEY']) {
@@ -176,6 +176,21 @@ async function main() {
     } finally {
       server.close()
     }
+  })
+
+  await step('volumes: made per key, mounted in one sandbox after another, not another key\'s', async () => {
+    const vol = await Volume.create('scenario-vol')
+    eq(vol.name, 'scenario-vol', 'name')
+    eq((await Volume.list(other)).length, 0, 'the other key lists none')
+    eq(await Volume.destroy(vol.volumeId, other), false, 'the other key cannot delete it')
+    await fails(Sandbox.create({ ...other, volumeMounts: { '/home/user/vol': vol } }), "the other key mounting it")
+    const a = await created(Sandbox.create({ volumeMounts: { '/home/user/vol': vol } }))
+    await a.commands.run('echo persisted > /home/user/vol/f.txt')
+    await a.kill()
+    const b = await created(Sandbox.create({ volumeMounts: { '/mnt/vol': 'scenario-vol' } }))
+    eq((await b.commands.run('cat /mnt/vol/f.txt')).stdout, 'persisted\n', 'the file in the next sandbox')
+    await b.kill()
+    eq(await Volume.destroy(vol.volumeId), true, 'destroy')
   })
 
   await step('pause({keepMemory: false}): files kept, processes stopped; connect brings it back', async () => {
