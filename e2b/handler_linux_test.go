@@ -67,7 +67,7 @@ type envSetup struct {
 	prepare func(t *testing.T, dir string)
 	images  *imagestore.Store // the manager's image store, if any
 	egress  manager.EgressConfig
-	volumes bool // give the manager a volume store
+	volumes bool           // give the manager a volume store
 	runtime policy.Runtime // the manager's default runtime; "" native
 }
 
