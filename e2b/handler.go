@@ -130,6 +130,7 @@ type Handler struct {
 	secret  []byte
 	snaps   *snapshots   // nil: no snapshots
 	secrets *secretStore // nil: no secrets
+	tb      templateBuilds
 
 	owners sync.Map // sandbox id -> owner key id, for the sandboxes in boxes
 
@@ -182,7 +183,8 @@ func NewHandler(cfg Config) (*Handler, error) {
 			return nil, err
 		}
 	}
-	h := &Handler{cfg: cfg, m: cfg.Manager, secret: secret, boxes: map[string]*boxState{}}
+	h := &Handler{cfg: cfg, m: cfg.Manager, secret: secret, boxes: map[string]*boxState{},
+		tb: templateBuilds{builds: map[string]*tmplBuild{}, sem: make(chan struct{}, 2)}}
 	if cfg.SnapshotDir == "" && cfg.Store != nil {
 		cfg.SnapshotDir = filepath.Join(filepath.Dir(cfg.Store.Path()), "e2b-snapshots")
 	}
@@ -272,6 +274,9 @@ func (h *Handler) Match(r *http.Request) bool {
 		return true
 	}
 	p := r.URL.Path
+	if strings.HasPrefix(p, templateUploadPrefix) {
+		return true
+	}
 	for _, prefix := range []string{"/sandboxes", "/v2/sandboxes"} {
 		if p == prefix || strings.HasPrefix(p, prefix+"/") {
 			return true
@@ -288,6 +293,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if id := r.Header.Get(headerSandboxID); id != "" {
 		h.serveSandbox(w, r, id)
+		return
+	}
+	if strings.HasPrefix(r.URL.Path, templateUploadPrefix) {
+		h.serveTemplateUpload(w, r)
 		return
 	}
 	h.control.ServeHTTP(w, r)
