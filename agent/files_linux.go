@@ -237,6 +237,11 @@ func (a *hostConn) handleWriteFile(s *astream, payload []byte) (any, error) {
 		}
 		s.consumed(len(data))
 	}
+	if req.SetMetadata {
+		if err := replaceMetadata(int(f.Fd()), req.Metadata); err != nil {
+			return nil, err
+		}
+	}
 	if err := f.Close(); err != nil {
 		return nil, fmt.Errorf("closing %s: %w", path, err)
 	}
@@ -315,6 +320,9 @@ func fileInfo(path string, st os.FileInfo) FileInfo {
 	}
 	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
 		fi.Owner, fi.Group = idName("u", sys.Uid), idName("g", sys.Gid)
+	}
+	if fi.Type == TypeFile || fi.Type == TypeDir {
+		fi.Metadata = readMetadata(path)
 	}
 	return fi
 }

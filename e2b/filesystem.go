@@ -22,7 +22,7 @@ import (
 func entryFor(fi agent.FileInfo) entryInfo {
 	mode := fi.Mode
 	e := entryInfo{Name: fi.Name, Path: fromSandbox(fi.Path), Size: pbInt64(fi.Size), Mode: uint32(fi.Mode.Perm()),
-		Owner: fi.Owner, Group: fi.Group}
+		Owner: fi.Owner, Group: fi.Group, Metadata: fi.Metadata}
 	switch fi.Type {
 	case agent.TypeFile:
 		e.Type = pbFileType(fileTypeFile)

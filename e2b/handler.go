@@ -47,10 +47,11 @@ import (
 )
 
 // EnvdVersion is the envd version airlock reports. The SDKs gate features
-// on it; airlock implements those up to 0.5.7 (stdin control 0.3.0,
-// no default username 0.4.0, CloseStdin 0.5.2, octet-stream uploads 0.5.7)
-// but not file metadata (0.6.2), which needs extended attributes.
-const EnvdVersion = "0.5.7"
+// on it; airlock implements those up to 0.6.4: stdin control 0.3.0, no
+// default username 0.4.0, CloseStdin 0.5.2, octet-stream uploads 0.5.7,
+// file metadata 0.6.2 (user.e2b.* extended attributes), entries in watch
+// events 0.6.3, allowNetworkMounts 0.6.4 (nothing is a network mount).
+const EnvdVersion = "0.6.4"
 
 // Ports E2B addresses inside a sandbox.
 const (

@@ -421,8 +421,26 @@ func TestEnvdAgainstASandbox(t *testing.T) {
 	if r := e.do(t, "GET", "/files?path=x/y.txt", envd, nil); r.status != 200 || string(r.body) != "data" || r.header.Get("Content-Length") != "4" {
 		t.Fatalf("download: %d %q %v", r.status, r.body, r.header)
 	}
+	// File metadata (envd 0.6.2): X-Metadata-* headers, lower-cased keys,
+	// in the answer and in Stat; a rewrite without them clears them;
+	// non-ASCII is refused.
 	up["X-Metadata-Owner"] = "me"
+	if r := e.do(t, "POST", "/files?path=/home/user/z", up, []byte("d")); r.status != 200 || !strings.Contains(string(r.body), `"metadata":{"owner":"me"}`) {
+		t.Fatalf("upload with metadata: %d %s", r.status, r.body)
+	}
+	if r := e.rpc(t, id, "filesystem.Filesystem/Stat", `{"path":"/home/user/z"}`, nil); !strings.Contains(string(r.body), `"metadata":{"owner":"me"}`) {
+		t.Fatalf("stat of a file with metadata: %s", r.body)
+	}
+	up["X-Metadata-Bad"] = "caf\u00e9"
 	e.do(t, "POST", "/files?path=/home/user/z", up, []byte("d")).apiErr(t, 400)
+	delete(up, "X-Metadata-Bad")
+	delete(up, "X-Metadata-Owner")
+	if r := e.do(t, "POST", "/files?path=/home/user/z", up, []byte("d")); r.status != 200 {
+		t.Fatalf("rewrite: %d %s", r.status, r.body)
+	}
+	if r := e.rpc(t, id, "filesystem.Filesystem/Stat", `{"path":"/home/user/z"}`, nil); strings.Contains(string(r.body), `"metadata"`) {
+		t.Fatalf("a rewrite without metadata kept it: %s", r.body)
+	}
 
 	// Several files in one multipart upload land at their own paths; with
 	// the path parameter they would all land on it, which is refused as
@@ -539,7 +557,6 @@ func TestEnvdAgainstASandbox(t *testing.T) {
 	zw := gzip.NewWriter(&gz)
 	zw.Write([]byte("unzipped"))
 	zw.Close()
-	delete(up, "X-Metadata-Owner")
 	up["Content-Encoding"] = "gzip"
 	if r := e.do(t, "POST", "/files?path=gz.txt", up, gz.Bytes()); r.status != 200 {
 		t.Fatalf("gzip upload: %d %q", r.status, r.body)

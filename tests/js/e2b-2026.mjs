@@ -193,6 +193,23 @@ async function main() {
     eq(await Volume.destroy(vol.volumeId), true, 'destroy')
   })
 
+  await step('envd 0.6: file metadata on write, entries in watch events', async () => {
+    const s = await created(Sandbox.create())
+    const w = await s.files.write('/home/user/meta.txt', 'x', { metadata: { Author: 'alice', 'build-id': '42' } })
+    eq(w.metadata, { author: 'alice', 'build-id': '42' }, 'metadata in the write answer (keys lower-cased, as envd)')
+    eq((await s.files.getInfo('/home/user/meta.txt')).metadata, { author: 'alice', 'build-id': '42' }, 'metadata in getInfo')
+    const listed = (await s.files.list('/home/user')).find((e) => e.name === 'meta.txt')
+    eq(listed.metadata, { author: 'alice', 'build-id': '42' }, 'metadata in list')
+    await s.files.write('/home/user/meta.txt', 'y')
+    eq((await s.files.getInfo('/home/user/meta.txt')).metadata ?? {}, {}, 'a write without metadata clears it, as envd')
+    const events = []
+    const h = await s.files.watchDir('/home/user', (e) => events.push(e), { includeEntry: true })
+    await s.files.write('/home/user/watched.txt', 'hello')
+    await until('a write event with its entry', async () => events.some((e) => e.name === 'watched.txt' && e.entry?.size === 5))
+    await h.stop()
+    await s.kill()
+  })
+
   await step('pause({keepMemory: false}): files kept, processes stopped; connect brings it back', async () => {
     const s = await created(Sandbox.create({ timeoutMs: 300_000 }))
     await s.files.write('/home/user/kept.txt', 'kept')
