@@ -106,6 +106,16 @@ func (h *Handler) resumeFor(w http.ResponseWriter, r *http.Request, id string, d
 	return nil
 }
 
+// runningUnpaused is running for a call that needs the sandbox's agent
+// (doing names it): a paused sandbox is a 409.
+func (h *Handler) runningUnpaused(r *http.Request, id, doing string) (manager.Info, error) {
+	in, err := h.running(r, id)
+	if err == nil && in.Paused {
+		err = apiErrorf(http.StatusConflict, "sandbox %q is paused: connect to it before %s it", id, doing)
+	}
+	return in, err
+}
+
 // notFound maps the manager's not-found and not-running errors to E2B's
 // 404 and passes other errors (and nil) through.
 func notFound(err error, id string) error {
@@ -179,12 +189,9 @@ func (h *Handler) fork(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	id := r.PathValue("id")
-	in, err := h.running(r, id)
+	in, err := h.runningUnpaused(r, id, "forking")
 	if err != nil {
 		return err
-	}
-	if in.Paused {
-		return apiErrorf(http.StatusConflict, "sandbox %q is paused: connect to it before forking it", id)
 	}
 	c := callerOf(r.Context())
 	snap, err := h.m.MemorySnapshot(r.Context(), c.id, id)

@@ -101,8 +101,22 @@ func (s *secretStore) save(owner string, recs []secretRecord) error {
 	return writeFileAtomic(s.file(owner), b)
 }
 
-// find returns the index of owner's secret named by ref (its id or
-// name), or -1.
+// find loads owner's secrets and finds the one ref names (its id or
+// name): E2B's 404 if there is none. The caller holds s.mu.
+func (s *secretStore) find(owner, ref string) ([]secretRecord, int, error) {
+	recs, err := s.load(owner)
+	if err != nil {
+		return nil, 0, err
+	}
+	i := findSecret(recs, ref)
+	if i < 0 {
+		return nil, 0, apiErrorf(http.StatusNotFound, "secret %q not found", ref)
+	}
+	return recs, i, nil
+}
+
+// findSecret returns the index of the secret ref names (its id or name)
+// among recs, or -1.
 func findSecret(recs []secretRecord, ref string) int {
 	for i := range recs {
 		if recs[i].ID == ref || recs[i].Name == strings.ToLower(ref) {
@@ -248,13 +262,9 @@ func (h *Handler) updateSecret(w http.ResponseWriter, r *http.Request) error {
 	owner := callerOf(r.Context()).id
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	recs, err := s.load(owner)
+	recs, i, err := s.find(owner, r.PathValue("id"))
 	if err != nil {
 		return err
-	}
-	i := findSecret(recs, r.PathValue("id"))
-	if i < 0 {
-		return apiErrorf(http.StatusNotFound, "secret %q not found", r.PathValue("id"))
 	}
 	recs[i].Values = append(recs[i].Values, req.Value)
 	if len(recs[i].Values) > 10 {
@@ -279,14 +289,10 @@ func (h *Handler) getSecret(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	s.mu.Lock()
-	recs, err := s.load(callerOf(r.Context()).id)
-	s.mu.Unlock()
+	defer s.mu.Unlock()
+	recs, i, err := s.find(callerOf(r.Context()).id, r.PathValue("id"))
 	if err != nil {
 		return err
-	}
-	i := findSecret(recs, r.PathValue("id"))
-	if i < 0 {
-		return apiErrorf(http.StatusNotFound, "secret %q not found", r.PathValue("id"))
 	}
 	writeJSON(w, http.StatusOK, recs[i].info())
 	return nil
@@ -301,13 +307,9 @@ func (h *Handler) deleteSecret(w http.ResponseWriter, r *http.Request) error {
 	owner := callerOf(r.Context()).id
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	recs, err := s.load(owner)
+	recs, i, err := s.find(owner, r.PathValue("id"))
 	if err != nil {
 		return err
-	}
-	i := findSecret(recs, r.PathValue("id"))
-	if i < 0 {
-		return apiErrorf(http.StatusNotFound, "secret %q not found", r.PathValue("id"))
 	}
 	id := recs[i].ID
 	if err := s.save(owner, append(recs[:i:i], recs[i+1:]...)); err != nil {

@@ -264,12 +264,9 @@ func (h *Handler) createSnapshot(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	id := r.PathValue("id")
-	in, err := h.running(r, id)
+	in, err := h.runningUnpaused(r, id, "snapshotting")
 	if err != nil {
 		return err
-	}
-	if in.Paused {
-		return apiErrorf(http.StatusConflict, "sandbox %q is paused: connect to it before snapshotting it", id)
 	}
 	c := callerOf(r.Context())
 	s := h.snaps

@@ -402,11 +402,15 @@ def display(*objs, **kwargs):
         send([limit_bundle(data)])
 
 
-class PyplotHook:
-    """Import hook that swaps pyplot.show for ours when pyplot is loaded."""
+class PatchOnImport:
+    """Import hook that runs patch(module) once module `name` is loaded
+    (matplotlib.pyplot: our show; PIL.Image: images as results)."""
+
+    def __init__(self, name, patch):
+        self.name, self.patch = name, patch
 
     def find_spec(self, name, path, target=None):
-        if name != 'matplotlib.pyplot':
+        if name != self.name:
             return None
         import importlib.util
         sys.meta_path.remove(self)
@@ -416,15 +420,39 @@ class PyplotHook:
             sys.meta_path.insert(0, self)
         if spec is None or spec.loader is None or not hasattr(spec.loader, 'exec_module'):
             return spec
-        orig = spec.loader.exec_module
+        orig, patch = spec.loader.exec_module, self.patch
 
         def exec_module(module):
             orig(module)
-            show.__doc__ = module.show.__doc__
-            module.show = show
+            patch(module)
 
         spec.loader.exec_module = exec_module
         return spec
+
+
+def patch_pyplot(module):
+    """Swaps pyplot.show for ours."""
+    show.__doc__ = module.show.__doc__
+    module.show = show
+
+
+def patch_pil(module):
+    """PIL images become results as in E2B's kernel: Image.show() displays
+    the image (no viewer is started) and save() to a file name displays it
+    too, then saves."""
+    cls = module.Image
+    save = cls.save
+
+    def show_image(self, title=None, **options):
+        display(self)
+
+    def save_and_show(self, fp, format=None, **params):
+        if isinstance(fp, (str, os.PathLike)):
+            display(self)
+        return save(self, fp, format, **params)
+
+    cls.show, cls.save = show_image, save_and_show
+
 
 class DisplayObject:
     """IPython.display's DisplayObject, for the shim below: data given
@@ -518,42 +546,6 @@ class IPythonShim:
         if module.__name__ in ('IPython', 'IPython.core'):
             module.__path__ = []
 
-
-class PILHook:
-    """Import hook that makes PIL images results as in E2B's kernel:
-    Image.show() displays the image (no viewer is started) and save() to a
-    file name displays it too, then saves."""
-
-    def find_spec(self, name, path, target=None):
-        if name != 'PIL.Image':
-            return None
-        import importlib.util
-        sys.meta_path.remove(self)
-        try:
-            spec = importlib.util.find_spec(name)
-        finally:
-            sys.meta_path.insert(0, self)
-        if spec is None or spec.loader is None or not hasattr(spec.loader, 'exec_module'):
-            return spec
-        orig = spec.loader.exec_module
-
-        def exec_module(module):
-            orig(module)
-            cls = module.Image
-            save = cls.save
-
-            def show(self, title=None, **options):
-                display(self)
-
-            def save_and_show(self, fp, format=None, **params):
-                if isinstance(fp, (str, os.PathLike)):
-                    display(self)
-                return save(self, fp, format, **params)
-
-            cls.show, cls.save = show, save_and_show
-
-        spec.loader.exec_module = exec_module
-        return spec
 
 
 def format_error(e, interrupted=False):
@@ -747,8 +739,8 @@ def main():
     builtins.display = display
     builtins._airlock_magic = magic
     builtins.exit, builtins.quit = Quitter('exit'), Quitter('quit')
-    sys.meta_path.insert(0, PyplotHook())
-    sys.meta_path.insert(0, PILHook())
+    sys.meta_path.insert(0, PatchOnImport('matplotlib.pyplot', patch_pyplot))
+    sys.meta_path.insert(0, PatchOnImport('PIL.Image', patch_pil))
     sys.meta_path.append(IPythonShim())
     reqs = os.fdopen(REQ_FD, 'rb', buffering=1 << 16)
     first = True
