@@ -1,12 +1,9 @@
 package e2b_test
 
 import (
-	"bytes"
-	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -46,18 +43,8 @@ func TestE2BSDK2026(t *testing.T) {
 			other := testserver.NewKey(t, state, "e2b-2026-other", "--e2b")
 			srv := testserver.Start(t, state, "--default-runtime", runtime)
 			defer srv.Stop()
-			ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-			defer cancel()
-			cmd := exec.CommandContext(ctx, node, "e2b-2026.mjs")
-			cmd.Dir = jsDir
-			cmd.Env = append(os.Environ(), "E2B_API_URL="+srv.URL, "E2B_SANDBOX_URL="+srv.URL, "E2B_API_KEY="+key,
-				"E2B_OTHER_API_KEY="+other, "E2B_RUNTIME="+runtime)
-			var buf bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &buf, &buf
-			err := cmd.Run()
-			for _, line := range strings.Split(strings.TrimRight(buf.String(), "\n"), "\n") {
-				t.Log(line)
-			}
+			_, err := runScript(t, node, jsDir, "e2b-2026.mjs", 8*time.Minute, "E2B_API_URL="+srv.URL, "E2B_SANDBOX_URL="+srv.URL,
+				"E2B_API_KEY="+key, "E2B_OTHER_API_KEY="+other, "E2B_RUNTIME="+runtime)
 			if err != nil {
 				t.Fatalf("e2b-2026 scenario failed: %v", err)
 			}
