@@ -7,6 +7,7 @@
 // step. Driven by e2b/sdk2026_linux_test.go.
 import { createServer } from 'node:http'
 import { Sandbox, Secret, Volume, NotFoundError } from 'e2b'
+import { StepError, assert, eq, progress, step } from './steps.mjs'
 
 const runtime = process.env.E2B_RUNTIME || 'native'
 for (const v of ['E2B_API_URL', 'E2B_SANDBOX_URL', 'E2B_API_KEY', 'E2B_OTHER_API_KEY']) {
@@ -21,19 +22,7 @@ const other = { apiKey: process.env.E2B_OTHER_API_KEY }
 const memoryKind = runtime === 'gvisor' ? 'memory' : 'filesystem'
 
 const cleanup = []
-let current = '(setup)'
 
-class StepError extends Error {}
-
-function assert(cond, msg) {
-  if (!cond) throw new StepError(msg)
-}
-
-function eq(got, want, what) {
-  const g = JSON.stringify(got)
-  const w = JSON.stringify(want)
-  if (g !== w) throw new StepError(`${what}: got ${g}, want ${w}`)
-}
 
 async function fails(p, what) {
   try {
@@ -44,12 +33,6 @@ async function fails(p, what) {
   throw new StepError(`${what}: expected an error, but it succeeded`)
 }
 
-async function step(name, fn) {
-  current = name
-  const t0 = Date.now()
-  await fn()
-  console.log(`ok   ${name} (${Date.now() - t0} ms)`)
-}
 
 async function created(p) {
   const s = await p
@@ -251,7 +234,7 @@ try {
   await main()
   console.log('e2b-2026: all steps passed')
 } catch (e) {
-  console.error(`FAIL ${current}: ${e instanceof StepError ? e.message : e.stack || e}`)
+  console.error(`FAIL ${progress.current}: ${e instanceof StepError ? e.message : e.stack || e}`)
   process.exitCode = 1
 } finally {
   for (const s of cleanup) {

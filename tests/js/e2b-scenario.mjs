@@ -18,6 +18,7 @@
 // explicit runtime condition and listed in docs/gvisor.md, never silently.
 import { readFileSync } from 'node:fs'
 import { Sandbox } from '@e2b/code-interpreter'
+import { StepError, assert, eq, progress, step } from './steps.mjs'
 
 const sdkPackage = process.env.E2B_SDK_PACKAGE || 'e2b'
 const runtime = process.env.E2B_RUNTIME || 'native'
@@ -45,19 +46,7 @@ for (const v of ['E2B_API_URL', 'E2B_SANDBOX_URL', 'E2B_API_KEY']) {
 
 const skipped = []
 const cleanup = []
-let current = '(setup)'
 
-class StepError extends Error {}
-
-function assert(cond, msg) {
-  if (!cond) throw new StepError(msg)
-}
-
-function eq(got, want, what) {
-  const g = JSON.stringify(got)
-  const w = JSON.stringify(want)
-  if (g !== w) throw new StepError(`${what}: got ${g}, want ${w}`)
-}
 
 // rejects awaits p and returns its error, which must be an instance of cls.
 async function rejects(p, cls, what) {
@@ -72,12 +61,6 @@ async function rejects(p, cls, what) {
   return err
 }
 
-async function step(name, fn) {
-  current = name
-  const t0 = Date.now()
-  await fn()
-  console.log(`ok   ${name} (${Date.now() - t0} ms)`)
-}
 
 function skip(name, reason) {
   skipped.push(`${name}: ${reason}`)
@@ -592,7 +575,7 @@ try {
   process.exit(0)
 } catch (e) {
   const what = e instanceof StepError ? e.message : `${e?.name}: ${e?.message}\n${e?.stack}`
-  console.error(`FAIL ${current}: ${what}`)
+  console.error(`FAIL ${progress.current}: ${what}`)
   for (const f of cleanup) await f().catch(() => {})
   process.exit(1)
 }
