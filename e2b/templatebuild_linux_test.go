@@ -10,8 +10,10 @@ import (
 	"strings"
 	"testing"
 
+	"airlock/imagestore"
 	it "airlock/imagestore/imagetest"
 	"airlock/policy"
+	"airlock/runtime/tier"
 )
 
 // TestTemplateBuildWithSDK drives E2B's Template builder (the real e2b
@@ -32,7 +34,21 @@ func TestTemplateBuildWithSDK(t *testing.T) {
 	if _, err := st.Publish("sdk-base", true); err != nil {
 		t.Fatal(err)
 	}
-	e := newEnvSetup(t, true, envSetup{images: st, runtime: policy.RuntimeNative})
+	for _, runtime := range []policy.Runtime{policy.RuntimeNative, policy.RuntimeGVisor} {
+		t.Run(string(runtime), func(t *testing.T) {
+			if tr, err := tier.Lookup(runtime); err != nil || tr.Available() != nil {
+				t.Skipf("runtime %s is not available here", runtime)
+			}
+			templateBuildWithSDK(t, jsDir, st, runtime)
+		})
+	}
+}
+
+// templateBuildWithSDK is TestTemplateBuildWithSDK on a server whose
+// default runtime (that of the sandboxes and of the build's RUN steps) is
+// runtime.
+func templateBuildWithSDK(t *testing.T, jsDir string, st *imagestore.Store, runtime policy.Runtime) {
+	e := newEnvSetup(t, true, envSetup{images: st, runtime: runtime})
 	ctxDir := t.TempDir()
 	os.MkdirAll(filepath.Join(ctxDir, "app", "sub"), 0o755)
 	os.WriteFile(filepath.Join(ctxDir, "app", "hello.txt"), []byte("hello from the context\n"), 0o644)
@@ -45,12 +61,12 @@ const t = Template({ fileContextPath: process.env.CTX })
   .fromTemplate('sdk-base')
   .copy('app', '/opt/app')
   .setEnvs({ GREETING: 'hi "there"' })
-  .runCmd('echo built > /opt/built.txt')
+  .runCmd('echo built > /opt/built.txt; echo ' + process.env.RT + ' > /opt/rt.txt')
   .setWorkdir('/opt/app')
 const info = await Template.build(t, 'sdk-built', { onBuildLogs: (l) => out.logs.push(l.message) })
 out.name = info.name
 const sbx = await Sandbox.create('sdk-built')
-out.run = (await sbx.commands.run('cat /opt/app/hello.txt /opt/app/sub/deep.txt /opt/built.txt; echo "$GREETING"')).stdout
+out.run = (await sbx.commands.run('cat /opt/app/hello.txt /opt/app/sub/deep.txt /opt/built.txt /opt/rt.txt; echo "$GREETING"')).stdout
 await sbx.kill()
 out.exists = await Template.exists('sdk-built')
 try { await Sandbox.create('sdk-built', { apiKey: process.env.OTHER }); out.other = 'no error' } catch (e) { out.other = e.name + ': ' + e.message }
@@ -60,7 +76,7 @@ process.exit(0)
 `
 	cmd := exec.Command("node", "--input-type=module", "-e", script)
 	cmd.Dir = jsDir
-	cmd.Env = append(os.Environ(), "E2B_API_URL="+e.url, "E2B_SANDBOX_URL="+e.url, "E2B_API_KEY="+e.key, "OTHER="+e.other, "CTX="+ctxDir)
+	cmd.Env = append(os.Environ(), "E2B_API_URL="+e.url, "E2B_SANDBOX_URL="+e.url, "E2B_API_KEY="+e.key, "OTHER="+e.other, "CTX="+ctxDir, "RT="+string(runtime))
 	b, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("node: %v\n%s", err, b)
@@ -74,7 +90,7 @@ process.exit(0)
 		t.Fatalf("node output %q: %v", b, err)
 	}
 	t.Logf("%+v", out)
-	if out.Run != "hello from the context\ndeep\nbuilt\nhi \"there\"\n" || !out.Exists {
+	if out.Run != "hello from the context\ndeep\nbuilt\n"+string(runtime)+"\nhi \"there\"\n" || !out.Exists {
 		t.Errorf("sandbox from the SDK-built template: %+v", out)
 	}
 	if !strings.Contains(strings.Join(out.Logs, "\n"), "RUN") {
