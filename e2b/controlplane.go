@@ -368,6 +368,20 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, defTimeout floa
 	if err != nil {
 		return err
 	}
+	if image != "" {
+		if spec, ok := h.startSpecFor(c.id, image); ok {
+			sb, err := h.m.Lookup(c.id, info.ID)
+			if err == nil {
+				err = startTemplate(r.Context(), sb, spec)
+			}
+			if err != nil {
+				if kerr := h.m.Kill(context.WithoutCancel(r.Context()), c.id, info.ID); kerr != nil {
+					h.cfg.Logf("e2b: kill of %s after its start command failed: %v", info.ID, kerr)
+				}
+				return err
+			}
+		}
+	}
 	if len(secretNames) > 0 {
 		hosts := make([]string, 0, len(secrets))
 		for _, s := range secrets {

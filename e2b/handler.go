@@ -132,6 +132,8 @@ type Handler struct {
 	snaps   *snapshots   // nil: no snapshots
 	secrets *secretStore // nil: no secrets
 	tb      templateBuilds
+	// tmplDir records SDK templates' start and ready commands ("": none).
+	tmplDir string
 
 	owners sync.Map // sandbox id -> owner key id, for the sandboxes in boxes
 
@@ -195,6 +197,7 @@ func NewHandler(cfg Config) (*Handler, error) {
 			return nil, fmt.Errorf("e2b: secrets directory: %w", err)
 		}
 		h.secrets = &secretStore{dir: dir}
+		h.tmplDir = filepath.Join(filepath.Dir(cfg.Store.Path()), "e2b-templates")
 	}
 	if cfg.SnapshotDir != "" {
 		if err := os.MkdirAll(cfg.SnapshotDir, 0o700); err != nil {

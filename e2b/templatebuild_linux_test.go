@@ -70,7 +70,10 @@ out.run = (await sbx.commands.run('cat /opt/app/hello.txt /opt/app/sub/deep.txt 
 await sbx.kill()
 out.exists = await Template.exists('sdk-built')
 try { await Sandbox.create('sdk-built', { apiKey: process.env.OTHER }); out.other = 'no error' } catch (e) { out.other = e.name + ': ' + e.message }
-try { await Template.build(Template().fromTemplate('sdk-base').setStartCmd('sleep 1', 'true'), 'x') ; out.start = 'no error' } catch (e) { out.start = e.name + ': ' + e.message }
+await Template.build(Template().fromTemplate('sdk-base').setStartCmd('echo up > /tmp/started; exec sleep 600', 'test -f /tmp/started'), 'sdk-started')
+const started = await Sandbox.create('sdk-started')
+out.start = (await started.commands.run('cat /tmp/started; ps -o args | grep -c "[s]leep 600"')).stdout
+await started.kill()
 console.log(JSON.stringify(out))
 process.exit(0)
 `
@@ -99,8 +102,8 @@ process.exit(0)
 	if !strings.Contains(out.Other, "404") {
 		t.Errorf("another key created from the template: %q", out.Other)
 	}
-	if !strings.Contains(out.Start, "setStartCmd") {
-		t.Errorf("setStartCmd: %q", out.Start)
+	if out.Start != "up\n1\n" {
+		t.Errorf("setStartCmd/setReadyCmd: the sandbox has %q, want the ready file and the start command running", out.Start)
 	}
 
 	// Hostile uploads.

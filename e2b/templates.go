@@ -472,8 +472,8 @@ func (h *Handler) startTemplateBuild(w http.ResponseWriter, r *http.Request) err
 	switch {
 	case present(req.FromImageRegistry):
 		return apiErrorf(http.StatusBadRequest, "registry credentials (fromImageRegistry) are not supported: pull the image into the server's image store first (POST /v1/images)")
-	case req.StartCmd != "" || req.ReadyCmd != "":
-		return apiErrorf(http.StatusBadRequest, "setStartCmd and setReadyCmd are not supported by airlock's templates: start the process after Sandbox.create (commands.run with background: true)")
+	case (req.StartCmd != "" || req.ReadyCmd != "") && h.tmplDir == "":
+		return apiErrorf(http.StatusBadRequest, "this server keeps no state directory: setStartCmd and setReadyCmd cannot be recorded")
 	case from != "" && req.FromTemplate != "":
 		return apiErrorf(http.StatusBadRequest, "fromImage and fromTemplate are exclusive")
 	case from == "":
@@ -510,13 +510,13 @@ func (h *Handler) startTemplateBuild(w http.ResponseWriter, r *http.Request) err
 	if err := h.m.AuditFirst(r.Context(), owner, "", "template.build", map[string]any{"name": b.name, "via": "e2b", "template": b.templateID}); err != nil {
 		return err
 	}
-	go h.runTemplateBuild(b, df, req.Force)
+	go h.runTemplateBuild(b, df, req.Force, startSpec{StartCmd: req.StartCmd, ReadyCmd: req.ReadyCmd})
 	w.WriteHeader(http.StatusAccepted)
 	return nil
 }
 
 // runTemplateBuild builds b's Dockerfile df with airlock's builder.
-func (h *Handler) runTemplateBuild(b *tmplBuild, df string, noCache bool) {
+func (h *Handler) runTemplateBuild(b *tmplBuild, df string, noCache bool, start startSpec) {
 	fail := func(msg string) {
 		b.log("error", msg)
 		b.mu.Lock()
@@ -558,6 +558,14 @@ func (h *Handler) runTemplateBuild(b *tmplBuild, df string, noCache bool) {
 	if err != nil {
 		fail("build failed: " + err.Error())
 		return
+	}
+	// Recorded even when empty: a rebuild without them clears them.
+	start.Digest = res.Image.Digest
+	if h.tmplDir != "" {
+		if err := h.saveStartSpec(b.owner, b.name, start); err != nil {
+			fail("recording the start and ready commands: " + err.Error())
+			return
+		}
 	}
 	b.log("info", fmt.Sprintf("built %s (%s): %d steps, %d cached", b.name, res.Image.Digest, res.Steps, res.Cached))
 	b.mu.Lock()
