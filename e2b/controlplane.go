@@ -356,7 +356,8 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, defTimeout floa
 		Profile: profile, Image: image, Env: env, Metadata: md, Timeout: ttl, Network: network, Secrets: secrets, Volumes: volumes}
 	if snap != nil {
 		md[templateKey] = snap.ID
-		info, kind, err := h.createFromSnapshot(r.Context(), *snap, creq)
+		own := len(req.EnvVars) > 0 || len(secrets) > 0 || present(req.Network) || req.AllowInternetAccess != nil
+		info, kind, err := h.createFromSnapshot(r.Context(), *snap, creq, own)
 		if err != nil {
 			return err
 		}

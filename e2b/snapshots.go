@@ -458,8 +458,12 @@ func restoreWorkspace(ctx context.Context, ag *agent.Client, path string) error 
 // sandbox of its template (or root image) with its workspace unpacked. A
 // sandbox whose workspace cannot be restored is killed: the create fails
 // and leaves nothing behind.
-func (h *Handler) createFromSnapshot(ctx context.Context, rec snapRecord, req manager.CreateRequest) (manager.Info, string, error) {
-	if h.memoryLive(ctx, &rec) {
+//
+// A fork has the snapshotted sandbox's environment, network and injected
+// headers, so a create that sets any of these (own is false) gets the
+// files copy, where they apply, rather than have them ignored.
+func (h *Handler) createFromSnapshot(ctx context.Context, rec snapRecord, req manager.CreateRequest, own bool) (manager.Info, string, error) {
+	if !own && h.memoryLive(ctx, &rec) {
 		// A fork has the original's policy, network and processes (and
 		// their environment): only these are its own.
 		info, err := h.m.Create(ctx, manager.CreateRequest{Owner: req.Owner, OwnerLimit: req.OwnerLimit,

@@ -95,6 +95,13 @@ async function main() {
     }
     await a.kill()
     await b.kill()
+    // A create that sets its own envs gets the files copy, where they
+    // apply (a fork would have the original's environment).
+    const c = await created(Sandbox.create(snap.snapshotId, { envs: { MINE: 'yes' } }))
+    eq((await c.commands.run('echo $MINE')).stdout, 'yes\n', 'the create\'s envs apply')
+    eq(await c.files.read('/home/user/state.txt'), 'before snapshot', 'and the files are the snapshot\'s')
+    eq((await sleepers(c)).length, 0, 'a files copy has no processes')
+    await c.kill()
   })
 
   await step('hostile key: cannot list, use or delete another key\'s snapshot', async () => {
