@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"path"
 	"sort"
 	"strconv"
 	"strings"
@@ -290,7 +291,12 @@ func (h *Handler) processStart(ctx context.Context, c *rpcCall, b *boxState, bod
 	if err != nil {
 		return err
 	}
+	// E2B runs commands in the template's working directory (setWorkdir,
+	// an image's WORKDIR); airlock's default is the workspace.
 	cwd := ""
+	if wd := b.sb.WorkDir(); path.IsAbs(wd) && wd != sandboxHome {
+		cwd = wd
+	}
 	if req.Process.Cwd != nil && *req.Process.Cwd != "" {
 		sp, ok := toSandbox(*req.Process.Cwd)
 		if !ok {

@@ -66,7 +66,7 @@ const t = Template({ fileContextPath: process.env.CTX })
 const info = await Template.build(t, 'sdk-built', { onBuildLogs: (l) => out.logs.push(l.message) })
 out.name = info.name
 const sbx = await Sandbox.create('sdk-built')
-out.run = (await sbx.commands.run('cat /opt/app/hello.txt /opt/app/sub/deep.txt /opt/built.txt /opt/rt.txt; echo "$GREETING"')).stdout
+out.run = (await sbx.commands.run('cat /opt/app/hello.txt /opt/app/sub/deep.txt /opt/built.txt /opt/rt.txt; echo "$GREETING"; pwd')).stdout
 await sbx.kill()
 out.exists = await Template.exists('sdk-built')
 try { await Sandbox.create('sdk-built', { apiKey: process.env.OTHER }); out.other = 'no error' } catch (e) { out.other = e.name + ': ' + e.message }
@@ -93,7 +93,7 @@ process.exit(0)
 		t.Fatalf("node output %q: %v", b, err)
 	}
 	t.Logf("%+v", out)
-	if out.Run != "hello from the context\ndeep\nbuilt\n"+string(runtime)+"\nhi \"there\"\n" || !out.Exists {
+	if out.Run != "hello from the context\ndeep\nbuilt\n"+string(runtime)+"\nhi \"there\"\n/opt/app\n" || !out.Exists {
 		t.Errorf("sandbox from the SDK-built template: %+v", out)
 	}
 	if !strings.Contains(strings.Join(out.Logs, "\n"), "RUN") {

@@ -238,14 +238,31 @@ func (s *Sandbox) Ended() <-chan struct{} { return s.ended }
 // it) for an image sandbox whose image runs as root or that was created
 // with User "root"; "" if its policy cannot be read.
 func (s *Sandbox) UserName() string {
+	p, ok := s.policy()
+	if !ok {
+		return ""
+	}
+	return p.User.Name
+}
+
+// WorkDir is the working directory of the sandbox's program: /workspace
+// by default, an image's WORKDIR for an image sandbox; "" if its policy
+// cannot be read.
+func (s *Sandbox) WorkDir() string {
+	p, ok := s.policy()
+	if !ok {
+		return ""
+	}
+	return p.Filesystem.Workdir
+}
+
+// policy decodes the sandbox's recorded policy.
+func (s *Sandbox) policy() (policy.Policy, bool) {
 	s.mu.Lock()
 	raw := s.rec.Policy
 	s.mu.Unlock()
 	var p policy.Policy
-	if json.Unmarshal(raw, &p) != nil {
-		return ""
-	}
-	return p.User.Name
+	return p, json.Unmarshal(raw, &p) == nil
 }
 
 func (s *Sandbox) info() Info {
