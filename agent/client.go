@@ -1030,6 +1030,20 @@ func (r *fileReader) Close() error {
 // and leaves an existing file's mode alone. An existing non-regular file is
 // refused with CodeNotRegular.
 func (c *Client) WriteFile(ctx context.Context, path string, r io.Reader, mode os.FileMode) (int64, error) {
+	return c.writeFile(ctx, writeFileMsg{Path: path}, r, mode)
+}
+
+// WriteFileMetadata is WriteFile that also makes md the file's whole
+// user-defined metadata (user.e2b.* extended attributes; keys it lacks are
+// removed; see CheckMetadata).
+func (c *Client) WriteFileMetadata(ctx context.Context, path string, r io.Reader, md map[string]string) (int64, error) {
+	if err := CheckMetadata(md); err != nil {
+		return 0, &Error{Code: CodeInvalidArgument, Message: err.Error()}
+	}
+	return c.writeFile(ctx, writeFileMsg{Path: path, SetMetadata: true, Metadata: md}, r, 0)
+}
+
+func (c *Client) writeFile(ctx context.Context, msg writeFileMsg, r io.Reader, mode os.FileMode) (int64, error) {
 	perm := uint32(mode.Perm())
 	if mode&os.ModeSetuid != 0 {
 		perm |= 0o4000
@@ -1040,7 +1054,8 @@ func (c *Client) WriteFile(ctx context.Context, path string, r io.Reader, mode o
 	if mode&os.ModeSticky != 0 {
 		perm |= 0o1000
 	}
-	s, err := c.open(FrameWriteFile, writeFileMsg{Path: path, Mode: perm})
+	msg.Mode = perm
+	s, err := c.open(FrameWriteFile, msg)
 	if err != nil {
 		return 0, fmt.Errorf("agent write_file: %w", err)
 	}

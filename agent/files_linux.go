@@ -208,8 +208,13 @@ func (a *hostConn) handleWriteFile(s *astream, payload []byte) (any, error) {
 		return nil, err
 	}
 	defer f.Close()
-	if err := f.Truncate(0); err != nil {
-		return nil, fmt.Errorf("truncating %s: %w", path, err)
+	// A new file is empty already: truncating it would add a write event
+	// to a watcher's (envd reports a new file's write as create, chmod,
+	// write).
+	if !created {
+		if err := f.Truncate(0); err != nil {
+			return nil, fmt.Errorf("truncating %s: %w", path, err)
+		}
 	}
 	if created || req.Mode != 0 { // exact mode, regardless of umask
 		if err := syscall.Fchmod(int(f.Fd()), perm); err != nil {
@@ -231,6 +236,11 @@ func (a *hostConn) handleWriteFile(s *astream, payload []byte) (any, error) {
 			return nil, fmt.Errorf("writing %s: %w", path, err)
 		}
 		s.consumed(len(data))
+	}
+	if req.SetMetadata {
+		if err := replaceMetadata(int(f.Fd()), req.Metadata); err != nil {
+			return nil, err
+		}
 	}
 	if err := f.Close(); err != nil {
 		return nil, fmt.Errorf("closing %s: %w", path, err)
@@ -310,6 +320,9 @@ func fileInfo(path string, st os.FileInfo) FileInfo {
 	}
 	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
 		fi.Owner, fi.Group = idName("u", sys.Uid), idName("g", sys.Gid)
+	}
+	if fi.Type == TypeFile || fi.Type == TypeDir {
+		fi.Metadata = readMetadata(path)
 	}
 	return fi
 }

@@ -348,6 +348,10 @@ type pathMsg struct {
 type writeFileMsg struct {
 	Path string `json:"path"`
 	Mode uint32 `json:"mode,omitempty"`
+	// SetMetadata makes Metadata the file's whole metadata (E2B's
+	// uploads); without it the metadata is left as it was.
+	SetMetadata bool              `json:"set_metadata,omitempty"`
+	Metadata    map[string]string `json:"metadata,omitempty"`
 }
 
 type listMsg struct {

@@ -177,4 +177,7 @@ type FileInfo struct {
 	// /etc/passwd and /etc/group do, or give their numeric ids.
 	Owner string `json:"owner,omitempty"`
 	Group string `json:"group,omitempty"`
+	// Metadata is the file's user-defined metadata (the user.e2b.*
+	// extended attributes), if any.
+	Metadata map[string]string `json:"metadata,omitempty"`
 }

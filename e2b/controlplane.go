@@ -31,7 +31,7 @@ const autoResumeKey = "e2b.auto_resume"
 // hiddenKey reports whether a metadata key is airlock's own, kept out of
 // E2B's view of the metadata and refused in a create's.
 func hiddenKey(k string) bool {
-	return k == templateKey || k == autoResumeKey || k == manager.OnTimeoutKey
+	return k == templateKey || k == autoResumeKey || k == manager.OnTimeoutKey || k == manager.PauseMemoryKey
 }
 
 // E2B's well-known templates, served by the profile in Config.Profile.
@@ -79,7 +79,23 @@ func (h *Handler) controlRoutes() *http.ServeMux {
 	route("POST /sandboxes/{id}/pause", h.pause)
 	route("POST /sandboxes/{id}/resume", h.resume)
 	route("POST /sandboxes/{id}/fork", h.fork)
-	route("POST /sandboxes/{id}/snapshots", unsupported("snapshotting a sandbox"))
+	route("POST /sandboxes/{id}/snapshots", h.createSnapshot)
+	route("GET /snapshots", h.listSnapshots)
+	route("DELETE /templates/{id}", h.deleteTemplate)
+	route("POST /v3/templates", h.requestTemplate)
+	route("GET /templates/{id}/files/{hash}", h.templateFiles)
+	route("POST /v2/templates/{id}/builds/{build}", h.startTemplateBuild)
+	route("GET /templates/{id}/builds/{build}/status", h.templateBuildStatus)
+	route("GET /templates/aliases/{alias}", h.templateAlias)
+	route("POST /volumes", h.createVolume)
+	route("GET /volumes", h.listVolumes)
+	route("GET /volumes/{id}", h.getVolume)
+	route("DELETE /volumes/{id}", h.deleteVolume)
+	route("GET /secrets", h.listSecrets)
+	route("POST /secrets", h.createSecret)
+	route("GET /secrets/{id}", h.getSecret)
+	route("POST /secrets/{id}", h.updateSecret)
+	route("DELETE /secrets/{id}", h.deleteSecret)
 	route("PUT /sandboxes/{id}/network", h.updateNetwork)
 	route("GET /sandboxes/{id}/logs", unsupported("reading sandbox logs"))
 	route("GET /v2/sandboxes/{id}/logs", unsupported("reading sandbox logs"))
@@ -275,14 +291,14 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, defTimeout floa
 	switch {
 	case present(req.MCP):
 		return apiErrorf(http.StatusBadRequest, "MCP gateways are not supported by airlock")
-	case req.AutoPauseMemory != nil && !*req.AutoPauseMemory:
-		return apiErrorf(http.StatusBadRequest, "%s", noFilesystemOnlyPause)
-	case present(req.VolumeMounts):
-		return apiErrorf(http.StatusBadRequest, "volume mounts are not supported by airlock")
 	case present(req.IAM):
 		return apiErrorf(http.StatusBadRequest, "IAM tokens are not supported by airlock")
 	}
 	network, secrets, err := networkFor(req.AllowInternetAccess, req.Network, false)
+	if err != nil {
+		return err
+	}
+	volumes, err := volumeMounts(req.VolumeMounts)
 	if err != nil {
 		return err
 	}
@@ -295,9 +311,22 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, defTimeout floa
 		}
 	}
 	c := callerOf(r.Context())
-	profile, image, err := h.templateFor(c.id, req.TemplateID)
+	secrets, secretNames, err := h.resolveSecrets(c.id, secrets)
 	if err != nil {
 		return err
+	}
+	var snap *snapRecord
+	profile, image := "", ""
+	if h.snaps != nil {
+		if rec, ok := h.snaps.find(c.id, req.TemplateID); ok {
+			snap = &rec
+		}
+	}
+	if snap == nil {
+		var err error
+		if profile, image, err = h.templateFor(c.id, req.TemplateID); err != nil {
+			return err
+		}
 	}
 	ttl, err := timeoutSeconds(req.Timeout, defTimeout)
 	if err != nil {
@@ -310,6 +339,9 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, defTimeout floa
 	md[templateKey] = req.TemplateID
 	if req.AutoPause != nil && *req.AutoPause {
 		md[manager.OnTimeoutKey] = "pause"
+		if req.AutoPauseMemory != nil && !*req.AutoPauseMemory {
+			md[manager.PauseMemoryKey] = "false"
+		}
 	}
 	if autoResumeWanted(req.AutoResume) {
 		md[autoResumeKey] = "true"
@@ -320,10 +352,43 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, defTimeout floa
 	for k, v := range req.EnvVars {
 		env[k] = v
 	}
-	info, err := h.m.Create(r.Context(), manager.CreateRequest{Owner: c.id, OwnerLimit: c.maxSandboxes,
-		Profile: profile, Image: image, Env: env, Metadata: md, Timeout: ttl, Network: network, Secrets: secrets})
+	creq := manager.CreateRequest{Owner: c.id, OwnerLimit: c.maxSandboxes,
+		Profile: profile, Image: image, Env: env, Metadata: md, Timeout: ttl, Network: network, Secrets: secrets, Volumes: volumes}
+	if snap != nil {
+		md[templateKey] = snap.ID
+		own := len(req.EnvVars) > 0 || len(secrets) > 0 || present(req.Network) || req.AllowInternetAccess != nil
+		info, kind, err := h.createFromSnapshot(r.Context(), *snap, creq, own)
+		if err != nil {
+			return err
+		}
+		h.cfg.Logf("e2b: %s created from %s snapshot %s", info.ID, kind, snap.ID)
+		writeJSON(w, http.StatusCreated, h.created(info.ID, snap.ID))
+		return nil
+	}
+	info, err := h.m.Create(r.Context(), creq)
 	if err != nil {
 		return err
+	}
+	if image != "" {
+		if spec, ok := h.startSpecFor(c.id, image); ok {
+			sb, err := h.m.Lookup(c.id, info.ID)
+			if err == nil {
+				err = startTemplate(r.Context(), sb, spec)
+			}
+			if err != nil {
+				if kerr := h.m.Kill(context.WithoutCancel(r.Context()), c.id, info.ID); kerr != nil {
+					h.cfg.Logf("e2b: kill of %s after its start command failed: %v", info.ID, kerr)
+				}
+				return err
+			}
+		}
+	}
+	if len(secretNames) > 0 {
+		hosts := make([]string, 0, len(secrets))
+		for _, s := range secrets {
+			hosts = append(hosts, s.Host+" "+s.Header)
+		}
+		h.m.Audit(r.Context(), c.id, info.ID, "e2b.secret_use", map[string]any{"secrets": secretNames, "headers": hosts})
 	}
 	writeJSON(w, http.StatusCreated, h.created(info.ID, req.TemplateID))
 	return nil
@@ -514,9 +579,6 @@ func (h *Handler) connect(w http.ResponseWriter, r *http.Request, v2 bool) error
 	if err := decodeBody(r, &req); err != nil {
 		return err
 	}
-	if req.Memory != nil && !*req.Memory {
-		return apiErrorf(http.StatusBadRequest, "%s", noFilesystemOnlyPause)
-	}
 	def := 300.0
 	if !v2 && req.Timeout == nil {
 		return apiErrorf(http.StatusBadRequest, "timeout is required")
@@ -531,8 +593,9 @@ func (h *Handler) connect(w http.ResponseWriter, r *http.Request, v2 bool) error
 		return err
 	}
 	if in.Paused {
-		// E2B's connect resumes a paused sandbox and answers 201.
-		return h.resumeFor(w, r, id, d)
+		// E2B's connect resumes a paused sandbox and answers 201;
+		// onResume: 'reboot' (memory: false) drops its processes.
+		return h.resumeFor(w, r, id, d, req.Memory != nil && !*req.Memory)
 	}
 	if err := h.extend(r, in, d); err != nil {
 		return err

@@ -78,22 +78,12 @@ func TestE2BSDKScenario(t *testing.T) {
 // runScenario runs e2b-scenario.mjs once with the e2b package pkg against
 // the server at url, whose default runtime is runtime.
 func runScenario(t *testing.T, node, jsDir, url, key, pkg, runtime string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, node, "e2b-scenario.mjs")
-	cmd.Dir = jsDir
-	cmd.Env = append(os.Environ(), "E2B_API_URL="+url, "E2B_SANDBOX_URL="+url, "E2B_API_KEY="+key,
+	out, err := runScript(t, node, jsDir, "e2b-scenario.mjs", 5*time.Minute, "E2B_API_URL="+url, "E2B_SANDBOX_URL="+url, "E2B_API_KEY="+key,
 		"E2B_VALIDATE_API_KEY=true", "E2B_SDK_PACKAGE="+pkg, "E2B_RUNTIME="+runtime)
-	var buf bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &buf, &buf
-	err := cmd.Run()
-	for _, line := range strings.Split(strings.TrimRight(buf.String(), "\n"), "\n") {
-		t.Log(line)
-	}
 	if err != nil {
 		t.Fatalf("e2b scenario failed: %v", err) // the server's log follows (testserver)
 	}
-	if m := regexp.MustCompile(`(?m)^SKIPPED: (.*)$`).FindStringSubmatch(buf.String()); m != nil {
+	if m := regexp.MustCompile(`(?m)^SKIPPED: (.*)$`).FindStringSubmatch(out); m != nil {
 		var skipped []string
 		json.Unmarshal([]byte(m[1]), &skipped)
 		for _, s := range skipped {
@@ -101,6 +91,24 @@ func runScenario(t *testing.T, node, jsDir, url, key, pkg, runtime string) {
 		}
 	}
 	assertNoneRunning(t, url, key)
+}
+
+// runScript runs node on script in jsDir with env added to the
+// environment, for at most d, logs its output line by line, and returns it.
+func runScript(t *testing.T, node, jsDir, script string, d time.Duration, env ...string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, script)
+	cmd.Dir = jsDir
+	cmd.Env = append(os.Environ(), env...)
+	var buf bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &buf, &buf
+	err := cmd.Run()
+	for _, line := range strings.Split(strings.TrimRight(buf.String(), "\n"), "\n") {
+		t.Log(line)
+	}
+	return buf.String(), err
 }
 
 // assertNoneRunning checks that nothing of a scenario's sandboxes is left

@@ -60,8 +60,8 @@ func fileQuery(w http.ResponseWriter, r *http.Request) (string, bool) {
 		writeAPIError(w, http.StatusBadRequest, "repeated path parameter")
 		return "", false
 	}
-	if e := checkUser(q.Get("username")); e != nil {
-		writeAPIError(w, http.StatusForbidden, e.Message)
+	if e := checkUser(r, q.Get("username")); e != nil {
+		writeAPIError(w, http.StatusUnauthorized, e.Message)
 		return "", false
 	}
 	return q.Get("path"), true
@@ -141,9 +141,32 @@ func (c *cappedReader) Read(p []byte) (int, error) {
 
 // uploaded is envd's answer for one written file.
 type uploaded struct {
-	Name string `json:"name"`
-	Type string `json:"type"`
-	Path string `json:"path"`
+	Name     string            `json:"name"`
+	Type     string            `json:"type"`
+	Path     string            `json:"path"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+// metadataHeaderPrefix marks the request headers that carry a file's
+// metadata (envd 0.6.2): X-Metadata-KEY: VALUE.
+const metadataHeaderPrefix = "X-Metadata-"
+
+// metadataOf returns the metadata of an upload's X-Metadata-* headers, as
+// envd reads them: the prefix stripped, the key lower-cased, the first
+// value of a repeated header.
+func metadataOf(h http.Header) map[string]string {
+	var md map[string]string
+	for name, values := range h {
+		key, ok := strings.CutPrefix(name, metadataHeaderPrefix)
+		if !ok || key == "" || len(values) == 0 {
+			continue
+		}
+		if md == nil {
+			md = map[string]string{}
+		}
+		md[strings.ToLower(key)] = values[0]
+	}
+	return md
 }
 
 // partFileName returns a multipart part's file name as sent: Go's
@@ -166,11 +189,10 @@ func (h *Handler) writeFiles(w http.ResponseWriter, r *http.Request, b *boxState
 	if !ok {
 		return
 	}
-	for k := range r.Header {
-		if strings.HasPrefix(k, "X-Metadata-") {
-			writeAPIError(w, http.StatusBadRequest, "file metadata (X-Metadata-* headers) is not supported by airlock")
-			return
-		}
+	md := metadataOf(r.Header)
+	if err := agent.CheckMetadata(md); err != nil {
+		writeAPIError(w, http.StatusBadRequest, err.Error())
+		return
 	}
 	max := h.cfg.MaxFileBytes
 	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
@@ -198,7 +220,13 @@ func (h *Handler) writeFiles(w http.ResponseWriter, r *http.Request, b *boxState
 			writeAPIError(w, status, err.Error())
 			return false
 		}
-		n, err := ag.WriteFile(r.Context(), p, &cappedReader{r: body, max: max}, 0)
+		mark := b.markWatchers(p)
+		// As envd, every upload replaces the file's metadata with the
+		// request's (none clears it).
+		n, err := ag.WriteFileMetadata(r.Context(), p, &cappedReader{r: body, max: max}, md)
+		if err == nil {
+			mark.settle(r.Context(), p, n == 0)
+		}
 		detail := map[string]any{"path": p, "bytes": n, "via": "e2b"}
 		if err != nil {
 			detail["error"] = err.Error()
@@ -212,7 +240,7 @@ func (h *Handler) writeFiles(w http.ResponseWriter, r *http.Request, b *boxState
 			writeAPIError(w, status, msg)
 			return false
 		}
-		out = append(out, uploaded{Name: path.Base(p), Type: "file", Path: fromSandbox(p)})
+		out = append(out, uploaded{Name: path.Base(p), Type: "file", Path: fromSandbox(p), Metadata: md})
 		return true
 	}
 	switch mt {

@@ -22,7 +22,7 @@ import (
 func entryFor(fi agent.FileInfo) entryInfo {
 	mode := fi.Mode
 	e := entryInfo{Name: fi.Name, Path: fromSandbox(fi.Path), Size: pbInt64(fi.Size), Mode: uint32(fi.Mode.Perm()),
-		Owner: fi.Owner, Group: fi.Group}
+		Owner: fi.Owner, Group: fi.Group, Metadata: fi.Metadata}
 	switch fi.Type {
 	case agent.TypeFile:
 		e.Type = pbFileType(fileTypeFile)
@@ -65,7 +65,7 @@ func (h *Handler) fsStat(ctx context.Context, c *rpcCall, b *boxState, body []by
 	if err != nil {
 		return nil, agentRPCError(err)
 	}
-	e := entryFor(fi)
+	e := entriesFor(ctx, c.r, b.sb.Agent(), []agent.FileInfo{fi})[0]
 	return &entryResponse{Entry: &e}, nil
 }
 
@@ -89,11 +89,7 @@ func (h *Handler) fsListDir(ctx context.Context, c *rpcCall, b *boxState, body [
 	if err != nil {
 		return nil, agentRPCError(err)
 	}
-	out := listDirResponse{Entries: make([]entryInfo, 0, len(list))}
-	for _, fi := range list {
-		out.Entries = append(out.Entries, entryFor(fi))
-	}
-	return &out, nil
+	return &listDirResponse{Entries: entriesFor(ctx, c.r, b.sb.Agent(), list)}, nil
 }
 
 func (h *Handler) fsMakeDir(ctx context.Context, c *rpcCall, b *boxState, body []byte) (any, error) {
@@ -154,7 +150,7 @@ func (h *Handler) fsMove(ctx context.Context, c *rpcCall, b *boxState, body []by
 	if err != nil {
 		return nil, agentRPCError(err)
 	}
-	e := entryFor(fi)
+	e := entriesFor(ctx, c.r, ag, []agent.FileInfo{fi})[0]
 	return &entryResponse{Entry: &e}, nil
 }
 
@@ -201,6 +197,7 @@ type watcher struct {
 	ag           *agent.Client
 	aw           *agent.Watch
 	dir          string
+	recursive    bool
 	includeEntry bool
 
 	// For watchers created by CreateWatcher: queued events.
@@ -211,6 +208,12 @@ type watcher struct {
 	failed   *Error
 	stopCh   chan struct{}
 	stopOnce sync.Once
+	// seq counts the events queued; last holds, per name and type, the
+	// seq of the latest (see settle); arrived is closed and replaced at
+	// each event.
+	seq     uint64
+	last    map[string]uint64
+	arrived chan struct{}
 }
 
 // newWatcher starts watching; events made after it returns are reported.
@@ -232,8 +235,8 @@ func newWatcher(ctx context.Context, ag *agent.Client, req *watchRequest) (*watc
 		}
 		return nil, agentRPCError(err)
 	}
-	return &watcher{ag: ag, aw: aw, dir: dir, includeEntry: req.IncludeEntry,
-		stopCh: make(chan struct{}), lastRead: time.Now()}, nil
+	return &watcher{ag: ag, aw: aw, dir: dir, recursive: req.Recursive, includeEntry: req.IncludeEntry,
+		stopCh: make(chan struct{}), lastRead: time.Now(), last: map[string]uint64{}, arrived: make(chan struct{})}, nil
 }
 
 func (w *watcher) stop() {
@@ -379,11 +382,94 @@ func (h *Handler) fsCreateWatcher(ctx context.Context, c *rpcCall, b *boxState, 
 					w.queue = append(w.queue[:0], w.queue[n-maxQueuedEvents:]...)
 					w.dropped = true
 				}
+				w.seq++
+				if len(w.last) >= maxQueuedEvents {
+					clear(w.last)
+				}
+				w.last[ev.Op+"\x00"+ev.Path] = w.seq
+				close(w.arrived)
+				w.arrived = make(chan struct{})
 				w.mu.Unlock()
 			}
 		}
 	}()
 	return &createWatcherResponse{WatcherID: id}, nil
+}
+
+// settleWait bounds how long a write waits for the polling watchers that
+// cover its file to have queued its events.
+const settleWait = 2 * time.Second
+
+// covers reports whether the watcher reports events of sandbox path p.
+func (w *watcher) covers(p string) bool {
+	rel, ok := strings.CutPrefix(p, w.dir+"/")
+	return ok && rel != "" && (w.recursive || !strings.Contains(rel, "/"))
+}
+
+// watchMark is where each polling watcher of a box stood before a write.
+type watchMark map[*watcher]uint64
+
+// markWatchers notes the polling watchers that cover sandbox path p, and
+// how many events each had queued, before a write of p.
+func (b *boxState) markWatchers(p string) watchMark {
+	b.mu.Lock()
+	ws := make([]*watcher, 0, len(b.watchers))
+	for _, w := range b.watchers {
+		if w.covers(p) {
+			ws = append(ws, w)
+		}
+	}
+	b.mu.Unlock()
+	m := watchMark{}
+	for _, w := range ws {
+		w.mu.Lock()
+		m[w] = w.seq
+		w.mu.Unlock()
+	}
+	return m
+}
+
+// settle waits, up to settleWait, until each watcher of m has queued the
+// last event of the write of sandbox path p that has just returned: its
+// write (a file with content) or, for an empty one, its write or mode
+// change. The kernel queues a write's events before the write returns,
+// but the agent relays them on its own time; without this, the Python
+// SDK's get_new_events() right after files.write() could miss some (E2B's
+// envd reports them synchronously).
+func (m watchMark) settle(ctx context.Context, p string, empty bool) {
+	if len(m) == 0 {
+		return
+	}
+	ops := []string{agent.WatchWrite}
+	if empty {
+		ops = append(ops, agent.WatchChmod)
+	}
+	t := time.NewTimer(settleWait)
+	defer t.Stop()
+	for w, mark := range m {
+		for {
+			w.mu.Lock()
+			done := false
+			for _, op := range ops {
+				done = done || w.last[op+"\x00"+p] > mark
+			}
+			arrived := w.arrived
+			w.mu.Unlock()
+			if done {
+				break
+			}
+			select {
+			case <-arrived:
+				continue
+			case <-w.stopCh:
+			case <-t.C:
+				return
+			case <-ctx.Done():
+				return
+			}
+			break
+		}
+	}
 }
 
 func (h *Handler) fsGetWatcherEvents(ctx context.Context, b *boxState, body []byte) (any, error) {

@@ -47,10 +47,11 @@ import (
 )
 
 // EnvdVersion is the envd version airlock reports. The SDKs gate features
-// on it; airlock implements those up to 0.5.7 (stdin control 0.3.0,
-// no default username 0.4.0, CloseStdin 0.5.2, octet-stream uploads 0.5.7)
-// but not file metadata (0.6.2), which needs extended attributes.
-const EnvdVersion = "0.5.7"
+// on it; airlock implements those up to 0.6.4: stdin control 0.3.0, no
+// default username 0.4.0, CloseStdin 0.5.2, octet-stream uploads 0.5.7,
+// file metadata 0.6.2 (user.e2b.* extended attributes), entries in watch
+// events 0.6.3, allowNetworkMounts 0.6.4 (nothing is a network mount).
+const EnvdVersion = "0.6.4"
 
 // Ports E2B addresses inside a sandbox.
 const (
@@ -108,6 +109,16 @@ type Config struct {
 	Domain string
 	// MaxFileBytes caps a file upload; 0 means DefaultMaxFileBytes.
 	MaxFileBytes int64
+	// SnapshotDir keeps E2B's snapshots (createSnapshot). Empty means
+	// e2b-snapshots in the Store's directory; without a Store, the server
+	// keeps no snapshots (creating one is a 501).
+	SnapshotDir string
+	// SnapshotsPerKey caps the snapshots one key keeps; 0 means
+	// DefaultSnapshotsPerKey.
+	SnapshotsPerKey int
+	// SnapshotBytes caps one snapshot's workspace archive; 0 means
+	// DefaultSnapshotBytes.
+	SnapshotBytes int64
 	// Logf logs operational problems; log.Printf if nil.
 	Logf func(format string, args ...any)
 }
@@ -118,6 +129,11 @@ type Handler struct {
 	m       *manager.Manager
 	control *http.ServeMux
 	secret  []byte
+	snaps   *snapshots   // nil: no snapshots
+	secrets *secretStore // nil: no secrets
+	tb      templateBuilds
+	// tmplDir records SDK templates' start and ready commands ("": none).
+	tmplDir string
 
 	owners sync.Map // sandbox id -> owner key id, for the sandboxes in boxes
 
@@ -170,7 +186,32 @@ func NewHandler(cfg Config) (*Handler, error) {
 			return nil, err
 		}
 	}
-	h := &Handler{cfg: cfg, m: cfg.Manager, secret: secret, boxes: map[string]*boxState{}}
+	h := &Handler{cfg: cfg, m: cfg.Manager, secret: secret, boxes: map[string]*boxState{},
+		tb: templateBuilds{builds: map[string]*tmplBuild{}, sem: make(chan struct{}, 2)}}
+	if cfg.SnapshotDir == "" && cfg.Store != nil {
+		cfg.SnapshotDir = filepath.Join(filepath.Dir(cfg.Store.Path()), "e2b-snapshots")
+	}
+	if cfg.Store != nil {
+		dir := filepath.Join(filepath.Dir(cfg.Store.Path()), "e2b-secrets")
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("e2b: secrets directory: %w", err)
+		}
+		h.secrets = &secretStore{dir: dir}
+		h.tmplDir = filepath.Join(filepath.Dir(cfg.Store.Path()), "e2b-templates")
+	}
+	if cfg.SnapshotDir != "" {
+		if err := os.MkdirAll(cfg.SnapshotDir, 0o700); err != nil {
+			return nil, fmt.Errorf("e2b: snapshot directory: %w", err)
+		}
+		h.snaps = &snapshots{dir: cfg.SnapshotDir, perKey: cfg.SnapshotsPerKey, maxBytes: cfg.SnapshotBytes,
+			pending: map[string]int{}, names: map[string]bool{}}
+		if h.snaps.perKey <= 0 {
+			h.snaps.perKey = DefaultSnapshotsPerKey
+		}
+		if h.snaps.maxBytes <= 0 {
+			h.snaps.maxBytes = DefaultSnapshotBytes
+		}
+	}
 	h.control = h.controlRoutes()
 	return h, nil
 }
@@ -237,6 +278,9 @@ func (h *Handler) Match(r *http.Request) bool {
 		return true
 	}
 	p := r.URL.Path
+	if strings.HasPrefix(p, templateUploadPrefix) {
+		return true
+	}
 	for _, prefix := range []string{"/sandboxes", "/v2/sandboxes"} {
 		if p == prefix || strings.HasPrefix(p, prefix+"/") {
 			return true
@@ -253,6 +297,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if id := r.Header.Get(headerSandboxID); id != "" {
 		h.serveSandbox(w, r, id)
+		return
+	}
+	if strings.HasPrefix(r.URL.Path, templateUploadPrefix) {
+		h.serveTemplateUpload(w, r)
 		return
 	}
 	h.control.ServeHTTP(w, r)
@@ -403,6 +451,7 @@ func (h *Handler) serveSandbox(w http.ResponseWriter, r *http.Request, id string
 	case InterpreterPort:
 		h.serveInterpreter(w, r, h.box(sb))
 	case EnvdPort:
+		r = r.WithContext(context.WithValue(r.Context(), sandboxUserKey{}, sb.UserName()))
 		h.serveEnvd(w, r, h.box(sb))
 	default:
 		h.servePort(w, r, sb, port)
@@ -492,15 +541,29 @@ func (h *Handler) serveRPC(w http.ResponseWriter, r *http.Request, b *boxState, 
 	}
 }
 
-// checkUser refuses a user other than the sandbox's own. envd runs
+// sandboxUserKey carries, in an envd request's context, the name of the
+// user the sandbox runs everything as (manager.Sandbox.UserName).
+type sandboxUserKey struct{}
+
+// checkUser refuses a user other than the sandbox's own, as envd refuses a
+// user its template lacks (unauthenticated, "invalid username"). envd runs
 // commands and file operations as any user of the template; airlock runs
-// everything as the sandbox user "user". RPCs name the user in HTTP Basic
-// auth; /files in the username parameter.
-func checkUser(user string) *Error {
-	if user == "" || user == "user" {
+// everything in a sandbox as one user: "user" (uid 1000 of the sandbox's
+// own user namespace), or "root" (uid 0 of it) in a sandbox of an image or
+// template that runs as root. RPCs name the user in HTTP Basic auth;
+// /files in the username parameter.
+func checkUser(r *http.Request, user string) *Error {
+	own, _ := r.Context().Value(sandboxUserKey{}).(string)
+	if own == "" {
+		own = "user"
+	}
+	if user == "" || user == own {
 		return nil
 	}
-	return errorf(CodePermissionDenied, "user %q is not available: airlock runs everything in the sandbox as \"user\" (uid 1000 of the sandbox's own user namespace; there is no root inside, and never the host's): leave user unset, and build a template or image with what needs root", user)
+	if user == "root" {
+		return errorf(CodeUnauthenticated, "invalid username: 'root': user \"root\" is not available in this sandbox: it runs everything as %q (uid 1000 of its own user namespace; no root inside, and never the host's): leave user unset, or use a template or image that runs as root (its root is uid 0 of the sandbox's own user namespace)", own)
+	}
+	return errorf(CodeUnauthenticated, "invalid username: '%s': this sandbox runs everything as %q: leave user unset", user, own)
 }
 
 // rpcUser extracts the user named by an RPC's Authorization header.
@@ -513,7 +576,7 @@ func rpcUser(r *http.Request) *Error {
 	if !ok {
 		return errorf(CodeUnauthenticated, "malformed Authorization header: want Basic with a user name")
 	}
-	return checkUser(u)
+	return checkUser(r, u)
 }
 
 // hostRoute parses a host of the form PORT-SANDBOXID.Domain (with an

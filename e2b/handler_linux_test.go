@@ -26,6 +26,7 @@ import (
 	"airlock/manager"
 	"airlock/policy"
 	"airlock/store"
+	"airlock/volume"
 
 	"airlock/internal/testserver"
 )
@@ -65,7 +66,9 @@ type envSetup struct {
 	Config
 	prepare func(t *testing.T, dir string)
 	images  *imagestore.Store // the manager's image store, if any
-	runtime policy.Runtime    // the manager's default runtime; "" native
+	egress  manager.EgressConfig
+	volumes bool           // give the manager a volume store
+	runtime policy.Runtime // the manager's default runtime; "" native
 }
 
 func newEnvSetup(t *testing.T, sandboxes bool, cfg envSetup) *env {
@@ -90,7 +93,13 @@ func newEnvSetup(t *testing.T, sandboxes bool, cfg envSetup) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	m, err := manager.Open(manager.Config{StateDir: dir, Store: st, Images: cfg.images, AgentBinary: bin, Logf: t.Logf, DefaultRuntime: cfg.runtime})
+	var vs *volume.Store
+	if cfg.volumes {
+		if vs, err = volume.Open(filepath.Join(dir, "volumes")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m, err := manager.Open(manager.Config{Volumes: vs, StateDir: dir, Store: st, Images: cfg.images, AgentBinary: bin, Logf: t.Logf, DefaultRuntime: cfg.runtime, Egress: cfg.egress})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +203,7 @@ func TestControlPlaneAuthAndErrors(t *testing.T) {
 		`{"templateID":"base","network":{"egressProxy":{"address":"proxy:1080"}}}`,
 		`{"templateID":"base","network":{"httpsPorts":[8443]}}`,
 		`{"templateID":"base","network":{"denyOut":["0.0.0.0/0"],"allowOut":["not a host!"]}}`,
-		`{"templateID":"base","autoPause":true,"autoPauseMemory":false}`,
+		`{"templateID":"base","metadata":{"airlock.pause_memory":"false"}}`,
 		`{"templateID":"base","metadata":{"airlock.on_timeout":"pause"}}`,
 		`{"templateID":"base","metadata":{"e2b.auto_resume":"true"}}`,
 		`{"templateID":"base","mcp":{"x":{}}}`,
@@ -393,13 +402,13 @@ func TestEnvdAgainstASandbox(t *testing.T) {
 	e.rpc(t, id, "filesystem.Filesystem/ListDir", `{"path":"/home/user/../../proc"}`, nil).rpcErr(t, CodeInvalidArgument)
 	e.rpc(t, id, "filesystem.Filesystem/Remove", `{"path":"/home/user"}`, nil).rpcErr(t, CodeInvalidArgument)
 	e.rpc(t, id, "filesystem.Filesystem/Stat", `{"path":"/home/user/nope"}`, nil).rpcErr(t, CodeNotFound)
-	e.rpc(t, id, "filesystem.Filesystem/Stat", `{"path":"/home/user"}`, map[string]string{"Authorization": "Basic cm9vdDo="}).rpcErr(t, CodePermissionDenied)
+	e.rpc(t, id, "filesystem.Filesystem/Stat", `{"path":"/home/user"}`, map[string]string{"Authorization": "Basic cm9vdDo="}).rpcErr(t, CodeUnauthenticated)
 	e.rpc(t, id, "filesystem.Filesystem/Stat", `{"path":"a\u0000b"}`, nil).rpcErr(t, CodeInvalidArgument)
 	e.rpc(t, id, "filesystem.Filesystem/Nope", `{}`, nil).rpcErr(t, CodeUnimplemented)
 	envd := map[string]string{"E2b-Sandbox-Id": id, "E2b-Sandbox-Port": "49983", "X-Access-Token": e.h.envdToken(id)}
 	e.do(t, "GET", "/files?path=/etc/passwd", envd, nil).apiErr(t, 400)
 	e.do(t, "GET", "/files?path=/home/user/missing", envd, nil).apiErr(t, 404)
-	e.do(t, "GET", "/files?path=/home/user&username=root", envd, nil).apiErr(t, 403)
+	e.do(t, "GET", "/files?path=/home/user&username=root", envd, nil).apiErr(t, 401)
 	e.do(t, "GET", "/files?path=/home/user", envd, nil).apiErr(t, 400)
 	up := map[string]string{"Content-Type": "application/octet-stream"}
 	for k, v := range envd {
@@ -412,8 +421,26 @@ func TestEnvdAgainstASandbox(t *testing.T) {
 	if r := e.do(t, "GET", "/files?path=x/y.txt", envd, nil); r.status != 200 || string(r.body) != "data" || r.header.Get("Content-Length") != "4" {
 		t.Fatalf("download: %d %q %v", r.status, r.body, r.header)
 	}
+	// File metadata (envd 0.6.2): X-Metadata-* headers, lower-cased keys,
+	// in the answer and in Stat; a rewrite without them clears them;
+	// non-ASCII is refused.
 	up["X-Metadata-Owner"] = "me"
+	if r := e.do(t, "POST", "/files?path=/home/user/z", up, []byte("d")); r.status != 200 || !strings.Contains(string(r.body), `"metadata":{"owner":"me"}`) {
+		t.Fatalf("upload with metadata: %d %s", r.status, r.body)
+	}
+	if r := e.rpc(t, id, "filesystem.Filesystem/Stat", `{"path":"/home/user/z"}`, nil); !strings.Contains(string(r.body), `"metadata":{"owner":"me"}`) {
+		t.Fatalf("stat of a file with metadata: %s", r.body)
+	}
+	up["X-Metadata-Bad"] = "caf\u00e9"
 	e.do(t, "POST", "/files?path=/home/user/z", up, []byte("d")).apiErr(t, 400)
+	delete(up, "X-Metadata-Bad")
+	delete(up, "X-Metadata-Owner")
+	if r := e.do(t, "POST", "/files?path=/home/user/z", up, []byte("d")); r.status != 200 {
+		t.Fatalf("rewrite: %d %s", r.status, r.body)
+	}
+	if r := e.rpc(t, id, "filesystem.Filesystem/Stat", `{"path":"/home/user/z"}`, nil); strings.Contains(string(r.body), `"metadata"`) {
+		t.Fatalf("a rewrite without metadata kept it: %s", r.body)
+	}
 
 	// Several files in one multipart upload land at their own paths; with
 	// the path parameter they would all land on it, which is refused as
@@ -530,7 +557,6 @@ func TestEnvdAgainstASandbox(t *testing.T) {
 	zw := gzip.NewWriter(&gz)
 	zw.Write([]byte("unzipped"))
 	zw.Close()
-	delete(up, "X-Metadata-Owner")
 	up["Content-Encoding"] = "gzip"
 	if r := e.do(t, "POST", "/files?path=gz.txt", up, gz.Bytes()); r.status != 200 {
 		t.Fatalf("gzip upload: %d %q", r.status, r.body)

@@ -59,22 +59,29 @@ func (AgentInterpreter) CreateContext(ctx context.Context, sb *manager.Sandbox, 
 // listed with its language as its id.
 var defaultLanguages = []string{"python", "javascript"}
 
-// Contexts implements Interpreter: the sandbox's contexts, including the
-// default ones not started yet.
+// Contexts implements Interpreter: the sandbox's contexts, the default
+// ones first (python, then javascript, started or not, as E2B's kernel
+// lists them), then the others in the order the agent gives.
 func (AgentInterpreter) Contexts(ctx context.Context, sb *manager.Sandbox) ([]CodeContext, error) {
 	list, err := sb.Agent().Contexts(ctx)
 	if err != nil {
 		return nil, interpErr(err)
 	}
 	out := make([]CodeContext, 0, len(list)+len(defaultLanguages))
-	have := map[string]bool{}
+	started := map[string]CodeContext{}
 	for _, c := range list {
-		out = append(out, contextOf(c))
-		have[c.ID] = true
+		started[c.ID] = contextOf(c)
 	}
 	for _, l := range defaultLanguages {
-		if !have[l] {
+		if c, ok := started[l]; ok {
+			out = append(out, c)
+		} else {
 			out = append(out, CodeContext{ID: l, Language: l, Cwd: sandboxHome})
+		}
+	}
+	for _, c := range list {
+		if !defaultContext(c.ID) {
+			out = append(out, contextOf(c))
 		}
 	}
 	return out, nil

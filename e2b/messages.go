@@ -351,6 +351,8 @@ type entryInfo struct {
 	Group         string     `json:"group,omitempty"`
 	ModifiedTime  *pbTime    `json:"modifiedTime,omitempty"`
 	SymlinkTarget *string    `json:"symlinkTarget,omitempty"`
+	// Metadata is the file's user-defined metadata (envd 0.6.2).
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
 // pathRequest is filesystem.StatRequest, MakeDirRequest and RemoveRequest.

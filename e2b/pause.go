@@ -2,15 +2,31 @@ package e2b
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
 	"airlock/manager"
 )
 
-// noFilesystemOnlyPause refuses E2B's filesystem-only pause (keepMemory:
-// false, onResume: "reboot").
-const noFilesystemOnlyPause = "airlock pauses keep the sandbox's memory (native: cgroup freezer; gvisor: a checkpoint of the whole sandbox): a filesystem-only pause (keepMemory: false, onResume: 'reboot') is not supported"
+// dropProcesses ends every process of the caller's sandbox id (commands,
+// their descendants, code contexts' kernels), for E2B's filesystem-only
+// pause and reboot: its files stay, the processes' memory is freed. The
+// agent and the sandbox live on, on any tier.
+func (h *Handler) dropProcesses(r *http.Request, id string) error {
+	owner := callerOf(r.Context()).id
+	sb, err := h.m.Lookup(owner, id)
+	if err != nil {
+		return notFound(err, id)
+	}
+	if err := h.m.AuditFirst(r.Context(), owner, id, "e2b.drop_processes", nil); err != nil {
+		return err
+	}
+	if _, err := sb.Agent().KillProcesses(r.Context()); err != nil {
+		return fmt.Errorf("ending the sandbox's processes: %w", err)
+	}
+	return nil
+}
 
 // pause serves POST /sandboxes/{id}/pause: the manager's Pause (native:
 // cgroup freezer; gvisor: runsc checkpoint). 204; 409 if already paused,
@@ -22,9 +38,6 @@ func (h *Handler) pause(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeBody(r, &req); err != nil {
 		return err
 	}
-	if req.Memory != nil && !*req.Memory {
-		return apiErrorf(http.StatusBadRequest, "%s", noFilesystemOnlyPause)
-	}
 	id := r.PathValue("id")
 	in, err := h.running(r, id)
 	if err != nil {
@@ -32,6 +45,12 @@ func (h *Handler) pause(w http.ResponseWriter, r *http.Request) error {
 	}
 	if in.Paused {
 		return apiErrorf(http.StatusConflict, "sandbox %q is already paused", id)
+	}
+	if req.Memory != nil && !*req.Memory {
+		// Filesystem-only: the processes go first, the files stay.
+		if err := h.dropProcesses(r, id); err != nil {
+			return err
+		}
 	}
 	if _, err := h.m.Pause(r.Context(), callerOf(r.Context()).id, id); err != nil {
 		return notFound(err, id)
@@ -62,23 +81,39 @@ func (h *Handler) resume(w http.ResponseWriter, r *http.Request) error {
 	if !in.Paused {
 		return apiErrorf(http.StatusConflict, "sandbox %q is not paused", id)
 	}
-	return h.resumeFor(w, r, id, d)
+	return h.resumeFor(w, r, id, d, false)
 }
 
 // resumeFor resumes the caller's paused sandbox id, gives it d to live
 // from now (a sandbox paused at its timeout had the server's maximum) and
-// answers 201 with it, as E2B's resume and connect do.
-func (h *Handler) resumeFor(w http.ResponseWriter, r *http.Request, id string, d time.Duration) error {
+// answers 201 with it, as E2B's resume and connect do. reboot (E2B's
+// onResume: 'reboot') ends the processes it was paused with.
+func (h *Handler) resumeFor(w http.ResponseWriter, r *http.Request, id string, d time.Duration, reboot bool) error {
 	owner := callerOf(r.Context()).id
 	in, err := h.m.Resume(r.Context(), owner, id)
 	if err != nil {
 		return notFound(err, id)
+	}
+	if reboot {
+		if err := h.dropProcesses(r, id); err != nil {
+			return err
+		}
 	}
 	if in, err = h.m.SetTimeout(r.Context(), owner, id, d); err != nil {
 		return notFound(err, id)
 	}
 	writeJSON(w, http.StatusCreated, h.created(id, templateOf(&in)))
 	return nil
+}
+
+// runningUnpaused is running for a call that needs the sandbox's agent
+// (doing names it): a paused sandbox is a 409.
+func (h *Handler) runningUnpaused(r *http.Request, id, doing string) (manager.Info, error) {
+	in, err := h.running(r, id)
+	if err == nil && in.Paused {
+		err = apiErrorf(http.StatusConflict, "sandbox %q is paused: connect to it before %s it", id, doing)
+	}
+	return in, err
 }
 
 // notFound maps the manager's not-found and not-running errors to E2B's
@@ -154,12 +189,9 @@ func (h *Handler) fork(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	id := r.PathValue("id")
-	in, err := h.running(r, id)
+	in, err := h.runningUnpaused(r, id, "forking")
 	if err != nil {
 		return err
-	}
-	if in.Paused {
-		return apiErrorf(http.StatusConflict, "sandbox %q is paused: connect to it before forking it", id)
 	}
 	c := callerOf(r.Context())
 	snap, err := h.m.MemorySnapshot(r.Context(), c.id, id)

@@ -61,7 +61,7 @@ func testPauseConnectAndAutoPause(t *testing.T, e *env) {
 		return ids
 	}
 
-	e.api(t, "POST", "/sandboxes/"+id+"/pause", e.key, `{"memory":false}`).apiErr(t, 400)
+	e.api(t, "POST", "/sandboxes/"+id+"/pause", e.other, `{"memory":false}`).apiErr(t, 404)
 	e.api(t, "POST", "/sandboxes/"+id+"/resume", e.key, `{}`).apiErr(t, 409)
 	e.api(t, "POST", "/sandboxes/"+id+"/pause", e.other, `{}`).apiErr(t, 404)
 	if r := e.api(t, "POST", "/sandboxes/"+id+"/pause", e.key, `{}`); r.status != 204 {
@@ -81,7 +81,7 @@ func testPauseConnectAndAutoPause(t *testing.T, e *env) {
 	if r := e.do(t, "GET", "/files?path=/home/user/kept.txt", envd, nil); r.status != 502 {
 		t.Fatalf("read while paused: %d %q", r.status, r.body)
 	}
-	e.api(t, "POST", "/v2/sandboxes/"+id+"/connect", e.key, `{"memory":false}`).apiErr(t, 400)
+	e.api(t, "POST", "/v2/sandboxes/"+id+"/connect", e.other, `{"memory":false}`).apiErr(t, 404)
 	if r := e.api(t, "POST", "/v2/sandboxes/"+id+"/connect", e.key, `{"timeout":60}`); r.status != 201 {
 		t.Fatalf("connect to a paused sandbox: %d %q", r.status, r.body)
 	}

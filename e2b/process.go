@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"path"
 	"sort"
 	"strconv"
 	"strings"
@@ -121,7 +122,10 @@ func (p *eproc) pump() {
 	if why == "" {
 		why = "the sandbox was killed or timed out"
 	}
-	p.finish(nil, errorf(CodeUnavailable, "lost the sandbox while following process %d: %s", p.pid, why))
+	// E2B's SDKs (and their tests) say "the sandbox was killed or reached
+	// its end of life" when a call dies with its sandbox; airlock's reason
+	// follows.
+	p.finish(nil, errorf(CodeUnavailable, "lost the sandbox while following process %d: the sandbox was killed or reached its end of life while the request was in flight (%s)", p.pid, why))
 }
 
 // finish records how the process ended and wakes its streams.
@@ -287,7 +291,12 @@ func (h *Handler) processStart(ctx context.Context, c *rpcCall, b *boxState, bod
 	if err != nil {
 		return err
 	}
+	// E2B runs commands in the template's working directory (setWorkdir,
+	// an image's WORKDIR); airlock's default is the workspace.
 	cwd := ""
+	if wd := b.sb.WorkDir(); path.IsAbs(wd) && wd != sandboxHome {
+		cwd = wd
+	}
 	if req.Process.Cwd != nil && *req.Process.Cwd != "" {
 		sp, ok := toSandbox(*req.Process.Cwd)
 		if !ok {

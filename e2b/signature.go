@@ -66,18 +66,20 @@ func checkFileSignature(r *http.Request, token string, now time.Time) (string, b
 		return "a signed URL must name the file in its path parameter", false
 	}
 	exp := q.Get("signature_expiration")
+	var sec int64
 	if exp != "" {
-		sec, err := strconv.ParseInt(exp, 10, 64)
-		if err != nil {
+		var err error
+		if sec, err = strconv.ParseInt(exp, 10, 64); err != nil {
 			return "bad signature_expiration " + strconv.Quote(exp) + ": want Unix seconds", false
 		}
-		if now.Unix() > sec {
-			return fmt.Sprintf("the signed URL expired at %s", time.Unix(sec, 0).UTC().Format(time.RFC3339)), false
-		}
 	}
+	// As envd: the signature first, then its expiry, in envd's words.
 	want := fileSignature(p, op, q.Get("username"), token, exp)
 	if subtle.ConstantTimeCompare([]byte(q.Get("signature")), []byte(want)) != 1 {
 		return fmt.Sprintf("invalid signature: it is not the signature of a %s of %q for this sandbox (a download URL cannot upload, nor an upload URL download)", op, p), false
+	}
+	if exp != "" && now.Unix() > sec {
+		return fmt.Sprintf("signature is already expired (at %s)", time.Unix(sec, 0).UTC().Format(time.RFC3339)), false
 	}
 	return "", true
 }

@@ -62,6 +62,11 @@ out.stdout = r.stdout
 out.info = (await sbx.getInfo()).templateId
 await sbx.files.write('/home/user/note.txt', 'written')
 out.read = await sbx.files.read('/home/user/note.txt')
+// The template runs as root (no USER): user 'root' is its own user.
+out.root = (await sbx.commands.run('id -u', { user: 'root' })).stdout
+await sbx.files.write('/home/user/root.txt', 'as root', { user: 'root' })
+out.rootRead = await sbx.files.read('/home/user/root.txt', { user: 'root' })
+try { await sbx.commands.run('id -u', { user: 'user' }); out.asUser = 'no error' } catch (e) { out.asUser = e.name + ': ' + e.message }
 await sbx.kill()
 try { await Sandbox.create('no-such-template'); out.missing = 'no error' } catch (e) { out.missing = e.name + ': ' + e.message }
 console.log(JSON.stringify(out))
@@ -74,13 +79,19 @@ process.exit(0)
 	if err != nil {
 		t.Fatalf("node: %v\n%s", err, b)
 	}
-	var out struct{ Stdout, Info, Read, Missing string }
+	var out struct{ Stdout, Info, Read, Missing, Root, RootRead, AsUser string }
 	if err := json.Unmarshal(b, &out); err != nil {
 		t.Fatalf("node output %q: %v", b, err)
 	}
 	t.Logf("%+v", out)
 	if out.Stdout != "from the template\napp=demo\nbusybox\n" || out.Info != "my-template" || out.Read != "written" {
 		t.Errorf("sandbox from my-template: %+v", out)
+	}
+	if out.Root != "0\n" || out.RootRead != "as root" {
+		t.Errorf("user root in a template that runs as root: %+v", out)
+	}
+	if !strings.HasPrefix(out.AsUser, "AuthenticationError") || !strings.Contains(out.AsUser, "invalid username: 'user'") {
+		t.Errorf("user 'user' in a sandbox that runs as root: %q", out.AsUser)
 	}
 	if !strings.HasPrefix(out.Missing, "SandboxError: 404: template 'no-such-template' not found") {
 		t.Errorf("unknown template: %q", out.Missing)

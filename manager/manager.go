@@ -236,6 +236,38 @@ func (s *Sandbox) Owner() string { return s.rec.Owner }
 // Ended is closed once the sandbox has ended.
 func (s *Sandbox) Ended() <-chan struct{} { return s.ended }
 
+// UserName is the name of the user every process of the sandbox runs as:
+// "user" (uid 1000 of its own user namespace) by default, "root" (uid 0 of
+// it) for an image sandbox whose image runs as root or that was created
+// with User "root"; "" if its policy cannot be read.
+func (s *Sandbox) UserName() string {
+	p, ok := s.policy()
+	if !ok {
+		return ""
+	}
+	return p.User.Name
+}
+
+// WorkDir is the working directory of the sandbox's program: /workspace
+// by default, an image's WORKDIR for an image sandbox; "" if its policy
+// cannot be read.
+func (s *Sandbox) WorkDir() string {
+	p, ok := s.policy()
+	if !ok {
+		return ""
+	}
+	return p.Filesystem.Workdir
+}
+
+// policy decodes the sandbox's recorded policy.
+func (s *Sandbox) policy() (policy.Policy, bool) {
+	s.mu.Lock()
+	raw := s.rec.Policy
+	s.mu.Unlock()
+	var p policy.Policy
+	return p, json.Unmarshal(raw, &p) == nil
+}
+
 func (s *Sandbox) info() Info {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -492,6 +524,9 @@ func checkMetadata(md map[string]string) error {
 	}
 	if v, ok := md[OnTimeoutKey]; ok && v != "pause" && v != "kill" {
 		return fmt.Errorf("%w: metadata %s must be pause or kill, not %q", ErrInvalid, OnTimeoutKey, v)
+	}
+	if v, ok := md[PauseMemoryKey]; ok && v != "true" && v != "false" {
+		return fmt.Errorf("%w: metadata %s must be true or false, not %q", ErrInvalid, PauseMemoryKey, v)
 	}
 	return nil
 }

@@ -95,6 +95,12 @@ func infoLocked(sb *Sandbox) Info {
 // is killed. "kill", or no label, kills it (the default).
 const OnTimeoutKey = "airlock.on_timeout"
 
+// PauseMemoryKey is the metadata label that, set to "false" next to
+// OnTimeoutKey=pause, makes the pause at the end of the TTL
+// filesystem-only: every process of the sandbox is killed first (their
+// memory is freed; its files stay), on any tier.
+const PauseMemoryKey = "airlock.pause_memory"
+
 // pauseRetryWindow is how long after its TTL the reaper keeps trying to
 // pause a sandbox labelled OnTimeoutKey=pause whose pause failed for a
 // transient cause, before it kills it.
@@ -104,6 +110,16 @@ const pauseRetryWindow = 30 * time.Second
 // reports whether it did; false means the sandbox is to be killed (no
 // label, already paused, ending, or the pause failed).
 func (m *Manager) pauseOnTimeout(sb *Sandbox) bool {
+	sb.mu.Lock()
+	fsOnly := sb.rec.Metadata[OnTimeoutKey] == "pause" && sb.rec.Metadata[PauseMemoryKey] == "false" && !sb.paused && !sb.ending
+	sb.mu.Unlock()
+	if fsOnly && sb.client != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		if _, err := sb.client.KillProcesses(ctx); err != nil {
+			m.cfg.Logf("sandbox %s: filesystem-only pause at the end of its timeout: killing its processes: %v; pausing it with them", sb.ID, err)
+		}
+		cancel()
+	}
 	sb.mu.Lock()
 	if sb.rec.Metadata[OnTimeoutKey] != "pause" || sb.paused || sb.ending {
 		sb.mu.Unlock()

@@ -402,11 +402,15 @@ def display(*objs, **kwargs):
         send([limit_bundle(data)])
 
 
-class PyplotHook:
-    """Import hook that swaps pyplot.show for ours when pyplot is loaded."""
+class PatchOnImport:
+    """Import hook that runs patch(module) once module `name` is loaded
+    (matplotlib.pyplot: our show; PIL.Image: images as results)."""
+
+    def __init__(self, name, patch):
+        self.name, self.patch = name, patch
 
     def find_spec(self, name, path, target=None):
-        if name != 'matplotlib.pyplot':
+        if name != self.name:
             return None
         import importlib.util
         sys.meta_path.remove(self)
@@ -416,15 +420,132 @@ class PyplotHook:
             sys.meta_path.insert(0, self)
         if spec is None or spec.loader is None or not hasattr(spec.loader, 'exec_module'):
             return spec
-        orig = spec.loader.exec_module
+        orig, patch = spec.loader.exec_module, self.patch
 
         def exec_module(module):
             orig(module)
-            show.__doc__ = module.show.__doc__
-            module.show = show
+            patch(module)
 
         spec.loader.exec_module = exec_module
         return spec
+
+
+def patch_pyplot(module):
+    """Swaps pyplot.show for ours."""
+    show.__doc__ = module.show.__doc__
+    module.show = show
+
+
+def patch_pil(module):
+    """PIL images become results as in E2B's kernel: Image.show() displays
+    the image (no viewer is started) and save() to a file name displays it
+    too, then saves."""
+    cls = module.Image
+    save = cls.save
+
+    def show_image(self, title=None, **options):
+        display(self)
+
+    def save_and_show(self, fp, format=None, **params):
+        if isinstance(fp, (str, os.PathLike)):
+            display(self)
+        return save(self, fp, format, **params)
+
+    cls.show, cls.save = show_image, save_and_show
+
+
+class DisplayObject:
+    """IPython.display's DisplayObject, for the shim below: data given
+    directly, or read from filename (url is kept, not fetched)."""
+    _mime = 'text/plain'
+    _binary = False
+
+    def __init__(self, data=None, url=None, filename=None, metadata=None, **kwargs):
+        if data is not None and isinstance(data, str) and filename is None and url is None and \
+                not self._binary and os.path.exists(data) and len(data) < 4096 and '\n' not in data:
+            filename, data = data, None
+        self.data, self.url, self.filename, self.metadata = data, url, filename, metadata
+        if filename is not None and data is None:
+            with open(filename, 'rb' if self._binary else 'r') as f:
+                self.data = f.read()
+
+    def __repr__(self):
+        return '<%s.%s object>' % (type(self).__module__, type(self).__name__)
+
+
+def _shim_class(name, mime, meth):
+    cls = type(name, (DisplayObject,), {'_mime': mime, '__module__': 'IPython.core.display'})
+    setattr(cls, meth, lambda self: self.data)
+    return cls
+
+
+HTML = _shim_class('HTML', 'text/html', '_repr_html_')
+Markdown = _shim_class('Markdown', 'text/markdown', '_repr_markdown_')
+SVG = _shim_class('SVG', 'image/svg+xml', '_repr_svg_')
+Latex = _shim_class('Latex', 'text/latex', '_repr_latex_')
+Javascript = _shim_class('Javascript', 'application/javascript', '_repr_javascript_')
+
+
+class JSON(DisplayObject):
+    __module__ = 'IPython.core.display'
+
+    def _repr_json_(self):
+        return self.data
+
+
+class Image(DisplayObject):
+    """IPython.display.Image: PNG or JPEG bytes (or a file of them)."""
+    __module__ = 'IPython.core.display'
+    _binary = True
+
+    def __init__(self, data=None, url=None, filename=None, format=None, embed=None, width=None, height=None, **kwargs):
+        if isinstance(data, str) and filename is None and os.path.exists(data):
+            filename, data = data, None
+        super().__init__(data, url, filename)
+        fmt = (format or '').lower()
+        if not fmt and filename:
+            fmt = filename.rsplit('.', 1)[-1].lower()
+        if not fmt and isinstance(self.data, (bytes, bytearray)):
+            fmt = 'jpeg' if bytes(self.data[:3]) == b'\xff\xd8\xff' else 'png'
+        self.format = 'jpeg' if fmt in ('jpg', 'jpeg') else 'png'
+        self.width, self.height = width, height
+
+    def _repr_png_(self):
+        return self.data if self.format == 'png' else None
+
+    def _repr_jpeg_(self):
+        return self.data if self.format == 'jpeg' else None
+
+
+def clear_output(wait=False):
+    """IPython.display.clear_output: nothing to clear in airlock's results."""
+
+
+class IPythonShim:
+    """Import hook, last on sys.meta_path: when IPython is not installed,
+    `from IPython.display import display, Image, HTML...` (and
+    IPython.core.display, IPython.core.display_functions) get a small module
+    with airlock's display and IPython's display classes, as notebooks and
+    E2B's kernel have them. An installed IPython comes first and wins."""
+    NAMES = ('IPython', 'IPython.display', 'IPython.core', 'IPython.core.display',
+             'IPython.core.display_functions')
+
+    def find_spec(self, name, path, target=None):
+        if name not in self.NAMES:
+            return None
+        import importlib.machinery
+        return importlib.machinery.ModuleSpec(name, self, is_package=name in ('IPython', 'IPython.core'))
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        module.__dict__.update(display=display, clear_output=clear_output, DisplayObject=DisplayObject,
+                               HTML=HTML, Markdown=Markdown, SVG=SVG, Latex=Latex, Javascript=Javascript,
+                               JSON=JSON, Image=Image)
+        if module.__name__ in ('IPython', 'IPython.core'):
+            module.__path__ = []
+
 
 
 def format_error(e, interrupted=False):
@@ -618,7 +739,9 @@ def main():
     builtins.display = display
     builtins._airlock_magic = magic
     builtins.exit, builtins.quit = Quitter('exit'), Quitter('quit')
-    sys.meta_path.insert(0, PyplotHook())
+    sys.meta_path.insert(0, PatchOnImport('matplotlib.pyplot', patch_pyplot))
+    sys.meta_path.insert(0, PatchOnImport('PIL.Image', patch_pil))
+    sys.meta_path.append(IPythonShim())
     reqs = os.fdopen(REQ_FD, 'rb', buffering=1 << 16)
     first = True
     while True:

@@ -18,6 +18,7 @@
 // explicit runtime condition and listed in docs/gvisor.md, never silently.
 import { readFileSync } from 'node:fs'
 import { Sandbox } from '@e2b/code-interpreter'
+import { StepError, assert, eq, progress, step } from './steps.mjs'
 
 const sdkPackage = process.env.E2B_SDK_PACKAGE || 'e2b'
 const runtime = process.env.E2B_RUNTIME || 'native'
@@ -45,19 +46,7 @@ for (const v of ['E2B_API_URL', 'E2B_SANDBOX_URL', 'E2B_API_KEY']) {
 
 const skipped = []
 const cleanup = []
-let current = '(setup)'
 
-class StepError extends Error {}
-
-function assert(cond, msg) {
-  if (!cond) throw new StepError(msg)
-}
-
-function eq(got, want, what) {
-  const g = JSON.stringify(got)
-  const w = JSON.stringify(want)
-  if (g !== w) throw new StepError(`${what}: got ${g}, want ${w}`)
-}
 
 // rejects awaits p and returns its error, which must be an instance of cls.
 async function rejects(p, cls, what) {
@@ -72,12 +61,6 @@ async function rejects(p, cls, what) {
   return err
 }
 
-async function step(name, fn) {
-  current = name
-  const t0 = Date.now()
-  await fn()
-  console.log(`ok   ${name} (${Date.now() - t0} ms)`)
-}
 
 function skip(name, reason) {
   skipped.push(`${name}: ${reason}`)
@@ -244,7 +227,7 @@ async function main() {
     eq((await fetch(down, { method: 'POST', headers: route, body: form })).status, 401, 'download URL used to upload')
     res = await fetch(await sbx.downloadUrl('/home/user/signed.txt', { useSignatureExpiration: -5 }), { headers: route })
     eq(res.status, 401, 'expired signature')
-    assert((await res.json()).message.includes('expired'), 'the expired URL\'s error names the expiry')
+    assert((await res.json()).message.startsWith('signature is already expired'), 'the expired URL\'s error is envd\'s')
     eq(await sbx.files.read('/home/user/signed.txt'), 'signed upload', 'file read back through the SDK')
   })
 
@@ -430,6 +413,8 @@ async function main() {
     assert(/was killed/.test(r.error.value), `cell error value ${r.error.value}`)
     const e = await cmd
     assert(e instanceof Error && /was killed/.test(e.message), `command: ${e?.name}: ${e?.message}`)
+    // E2B's wording, which its own tests look for (sandboxKilledDuringRun).
+    assert(e.name === 'TimeoutError' && /sandbox was killed or reached its end of life/.test(e.message), `command: ${e?.name}: ${e?.message}`)
   })
 
   await step('kill, then calls on the killed sandbox fail with NotFoundError', async () => {
@@ -499,6 +484,22 @@ plt.show()`)
     eq(bar.elements.map((e) => [e.label, e.value]), [['a', 3], ['b', 1]], 'bar elements')
     assert(r.results.every((x) => x.png), 'figures keep their PNG')
   })
+  await step('runCode: PIL images are results on show(), save() and as a value, as in E2B\'s kernel', async () => {
+    const make = 'import numpy\nfrom PIL import Image\nimage = Image.fromarray((numpy.random.rand(16, 16, 3) * 255).astype("uint8")).convert("RGBA")\n'
+    for (const [what, code] of [['show()', 'image.show()\nprint("done")'], ['save()', 'image.save("pil.png")'], ['value', 'image']]) {
+      const r = await sbx.runCode(make + code)
+      eq(r.error, undefined, `${what}: error`)
+      assert(r.results[0]?.png, `${what}: no PNG among ${JSON.stringify(r.results.map((x) => x.formats()))}`)
+    }
+    eq((await sbx.files.exists('/home/user/pil.png')), true, 'save() still saves')
+  })
+  await step('runCode: IPython.display works without IPython installed (display, HTML, Markdown, raw bundles)', async () => {
+    const r = await sbx.runCode('from IPython.display import display, HTML, Markdown\n' +
+      "display({'text/latex': r'\\text{CustomReprObject}'}, raw=True)\ndisplay(HTML('<b>bold</b>'))\nMarkdown('# title')")
+    eq(r.error, undefined, 'error')
+    eq(r.results.map((x) => x.formats()), [['latex'], ['html'], ['markdown']], 'formats')
+    eq([r.results[1].html, r.results[2].markdown], ['<b>bold</b>', '# title'], 'contents')
+  })
   await step('runCode: exception as ExecutionError', async () => {
     const r = await sbx.runCode('1 / 0')
     assert(r.error, 'no error')
@@ -558,8 +559,9 @@ plt.show()`)
     await sbx.runCode('const y = 20', { context: ctx })
     const r = await sbx.runCode('y + 22', { context: ctx })
     eq(r.text, '42', 'y + 22')
-    const ids = (await sbx.listCodeContexts()).map((c) => c.id)
-    assert(ids.includes(ctx.id), 'context not listed')
+    const listed = await sbx.listCodeContexts()
+    eq(listed.slice(0, 2).map((c) => c.language), ['python', 'javascript'], 'the default contexts are listed first')
+    assert(listed.map((c) => c.id).includes(ctx.id), 'context not listed')
     await sbx.removeCodeContext(ctx)
   })
   return true
@@ -573,7 +575,7 @@ try {
   process.exit(0)
 } catch (e) {
   const what = e instanceof StepError ? e.message : `${e?.name}: ${e?.message}\n${e?.stack}`
-  console.error(`FAIL ${current}: ${what}`)
+  console.error(`FAIL ${progress.current}: ${what}`)
   for (const f of cleanup) await f().catch(() => {})
   process.exit(1)
 }
