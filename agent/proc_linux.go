@@ -126,6 +126,8 @@ func (a *agent) reapAll() bool {
 		a.mu.Unlock()
 		if p != nil {
 			p.setExit(ws)
+		} else {
+			helperExited(pid, ws) // a computer-use tool run, or an orphan
 		}
 	}
 }

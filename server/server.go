@@ -186,6 +186,7 @@ func (s *Server) routes() {
 	authed("GET /v1/sandboxes/{id}/files/stat", s.statFile)
 	authed("POST /v1/sandboxes/{id}/files/mkdir", s.mkdir)
 	authed("POST /v1/sandboxes/{id}/files/move", s.move)
+	authed("POST /v1/sandboxes/{id}/computer", s.computer)
 	s.networkRoutes(authed)
 	s.imageRoutes(authed)
 	s.codeRoutes(authed)
