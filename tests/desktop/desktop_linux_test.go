@@ -229,7 +229,7 @@ func testComputerUse(t *testing.T, ctx context.Context, e *env, id string) {
 
 	// Hostile or oversized input is refused before anything runs.
 	for _, a := range []client.ComputerAction{
-		{Action: "key", Text: "exec"},              // an xdotool command, not a key
+		{Action: "key", Text: "exec"},               // an xdotool command, not a key
 		{Action: "key", Text: "a;touch /tmp/pwned"}, // not a key name
 		{Action: "key", Text: "--help"},
 		{Action: "type", Text: "a\x00b"},
