@@ -214,6 +214,11 @@ func KeyArgs(text string) ([]string, error) {
 		if !keyTokenRe.MatchString(t) {
 			return nil, &Error{Code: CodeInvalidArgument, Message: fmt.Sprintf("%q is not a key combination (key names joined by '+', e.g. ctrl+shift+t)", t)}
 		}
+		for _, part := range strings.Split(t, "+") {
+			if xdotoolCommands[part] {
+				return nil, &Error{Code: CodeInvalidArgument, Message: fmt.Sprintf("%q is not a key name", part)}
+			}
+		}
 	}
 	return toks, nil
 }
@@ -263,4 +268,20 @@ func (c *Client) Computer(ctx context.Context, a ComputerAction) (*ComputerResul
 type computerDone struct {
 	Result ComputerResult `json:"result"`
 	Bytes  int64          `json:"bytes"`
+}
+
+// xdotoolCommands are xdotool's command names: a key name equal to one
+// would start a chained command, so key texts may not contain them.
+var xdotoolCommands = map[string]bool{}
+
+func init() {
+	for _, c := range strings.Fields(`getactivewindow getwindowfocus getwindowname getwindowpid getwindowclassname
+		getwindowgeometry getdisplaygeometry search selectwindow help version behave behave_screen_edge click
+		getmouselocation key keydown keyup mousedown mousemove mousemove_relative mouseup set_window type
+		windowactivate windowfocus windowkill windowclose windowquit windowmap windowminimize windowmove
+		windowraise windowreparent windowsize windowunmap windowstate set_num_desktops get_num_desktops
+		set_desktop get_desktop set_desktop_for_window get_desktop_for_window get_desktop_viewport
+		set_desktop_viewport exec sleep`) {
+		xdotoolCommands[c] = true
+	}
 }

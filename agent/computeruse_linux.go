@@ -34,22 +34,6 @@ const (
 	maxToolOut  = MaxShotBytes
 )
 
-// xdotoolCommands are xdotool's command names: a key name equal to one
-// would start a chained command, so key texts may not contain them.
-var xdotoolCommands = map[string]bool{}
-
-func init() {
-	for _, c := range strings.Fields(`getactivewindow getwindowfocus getwindowname getwindowpid getwindowclassname
-		getwindowgeometry getdisplaygeometry search selectwindow help version behave behave_screen_edge click
-		getmouselocation key keydown keyup mousedown mousemove mousemove_relative mouseup set_window type
-		windowactivate windowfocus windowkill windowclose windowquit windowmap windowminimize windowmove
-		windowraise windowreparent windowsize windowunmap windowstate set_num_desktops get_num_desktops
-		set_desktop get_desktop set_desktop_for_window get_desktop_for_window get_desktop_viewport
-		set_desktop_viewport exec sleep`) {
-		xdotoolCommands[c] = true
-	}
-}
-
 // helperExits maps the pids of tool runs to where the reaper reports
 // their exit (reapAll calls helperExited for a pid that is not a proc).
 var (
@@ -385,7 +369,7 @@ func (c *hostConn) handleComputer(s *astream, payload []byte) (any, error) {
 		_, err = c.xdotool(ctx, env, []byte(a.Text), "type", "--delay", itoa(typeDelayMs), "--file", "-")
 	case ActionKey:
 		var keys []string
-		if keys, err = xdoKeys(a.Text); err == nil {
+		if keys, err = KeyArgs(a.Text); err == nil {
 			_, err = c.xdotool(ctx, env, nil, append([]string{"key", "--delay", "30", "--"}, keys...)...)
 		}
 	case ActionHoldKey:
@@ -413,29 +397,13 @@ func (c *hostConn) handleComputer(s *astream, payload []byte) (any, error) {
 	return computerDone{Result: res, Bytes: int64(total)}, nil
 }
 
-// xdoKeys checks key combinations for xdotool key/keydown/keyup.
-func xdoKeys(text string) ([]string, error) {
-	keys, err := KeyArgs(text)
-	if err != nil {
-		return nil, err
-	}
-	for _, k := range keys {
-		for _, part := range strings.Split(k, "+") {
-			if xdotoolCommands[part] {
-				return nil, &Error{Code: CodeInvalidArgument, Message: fmt.Sprintf("%q is not a key name", part)}
-			}
-		}
-	}
-	return keys, nil
-}
-
 // withKeys holds the key combinations of text (if any) down while fn
 // runs; they are released even when fn fails.
 func (c *hostConn) withKeys(ctx context.Context, env []string, text string, fn func() error) error {
 	if text == "" {
 		return fn()
 	}
-	keys, err := xdoKeys(text)
+	keys, err := KeyArgs(text)
 	if err != nil {
 		return err
 	}

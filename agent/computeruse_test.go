@@ -40,7 +40,7 @@ func TestComputerActionValidate(t *testing.T) {
 		}
 	}
 	for _, k := range []string{"exec", "sleep", "ctrl+type"} {
-		if _, err := xdoKeys(k); err == nil {
+		if _, err := KeyArgs(k); err == nil {
 			t.Errorf("xdotool command %q passed as a key", k)
 		}
 	}
