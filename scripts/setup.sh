@@ -10,6 +10,9 @@
 #   postgresql: the shared-database tests (internal/pgtest) start their own clusters with its binaries;
 #   mmdebstrap: the Debian image of the images end-to-end test (imagestore/imagetest.DebianLayer, built
 #     from the configured Debian mirror once and cached in /var/cache/airlock-test by content);
+#   the desktop image of the computer-use tests (tests/desktop; debimage.Desktop: Xvfb, XFCE, xdotool,
+#     scrot, x11vnc, noVNC, Chromium), built by mmdebstrap in the background while the rest installs
+#     (~7 minutes cold under load) and cached in /var/cache/airlock-test by content;
 #   etcd-server + a kube-apiserver built from the Go module proxy (scripts/kube-assets.sh, cached by
 #     version, several minutes cold; built in the background while the rest installs): the
 #     Kubernetes backend's control-plane tests;
@@ -43,6 +46,15 @@ if ((tests)); then
   "$(dirname "$0")/kube-assets.sh" >"$kube_out" &
   kube_pid=$!
 fi
+desktop_pid=
+if ((tests)); then
+  # The desktop image (debimage/mkimage; mmdebstrap, a few hundred MB of
+  # Debian packages) builds while the rest installs; a cached build is a
+  # no-op.
+  desktop_out=$(mktemp)
+  (cd "$(dirname "$0")/.." && go run ./debimage/mkimage -q -cache "${AIRLOCK_TEST_CACHE:-/var/cache/airlock-test}" desktop) >"$desktop_out" 2>&1 &
+  desktop_pid=$!
+fi
 if ((tests)) && [ -f tests/js/package.json ]; then
   (cd tests/js && npm ci --no-audit --no-fund --loglevel=error)
 fi
@@ -53,6 +65,9 @@ if ((tests)) && [ -f dashboard/web/package.json ]; then
 fi
 if ((tests)) && [ -f tests/mcp-js/package.json ]; then
   (cd tests/mcp-js && npm ci --no-audit --no-fund --loglevel=error)
+fi
+if ((tests)) && [ -f tests/desktop/package.json ]; then
+  (cd tests/desktop && npm ci --no-audit --no-fund --loglevel=error)
 fi
 # gVisor's runsc for --runtime gvisor, pinned (keep in step with
 # runtime/gvisor.Version) and built statically: the only build that runs on
@@ -75,5 +90,14 @@ if [ -n "$kube_pid" ]; then
   fi
   echo "setup: kube test assets at $(tail -n1 "$kube_out")"
   rm -f "$kube_out"
+fi
+if [ -n "$desktop_pid" ]; then
+  if ! wait "$desktop_pid"; then
+    cat "$desktop_out" >&2
+    echo "setup: the desktop image build (go run ./debimage/mkimage desktop) failed" >&2
+    exit 1
+  fi
+  echo "setup: desktop image $(tail -n1 "$desktop_out")"
+  rm -f "$desktop_out"
 fi
 echo "setup: ok"
