@@ -141,14 +141,16 @@ func (c *hostConn) runTool(ctx context.Context, env []string, stdin []byte, time
 		return nil, startError(path, err)
 	}
 	deadline := time.Now().Add(timeout)
+	// Non-blocking before os.NewFile, so that the files use the poller
+	// and honour the deadline.
+	syscall.SetNonblock(fds[2], true)
+	syscall.SetNonblock(fds[4], true)
 	out := os.NewFile(uintptr(fds[2]), "stdout")
 	errf := os.NewFile(uintptr(fds[4]), "stderr")
 	defer out.Close()
 	defer errf.Close()
-	for _, f := range []*os.File{out, errf} {
-		syscall.SetNonblock(int(f.Fd()), true)
-		f.SetReadDeadline(deadline)
-	}
+	out.SetReadDeadline(deadline)
+	errf.SetReadDeadline(deadline)
 	type read struct {
 		b   []byte
 		err error

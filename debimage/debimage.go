@@ -226,6 +226,36 @@ func Image(s *Spec, layer string) (v1.Image, error) {
 	return mutate.ConfigFile(img, cf)
 }
 
+// Archive returns a `docker save` tarball of s's image (tagged
+// NAME:latest) next to its cached layer, written once: what `airlock image
+// import` stores.
+func Archive(s *Spec, layer string) (string, error) {
+	path := filepath.Join(filepath.Dir(layer), "image.tar")
+	if _, err := os.Stat(path); err == nil {
+		return path, nil
+	}
+	lock, err := os.OpenFile(filepath.Join(filepath.Dir(layer), "lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return "", err
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return "", fmt.Errorf("locking %s: %w", layer, err)
+	}
+	if _, err := os.Stat(path); err == nil {
+		return path, nil
+	}
+	img, err := Image(s, layer)
+	if err != nil {
+		return "", err
+	}
+	if err := WriteArchive(img, s.Name+":latest", path+".tmp"); err != nil {
+		os.Remove(path + ".tmp")
+		return "", err
+	}
+	return path, os.Rename(path+".tmp", path)
+}
+
 // WriteArchive writes img as a `docker save` tarball tagged tag, which
 // `airlock image import` stores.
 func WriteArchive(img v1.Image, tag, path string) error {

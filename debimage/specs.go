@@ -26,12 +26,13 @@ const chromiumFlags = `export CHROMIUM_FLAGS="$CHROMIUM_FLAGS --no-sandbox --dis
 // itself.
 const desktopScript = `#!/bin/sh
 # airlock-desktop: start Xvfb on $DISPLAY (default :0, size $AIRLOCK_SCREEN,
+# without resetting when its last client leaves,
 # default 1024x768x24) and the XFCE session on it. Returns when the session
 # ends; run it in the background.
 set -u
 export DISPLAY="${DISPLAY:-:0}"
 if ! xdpyinfo >/dev/null 2>&1; then
-  Xvfb "$DISPLAY" -ac -screen 0 "${AIRLOCK_SCREEN:-1024x768x24}" -nolisten tcp -nolisten unix >/tmp/xvfb.log 2>&1 &
+  Xvfb "$DISPLAY" -ac -noreset -screen 0 "${AIRLOCK_SCREEN:-1024x768x24}" -nolisten tcp -nolisten unix >/tmp/xvfb.log 2>&1 &
   i=0
   until xdpyinfo >/dev/null 2>&1; do
     i=$((i + 1))

@@ -148,16 +148,30 @@ func (e *env) windowRect(t *testing.T, ctx context.Context, id, title string) im
 	return r
 }
 
-// TestComputerUseAPI: airlock's own computer-use API on a native desktop
-// sandbox. The first screenshot starts the image's desktop; a screenshot
-// before and after typing into an xterm differ inside the xterm's window
-// and the typed command ran (its file exists); scaling, the pointer, and
-// the refusals of hostile or oversized input.
-func TestComputerUseAPI(t *testing.T) {
-	e := start(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
-	testComputerUse(t, ctx, e, e.desktop(t, ctx, "native"))
+// TestDesktop runs the desktop scenarios on one server (with
+// --e2b-domain) whose image store has the desktop image, published:
+// storing it takes minutes, so they share it.
+//
+// API: airlock's own computer-use API on a native desktop sandbox. The
+// first screenshot starts the image's desktop; a screenshot before and
+// after typing into an xterm differ inside the xterm's window and the typed
+// command ran (its file exists); scaling, the pointer, every action, the
+// refusals of hostile or oversized input and the screenshot rate cap.
+//
+// MCP: an MCP client (the official TypeScript SDK) takes a screenshot,
+// clicks the text field of a page served inside the sandbox, types, and
+// the page's own log shows the keystrokes.
+//
+// E2B: E2B Desktop's SDK, unchanged (testE2BDesktop).
+func TestDesktop(t *testing.T) {
+	e := start(t, "--e2b-domain", e2bDomain)
+	t.Run("API", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+		defer cancel()
+		testComputerUse(t, ctx, e, e.desktop(t, ctx, "native"))
+	})
+	t.Run("MCP", func(t *testing.T) { testMCP(t, e) })
+	t.Run("E2B", func(t *testing.T) { testE2BDesktop(t, e) })
 }
 
 func testComputerUse(t *testing.T, ctx context.Context, e *env, id string) {

@@ -26,15 +26,14 @@ import (
 // headless Chromium resolves every name under it to the test's TLS proxy.
 const e2bDomain = "desktop.airlock.test"
 
-// TestE2BDesktop: E2B Desktop's SDK (@e2b/desktop, unchanged) against
+// testE2BDesktop (TestDesktop/E2B): E2B Desktop's SDK (@e2b/desktop, unchanged) against
 // `airlock serve --e2b-domain`: create('desktop'), screen size, pointer,
 // clicks, typing into an xterm (the screenshots before and after differ in
 // the xterm's window, and the typed command set the window's title), keys,
 // scroll, drag, and the stream: x11vnc + noVNC started by the SDK, whose
 // URL (https://6080-ID.DOMAIN/vnc.html) headless Chromium loads through a
 // TLS proxy here and connects to the desktop.
-func TestE2BDesktop(t *testing.T) {
-	e := start(t, "--e2b-domain", e2bDomain)
+func testE2BDesktop(t *testing.T, e *env) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	if _, err := os.Stat(filepath.Join("node_modules", "@e2b", "desktop")); err != nil {

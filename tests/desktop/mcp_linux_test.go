@@ -72,11 +72,8 @@ func (e *env) page(t *testing.T, ctx context.Context, id string) {
 	})
 }
 
-// TestMCPComputerUse: an MCP client (the official TypeScript SDK) takes a
-// screenshot of a desktop sandbox, clicks the text field of a page served
-// inside it, types, and the page's own log shows the keystrokes.
-func TestMCPComputerUse(t *testing.T) {
-	e := start(t)
+// testMCP is TestDesktop/MCP.
+func testMCP(t *testing.T, e *env) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	id := e.desktop(t, ctx, "native")
