@@ -1,10 +1,11 @@
 // Computer use through airlock's MCP endpoint with the official MCP
 // TypeScript SDK: on the desktop sandbox SANDBOX_ID, where Chromium shows
-// a page (testdata/page.py) whose text field is at (100..500, 100..160),
+// a page (testdata/page.py) whose text field's centre is at FIELD ("x,y"
+// on the screen),
 // take a screenshot, click the field, type, and read the page's own log of
 // keystrokes (/tmp/page.log) back through read_file.
 //
-//   AIRLOCK_KEY=... SANDBOX_ID=sb-... node mcp-desktop.mjs URL/mcp
+//   AIRLOCK_KEY=... SANDBOX_ID=sb-... FIELD=300,130 node mcp-desktop.mjs URL/mcp
 //
 // The last line printed is a JSON summary for mcp_linux_test.go.
 import assert from 'node:assert/strict';
@@ -48,9 +49,11 @@ const spng = Buffer.from(small.content.find((c) => c.type === 'image').data, 'ba
 assert.equal(spng.readUInt32BE(16), 512);
 assert.equal(spng.readUInt32BE(20), 384);
 
-// Click into the field (in the scaled coordinates), type, press Enter.
-const clicked = await ok('computer', { action: 'left_click', coordinate: [150, 65], width: 512, height: 384 });
-assert.match(text(clicked), /pointer at \[150, 65\]/);
+// Click into the field (in the scaled coordinates: half the screen's),
+// type, press Enter.
+const [fx, fy] = process.env.FIELD.split(',').map((v) => Math.round(Number(v) / 2));
+const clicked = await ok('computer', { action: 'left_click', coordinate: [fx, fy], width: 512, height: 384 });
+assert.match(text(clicked), new RegExp(`pointer at \\[${fx}, ${fy}\\]`));
 await ok('computer', { action: 'type', text: 'airlock' });
 await ok('computer', { action: 'key', text: 'Return' });
 

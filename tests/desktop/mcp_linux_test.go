@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"image"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -43,8 +45,8 @@ func node(t *testing.T, ctx context.Context, env []string, script string, args .
 }
 
 // page serves testdata/page.py in the sandbox and shows it in Chromium,
-// full screen, and waits for its window.
-func (e *env) page(t *testing.T, ctx context.Context, id string) {
+// full screen, waits for its window and returns where its text field is.
+func (e *env) page(t *testing.T, ctx context.Context, id string) image.Rectangle {
 	t.Helper()
 	src, err := os.ReadFile("testdata/page.py")
 	if err != nil {
@@ -64,12 +66,41 @@ func (e *env) page(t *testing.T, ctx context.Context, id string) {
 		t.Fatal(err)
 	}
 	e.windowRect(t, ctx, id, "airlock-page")
-	// Chromium draws the page a little after its window maps.
-	waitFor(t, "the page on the screen", 2*time.Minute, func() bool {
+	// Chromium draws the page a little after its window maps (and may
+	// show an info bar above it): find the white field on the green page.
+	var field image.Rectangle
+	waitFor(t, "the page's text field on the screen", 2*time.Minute, func() bool {
 		_, img := e.shot(t, ctx, id, nil)
-		r, g, b, _ := img.At(50, 50).RGBA() // the page's green background
-		return r>>8 < 0x40 && g>>8 > 0x90 && b>>8 > 0x50 && b>>8 < 0x80
+		field = whiteBox(img)
+		return field.Dx() >= 300 && field.Dy() >= 40
 	})
+	t.Logf("the page's field is at %v", field)
+	return field
+}
+
+// whiteBox is the bounding box of the rows that have a run of at least
+// 300 white pixels: the page's text field.
+func whiteBox(img image.Image) image.Rectangle {
+	var box image.Rectangle
+	b := img.Bounds()
+	for y := b.Min.Y; y < b.Max.Y; y++ {
+		run, start := 0, 0
+		for x := b.Min.X; x < b.Max.X; x++ {
+			r, g, bl, _ := img.At(x, y).RGBA()
+			if r>>8 >= 0xf0 && g>>8 >= 0xf0 && bl>>8 >= 0xf0 {
+				if run == 0 {
+					start = x
+				}
+				run++
+				if run == 300 {
+					box = box.Union(image.Rect(start, y, start+300, y+1))
+				}
+			} else {
+				run = 0
+			}
+		}
+	}
+	return box
 }
 
 // testMCP is TestDesktop/MCP.
@@ -78,7 +109,8 @@ func testMCP(t *testing.T, e *env) {
 	defer cancel()
 	id := e.desktop(t, ctx, "native")
 	e.do(t, ctx, id, client.ComputerAction{Action: "screen_size"}) // starts the desktop
-	e.page(t, ctx, id)
-	sum := node(t, ctx, []string{"AIRLOCK_KEY=" + e.key, "SANDBOX_ID=" + id}, "mcp-desktop.mjs", e.s.URL+"/mcp")
+	field := e.page(t, ctx, id)
+	centre := fmt.Sprintf("%d,%d", (field.Min.X+field.Max.X)/2, (field.Min.Y+field.Max.Y)/2)
+	sum := node(t, ctx, []string{"AIRLOCK_KEY=" + e.key, "SANDBOX_ID=" + id, "FIELD=" + centre}, "mcp-desktop.mjs", e.s.URL+"/mcp")
 	t.Logf("page log: %v", sum["keys"])
 }
