@@ -94,14 +94,9 @@ func (c *hostConn) runTool(ctx context.Context, env []string, stdin []byte, time
 	if len(stdin) > 60<<10 {
 		return nil, &Error{Code: CodeTooLarge, Message: "input too large"}
 	}
-	var fds [6]int // stdin r,w; stdout r,w; stderr r,w
-	for i := 0; i < 6; i += 2 {
-		if err := syscall.Pipe2(fds[i:i+2], syscall.O_CLOEXEC); err != nil {
-			for j := 0; j < i; j++ {
-				syscall.Close(fds[j])
-			}
-			return nil, fmt.Errorf("creating pipes: %w", err)
-		}
+	fds, err := stdioPipes()
+	if err != nil {
+		return nil, err
 	}
 	// The input fits the pipe's buffer: write it all before the start.
 	if len(stdin) > 0 {
