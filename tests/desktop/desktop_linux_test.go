@@ -281,6 +281,20 @@ func testComputerUse(t *testing.T, ctx context.Context, e *env, id string) {
 	if d := time.Since(t0); d < time.Second {
 		t.Fatalf("11 screenshots in %v: the rate is not capped", d)
 	}
+	// A frozen X server: the action times out (504) instead of hanging,
+	// leaves no xdotool behind, and the desktop answers again once the
+	// server runs.
+	e.sh(t, ctx, id, "pkill -STOP -x Xvfb")
+	_, err := e.c.Computer(ctx, id, client.ComputerAction{Action: "cursor_position"})
+	e.sh(t, ctx, id, "pkill -CONT -x Xvfb")
+	var ae *client.Error
+	if !errors.As(err, &ae) || ae.Status != 504 {
+		t.Fatalf("an action on a frozen display: %v, want a 504", err)
+	}
+	if left := e.sh(t, ctx, id, "pgrep -x xdotool || true"); left != "" {
+		t.Fatalf("xdotool processes left after the timeout: %q", left)
+	}
+	e.do(t, ctx, id, client.ComputerAction{Action: "cursor_position"})
 	fmt.Fprintln(os.Stderr, "computer use: ok")
 }
 

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"image"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -40,6 +42,9 @@ func testE2BDesktop(t *testing.T, e *env) {
 		t.Skipf("tests/desktop/node_modules is not installed (scripts/setup.sh --tests runs npm ci there): %v", err)
 	}
 	out := t.TempDir()
+	if d := os.Getenv("DESKTOP_TEST_OUT"); d != "" {
+		out = d // keep the screenshots for a look
+	}
 	cmd := exec.CommandContext(ctx, "node", "e2b-desktop.mjs")
 	cmd.Env = append(os.Environ(), "E2B_API_URL="+e.s.URL, "E2B_SANDBOX_URL="+e.s.URL, "E2B_API_KEY="+e.key, "OUT_DIR="+out)
 	stdin, err := cmd.StdinPipe()
@@ -123,6 +128,28 @@ func watchStream(t *testing.T, ctx context.Context, server, stream, token string
 		director(r)
 		r.Host = host // host routing: PORT-ID.DOMAIN
 	}
+	var mu sync.Mutex
+	var seen []string
+	note := func(s string) {
+		mu.Lock()
+		seen = append(seen, s)
+		mu.Unlock()
+	}
+	rp.ModifyResponse = func(res *http.Response) error {
+		note(fmt.Sprintf("%s %s%s (upgrade %q): %d", res.Request.Method, res.Request.Host, res.Request.URL.Path, res.Request.Header.Get("Upgrade"), res.StatusCode))
+		return nil
+	}
+	rp.ErrorHandler = func(w http.ResponseWriter, r *http.Request, err error) {
+		note(fmt.Sprintf("%s %s%s: proxy error %v", r.Method, r.Host, r.URL.Path, err))
+		w.WriteHeader(http.StatusBadGateway)
+	}
+	defer func() {
+		if t.Failed() {
+			mu.Lock()
+			t.Logf("requests through the TLS proxy:\n%s", strings.Join(seen, "\n"))
+			mu.Unlock()
+		}
+	}()
 	proxy := httptest.NewUnstartedServer(rp)
 	proxy.EnableHTTP2 = false
 	proxy.StartTLS()

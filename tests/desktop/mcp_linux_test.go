@@ -92,8 +92,8 @@ func whiteBox(img image.Image) image.Rectangle {
 					start = x
 				}
 				run++
-				if run == 300 {
-					box = box.Union(image.Rect(start, y, start+300, y+1))
+				if run >= 300 {
+					box = box.Union(image.Rect(start, y, x+1, y+1))
 				}
 			} else {
 				run = 0
