@@ -74,12 +74,13 @@ func Desktop() *Spec {
 	}
 }
 
-// Browser is the browser image: headless Chromium and fonts.
+// Browser is the browser image: headless Chromium, fonts, and python3
+// (to serve pages from inside the sandbox).
 func Browser() *Spec {
 	return &Spec{
 		Name:     "browser",
 		Suite:    Suite,
-		Packages: []string{"chromium", "fonts-dejavu-core", "ca-certificates", "procps"},
+		Packages: []string{"chromium", "fonts-dejavu-core", "ca-certificates", "procps", "python3"},
 		Files: map[string]string{
 			"/usr/local/bin/airlock-browser": browserScript,
 			"/etc/chromium.d/airlock":        chromiumFlags,

@@ -209,7 +209,12 @@ func (s *Server) routes() {
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.requests.Add(1)
-	if msg := browserGuard(r, s.cfg.NoAuth); msg != "" {
+	guarded := r
+	if s.sandboxOwnOrigin(r) {
+		guarded = r.Clone(r.Context())
+		guarded.Header.Del("Origin")
+	}
+	if msg := browserGuard(guarded, s.cfg.NoAuth); msg != "" {
 		s.count(http.StatusForbidden)
 		writeError(w, http.StatusForbidden, "forbidden", msg)
 		return

@@ -122,12 +122,14 @@ func differing(a, b image.Image, r image.Rectangle) int {
 	return n
 }
 
-// windowRect finds a window by title with xdotool inside the sandbox.
+// windowRect waits for a window by title and returns where it is on the
+// screen (xwininfo's absolute position: xdotool's getwindowgeometry counts
+// the window manager's frame twice).
 func (e *env) windowRect(t *testing.T, ctx context.Context, id, title string) image.Rectangle {
 	t.Helper()
 	var out string
 	waitFor(t, "window "+title, 2*time.Minute, func() bool {
-		res, err := e.c.Exec(ctx, id, client.ExecRequest{Argv: []string{"xdotool", "search", "--sync", "--onlyvisible", "--name", title, "getwindowgeometry", "--shell"}, Timeout: 20})
+		res, err := e.c.Exec(ctx, id, client.ExecRequest{Argv: []string{"sh", "-c", `xdotool search --sync --onlyvisible --name "$1" >/dev/null && xwininfo -name "$1"`, "sh", title}, Timeout: 20})
 		if err != nil || res.ExitCode != 0 {
 			return false
 		}
@@ -136,14 +138,15 @@ func (e *env) windowRect(t *testing.T, ctx context.Context, id, title string) im
 	})
 	v := map[string]int{}
 	for _, l := range strings.Split(out, "\n") {
-		if k, s, ok := strings.Cut(l, "="); ok {
-			n, _ := strconv.Atoi(s)
+		if k, s, ok := strings.Cut(strings.TrimSpace(l), ":"); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(s))
 			v[k] = n
 		}
 	}
-	r := image.Rect(v["X"], v["Y"], v["X"]+v["WIDTH"], v["Y"]+v["HEIGHT"])
+	x, y := v["Absolute upper-left X"], v["Absolute upper-left Y"]
+	r := image.Rect(x, y, x+v["Width"], y+v["Height"])
 	if r.Dx() < 50 || r.Dy() < 50 {
-		t.Fatalf("window %s: geometry %q", title, out)
+		t.Fatalf("window %s: xwininfo %q", title, out)
 	}
 	return r
 }

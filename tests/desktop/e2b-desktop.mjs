@@ -37,8 +37,11 @@ try {
   // An xterm with bash; its window's place on the screen.
   await step('open xterm', () => desktop.commands.run('xterm -T e2b-term -geometry 70x12+150+120 -e bash --norc', { background: true, timeoutMs: 0 }));
   await step('wait for its window', () => desktop.commands.run('xdotool search --sync --onlyvisible --name e2b-term', { timeoutMs: 120_000 }));
-  const geo = await desktop.commands.run('xdotool search --onlyvisible --name e2b-term getwindowgeometry --shell');
-  const g = Object.fromEntries(geo.stdout.trim().split('\n').map((l) => l.split('=')).map(([k, v]) => [k, Number(v)]));
+  // xwininfo's absolute position (xdotool's getwindowgeometry counts the
+  // window manager's frame twice).
+  const info = (await desktop.commands.run('xwininfo -name e2b-term')).stdout;
+  const num = (re) => Number(info.match(re)[1]);
+  const g = { X: num(/Absolute upper-left X:\s+(\d+)/), Y: num(/Absolute upper-left Y:\s+(\d+)/), WIDTH: num(/Width:\s+(\d+)/), HEIGHT: num(/Height:\s+(\d+)/) };
   writeFileSync(`${out}/window.json`, JSON.stringify(g));
   await step('leftClick', () => desktop.leftClick(g.X + Math.floor(g.WIDTH / 2), g.Y + Math.floor(g.HEIGHT / 2)));
   await new Promise((r) => setTimeout(r, 1000));

@@ -172,6 +172,22 @@ func watchStream(t *testing.T, ctx context.Context, server, stream, token string
 	if err := chromedp.Do(bctx); err != nil {
 		t.Fatalf("start chromium: %v", err)
 	}
+	// A page of another origin may not reach the sandbox's port.
+	su, err := url.Parse(stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := su.Host
+	su.Host = "127.0.0.1:" + port
+	req, _ := http.NewRequestWithContext(ctx, "GET", su.String(), nil)
+	req.Host = host
+	req.Header.Set("Origin", "https://evil.example")
+	req.Header.Set("E2b-Traffic-Access-Token", token)
+	if res, err := proxy.Client().Do(req); err != nil || res.StatusCode != 403 {
+		t.Fatalf("a cross-origin request to the stream: %v %v, want a 403", res, err)
+	} else {
+		res.Body.Close()
+	}
 	pctx, cancel := context.WithTimeout(bctx, 3*time.Minute)
 	defer cancel()
 	err = chromedp.Do(pctx, chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
