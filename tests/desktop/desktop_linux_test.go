@@ -203,6 +203,10 @@ func testComputerUse(t *testing.T, ctx context.Context, e *env, id string) {
 		t.Fatalf("pointer at %+v, want (100, 120) on the screen", res.Cursor)
 	}
 
+	// XFCE's panel maps (and its settings daemon applies the keyboard
+	// map) a little after the display answers: typing before can lose keys.
+	e.sh(t, ctx, id, "timeout 110 xdotool search --sync --onlyvisible --class xfce4-panel")
+
 	// An xterm running bash; the window's region before and after typing.
 	e.sh(t, ctx, id, "rm -f /tmp/typed.txt /tmp/pwned")
 	if _, err := e.c.Start(ctx, id, client.ExecRequest{Argv: []string{"xterm", "-T", "airlock-term", "-geometry", "70x12+150+120", "-e", "bash", "--norc"}, Background: true}); err != nil {

@@ -34,6 +34,11 @@ try {
   await step('moveMouse', () => desktop.moveMouse(210, 320));
   assert.deepEqual(await step('getCursorPosition', () => desktop.getCursorPosition()), { x: 210, y: 320 });
 
+  // create() returns once XFCE's processes run; its panel maps (and its
+  // settings daemon applies the keyboard map) a little later: typing
+  // before that can lose keys.
+  await step('wait for the panel', () => desktop.commands.run('xdotool search --sync --onlyvisible --class xfce4-panel', { timeoutMs: 120_000 }));
+
   // An xterm with bash; its window's place on the screen.
   await step('open xterm', () => desktop.commands.run('xterm -T e2b-term -geometry 70x12+150+120 -e bash --norc', { background: true, timeoutMs: 0 }));
   await step('wait for its window', () => desktop.commands.run('xdotool search --sync --onlyvisible --name e2b-term', { timeoutMs: 120_000 }));
