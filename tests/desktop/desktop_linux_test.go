@@ -181,7 +181,13 @@ func TestDesktop(t *testing.T) {
 		defer cancel()
 		testComputerUse(t, ctx, e, e.desktop(t, ctx, "gvisor"))
 	})
-	t.Run("MCP", func(t *testing.T) { testMCP(t, e) })
+	t.Run("MCP", func(t *testing.T) { testMCP(t, e, "native") })
+	t.Run("MCP-gvisor", func(t *testing.T) {
+		if _, err := os.Stat("/usr/local/bin/runsc"); err != nil {
+			t.Skipf("no runsc (scripts/setup.sh installs it): %v", err)
+		}
+		testMCP(t, e, "gvisor")
+	})
 	t.Run("E2B", func(t *testing.T) { testE2BDesktop(t, e) })
 }
 

@@ -103,11 +103,11 @@ func whiteBox(img image.Image) image.Rectangle {
 	return box
 }
 
-// testMCP is TestDesktop/MCP.
-func testMCP(t *testing.T, e *env) {
+// testMCP is TestDesktop/MCP on runtime.
+func testMCP(t *testing.T, e *env, runtime string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	id := e.desktop(t, ctx, "native")
+	id := e.desktop(t, ctx, runtime)
 	e.do(t, ctx, id, client.ComputerAction{Action: "screen_size"}) // starts the desktop
 	field := e.page(t, ctx, id)
 	centre := fmt.Sprintf("%d,%d", (field.Min.X+field.Max.X)/2, (field.Min.Y+field.Max.Y)/2)
