@@ -122,6 +122,9 @@ func differing(a, b image.Image, r image.Rectangle) int {
 	return n
 }
 
+// waitPanel waits for XFCE's panel to be on the screen.
+const waitPanel = "timeout 110 sh -c 'until xdotool search --onlyvisible --class xfce4-panel >/dev/null 2>&1; do sleep 0.5; done'"
+
 // windowRect waits for a window by title and returns where it is on the
 // screen (xwininfo's absolute position: xdotool's getwindowgeometry counts
 // the window manager's frame twice).
@@ -211,7 +214,8 @@ func testComputerUse(t *testing.T, ctx context.Context, e *env, id string) {
 
 	// XFCE's panel maps (and its settings daemon applies the keyboard
 	// map) a little after the display answers: typing before can lose keys.
-	e.sh(t, ctx, id, "timeout 110 xdotool search --sync --onlyvisible --class xfce4-panel")
+	// (A search can fail on a window that goes away meanwhile: it retries.)
+	e.sh(t, ctx, id, waitPanel)
 
 	// An xterm running bash; the window's region before and after typing.
 	e.sh(t, ctx, id, "rm -f /tmp/typed.txt /tmp/pwned")

@@ -37,11 +37,11 @@ try {
   // create() returns once XFCE's processes run; its panel maps (and its
   // settings daemon applies the keyboard map) a little later: typing
   // before that can lose keys.
-  await step('wait for the panel', () => desktop.commands.run('xdotool search --sync --onlyvisible --class xfce4-panel', { timeoutMs: 120_000 }));
+  await step('wait for the panel', () => desktop.commands.run("timeout 110 sh -c 'until xdotool search --onlyvisible --class xfce4-panel >/dev/null 2>&1; do sleep 0.5; done'", { timeoutMs: 120_000 }));
 
   // An xterm with bash; its window's place on the screen.
   await step('open xterm', () => desktop.commands.run('xterm -T e2b-term -geometry 70x12+150+120 -e bash --norc', { background: true, timeoutMs: 0 }));
-  await step('wait for its window', () => desktop.commands.run('xdotool search --sync --onlyvisible --name e2b-term', { timeoutMs: 120_000 }));
+  await step('wait for its window', () => desktop.commands.run("timeout 110 sh -c 'until xwininfo -name e2b-term >/dev/null 2>&1; do sleep 0.5; done'", { timeoutMs: 120_000 }));
   // xwininfo's absolute position (xdotool's getwindowgeometry counts the
   // window manager's frame twice).
   const info = (await desktop.commands.run('xwininfo -name e2b-term')).stdout;
