@@ -125,14 +125,15 @@ func differing(a, b image.Image, r image.Rectangle) int {
 // waitPanel waits for XFCE's panel to be on the screen.
 const waitPanel = "timeout 110 sh -c 'until xdotool search --onlyvisible --class xfce4-panel >/dev/null 2>&1; do sleep 0.5; done'"
 
-// windowRect waits for a window by title and returns where it is on the
+// windowRect waits for a window whose title matches title (a regular
+// expression, as xdotool search takes it) and returns where it is on the
 // screen (xwininfo's absolute position: xdotool's getwindowgeometry counts
 // the window manager's frame twice).
 func (e *env) windowRect(t *testing.T, ctx context.Context, id, title string) image.Rectangle {
 	t.Helper()
 	var out string
 	waitFor(t, "window "+title, 2*time.Minute, func() bool {
-		res, err := e.c.Exec(ctx, id, client.ExecRequest{Argv: []string{"sh", "-c", `xdotool search --sync --onlyvisible --name "$1" >/dev/null && xwininfo -name "$1"`, "sh", title}, Timeout: 20})
+		res, err := e.c.Exec(ctx, id, client.ExecRequest{Argv: []string{"sh", "-c", `w=$(xdotool search --onlyvisible --name "$1" | head -n1) && [ -n "$w" ] && xwininfo -id "$w"`, "sh", title}, Timeout: 20})
 		if err != nil || res.ExitCode != 0 {
 			return false
 		}
