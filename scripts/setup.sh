@@ -10,9 +10,10 @@
 #   postgresql: the shared-database tests (internal/pgtest) start their own clusters with its binaries;
 #   mmdebstrap: the Debian image of the images end-to-end test (imagestore/imagetest.DebianLayer, built
 #     from the configured Debian mirror once and cached in /var/cache/airlock-test by content);
-#   the desktop image of the computer-use tests (tests/desktop; debimage.Desktop: Xvfb, XFCE, xdotool,
-#     scrot, x11vnc, noVNC, Chromium), built by mmdebstrap in the background while the rest installs
-#     (~7 minutes cold under load) and cached in /var/cache/airlock-test by content;
+#   the desktop and browser images of the computer-use tests (tests/desktop; debimage.Desktop: Xvfb,
+#     XFCE, xdotool, scrot, x11vnc, noVNC, Chromium; debimage.Browser: headless Chromium), built by
+#     mmdebstrap in the background while the rest installs (~10 and ~6 minutes cold under load, at the
+#     same time) and cached in /var/cache/airlock-test by content;
 #   etcd-server + a kube-apiserver built from the Go module proxy (scripts/kube-assets.sh, cached by
 #     version, several minutes cold; built in the background while the rest installs): the
 #     Kubernetes backend's control-plane tests;
@@ -48,11 +49,23 @@ if ((tests)); then
 fi
 desktop_pid=
 if ((tests)); then
-  # The desktop image (debimage/mkimage; mmdebstrap, a few hundred MB of
-  # Debian packages) builds while the rest installs; a cached build is a
-  # no-op.
+  # The desktop and browser images (debimage/mkimage; mmdebstrap, a few
+  # hundred MB of Debian packages each) build while the rest installs; a
+  # cached build is a no-op.
   desktop_out=$(mktemp)
-  (cd "$(dirname "$0")/.." && go run ./debimage/mkimage -q -cache "${AIRLOCK_TEST_CACHE:-/var/cache/airlock-test}" desktop) >"$desktop_out" 2>&1 &
+  (
+    cd "$(dirname "$0")/.."
+    mk="$desktop_out.mkimage"
+    cache="${AIRLOCK_TEST_CACHE:-/var/cache/airlock-test}"
+    go build -o "$mk" ./debimage/mkimage
+    "$mk" -q -cache "$cache" browser &
+    b=$!
+    r=0
+    "$mk" -q -cache "$cache" desktop || r=$?
+    wait "$b" || r=$?
+    rm -f "$mk"
+    exit "$r"
+  ) >"$desktop_out" 2>&1 &
   desktop_pid=$!
 fi
 if ((tests)) && [ -f tests/js/package.json ]; then
@@ -94,10 +107,10 @@ fi
 if [ -n "$desktop_pid" ]; then
   if ! wait "$desktop_pid"; then
     cat "$desktop_out" >&2
-    echo "setup: the desktop image build (go run ./debimage/mkimage desktop) failed" >&2
+    echo "setup: the desktop or browser image build (go run ./debimage/mkimage desktop|browser) failed" >&2
     exit 1
   fi
-  echo "setup: desktop image $(tail -n1 "$desktop_out")"
+  echo "setup: desktop and browser images:"; cat "$desktop_out"
   rm -f "$desktop_out"
 fi
 echo "setup: ok"
