@@ -22,17 +22,28 @@ import (
 // API key), to headless Chromium in a sandbox of the browser image, loads a
 // page served inside the sandbox, clicks its field, types, reads the DOM,
 // and the page's own log has the keystrokes. Without the key the relay
-// refuses the DevTools endpoint.
+// refuses the DevTools endpoint. Under native and gVisor.
 func TestBrowserCDP(t *testing.T) {
 	testserver.NeedRoot(t)
 	state := testserver.StateDir(t)
 	it.StoreDebImage(t, state, debimage.Browser())
 	s := testserver.Start(t, state)
 	key := testserver.NewKey(t, state, "browser")
+	for _, runtime := range []string{"native", "gvisor"} {
+		t.Run(runtime, func(t *testing.T) {
+			if _, err := os.Stat("/usr/local/bin/runsc"); err != nil && runtime == "gvisor" {
+				t.Skipf("no runsc (scripts/setup.sh installs it): %v", err)
+			}
+			testBrowserCDP(t, s, key, runtime)
+		})
+	}
+}
+
+func testBrowserCDP(t *testing.T, s *testserver.Server, key, runtime string) {
 	c := client.New(s.URL, key)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	sb, err := c.Create(ctx, client.CreateRequest{Image: "browser", Timeout: 900,
+	sb, err := c.Create(ctx, client.CreateRequest{Image: "browser", Timeout: 900, Runtime: runtime,
 		Limits: &client.Limits{MemoryBytes: 2 << 30, Pids: 1024, CPUs: 2, DiskBytes: 1 << 30}})
 	if err != nil {
 		t.Fatal(err)

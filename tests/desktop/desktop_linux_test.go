@@ -193,6 +193,13 @@ func TestDesktop(t *testing.T) {
 		testMCP(t, e, "gvisor")
 	})
 	t.Run("E2B", func(t *testing.T) { testE2BDesktop(t, e) })
+	t.Run("E2B-gvisor", func(t *testing.T) {
+		if _, err := os.Stat("/usr/local/bin/runsc"); err != nil {
+			t.Skipf("no runsc (scripts/setup.sh installs it): %v", err)
+		}
+		// E2B's create names no runtime: a server whose default is gVisor.
+		testE2BDesktop(t, start(t, "--e2b-domain", e2bDomain, "--default-runtime", "gvisor"))
+	})
 }
 
 func testComputerUse(t *testing.T, ctx context.Context, e *env, id string) {
