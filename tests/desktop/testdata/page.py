@@ -8,8 +8,10 @@ PAGE = b"""<!doctype html><html><head><title>airlock-page</title></head>
 <input id="f" autocomplete="off"
   style="position:absolute;left:100px;top:100px;width:400px;height:60px;font-size:30px;border:0">
 <script>
+// One request at a time, in the order of the keys.
+let chain = Promise.resolve();
 document.getElementById('f').addEventListener('keydown', (e) => {
-  fetch('/log', {method: 'POST', body: e.key});
+  chain = chain.then(() => fetch('/log', {method: 'POST', body: e.key}));
 });
 </script></body></html>"""
 
