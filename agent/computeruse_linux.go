@@ -74,7 +74,7 @@ func (r *toolRun) failure(what string) error {
 		msg = msg[:300] + "…"
 	}
 	if strings.Contains(msg, "Can't open display") || strings.Contains(msg, "Can't open X display") ||
-		strings.Contains(msg, "Failed creating new xdo") || strings.Contains(msg, "Can't open X display") {
+		strings.Contains(msg, "Failed creating new xdo") {
 		return &Error{Code: CodeNoDisplay, Message: fmt.Sprintf("%s: the X display is not running (%s)", what, msg)}
 	}
 	code := r.status.ExitStatus()
