@@ -1,6 +1,6 @@
 // Package computer performs computer-use actions on sandboxes for airlock's
 // front ends (the HTTP API's /computer route and the MCP computer tool):
-// the action is audited (and passed through the approvals gate) first,
+// the action is audited first (no record, no action),
 // then done by the sandbox's agent (agent.ComputerAction). A sandbox of
 // the desktop image whose display is not running yet gets it started
 // first: the image's /usr/local/bin/airlock-desktop, run as a background

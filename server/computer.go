@@ -45,8 +45,7 @@ func (s *Server) computer(w http.ResponseWriter, r *http.Request) error {
 	if err := a.Validate(); err != nil {
 		return computerErr(err)
 	}
-	// Fail closed like exec: no action without its audit record (and the
-	// approvals gate's answer).
+	// Fail closed like exec: no action without its audit record.
 	if err := s.m.AuditFirst(r.Context(), caller(r).id, sb.ID, computer.Action(a), computer.Detail("api", a)); err != nil {
 		return err
 	}
