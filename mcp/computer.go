@@ -33,7 +33,7 @@ func (s *Service) addComputer() {
 		Description: "See and drive the graphical desktop of a sandbox: take a screenshot (a PNG image), move and click the mouse, drag, scroll, type text and press keys. " +
 			"Use a sandbox created with create_sandbox template \"desktop\" (Xvfb, XFCE, Chromium, xterm; its desktop starts on the first call). " +
 			"Coordinates are pixels of the last screenshot (give the same width/height on every call if you scale). " +
-			fmt.Sprintf("Screenshots are at most %dx%d pixels and %d per second; type takes at most %d bytes. ", agent.MaxShotSide, agent.MaxShotSide, agent.MaxScreenshotsPerSecond, agent.MaxTypeText) +
+			fmt.Sprintf("Screenshots are the screen's size unless width/height (at most %d each) ask for smaller, and at most %d per second; type takes at most %d bytes. ", agent.MaxShotSide, agent.MaxScreenshotsPerSecond, agent.MaxTypeText) +
 			"Every action except screenshot answers with the pointer's position; take a screenshot to see its effect.",
 		Annotations: &sdk.ToolAnnotations{DestructiveHint: ptr(true), OpenWorldHint: ptr(s.openWorld())},
 		InputSchema: schema[computerIn](func(p map[string]*jsonschema.Schema) {
