@@ -528,6 +528,7 @@ func init() {
 	handlers[FrameWatch] = (*hostConn).handleWatch
 	handlers[FrameDial] = (*hostConn).handleDial
 	handlers[FramePtyResize] = (*hostConn).handlePtyResize
+	handlers[FrameComputer] = (*hostConn).handleComputer
 }
 
 // errStreamGone reports that the host reset the stream or the connection

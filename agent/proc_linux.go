@@ -126,6 +126,8 @@ func (a *agent) reapAll() bool {
 		a.mu.Unlock()
 		if p != nil {
 			p.setExit(ws)
+		} else {
+			helperExited(pid, ws) // a computer-use tool run, or an orphan
 		}
 	}
 }
@@ -594,14 +596,9 @@ func (a *hostConn) handleExec(s *astream, payload []byte) (any, error) {
 		return nil, err
 	}
 
-	var fds [6]int // stdin r,w; stdout r,w; stderr r,w
-	for i := 0; i < 6; i += 2 {
-		if err := syscall.Pipe2(fds[i:i+2], syscall.O_CLOEXEC); err != nil {
-			for j := 0; j < i; j++ {
-				syscall.Close(fds[j])
-			}
-			return nil, fmt.Errorf("creating pipes: %w", err)
-		}
+	fds, err := stdioPipes()
+	if err != nil {
+		return nil, err
 	}
 	attr := &syscall.ProcAttr{
 		Dir:   cwd,
@@ -688,6 +685,20 @@ func (a *hostConn) handleExec(s *astream, payload []byte) (any, error) {
 	}
 	p.follow(f)
 	return nil, nil
+}
+
+// stdioPipes makes the three pipes of a process's standard input, output
+// and error: stdin r,w; stdout r,w; stderr r,w (close-on-exec).
+func stdioPipes() (fds [6]int, err error) {
+	for i := 0; i < 6; i += 2 {
+		if err := syscall.Pipe2(fds[i:i+2], syscall.O_CLOEXEC); err != nil {
+			for j := 0; j < i; j++ {
+				syscall.Close(fds[j])
+			}
+			return fds, fmt.Errorf("creating pipes: %w", err)
+		}
+	}
+	return fds, nil
 }
 
 // outOfTasks are what programs print when they cannot create a process or

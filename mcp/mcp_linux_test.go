@@ -79,7 +79,7 @@ func TestListTools(t *testing.T) {
 			}
 		}
 	}
-	want := []string{"create_sandbox", "kill_sandbox", "list_files", "list_sandboxes", "read_file", "run_code", "run_command", "write_file"}
+	want := []string{"computer", "create_sandbox", "kill_sandbox", "list_files", "list_sandboxes", "read_file", "run_code", "run_command", "write_file"}
 	slices.Sort(names)
 	if !slices.Equal(names, want) {
 		t.Fatalf("tools %v, want %v", names, want)

@@ -141,6 +141,7 @@ func (s *Service) addTools() {
 	}, s.killSandbox)
 
 	s.addRunCode()
+	s.addComputer()
 }
 
 // result builds a tool result from text blocks; empty blocks are skipped.

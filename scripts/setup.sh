@@ -13,6 +13,10 @@
 #   postgresql: the shared-database tests (internal/pgtest) start their own clusters with its binaries;
 #   mmdebstrap: the Debian image of the images end-to-end test (imagestore/imagetest.DebianLayer, built
 #     from the configured Debian mirror once and cached in /var/cache/airlock-test by content);
+#   the desktop and browser images of the computer-use tests (tests/desktop; debimage.Desktop: Xvfb,
+#     XFCE, xdotool, scrot, x11vnc, noVNC, Chromium; debimage.Browser: headless Chromium), built by
+#     mmdebstrap in the background while the rest installs (~10 and ~6 minutes cold under load, at the
+#     same time) and cached in /var/cache/airlock-test by content;
 #   etcd-server + a kube-apiserver built from the Go module proxy (scripts/kube-assets.sh, cached by
 #     version, several minutes cold; built in the background while the rest installs): the
 #     Kubernetes backend's control-plane tests;
@@ -54,6 +58,27 @@ if ((tests)); then
   "$(dirname "$0")/kube-assets.sh" >"$kube_out" &
   kube_pid=$!
 fi
+desktop_pid=
+if ((tests)); then
+  # The desktop and browser images (debimage/mkimage; mmdebstrap, a few
+  # hundred MB of Debian packages each) build while the rest installs; a
+  # cached build is a no-op.
+  desktop_out=$(mktemp)
+  (
+    cd "$(dirname "$0")/.."
+    mk="$desktop_out.mkimage"
+    cache="${AIRLOCK_TEST_CACHE:-/var/cache/airlock-test}"
+    go build -o "$mk" ./debimage/mkimage
+    "$mk" -q -cache "$cache" browser &
+    b=$!
+    r=0
+    "$mk" -q -cache "$cache" desktop || r=$?
+    wait "$b" || r=$?
+    rm -f "$mk"
+    exit "$r"
+  ) >"$desktop_out" 2>&1 &
+  desktop_pid=$!
+fi
 if ((tests)) && [ -f tests/js/package.json ]; then
   (cd tests/js && npm ci --no-audit --no-fund --loglevel=error)
 fi
@@ -64,6 +89,9 @@ if ((tests)) && [ -f dashboard/web/package.json ]; then
 fi
 if ((tests)) && [ -f tests/mcp-js/package.json ]; then
   (cd tests/mcp-js && npm ci --no-audit --no-fund --loglevel=error)
+fi
+if ((tests)) && [ -f tests/desktop/package.json ]; then
+  (cd tests/desktop && npm ci --no-audit --no-fund --loglevel=error)
 fi
 # gVisor's runsc for --runtime gvisor, pinned (keep in step with
 # runtime/gvisor.Version) and built statically: the only build that runs on
@@ -93,5 +121,14 @@ if [ -n "$kube_pid" ]; then
   fi
   echo "setup: kube test assets at $(tail -n1 "$kube_out")"
   rm -f "$kube_out"
+fi
+if [ -n "$desktop_pid" ]; then
+  if ! wait "$desktop_pid"; then
+    cat "$desktop_out" >&2
+    echo "setup: the desktop or browser image build (go run ./debimage/mkimage desktop|browser) failed" >&2
+    exit 1
+  fi
+  echo "setup: desktop and browser images:"; cat "$desktop_out"
+  rm -f "$desktop_out"
 fi
 echo "setup: ok"

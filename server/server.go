@@ -209,6 +209,7 @@ func (s *Server) routes() {
 	authed("GET /v1/sandboxes/{id}/files/stat", s.statFile)
 	authed("POST /v1/sandboxes/{id}/files/mkdir", s.mkdir)
 	authed("POST /v1/sandboxes/{id}/files/move", s.move)
+	authed("POST /v1/sandboxes/{id}/computer", s.computer)
 	s.networkRoutes(authed)
 	s.imageRoutes(authed)
 	s.codeRoutes(authed)
@@ -231,7 +232,12 @@ func (s *Server) routes() {
 // route serves a request (ServeHTTP logs it).
 func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 	s.requests.Add(1)
-	if msg := browserGuard(r, s.cfg.NoAuth); msg != "" {
+	guarded := r
+	if s.sandboxOwnOrigin(r) {
+		guarded = r.Clone(r.Context())
+		guarded.Header.Del("Origin")
+	}
+	if msg := browserGuard(guarded, s.cfg.NoAuth); msg != "" {
 		s.count(http.StatusForbidden)
 		writeError(w, http.StatusForbidden, "forbidden", msg)
 		return

@@ -1,12 +1,9 @@
 package imagetest
 
 import (
-	"archive/tar"
-	"compress/gzip"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +15,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"airlock/debimage"
 )
 
 // DebianPackages are what DebianPython installs besides Debian's
@@ -98,7 +97,7 @@ func DebianLayer(t testing.TB) (path string, cached bool) {
 		t.Fatalf("mmdebstrap: %v\n%s", err, out)
 	}
 	tmp := layer + ".tmp"
-	if err := withoutDevices(raw, tmp); err != nil {
+	if err := debimage.WithoutDevices(raw, tmp); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Rename(tmp, layer); err != nil {
@@ -106,49 +105,6 @@ func DebianLayer(t testing.TB) (path string, cached bool) {
 	}
 	os.Remove(raw)
 	return layer, false
-}
-
-// withoutDevices copies the tar src to dst, gzipped, leaving out character
-// and block devices.
-func withoutDevices(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.Create(dst)
-	if err != nil {
-		return err
-	}
-	defer out.Close()
-	gz, _ := gzip.NewWriterLevel(out, gzip.BestSpeed)
-	tw := tar.NewWriter(gz)
-	tr := tar.NewReader(in)
-	for {
-		hdr, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return fmt.Errorf("read %s: %w", src, err)
-		}
-		if hdr.Typeflag == tar.TypeChar || hdr.Typeflag == tar.TypeBlock {
-			continue
-		}
-		if err := tw.WriteHeader(hdr); err != nil {
-			return err
-		}
-		if _, err := io.Copy(tw, tr); err != nil {
-			return err
-		}
-	}
-	if err := tw.Close(); err != nil {
-		return err
-	}
-	if err := gz.Close(); err != nil {
-		return err
-	}
-	return out.Close()
 }
 
 // DebianPython is a linux/amd64 image of DebianLayer with Debian's PATH.
