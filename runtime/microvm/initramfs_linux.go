@@ -109,12 +109,7 @@ func Initramfs(kernel, agentBinary string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("microvm: agent binary: %w", err)
 	}
-	h := sha256.New()
-	fmt.Fprintf(h, "kernel %s\n", kernel)
-	ah := sha256.Sum256(agentBytes)
-	fmt.Fprintf(h, "agent %x\ninit %s\n", ah, initScript)
-	key := hex.EncodeToString(h.Sum(nil))[:24]
-	path := filepath.Join(CacheDir, "initramfs-"+key+".cpio")
+	path := initramfsPath(kernel, agentBytes)
 	if err := ensureCacheDir(); err != nil {
 		return "", err
 	}
@@ -151,6 +146,15 @@ func Initramfs(kernel, agentBinary string) (string, error) {
 		return "", fmt.Errorf("microvm: initramfs: %w", err)
 	}
 	return path, nil
+}
+
+// initramfsPath is where the initramfs of kernel and agent is cached.
+func initramfsPath(kernel string, agentBytes []byte) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "kernel %s\n", kernel)
+	ah := sha256.Sum256(agentBytes)
+	fmt.Fprintf(h, "agent %x\ninit %s\n", ah, initScript)
+	return filepath.Join(CacheDir, "initramfs-"+hex.EncodeToString(h.Sum(nil))[:24]+".cpio")
 }
 
 // module is one kernel module file for the guest.
