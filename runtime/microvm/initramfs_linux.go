@@ -46,9 +46,11 @@ var busyboxPath = "/bin/busybox"
 // guestModules are the kernel modules the guest needs when the kernel
 // has them as modules: virtio over MMIO (the microvm machine's bus),
 // virtio-console (the agent's virtio-serial port), virtio-blk and EROFS
-// (the read-only /usr image, UsrImage). Their dependencies are
+// (the read-only /usr image, UsrImage, and image roots, RootImage) and
+// overlayfs (an image root's writable overlay), and pvpanic (the ACPI
+// QEMU0001 device through which a kernel panic ends QEMU at once). Their dependencies are
 // added from modules.dep.
-var guestModules = []string{"virtio_mmio", "virtio_console", "virtio_blk", "erofs"}
+var guestModules = []string{"virtio_mmio", "virtio_console", "virtio_blk", "erofs", "overlay", "pvpanic-mmio"}
 
 // guestApplets are the busybox applets linked into the guest's /bin: the
 // workload's shell and the usual tools (/usr is the EROFS image: python3).
@@ -63,7 +65,12 @@ var guestApplets = []string{"sh", "ash", "cat", "echo", "ls", "mkdir", "mount", 
 // airlock.agent and execs the agent on it as PID 1, with the arguments
 // the kernel passes after "--". Any failure powers the guest off, which
 // ends QEMU. AIRLOCK_USER (UID:GID) owns /workspace; AIRLOCK_TMPFS is
-// the tmpfs size in bytes.
+// the tmpfs size in bytes. Disks are found by their serial numbers, never
+// by their order: airlock-usr is the host's /usr image; with
+// AIRLOCK_ROOT=image, airlock-lower is the image's read-only EROFS root
+// and airlock-upper the sandbox's empty ext4 upper disk: the root becomes
+// their overlay (nosuid, nodev), with /workspace on the upper disk, and
+// the agent (the initramfs's /.airlock, bound read-only) runs in it.
 const initScript = `#!/.airlock/busybox sh
 B=/.airlock/busybox
 die() { echo "airlock init: $*" >&2; $B poweroff -f; $B sleep 5; exit 1; }
@@ -73,9 +80,6 @@ $B mount -t devtmpfs -o nosuid,noexec dev /dev || die devtmpfs
 $B mkdir -p /dev/pts /dev/shm
 $B mount -t devpts -o nosuid,noexec devpts /dev/pts || die devpts
 $B mount -t tmpfs -o nosuid,nodev,size=$AIRLOCK_TMPFS tmpfs /dev/shm || die shm
-$B mount -t tmpfs -o nosuid,nodev,mode=1777,size=$AIRLOCK_TMPFS tmpfs /tmp || die tmp
-$B mount -t tmpfs -o nosuid,nodev,mode=0755,size=$AIRLOCK_TMPFS tmpfs /workspace || die workspace
-$B chown "$AIRLOCK_USER" /workspace || die chown
 for m in $($B cat /.airlock/modules.order); do
 	$B insmod /.airlock/modules/$m || die "insmod $m"
 done
@@ -91,12 +95,54 @@ while [ -z "$port" ] && [ $i -lt 300 ]; do
 	$B usleep 20000
 done
 [ -n "$port" ] || die "no airlock.agent port"
-i=0
-while [ ! -b /dev/vda ] && [ $i -lt 300 ]; do i=$((i+1)); $B usleep 20000; done
-$B mount -t erofs -o ro,nodev,nosuid /dev/vda /usr || die "mount /usr"
-$B mount -o remount,ro / || die "remount / read-only"
-unset AIRLOCK_USER AIRLOCK_TMPFS
-export PATH=/usr/local/bin:/usr/bin:/bin HOME=/workspace
+disk() {
+	i=0
+	while [ $i -lt 300 ]; do
+		for b in /sys/block/vd*; do
+			if [ "$($B cat $b/serial 2>/dev/null)" = "$1" ] && [ -b /dev/${b##*/} ]; then
+				echo /dev/${b##*/}
+				return 0
+			fi
+		done
+		i=$((i+1))
+		$B usleep 20000
+	done
+	return 1
+}
+R=/
+if [ "$AIRLOCK_ROOT" = image ]; then
+	lower=$(disk airlock-lower) || die "no root image disk"
+	upper=$(disk airlock-upper) || die "no upper disk"
+	$B mkdir -p /.airlock/lower /.airlock/upper /.airlock/root || die mkdir
+	$B mount -t erofs -o ro,nodev,nosuid $lower /.airlock/lower || die "mount the root image"
+	$B mount -t ext4 -o nodev,nosuid $upper /.airlock/upper || die "mount the upper disk"
+	$B mkdir -p /.airlock/upper/upper /.airlock/upper/work || die mkdir
+	$B mount -t overlay -o nodev,nosuid,lowerdir=/.airlock/lower,upperdir=/.airlock/upper/upper,workdir=/.airlock/upper/work overlay /.airlock/root || die "mount the root overlay"
+	R=/.airlock/root
+	for d in proc sys dev tmp workspace .airlock; do
+		[ -d $R/$d ] && [ ! -L $R/$d ] || { $B rm -f $R/$d; $B mkdir -p $R/$d; } || die "mkdir $d"
+	done
+	$B mount -t tmpfs -o nosuid,nodev,mode=1777,size=$AIRLOCK_TMPFS tmpfs $R/tmp || die tmp
+	$B chown "$AIRLOCK_USER" $R/workspace || die chown
+	$B mount --bind /.airlock $R/.airlock || die "bind the agent"
+	$B mount -o remount,bind,ro $R/.airlock || die "bind the agent read-only"
+	$B mount -o remount,ro / || die "remount / read-only"
+	for d in proc sys dev; do $B mount --move /$d $R/$d || die "move $d"; done
+else
+	usr=$(disk airlock-usr) || die "no /usr disk"
+	$B mount -t tmpfs -o nosuid,nodev,mode=1777,size=$AIRLOCK_TMPFS tmpfs /tmp || die tmp
+	$B mount -t tmpfs -o nosuid,nodev,mode=0755,size=$AIRLOCK_TMPFS tmpfs /workspace || die workspace
+	$B chown "$AIRLOCK_USER" /workspace || die chown
+	$B mount -t erofs -o ro,nodev,nosuid $usr /usr || die "mount /usr"
+	$B mount -o remount,ro / || die "remount / read-only"
+fi
+unset AIRLOCK_USER AIRLOCK_TMPFS AIRLOCK_ROOT
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/workspace
+if [ $R != / ]; then
+	cd $R || die "cd root"
+	$B mount --move . / || die "move the root"
+	exec $B chroot . /.airlock/airlock "$@" --serial=$port
+fi
 cd /workspace
 exec /.airlock/airlock "$@" --serial=$port
 `

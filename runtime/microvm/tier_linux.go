@@ -69,9 +69,12 @@ func (Tier) Available() error {
 
 // Caps implements tier.Tier: the agent gets a connected socket (relayed
 // to its virtio-serial port); pause freezes QEMU's cgroup, which stops
-// the whole guest (its memory stays resident). Nothing else yet: no image
-// roots, volumes, network, snapshots, adoption or pool.
-func (Tier) Caps() tier.Caps { return tier.Caps{ConnectedAgent: true, Pause: tier.PauseFreeze} }
+// the whole guest (its memory stays resident); an image root is the
+// image's layers as a read-only disk under a writable one (RootImage).
+// Nothing else yet: no volumes, network, snapshots, adoption or pool.
+func (Tier) Caps() tier.Caps {
+	return tier.Caps{ConnectedAgent: true, Pause: tier.PauseFreeze, ImageRoots: true}
+}
 
 // Remove implements tier.Tier: the cgroup of a QEMU a crash left behind.
 func (Tier) Remove(id string) {
@@ -88,8 +91,8 @@ func (Tier) Remove(id string) {
 func (Tier) Start(cfg native.Config) (tier.Instance, []net.Listener, error) {
 	p := cfg.Policy
 	switch {
-	case cfg.Image != nil:
-		return nil, nil, fmt.Errorf("microvm: image roots are not supported yet")
+	case cfg.Image != nil && cfg.Image.Dir == "":
+		return nil, nil, fmt.Errorf("microvm: an image root needs a per-sandbox directory")
 	case len(cfg.Volumes) > 0:
 		return nil, nil, fmt.Errorf("microvm: volumes are not supported yet")
 	case p.Network.Mode != policy.NetNone || len(cfg.Listen) > 0:
@@ -120,9 +123,40 @@ func (Tier) Start(cfg native.Config) (tier.Instance, []net.Listener, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	usr, err := UsrImage()
-	if err != nil {
-		return nil, nil, err
+	// The root: the host's /usr image under the initramfs, or an image's
+	// layers as one read-only EROFS disk under a writable upper disk.
+	var disks []string
+	var upper, upperRO *os.File
+	rootKind := "host"
+	if cfg.Image == nil {
+		usr, err := UsrImage()
+		if err != nil {
+			return nil, nil, err
+		}
+		disks = append(disks, "-drive", "file="+usr+",if=none,format=raw,readonly=on,id=usr",
+			"-device", "virtio-blk-device,drive=usr,serial=airlock-usr")
+	} else {
+		lower, err := RootImage(cfg.Image.Layers)
+		if err != nil {
+			return nil, nil, &native.SetupError{Step: "image root", Err: err}
+		}
+		if upper, err = upperDisk(cfg.Image.Dir, p.Limits.DiskBytes); err != nil {
+			return nil, nil, &native.SetupError{Step: "image root", Err: err}
+		}
+		defer upper.Close()
+		// QEMU reopens a disk read-only while it sets the disk up: its fd
+		// set holds the file opened both ways.
+		if upperRO, err = os.Open(upper.Name()); err != nil {
+			return nil, nil, &native.SetupError{Step: "image root", Err: err}
+		}
+		defer upperRO.Close()
+		rootKind = "image"
+		// fds 4 and 5 in QEMU (cfg.ExtraFiles below): the upper disk.
+		disks = append(disks, "-drive", "file="+lower+",if=none,format=raw,readonly=on,id=lower",
+			"-device", "virtio-blk-device,drive=lower,serial=airlock-lower",
+			"-add-fd", "fd=4,set=1", "-add-fd", "fd=5,set=1",
+			"-drive", "file=/dev/fdset/1,if=none,format=raw,id=upper,cache=writeback",
+			"-device", "virtio-blk-device,drive=upper,serial=airlock-upper")
 	}
 	id := cfg.ID
 	if id == "" {
@@ -169,8 +203,8 @@ func (Tier) Start(cfg native.Config) (tier.Instance, []net.Listener, error) {
 		// rate and the delay loop instead of measuring them.
 		timing = " tsc_early_khz=2000000 lpj=4000000 no_timer_check"
 	}
-	appendLine := fmt.Sprintf("console=ttyS0 quiet loglevel=3 panic=-1 rdinit=/init%s AIRLOCK_USER=%s AIRLOCK_TMPFS=%d -- %s",
-		timing, user, tmpfs, strings.Join(cfg.Args[1:], " "))
+	appendLine := fmt.Sprintf("console=ttyS0 quiet loglevel=3 panic=-1 rdinit=/init%s AIRLOCK_USER=%s AIRLOCK_TMPFS=%d AIRLOCK_ROOT=%s -- %s",
+		timing, user, tmpfs, rootKind, strings.Join(cfg.Args[1:], " "))
 	machine := "microvm,accel=" + acc.accel + ",pit=on,pic=on,rtc=on"
 	cpu := "max"
 	if acc.accel == AccelKVM {
@@ -180,14 +214,22 @@ func (Tier) Start(cfg native.Config) (tier.Instance, []net.Listener, error) {
 		"-name", "airlock-" + id, "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
 		"-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
 		"-chardev", "stdio,id=con,signal=off", "-serial", "chardev:con",
+		// A guest kernel panic ends QEMU through the pvpanic device, from
+		// the kernel's panic notifiers, before (and whatever becomes of) its
+		// emergency restart: under TCG with several vCPUs that restart
+		// sometimes never reached QEMU (docs/microvm.md).
+		"-device", "pvpanic", "-action", "panic=exit-failure",
 		"-device", "virtio-serial-device",
 		"-chardev", "socket,id=agent,fd=3", "-device", "virtserialport,chardev=agent,name=airlock.agent",
-		"-drive", "file=" + usr + ",if=none,format=raw,readonly=on,id=usr", "-device", "virtio-blk-device,drive=usr",
 		"-kernel", kernel, "-initrd", initrd, "-append", appendLine}
+	args = append(args, disks...)
 	cmd := exec.Command(q, args...)
 	cmd.Stdin = nil
 	cmd.Stdout, cmd.Stderr = cfg.Stdout, cfg.Stderr
 	cmd.ExtraFiles = []*os.File{qemuEnd}
+	if upper != nil {
+		cmd.ExtraFiles = append(cmd.ExtraFiles, upper, upperRO)
+	}
 	// QEMU runs as the first host id of the sandbox's leased range (or
 	// nobody without one), with no capabilities: it needs none, and two
 	// sandboxes' QEMUs cannot signal or trace each other.
@@ -244,7 +286,7 @@ func (Tier) Start(cfg native.Config) (tier.Instance, []net.Listener, error) {
 		{Name: "vm", State: rt.StateOK, Detail: "qemu microvm, " + acc.why + "; the workload runs on its own guest kernel (" + kernel + "), the host kernel sees only QEMU"},
 		{Name: "seccomp", State: rt.StateOK, Detail: "QEMU's -sandbox (obsolete, elevateprivileges, spawn and resourcecontrol denied)"},
 		{Name: "network", State: rt.StateOK, Detail: "none: the guest has no network device"},
-		{Name: "filesystem", State: rt.StateOK, Detail: fmt.Sprintf("initramfs root (busybox, read-only); /usr a read-only EROFS image (virtio-blk, QEMU opens it read-only) of the host's python3, its standard library and their shared libraries; tmpfs /workspace and /tmp of %d bytes each inside guest memory; no other host file", tmpfs)},
+		{Name: "filesystem", State: rt.StateOK, Detail: fsDetail(cfg, tmpfs)},
 		{Name: "identity", State: rt.StateOK, Detail: fmt.Sprintf("QEMU runs as host uid and gid %d, without capabilities; in the guest the agent is PID 1 (root, capabilities reduced to kill, setuid, setgid) and the workload runs as %s", qemuID, user)},
 	}
 	if group != nil {
@@ -302,6 +344,15 @@ func (Tier) Start(cfg native.Config) (tier.Instance, []net.Listener, error) {
 		host.Close()
 	}()
 	return vm, nil, nil
+}
+
+// fsDetail describes the guest's files for enforced.
+func fsDetail(cfg native.Config, tmpfs int64) string {
+	if cfg.Image == nil {
+		return fmt.Sprintf("initramfs root (busybox, read-only); /usr a read-only EROFS image (virtio-blk, QEMU opens it read-only) of the host's python3, its standard library and their shared libraries; tmpfs /workspace and /tmp of %d bytes each inside guest memory; no other host file", tmpfs)
+	}
+	size := max(cfg.Policy.Limits.DiskBytes, minUpperDisk)
+	return fmt.Sprintf("image root: an overlay (nosuid, nodev) in the guest of the image's %d layers, flattened into one read-only EROFS disk (QEMU opens it read-only), and a per-sandbox writable ext4 upper disk of %d bytes (QEMU gets it as a file descriptor; the host never mounts it), /workspace on it; tmpfs /tmp of %d bytes inside guest memory; no other host file", len(cfg.Image.Layers), size, tmpfs)
 }
 
 // VM is one running guest (tier.Instance).
