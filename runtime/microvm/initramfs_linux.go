@@ -71,6 +71,12 @@ var guestApplets = []string{"sh", "ash", "cat", "echo", "ls", "mkdir", "mount", 
 // and airlock-upper the sandbox's empty ext4 upper disk: the root becomes
 // their overlay (nosuid, nodev), with /workspace on the upper disk, and
 // the agent (the initramfs's /.airlock, bound read-only) runs in it.
+// With AIRLOCK_FILES, the disk airlock-files is a newc archive
+// (filesArchive) of the policy's environment (the agent's --env-file) and
+// of the files it places (read-only host files, e.g. the egress CA's trust
+// store), copied over the root before it turns read-only. With
+// AIRLOCK_EGRESS, the agent also gets the port airlock.egress, which
+// carries its loopback listeners' connections to the host's proxy.
 const initScript = `#!/.airlock/busybox sh
 B=/.airlock/busybox
 die() { echo "airlock init: $*" >&2; $B poweroff -f; $B sleep 5; exit 1; }
@@ -83,18 +89,27 @@ $B mount -t tmpfs -o nosuid,nodev,size=$AIRLOCK_TMPFS tmpfs /dev/shm || die shm
 for m in $($B cat /.airlock/modules.order); do
 	$B insmod /.airlock/modules/$m || die "insmod $m"
 done
-port=
-i=0
-while [ -z "$port" ] && [ $i -lt 300 ]; do
-	for p in /sys/class/virtio-ports/*; do
-		[ "$($B cat $p/name 2>/dev/null)" = airlock.agent ] && port=/dev/${p##*/}
+# vport NAME [TRIES]: the device of the virtio-serial port named NAME.
+vport() {
+	i=0
+	while [ $i -lt ${2:-300} ]; do
+		for p in /sys/class/virtio-ports/*; do
+			if [ "$($B cat $p/name 2>/dev/null)" = "$1" ] && [ -c /dev/${p##*/} ]; then
+				echo /dev/${p##*/}
+				return 0
+			fi
+		done
+		i=$((i+1))
+		$B usleep 20000
 	done
-	[ -n "$port" ] && [ -c "$port" ] && break
-	port=
-	i=$((i+1))
-	$B usleep 20000
-done
-[ -n "$port" ] || die "no airlock.agent port"
+	return 1
+}
+port=$(vport airlock.agent) || die "no airlock.agent port"
+egress=
+if [ -n "$AIRLOCK_EGRESS" ]; then
+	egress=--egress=$(vport airlock.egress) || die "no airlock.egress port"
+fi
+$B ip link set lo up || die "loopback"
 disk() {
 	i=0
 	while [ $i -lt 300 ]; do
@@ -109,6 +124,15 @@ disk() {
 	done
 	return 1
 }
+files=
+envarg=
+if [ -n "$AIRLOCK_FILES" ]; then
+	files=$(disk airlock-files) || die "no files disk"
+	$B mkdir -m 0700 /.airlock/files || die "mkdir files"
+	(cd /.airlock/files && $B cpio -i -d -m < $files) 2>/dev/null || die "unpack the files"
+	[ -f /.airlock/files/env ] && envarg=--env-file=/.airlock/files/env
+	[ -d /.airlock/files/root ] || files=
+fi
 R=/
 if [ "$AIRLOCK_ROOT" = image ]; then
 	lower=$(disk airlock-lower) || die "no root image disk"
@@ -126,6 +150,7 @@ if [ "$AIRLOCK_ROOT" = image ]; then
 	$B chown "$AIRLOCK_USER" $R/workspace || die chown
 	$B mount --bind /.airlock $R/.airlock || die "bind the agent"
 	$B mount -o remount,bind,ro $R/.airlock || die "bind the agent read-only"
+	[ -z "$files" ] || $B cp -R /.airlock/files/root/. $R/ || die "copy the files in"
 	$B mount -o remount,ro / || die "remount / read-only"
 	for d in proc sys dev; do $B mount --move /$d $R/$d || die "move $d"; done
 else
@@ -134,17 +159,18 @@ else
 	$B mount -t tmpfs -o nosuid,nodev,mode=0755,size=$AIRLOCK_TMPFS tmpfs /workspace || die workspace
 	$B chown "$AIRLOCK_USER" /workspace || die chown
 	$B mount -t erofs -o ro,nodev,nosuid $usr /usr || die "mount /usr"
+	[ -z "$files" ] || $B cp -R /.airlock/files/root/. / || die "copy the files in"
 	$B mount -o remount,ro / || die "remount / read-only"
 fi
-unset AIRLOCK_USER AIRLOCK_TMPFS AIRLOCK_ROOT
+unset AIRLOCK_USER AIRLOCK_TMPFS AIRLOCK_ROOT AIRLOCK_EGRESS AIRLOCK_FILES
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/workspace
 if [ $R != / ]; then
 	cd $R || die "cd root"
 	$B mount --move . / || die "move the root"
-	exec $B chroot . /.airlock/airlock "$@" --serial=$port
+	exec $B chroot . /.airlock/airlock "$@" --serial=$port $egress $envarg
 fi
 cd /workspace
-exec /.airlock/airlock "$@" --serial=$port
+exec /.airlock/airlock "$@" --serial=$port $egress $envarg
 `
 
 // Initramfs returns the path of the guest initramfs for kernel and the

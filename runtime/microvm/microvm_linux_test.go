@@ -85,6 +85,18 @@ func bootGuestWith(t *testing.T, edit func(*native.Config), user ...string) (*VM
 	return vm, c
 }
 
+// testPolicy is the standard profile for the microvm runtime, without
+// network.
+func testPolicy(t *testing.T) policy.Policy {
+	t.Helper()
+	p, err := policy.Preset(policy.Standard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Runtime, p.Network.Mode = policy.RuntimeMicroVM, policy.NetNone
+	return p
+}
+
 var (
 	agentOnce sync.Once
 	agentPath string
@@ -269,11 +281,7 @@ func TestMicroVMBootFailureLeavesNothing(t *testing.T) {
 	if err := os.WriteFile(bad, []byte("#!/bin/sh\necho fake agent exits >&2\nexit 3\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	p, err := policy.Preset(policy.Standard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.Runtime, p.Network.Mode = policy.RuntimeMicroVM, policy.NetNone
+	p := testPolicy(t)
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)

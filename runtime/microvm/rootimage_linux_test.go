@@ -9,7 +9,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"airlock/policy"
 	"airlock/runtime/native"
+	"airlock/runtime/native/cgroups"
 )
 
 // testLayers writes two layers in overlayfs form (as imagestore unpacks
@@ -126,5 +128,78 @@ func TestMicroVMImageRootRefusesBadLayers(t *testing.T) {
 		if _, err := RootImage(l); err == nil {
 			t.Errorf("RootImage(%q) succeeded", l)
 		}
+	}
+}
+
+// TestMicroVMRefusesWhatItCannotPlace: a policy mount the guest cannot
+// honour (a host directory, or a writable bind) is refused at start with
+// its reason, before QEMU runs, instead of being dropped; a network
+// without the proxy's listen addresses is refused too.
+func TestMicroVMRefusesWhatItCannotPlace(t *testing.T) {
+	if err := (Tier{}).Available(); err != nil {
+		t.Skipf("microvm tier not available: %v", err)
+	}
+	bin := agentBinary(t)
+	file := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(file, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for name, edit := range map[string]func(*native.Config){
+		"directory": func(c *native.Config) {
+			c.Policy.Filesystem.Mounts = append(c.Policy.Filesystem.Mounts, policy.Mount{Source: t.TempDir(), Target: "/data"})
+		},
+		"writable file": func(c *native.Config) {
+			c.Policy.Filesystem.Mounts = append(c.Policy.Filesystem.Mounts, policy.Mount{Source: file, Target: "/data/f", Writable: true})
+		},
+		"network without listeners": func(c *native.Config) { c.Policy.Network.Mode = policy.NetAllowlist },
+	} {
+		p := testPolicy(t)
+		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stdin := os.NewFile(uintptr(fds[1]), "agent")
+		id := "mvt-refuse-" + strings.ReplaceAll(name, " ", "-")
+		cfg := native.Config{ID: id, Policy: p, Args: []string{native.AgentPath, "__agent"}, Stdin: stdin, Agent: true, AgentBinary: bin}
+		edit(&cfg)
+		inst, _, err := Tier{}.Start(cfg)
+		stdin.Close()
+		unix.Close(fds[0])
+		if err == nil {
+			inst.Destroy()
+			t.Errorf("%s: started", name)
+			continue
+		}
+		if g, gerr := cgroups.Lookup(id); gerr == nil && g != nil {
+			for _, d := range g.Dirs() {
+				if _, err := os.Stat(d); !os.IsNotExist(err) {
+					t.Errorf("%s: cgroup %s left behind", name, d)
+				}
+			}
+		}
+		t.Logf("%s: %v", name, err)
+	}
+}
+
+// TestMicroVMPlacedFilesAndEnv: the policy's environment (values with
+// spaces and quotes, which cannot go on a kernel command line) is every
+// workload's, and a read-only host file it places (as the egress CA's
+// trust store is placed) is a read-only copy in the guest, where
+// OpenSSL's default trust store finds it.
+func TestMicroVMPlacedFilesAndEnv(t *testing.T) {
+	if err := (Tier{}).Available(); err != nil {
+		t.Skipf("microvm tier not available: %v", err)
+	}
+	src := filepath.Join(t.TempDir(), "bundle.pem")
+	if err := os.WriteFile(src, []byte("placed bundle\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, c := bootGuestWith(t, func(cfg *native.Config) {
+		cfg.Policy.Env = append(cfg.Policy.Env, `AIRLOCK_TEST_VAR=a b "c"`)
+		cfg.Policy.Filesystem.Mounts = append(cfg.Policy.Filesystem.Mounts, policy.Mount{Source: src, Target: "/etc/ssl/certs/ca-certificates.crt"})
+	})
+	out, _ := run(t, c, `echo "$AIRLOCK_TEST_VAR"; cat /etc/ssl/certs/ca-certificates.crt; (echo x >> /etc/ssl/certs/ca-certificates.crt) 2>/dev/null || echo read-only; python3 -c 'import ssl, os; p = ssl.get_default_verify_paths(); print(p.cafile)'`)
+	if out != "a b \"c\"\nplaced bundle\nread-only\n/usr/lib/ssl/cert.pem\n" {
+		t.Fatalf("guest: %q", out)
 	}
 }
