@@ -48,9 +48,10 @@ var busyboxPath = "/bin/busybox"
 // virtio-console (the agent's virtio-serial port), virtio-blk and EROFS
 // (the read-only /usr image, UsrImage, and image roots, RootImage) and
 // overlayfs (an image root's writable overlay), and pvpanic (the ACPI
-// QEMU0001 device through which a kernel panic ends QEMU at once). Their dependencies are
+// QEMU0001 device through which a kernel panic ends QEMU at once) and
+// virtio-fs (volumes). Their dependencies are
 // added from modules.dep.
-var guestModules = []string{"virtio_mmio", "virtio_console", "virtio_blk", "erofs", "overlay", "pvpanic-mmio"}
+var guestModules = []string{"virtio_mmio", "virtio_console", "virtio_blk", "erofs", "overlay", "pvpanic-mmio", "virtiofs"}
 
 // guestApplets are the busybox applets linked into the guest's /bin: the
 // workload's shell and the usual tools (/usr is the EROFS image: python3).
@@ -77,6 +78,8 @@ var guestApplets = []string{"sh", "ash", "cat", "echo", "ls", "mkdir", "mount", 
 // store), copied over the root before it turns read-only. With
 // AIRLOCK_EGRESS, the agent also gets the port airlock.egress, which
 // carries its loopback listeners' connections to the host's proxy.
+// AIRLOCK_VOLUMES (TAG:TARGET,...) are virtio-fs shares mounted at their
+// targets (nosuid, nodev).
 const initScript = `#!/.airlock/busybox sh
 B=/.airlock/busybox
 die() { echo "airlock init: $*" >&2; $B poweroff -f; $B sleep 5; exit 1; }
@@ -133,6 +136,14 @@ if [ -n "$AIRLOCK_FILES" ]; then
 	[ -f /.airlock/files/env ] && envarg=--env-file=/.airlock/files/env
 	[ -d /.airlock/files/root ] || files=
 fi
+# volumes: mount AIRLOCK_VOLUMES (TAG:TARGET,...) over virtio-fs under $R.
+volumes() {
+	for v in $(echo "$AIRLOCK_VOLUMES" | $B tr , ' '); do
+		t=${v#*:}
+		$B mkdir -p $R$t || die "mkdir $t"
+		$B mount -t virtiofs -o nosuid,nodev ${v%%:*} $R$t || die "mount volume $t"
+	done
+}
 R=/
 if [ "$AIRLOCK_ROOT" = image ]; then
 	lower=$(disk airlock-lower) || die "no root image disk"
@@ -150,6 +161,7 @@ if [ "$AIRLOCK_ROOT" = image ]; then
 	$B chown "$AIRLOCK_USER" $R/workspace || die chown
 	$B mount --bind /.airlock $R/.airlock || die "bind the agent"
 	$B mount -o remount,bind,ro $R/.airlock || die "bind the agent read-only"
+	volumes
 	[ -z "$files" ] || $B cp -R /.airlock/files/root/. $R/ || die "copy the files in"
 	$B mount -o remount,ro / || die "remount / read-only"
 	for d in proc sys dev; do $B mount --move /$d $R/$d || die "move $d"; done
@@ -160,9 +172,10 @@ else
 	$B chown "$AIRLOCK_USER" /workspace || die chown
 	$B mount -t erofs -o ro,nodev,nosuid $usr /usr || die "mount /usr"
 	[ -z "$files" ] || $B cp -R /.airlock/files/root/. / || die "copy the files in"
+	volumes
 	$B mount -o remount,ro / || die "remount / read-only"
 fi
-unset AIRLOCK_USER AIRLOCK_TMPFS AIRLOCK_ROOT AIRLOCK_EGRESS AIRLOCK_FILES
+unset AIRLOCK_USER AIRLOCK_TMPFS AIRLOCK_ROOT AIRLOCK_EGRESS AIRLOCK_FILES AIRLOCK_VOLUMES
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/workspace
 if [ $R != / ]; then
 	cd $R || die "cd root"

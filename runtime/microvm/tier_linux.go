@@ -72,10 +72,11 @@ func (Tier) Available() error {
 // the whole guest (its memory stays resident); an image root is the
 // image's layers as a read-only disk under a writable one (RootImage);
 // network goes through the host's egress proxy over a virtio-serial port
-// (egressMux). Nothing else yet: no volumes, attaching a network later,
+// (egressMux); volumes are shared over virtio-fs (shareVolumes). Nothing
+// else yet: no attaching a network later,
 // snapshots, adoption or pool.
 func (Tier) Caps() tier.Caps {
-	return tier.Caps{ConnectedAgent: true, Pause: tier.PauseFreeze, ImageRoots: true, Network: true}
+	return tier.Caps{ConnectedAgent: true, Pause: tier.PauseFreeze, ImageRoots: true, Network: true, Volumes: true}
 }
 
 // Remove implements tier.Tier: the cgroup of a QEMU a crash left behind.
@@ -95,8 +96,6 @@ func (Tier) Start(cfg native.Config) (tier.Instance, []net.Listener, error) {
 	switch {
 	case cfg.Image != nil && cfg.Image.Dir == "":
 		return nil, nil, fmt.Errorf("microvm: an image root needs a per-sandbox directory")
-	case len(cfg.Volumes) > 0:
-		return nil, nil, fmt.Errorf("microvm: volumes are not supported yet")
 	case p.Network.Mode != policy.NetNone && len(cfg.Listen) == 0:
 		return nil, nil, fmt.Errorf("microvm: network %q needs the egress proxy's listen addresses (the guest has no network device)", p.Network.Mode)
 	case cfg.Stdin == nil || len(cfg.Args) < 2:
@@ -162,8 +161,10 @@ func (Tier) Start(cfg native.Config) (tier.Instance, []net.Listener, error) {
 			"-device", "virtserialport,chardev=egress,name=airlock.egress")
 		egressEnv = " AIRLOCK_EGRESS=1"
 	}
+	var vols []*volumeShare
 	// failEarly undoes the above for an error before QEMU starts.
 	failEarly := func(step string, err error) (tier.Instance, []net.Listener, error) {
+		stopVolumes(vols)
 		tierEnd.Close()
 		if mux != nil {
 			mux.sess.Close()
@@ -180,6 +181,22 @@ func (Tier) Start(cfg native.Config) (tier.Instance, []net.Listener, error) {
 			"-drive", "file=/dev/fdset/2,if=none,format=raw,readonly=on,id=files",
 			"-device", "virtio-blk-device,drive=files,serial=airlock-files")
 		filesEnv = " AIRLOCK_FILES=1"
+	}
+	// Volumes: a virtiofsd per volume, over vhost-user, which needs the
+	// guest's memory shared with it and modern virtio-mmio.
+	volEnv := ""
+	if vols, err = shareVolumes(cfg.Volumes, cfg.SurviveParent); err != nil {
+		return failEarly("volumes", err)
+	}
+	var volSpecs []string
+	for i, v := range vols {
+		defer v.qemu.Close()
+		devices = append(devices, "-chardev", fmt.Sprintf("socket,id=vfs%d,fd=%d", i, addFD(v.qemu)),
+			"-device", fmt.Sprintf("vhost-user-fs-device,chardev=vfs%d,tag=%s", i, v.tag))
+		volSpecs = append(volSpecs, v.tag+":"+v.target)
+	}
+	if len(vols) > 0 {
+		volEnv = " AIRLOCK_VOLUMES=" + strings.Join(volSpecs, ",")
 	}
 	// The root: the host's /usr image under the initramfs, or an image's
 	// layers as one read-only EROFS disk under a writable upper disk.
@@ -255,11 +272,17 @@ func (Tier) Start(cfg native.Config) (tier.Instance, []net.Listener, error) {
 		timing = " tsc_early_khz=2000000 lpj=4000000 no_timer_check"
 	}
 	appendLine := fmt.Sprintf("console=ttyS0 quiet loglevel=3 panic=-1 rdinit=/init%s AIRLOCK_USER=%s AIRLOCK_TMPFS=%d AIRLOCK_ROOT=%s%s%s -- %s",
-		timing, user, tmpfs, rootKind, egressEnv, filesEnv, strings.Join(agentArgs, " "))
+		timing, user, tmpfs, rootKind, egressEnv, filesEnv+volEnv, strings.Join(agentArgs, " "))
 	machine := "microvm,accel=" + acc.accel + ",pit=on,pic=on,rtc=on"
 	cpu := "max"
 	if acc.accel == AccelKVM {
 		machine, cpu = "microvm,accel=kvm", "host"
+	}
+	var memArgs []string
+	if len(vols) > 0 {
+		machine += ",memory-backend=mem"
+		memArgs = []string{"-object", fmt.Sprintf("memory-backend-memfd,id=mem,size=%dM,share=on", memMiB),
+			"-global", "virtio-mmio.force-legacy=false"}
 	}
 	args := []string{"-M", machine, "-cpu", cpu, "-m", fmt.Sprint(memMiB), "-smp", fmt.Sprint(cpus),
 		"-name", "airlock-" + id, "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
@@ -272,7 +295,7 @@ func (Tier) Start(cfg native.Config) (tier.Instance, []net.Listener, error) {
 		"-device", "pvpanic", "-action", "panic=exit-failure",
 		"-device", "virtio-serial-device",
 		"-kernel", kernel, "-initrd", initrd, "-append", appendLine}
-	args = append(append(args, devices...), disks...)
+	args = append(append(append(args, memArgs...), devices...), disks...)
 	cmd := exec.Command(q, args...)
 	cmd.Stdin = nil
 	cmd.Stdout, cmd.Stderr = cfg.Stdout, cfg.Stderr
@@ -321,7 +344,7 @@ func (Tier) Start(cfg native.Config) (tier.Instance, []net.Listener, error) {
 			return fail("cgroup", err)
 		}
 	}
-	vm := &VM{id: id, cmd: cmd, group: group, done: make(chan struct{})}
+	vm := &VM{id: id, cmd: cmd, group: group, vols: vols, done: make(chan struct{})}
 	go func() {
 		vm.waitErr = cmd.Wait()
 		if mux != nil {
@@ -406,6 +429,19 @@ func netDetail(cfg native.Config) string {
 
 // fsDetail describes the guest's files for enforced.
 func fsDetail(cfg native.Config, tmpfs int64) string {
+	vols := ""
+	if len(cfg.Volumes) > 0 {
+		var ts []string
+		for _, v := range cfg.Volumes {
+			ts = append(ts, v.Target)
+		}
+		vols = fmt.Sprintf("; volumes at %s over virtio-fs (nosuid, nodev), each served by a virtiofsd (QEMU's, sandbox=namespace) confined to the volume's directory", strings.Join(ts, ", "))
+	}
+	return fsRootDetail(cfg, tmpfs) + vols
+}
+
+// fsRootDetail describes the guest's root for enforced.
+func fsRootDetail(cfg native.Config, tmpfs int64) string {
 	if cfg.Image == nil {
 		return fmt.Sprintf("initramfs root (busybox, read-only); /usr a read-only EROFS image (virtio-blk, QEMU opens it read-only) of the host's python3, its standard library and their shared libraries; tmpfs /workspace and /tmp of %d bytes each inside guest memory; no other host file", tmpfs)
 	}
@@ -419,6 +455,7 @@ type VM struct {
 	cmd      *exec.Cmd
 	group    *cgroups.Group
 	enforced rt.Enforced
+	vols     []*volumeShare
 	done     chan struct{}
 	waitErr  error
 	destroy  sync.Once
@@ -447,6 +484,7 @@ func (v *VM) Destroy() error {
 	v.destroy.Do(func() {
 		v.cmd.Process.Kill()
 		<-v.done
+		stopVolumes(v.vols)
 		if v.group != nil {
 			v.group.Kill()
 			if e := v.group.Destroy(); e != nil {
