@@ -140,6 +140,7 @@ func TestMicroVMRefusesWhatItCannotPlace(t *testing.T) {
 		t.Skipf("microvm tier not available: %v", err)
 	}
 	bin := agentBinary(t)
+	volDir := t.TempDir()
 	file := filepath.Join(t.TempDir(), "f")
 	if err := os.WriteFile(file, []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
@@ -152,6 +153,11 @@ func TestMicroVMRefusesWhatItCannotPlace(t *testing.T) {
 			c.Policy.Filesystem.Mounts = append(c.Policy.Filesystem.Mounts, policy.Mount{Source: file, Target: "/data/f", Writable: true})
 		},
 		"network without listeners": func(c *native.Config) { c.Policy.Network.Mode = policy.NetAllowlist },
+		"command line too long": func(c *native.Config) {
+			for i := range 5 {
+				c.Volumes = append(c.Volumes, native.VolumeMount{Dir: volDir, Target: fmt.Sprintf("/%s%d", strings.Repeat("v", 400), i)})
+			}
+		},
 	} {
 		p := testPolicy(t)
 		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
@@ -178,6 +184,13 @@ func TestMicroVMRefusesWhatItCannotPlace(t *testing.T) {
 			}
 		}
 		t.Logf("%s: %v", name, err)
+	}
+	// No volume daemon is left of the refused starts.
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		if b, _ := os.ReadFile(p); strings.Contains(string(b), volDir) {
+			t.Errorf("left running: %s %q", p, b)
+		}
 	}
 }
 

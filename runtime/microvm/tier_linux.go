@@ -29,6 +29,9 @@ import (
 // BootTimeout bounds a guest's boot, up to its agent's ready line.
 var BootTimeout = 5 * time.Minute
 
+// maxCmdline is the x86 kernel's command line size (COMMAND_LINE_SIZE).
+const maxCmdline = 2048
+
 // nobody is QEMU's host uid and gid when the sandbox has no leased range.
 const nobody = 65534
 
@@ -273,6 +276,10 @@ func (Tier) Start(cfg native.Config) (tier.Instance, []net.Listener, error) {
 	}
 	appendLine := fmt.Sprintf("console=ttyS0 quiet loglevel=3 panic=-1 rdinit=/init%s AIRLOCK_USER=%s AIRLOCK_TMPFS=%d AIRLOCK_ROOT=%s%s%s -- %s",
 		timing, user, tmpfs, rootKind, egressEnv, filesEnv+volEnv, strings.Join(agentArgs, " "))
+	if len(appendLine) >= maxCmdline {
+		// The kernel would cut it short: an argument or a volume dropped.
+		return fail("kernel command line", fmt.Errorf("%d bytes, the guest kernel takes fewer than %d (too many volumes or agent arguments)", len(appendLine), maxCmdline))
+	}
 	machine := "microvm,accel=" + acc.accel + ",pit=on,pic=on,rtc=on"
 	cpu := "max"
 	if acc.accel == AccelKVM {
