@@ -19,16 +19,31 @@ import (
 type egressMux struct {
 	sess *yamux.Session
 	lns  []*muxListener
+	// open holds a slot per stream not yet closed: a guest has at most
+	// MaxEgressStreams connections at once (each may buffer a yamux
+	// window on the host, outside the guest's memory), the rest are reset.
+	open chan struct{}
 }
+
+// MaxEgressStreams bounds a guest's concurrent egress connections.
+var MaxEgressStreams = 128
 
 // newEgressMux serves the session on conn and returns a listener per
 // address, in order.
-func newEgressMux(conn *os.File, addrs []string) (*egressMux, error) {
-	sess, err := yamux.Server(conn, agent.EgressMux())
+func newEgressMux(f *os.File, addrs []string) (*egressMux, error) {
+	// A net.Conn, whose Close interrupts a read in progress (an *os.File
+	// of a blocking socket's would not).
+	conn, err := net.FileConn(f)
+	f.Close()
 	if err != nil {
 		return nil, err
 	}
-	m := &egressMux{sess: sess}
+	sess, err := yamux.Server(conn, agent.EgressMux())
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	m := &egressMux{sess: sess, open: make(chan struct{}, MaxEgressStreams)}
 	for _, a := range addrs {
 		addr, err := net.ResolveTCPAddr("tcp", a)
 		if err != nil {
@@ -53,22 +68,43 @@ func (m *egressMux) serve() {
 		if err != nil {
 			return
 		}
+		select {
+		case m.open <- struct{}{}:
+		default:
+			st.Close() // over the limit
+			continue
+		}
 		go func() {
+			var c net.Conn = &slotConn{Conn: st, release: func() { <-m.open }}
 			st.SetReadDeadline(time.Now().Add(30 * time.Second))
 			var b [1]byte
 			if _, err := st.Read(b[:]); err != nil || int(b[0]) >= len(m.lns) {
-				st.Close()
+				c.Close()
 				return
 			}
 			st.SetReadDeadline(time.Time{})
 			l := m.lns[b[0]]
 			select {
-			case l.conns <- st:
+			case l.conns <- c:
 			case <-l.done:
-				st.Close()
+				c.Close()
 			}
 		}()
 	}
+}
+
+// slotConn is a stream that gives its slot back when closed.
+type slotConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+// Close closes the stream and frees its slot.
+func (c *slotConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.release)
+	return err
 }
 
 // listeners returns the listeners as net.Listeners.
