@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/cavaliergopher/cpio"
 )
@@ -31,12 +32,32 @@ func ensureCacheDir() error {
 }
 
 // cached reports whether path exists, and makes it readable by QEMU's
-// unprivileged uid (an older airlock wrote it 0600).
+// unprivileged uid (an older airlock wrote it 0600). A hit marks the file
+// used now (pruneCache).
 func cached(path string) bool {
 	if _, err := os.Stat(path); err != nil {
 		return false
 	}
+	now := time.Now()
+	os.Chtimes(path, now, now)
 	return os.Chmod(path, 0o644) == nil
+}
+
+// cacheMaxIdle is how long a cached image nobody used stays.
+const cacheMaxIdle = 7 * 24 * time.Hour
+
+// pruneCache removes the cached files matching pattern (a glob in
+// CacheDir) that were not used for cacheMaxIdle: each initramfs holds one
+// agent build and each root image one image's layers, so they would pile
+// up. A running VM keeps what it opened; a later start rebuilds a pruned
+// one.
+func pruneCache(pattern string) {
+	m, _ := filepath.Glob(filepath.Join(CacheDir, pattern))
+	for _, f := range m {
+		if fi, err := os.Stat(f); err == nil && time.Since(fi.ModTime()) > cacheMaxIdle {
+			os.Remove(f)
+		}
+	}
 }
 
 // busyboxPath is the static busybox the guest's userland comes from
@@ -230,6 +251,7 @@ func Initramfs(kernel, agentBinary string) (string, error) {
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		return "", fmt.Errorf("microvm: initramfs: %w", err)
 	}
+	pruneCache("initramfs-*.cpio")
 	return path, nil
 }
 

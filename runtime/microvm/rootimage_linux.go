@@ -79,6 +79,7 @@ func RootImage(layers []string) (string, error) {
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		return "", fmt.Errorf("microvm: image root: %w", err)
 	}
+	pruneCache("rootfs-*.erofs")
 	return path, nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -214,5 +215,32 @@ func TestMicroVMPlacedFilesAndEnv(t *testing.T) {
 	out, _ := run(t, c, `echo "$AIRLOCK_TEST_VAR"; cat /etc/ssl/certs/ca-certificates.crt; (echo x >> /etc/ssl/certs/ca-certificates.crt) 2>/dev/null || echo read-only; python3 -c 'import ssl, os; p = ssl.get_default_verify_paths(); print(p.cafile)'`)
 	if out != "a b \"c\"\nplaced bundle\nread-only\n/usr/lib/ssl/cert.pem\n" {
 		t.Fatalf("guest: %q", out)
+	}
+}
+
+// TestMicroVMCachePrune: building an image prunes cached images of its
+// kind nobody used for cacheMaxIdle, and keeps recent ones.
+func TestMicroVMCachePrune(t *testing.T) {
+	old := CacheDir
+	CacheDir = t.TempDir()
+	defer func() { CacheDir = old }()
+	stale, fresh := filepath.Join(CacheDir, "rootfs-stale.erofs"), filepath.Join(CacheDir, "rootfs-fresh.erofs")
+	for _, f := range []string{stale, fresh} {
+		if err := os.WriteFile(f, []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	long := time.Now().Add(-cacheMaxIdle - time.Hour)
+	if err := os.Chtimes(stale, long, long); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := RootImage(testLayers(t)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Errorf("an image unused for %s was kept (%v)", cacheMaxIdle, err)
+	}
+	if _, err := os.Stat(fresh); err != nil {
+		t.Errorf("a recent image was pruned: %v", err)
 	}
 }
