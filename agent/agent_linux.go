@@ -68,9 +68,20 @@ func prespawnThreads(n int) {
 // for the next one, and if none comes kills everything and exits.
 //
 // With "--serial=PATH" (a microVM guest), fd 0 is first replaced by a
-// socket relayed to that character device (serialStdin).
+// socket relayed to that character device (serialStdin); with
+// "--egress=PATH" it also carries the guest's connections to the host's
+// egress proxy (egressRelay), and with "--env-file=PATH" its environment
+// is that file's (envFile).
 func Main() {
 	if err := serialStdin(os.Args); err != nil {
+		fmt.Fprintf(os.Stderr, "airlock agent: %v\n", err)
+		os.Exit(1)
+	}
+	if err := envFile(os.Args); err != nil {
+		fmt.Fprintf(os.Stderr, "airlock agent: %v\n", err)
+		os.Exit(1)
+	}
+	if err := egressRelay(os.Args); err != nil {
 		fmt.Fprintf(os.Stderr, "airlock agent: %v\n", err)
 		os.Exit(1)
 	}

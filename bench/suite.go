@@ -15,11 +15,12 @@ import (
 // (pooled start, live start without a pool), exec, cell (code cell),
 // throughput, density, wasm (the wasm tier's cold start, against node)
 // gvisor (the gvisor tier's cold start, against runsc's own run, and
-// exec in a live gvisor sandbox, against a native one and runsc exec) and
-// image (create from an image against the default root) and concurrent
-// (1, 10 and 50 clients creating a sandbox and running a command at once:
-// native, native from an image and gVisor against crun, runc and runsc).
-var Keys = []string{"cold", "pooled", "exec", "cell", "throughput", "density", "wasm", "gvisor", "image", "concurrent"}
+// exec in a live gvisor sandbox, against a native one and runsc exec),
+// image (create from an image against the default root), concurrent (1, 10
+// and 50 clients creating a sandbox and running a command at once: native,
+// native from an image and gVisor against crun, runc and runsc) and microvm
+// (the microvm tier's cold start, against QEMU booting the same kernel).
+var Keys = []string{"cold", "pooled", "exec", "cell", "throughput", "density", "wasm", "gvisor", "image", "concurrent", "microvm"}
 
 // ParseOnly splits a comma-separated --only value into keys, checking each
 // against Keys. Empty means every key.
@@ -178,6 +179,13 @@ func Run(cfg Config) *Report {
 		case "density":
 			progress("density: up to %d sandboxes per peer", cfg.Density.Max)
 			rep.Figures = append(rep.Figures, Density(withAPI(AirlockNativeIdle()), cfg.Idle, cfg.Density))
+		case "microvm":
+			progress("microvm cold start: %d rounds of /bin/true", cfg.Runs)
+			scratch := cfg.Peers.ScratchDir
+			if scratch == "" {
+				scratch = os.TempDir()
+			}
+			rep.Figures = append(rep.Figures, MicroVMFigure(cfg.Airlock, scratch, cfg.Runs, 0))
 		case "wasm":
 			progress("wasm: %d rounds of a hello-world module", cfg.Runs)
 			rep.Figures = append(rep.Figures, WasmFigures(cfg.Airlock, cfg.Peers.ScratchDir, cfg.Runs, cfg.Peers.Timeout)...)

@@ -18,7 +18,7 @@ func cmdBench(args []string) int {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	asJSON := fs.Bool("json", false, "print the report as JSON instead of a table")
-	only := fs.String("only", "", "comma-separated figures to run: cold, pooled, exec, cell, throughput, density, wasm, gvisor, image (default: all)")
+	only := fs.String("only", "", "comma-separated figures to run: cold, pooled, exec, cell, throughput, density, wasm, gvisor, image, microvm (default: all)")
 	runs := fs.Int("runs", 10, "measured rounds per timed figure")
 	runsc := fs.String("runsc", "", "path of gVisor's runsc (default: runsc on PATH)")
 	srt := fs.String("srt", "", "path of sandbox-runtime's srt (default: srt on PATH)")

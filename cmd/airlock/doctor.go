@@ -30,6 +30,7 @@ func cmdDoctor(args []string) int {
 	fs := flag.NewFlagSet("doctor", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	asJSON := fs.Bool("json", false, "print JSON")
+	applyMicroVM := microvmFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(os.Stdout)
@@ -38,6 +39,10 @@ func cmdDoctor(args []string) int {
 			return 0
 		}
 		fmt.Fprintf(os.Stderr, "airlock doctor: %v\n%s", suggestFlag(fs, err), doctorUsage)
+		return exitUsage
+	}
+	if err := applyMicroVM(); err != nil {
+		fmt.Fprintf(os.Stderr, "airlock doctor: %s\n", oneLine(err))
 		return exitUsage
 	}
 	layers, ok := doctor()
@@ -103,7 +108,7 @@ func doctor() (rt.Enforced, bool) {
 		}
 		out = append(out, rt.Layer{Name: "sandbox", State: rt.StateOK, Detail: fmt.Sprintf("strict sandbox ran /bin/true in %.1f ms", res.WallMS)})
 	}
-	out = append(out, doctorGVisor(p), doctorWasm(p))
+	out = append(out, doctorGVisor(p), doctorWasm(p), doctorMicroVM())
 	// What on this host forbids sandboxes, with fixes: a failure above
 	// then says why; a host with none gets one line saying so.
 	findings := hostcheck.Diagnose()

@@ -162,7 +162,8 @@ func runCommand(ctx context.Context, args []string) int {
 	asJSON := fs.Bool("json", false, "print one JSON result object instead of streaming output")
 	codeFlag := fs.String("code", "", "run this code cell (see --language) instead of a command: the code itself, - to read it from stdin, or @FILE to read it from a source file such as @analysis.py; prints its output and the value of its last expression, and saves figures to cell-1-N.png in the current directory (with --json they are in its results, base64)")
 	langFlag := fs.String("language", "python", "language of --code: python, javascript or bash")
-	runtimeFlag := fs.String("runtime", "native", "isolation tier: native, gvisor (gVisor's user-space kernel via runsc; docs/gvisor.md) or wasm (CMD is a WASI module file run in wazero; docs/wasm.md)")
+	runtimeFlag := fs.String("runtime", "native", "isolation tier: native, gvisor (gVisor's user-space kernel via runsc; docs/gvisor.md) wasm (CMD is a WASI module file run in wazero; docs/wasm.md) or microvm (a QEMU guest with its own kernel; docs/microvm.md)")
+	applyMicroVM := microvmFlags(fs)
 	interactive := fs.Bool("i", false, "copy a terminal's input to the program (through a pipe: the sandbox never gets the terminal itself)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -194,6 +195,10 @@ func runCommand(ctx context.Context, args []string) int {
 	imgf.defaultCommand = len(argv) == 0 && *codeFlag == ""
 	p, err := pf.policy()
 	if err != nil {
+		fmt.Fprintf(os.Stderr, "airlock run: %s\n", oneLine(err))
+		return exitUsage
+	}
+	if err := applyMicroVM(); err != nil {
 		fmt.Fprintf(os.Stderr, "airlock run: %s\n", oneLine(err))
 		return exitUsage
 	}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/cavaliergopher/cpio"
 )
@@ -31,12 +32,32 @@ func ensureCacheDir() error {
 }
 
 // cached reports whether path exists, and makes it readable by QEMU's
-// unprivileged uid (an older airlock wrote it 0600).
+// unprivileged uid (an older airlock wrote it 0600). A hit marks the file
+// used now (pruneCache).
 func cached(path string) bool {
 	if _, err := os.Stat(path); err != nil {
 		return false
 	}
+	now := time.Now()
+	os.Chtimes(path, now, now)
 	return os.Chmod(path, 0o644) == nil
+}
+
+// cacheMaxIdle is how long a cached image nobody used stays.
+const cacheMaxIdle = 7 * 24 * time.Hour
+
+// pruneCache removes the cached files matching pattern (a glob in
+// CacheDir) that were not used for cacheMaxIdle: each initramfs holds one
+// agent build and each root image one image's layers, so they would pile
+// up. A running VM keeps what it opened; a later start rebuilds a pruned
+// one.
+func pruneCache(pattern string) {
+	m, _ := filepath.Glob(filepath.Join(CacheDir, pattern))
+	for _, f := range m {
+		if fi, err := os.Stat(f); err == nil && time.Since(fi.ModTime()) > cacheMaxIdle {
+			os.Remove(f)
+		}
+	}
 }
 
 // busyboxPath is the static busybox the guest's userland comes from
@@ -46,9 +67,12 @@ var busyboxPath = "/bin/busybox"
 // guestModules are the kernel modules the guest needs when the kernel
 // has them as modules: virtio over MMIO (the microvm machine's bus),
 // virtio-console (the agent's virtio-serial port), virtio-blk and EROFS
-// (the read-only /usr image, UsrImage). Their dependencies are
+// (the read-only /usr image, UsrImage, and image roots, RootImage) and
+// overlayfs (an image root's writable overlay), and pvpanic (the ACPI
+// QEMU0001 device through which a kernel panic ends QEMU at once) and
+// virtio-fs (volumes). Their dependencies are
 // added from modules.dep.
-var guestModules = []string{"virtio_mmio", "virtio_console", "virtio_blk", "erofs"}
+var guestModules = []string{"virtio_mmio", "virtio_console", "virtio_blk", "erofs", "overlay", "pvpanic-mmio", "virtiofs"}
 
 // guestApplets are the busybox applets linked into the guest's /bin: the
 // workload's shell and the usual tools (/usr is the EROFS image: python3).
@@ -63,7 +87,20 @@ var guestApplets = []string{"sh", "ash", "cat", "echo", "ls", "mkdir", "mount", 
 // airlock.agent and execs the agent on it as PID 1, with the arguments
 // the kernel passes after "--". Any failure powers the guest off, which
 // ends QEMU. AIRLOCK_USER (UID:GID) owns /workspace; AIRLOCK_TMPFS is
-// the tmpfs size in bytes.
+// the tmpfs size in bytes. Disks are found by their serial numbers, never
+// by their order: airlock-usr is the host's /usr image; with
+// AIRLOCK_ROOT=image, airlock-lower is the image's read-only EROFS root
+// and airlock-upper the sandbox's empty ext4 upper disk: the root becomes
+// their overlay (nosuid, nodev), with /workspace on the upper disk, and
+// the agent (the initramfs's /.airlock, bound read-only) runs in it.
+// With AIRLOCK_FILES, the disk airlock-files is a newc archive
+// (filesArchive) of the policy's environment (the agent's --env-file) and
+// of the files it places (read-only host files, e.g. the egress CA's trust
+// store), copied over the root before it turns read-only. With
+// AIRLOCK_EGRESS, the agent also gets the port airlock.egress, which
+// carries its loopback listeners' connections to the host's proxy.
+// AIRLOCK_VOLUMES (TAG:TARGET,...) are virtio-fs shares mounted at their
+// targets (nosuid, nodev).
 const initScript = `#!/.airlock/busybox sh
 B=/.airlock/busybox
 die() { echo "airlock init: $*" >&2; $B poweroff -f; $B sleep 5; exit 1; }
@@ -73,32 +110,101 @@ $B mount -t devtmpfs -o nosuid,noexec dev /dev || die devtmpfs
 $B mkdir -p /dev/pts /dev/shm
 $B mount -t devpts -o nosuid,noexec devpts /dev/pts || die devpts
 $B mount -t tmpfs -o nosuid,nodev,size=$AIRLOCK_TMPFS tmpfs /dev/shm || die shm
-$B mount -t tmpfs -o nosuid,nodev,mode=1777,size=$AIRLOCK_TMPFS tmpfs /tmp || die tmp
-$B mount -t tmpfs -o nosuid,nodev,mode=0755,size=$AIRLOCK_TMPFS tmpfs /workspace || die workspace
-$B chown "$AIRLOCK_USER" /workspace || die chown
 for m in $($B cat /.airlock/modules.order); do
 	$B insmod /.airlock/modules/$m || die "insmod $m"
 done
-port=
-i=0
-while [ -z "$port" ] && [ $i -lt 300 ]; do
-	for p in /sys/class/virtio-ports/*; do
-		[ "$($B cat $p/name 2>/dev/null)" = airlock.agent ] && port=/dev/${p##*/}
+# vport NAME [TRIES]: the device of the virtio-serial port named NAME.
+vport() {
+	i=0
+	while [ $i -lt ${2:-300} ]; do
+		for p in /sys/class/virtio-ports/*; do
+			if [ "$($B cat $p/name 2>/dev/null)" = "$1" ] && [ -c /dev/${p##*/} ]; then
+				echo /dev/${p##*/}
+				return 0
+			fi
+		done
+		i=$((i+1))
+		$B usleep 20000
 	done
-	[ -n "$port" ] && [ -c "$port" ] && break
-	port=
-	i=$((i+1))
-	$B usleep 20000
-done
-[ -n "$port" ] || die "no airlock.agent port"
-i=0
-while [ ! -b /dev/vda ] && [ $i -lt 300 ]; do i=$((i+1)); $B usleep 20000; done
-$B mount -t erofs -o ro,nodev,nosuid /dev/vda /usr || die "mount /usr"
-$B mount -o remount,ro / || die "remount / read-only"
-unset AIRLOCK_USER AIRLOCK_TMPFS
-export PATH=/usr/local/bin:/usr/bin:/bin HOME=/workspace
+	return 1
+}
+port=$(vport airlock.agent) || die "no airlock.agent port"
+egress=
+if [ -n "$AIRLOCK_EGRESS" ]; then
+	egress=--egress=$(vport airlock.egress) || die "no airlock.egress port"
+fi
+$B ip link set lo up || die "loopback"
+disk() {
+	i=0
+	while [ $i -lt 300 ]; do
+		for b in /sys/block/vd*; do
+			if [ "$($B cat $b/serial 2>/dev/null)" = "$1" ] && [ -b /dev/${b##*/} ]; then
+				echo /dev/${b##*/}
+				return 0
+			fi
+		done
+		i=$((i+1))
+		$B usleep 20000
+	done
+	return 1
+}
+files=
+envarg=
+if [ -n "$AIRLOCK_FILES" ]; then
+	files=$(disk airlock-files) || die "no files disk"
+	$B mkdir -m 0700 /.airlock/files || die "mkdir files"
+	(cd /.airlock/files && $B cpio -i -d -m < $files) 2>/dev/null || die "unpack the files"
+	[ -f /.airlock/files/env ] && envarg=--env-file=/.airlock/files/env
+	[ -d /.airlock/files/root ] || files=
+fi
+# volumes: mount AIRLOCK_VOLUMES (TAG:TARGET,...) over virtio-fs under $R.
+volumes() {
+	for v in $(echo "$AIRLOCK_VOLUMES" | $B tr , ' '); do
+		t=${v#*:}
+		$B mkdir -p $R$t || die "mkdir $t"
+		$B mount -t virtiofs -o nosuid,nodev ${v%%:*} $R$t || die "mount volume $t"
+	done
+}
+R=/
+if [ "$AIRLOCK_ROOT" = image ]; then
+	lower=$(disk airlock-lower) || die "no root image disk"
+	upper=$(disk airlock-upper) || die "no upper disk"
+	$B mkdir -p /.airlock/lower /.airlock/upper /.airlock/root || die mkdir
+	$B mount -t erofs -o ro,nodev,nosuid $lower /.airlock/lower || die "mount the root image"
+	$B mount -t ext4 -o nodev,nosuid $upper /.airlock/upper || die "mount the upper disk"
+	$B mkdir -p /.airlock/upper/upper /.airlock/upper/work || die mkdir
+	$B mount -t overlay -o nodev,nosuid,lowerdir=/.airlock/lower,upperdir=/.airlock/upper/upper,workdir=/.airlock/upper/work overlay /.airlock/root || die "mount the root overlay"
+	R=/.airlock/root
+	for d in proc sys dev tmp workspace .airlock; do
+		[ -d $R/$d ] && [ ! -L $R/$d ] || { $B rm -f $R/$d; $B mkdir -p $R/$d; } || die "mkdir $d"
+	done
+	$B mount -t tmpfs -o nosuid,nodev,mode=1777,size=$AIRLOCK_TMPFS tmpfs $R/tmp || die tmp
+	$B chown "$AIRLOCK_USER" $R/workspace || die chown
+	$B mount --bind /.airlock $R/.airlock || die "bind the agent"
+	$B mount -o remount,bind,ro $R/.airlock || die "bind the agent read-only"
+	volumes
+	[ -z "$files" ] || $B cp -R /.airlock/files/root/. $R/ || die "copy the files in"
+	$B mount -o remount,ro / || die "remount / read-only"
+	for d in proc sys dev; do $B mount --move /$d $R/$d || die "move $d"; done
+else
+	usr=$(disk airlock-usr) || die "no /usr disk"
+	$B mount -t tmpfs -o nosuid,nodev,mode=1777,size=$AIRLOCK_TMPFS tmpfs /tmp || die tmp
+	$B mount -t tmpfs -o nosuid,nodev,mode=0755,size=$AIRLOCK_TMPFS tmpfs /workspace || die workspace
+	$B chown "$AIRLOCK_USER" /workspace || die chown
+	$B mount -t erofs -o ro,nodev,nosuid $usr /usr || die "mount /usr"
+	[ -z "$files" ] || $B cp -R /.airlock/files/root/. / || die "copy the files in"
+	volumes
+	$B mount -o remount,ro / || die "remount / read-only"
+fi
+unset AIRLOCK_USER AIRLOCK_TMPFS AIRLOCK_ROOT AIRLOCK_EGRESS AIRLOCK_FILES AIRLOCK_VOLUMES
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/workspace
+if [ $R != / ]; then
+	cd $R || die "cd root"
+	$B mount --move . / || die "move the root"
+	exec $B chroot . /.airlock/airlock "$@" --serial=$port $egress $envarg
+fi
 cd /workspace
-exec /.airlock/airlock "$@" --serial=$port
+exec /.airlock/airlock "$@" --serial=$port $egress $envarg
 `
 
 // Initramfs returns the path of the guest initramfs for kernel and the
@@ -109,12 +215,7 @@ func Initramfs(kernel, agentBinary string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("microvm: agent binary: %w", err)
 	}
-	h := sha256.New()
-	fmt.Fprintf(h, "kernel %s\n", kernel)
-	ah := sha256.Sum256(agentBytes)
-	fmt.Fprintf(h, "agent %x\ninit %s\n", ah, initScript)
-	key := hex.EncodeToString(h.Sum(nil))[:24]
-	path := filepath.Join(CacheDir, "initramfs-"+key+".cpio")
+	path := initramfsPath(kernel, agentBytes)
 	if err := ensureCacheDir(); err != nil {
 		return "", err
 	}
@@ -150,7 +251,17 @@ func Initramfs(kernel, agentBinary string) (string, error) {
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		return "", fmt.Errorf("microvm: initramfs: %w", err)
 	}
+	pruneCache("initramfs-*.cpio")
 	return path, nil
+}
+
+// initramfsPath is where the initramfs of kernel and agent is cached.
+func initramfsPath(kernel string, agentBytes []byte) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "kernel %s\n", kernel)
+	ah := sha256.Sum256(agentBytes)
+	fmt.Fprintf(h, "agent %x\ninit %s\n", ah, initScript)
+	return filepath.Join(CacheDir, "initramfs-"+hex.EncodeToString(h.Sum(nil))[:24]+".cpio")
 }
 
 // module is one kernel module file for the guest.

@@ -2,6 +2,7 @@ package microvm
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -23,6 +24,12 @@ import (
 // bootGuest starts a guest with a freshly built agent and returns it with
 // a client of its agent.
 func bootGuest(t *testing.T, user ...string) (*VM, *agent.Client) {
+	t.Helper()
+	return bootGuestWith(t, nil, user...)
+}
+
+// bootGuestWith is bootGuest with a change to the tier's configuration.
+func bootGuestWith(t *testing.T, edit func(*native.Config), user ...string) (*VM, *agent.Client) {
 	t.Helper()
 	if err := (Tier{}).Available(); err != nil {
 		t.Skipf("microvm tier not available: %v", err)
@@ -49,9 +56,13 @@ func bootGuest(t *testing.T, user ...string) (*VM, *agent.Client) {
 	}
 	defer logf.Close()
 	start := time.Now()
-	inst, _, err := Tier{}.Start(native.Config{ID: "mvt-" + filepath.Base(dir), Policy: p,
+	cfg := native.Config{ID: "mvt-" + filepath.Base(dir), Policy: p,
 		Args: append([]string{native.AgentPath, "__agent"}, user...), Stdin: stdin, Stdout: logf, Stderr: logf,
-		Agent: true, AgentBinary: bin})
+		Agent: true, AgentBinary: bin}
+	if edit != nil {
+		edit(&cfg)
+	}
+	inst, _, err := Tier{}.Start(cfg)
 	stdin.Close()
 	if err != nil {
 		b, _ := os.ReadFile(logf.Name())
@@ -72,6 +83,18 @@ func bootGuest(t *testing.T, user ...string) (*VM, *agent.Client) {
 	t.Logf("boot to agent hello: %s (%s)", time.Since(start).Round(time.Millisecond), vm.Enforced()[0].Detail)
 	t.Cleanup(func() { c.Close() })
 	return vm, c
+}
+
+// testPolicy is the standard profile for the microvm runtime, without
+// network.
+func testPolicy(t *testing.T) policy.Policy {
+	t.Helper()
+	p, err := policy.Preset(policy.Standard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Runtime, p.Network.Mode = policy.RuntimeMicroVM, policy.NetNone
+	return p
 }
 
 var (
@@ -203,14 +226,6 @@ func TestMicroVMGuestCrashEndsOnlyItsVM(t *testing.T) {
 	if out, _ := run(t, vc, "id -u"); out != "0\n" {
 		t.Fatalf("root workload: id -u %q", out)
 	}
-	// Open bug (docs/microvm.md): in two runs of .ci/run from a clean
-	// checkout the guest whose kernel was made to panic did not end within
-	// 5 minutes, while it did in every run from a development tree; until
-	// the cause is found this half runs only when asked.
-	if os.Getenv("AIRLOCK_MICROVM_PANIC") != "1" {
-		t.Log("the guest panic half is skipped: AIRLOCK_MICROVM_PANIC=1 runs it (open bug, docs/microvm.md)")
-		return
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	p, err := vc.Exec(ctx, agent.ExecRequest{Shell: "echo c > /proc/sysrq-trigger"})
 	cancel()
@@ -224,6 +239,12 @@ func TestMicroVMGuestCrashEndsOnlyItsVM(t *testing.T) {
 	case <-victim.Done():
 	case <-time.After(5 * time.Minute):
 		t.Fatal("the guest whose kernel panicked is still running")
+	}
+	// It ended through pvpanic (QEMU's panic action: exit 1), not through
+	// a reset that may never come.
+	var ee *exec.ExitError
+	if !errors.As(victim.waitErr, &ee) || ee.ExitCode() != 1 {
+		t.Fatalf("QEMU of the panicked guest ended with %v, not its panic action (exit status 1)", victim.waitErr)
 	}
 	select {
 	case <-other.Done():
@@ -260,11 +281,7 @@ func TestMicroVMBootFailureLeavesNothing(t *testing.T) {
 	if err := os.WriteFile(bad, []byte("#!/bin/sh\necho fake agent exits >&2\nexit 3\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	p, err := policy.Preset(policy.Standard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.Runtime, p.Network.Mode = policy.RuntimeMicroVM, policy.NetNone
+	p := testPolicy(t)
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)

@@ -163,6 +163,7 @@ func buildUsrImage() (string, error) {
 		return "", err
 	}
 	h := sha256.New()
+	fmt.Fprintf(h, "layout 2 (lib64 loader, lib/ssl links)\n")
 	for _, f := range files {
 		fi, err := os.Stat(f)
 		if err != nil {
@@ -199,6 +200,16 @@ func buildUsrImage() (string, error) {
 	}
 	if err := os.Symlink("../lib/x86_64-linux-gnu/ld-linux-x86-64.so.2", filepath.Join(stage, "lib64", "ld-linux-x86-64.so.2")); err != nil {
 		return "", fmt.Errorf("microvm: %w", err)
+	}
+	// OpenSSL's default trust store (OPENSSLDIR /usr/lib/ssl, as Debian
+	// links it): the guest's /etc/ssl/certs, which the policy's files fill.
+	if err := os.MkdirAll(filepath.Join(stage, "lib", "ssl"), 0o755); err != nil {
+		return "", fmt.Errorf("microvm: %w", err)
+	}
+	for name, target := range map[string]string{"cert.pem": "/etc/ssl/certs/ca-certificates.crt", "certs": "/etc/ssl/certs"} {
+		if err := os.Symlink(target, filepath.Join(stage, "lib", "ssl", name)); err != nil {
+			return "", fmt.Errorf("microvm: %w", err)
+		}
 	}
 	tmp := filepath.Join(CacheDir, "."+filepath.Base(path)+".tmp")
 	defer os.Remove(tmp)

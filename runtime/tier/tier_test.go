@@ -29,13 +29,13 @@ func TestRegistry(t *testing.T) {
 	wasm, _ := tier.Lookup(policy.RuntimeWasm)
 	err := tier.Refuse(wasm, "volumes", "volumes")
 	if !errors.Is(err, tier.ErrNotSupported) || !strings.Contains(err.Error(), "runtime wasm does not support volumes") ||
-		!strings.Contains(err.Error(), "runtimes that have it: gvisor, native") {
+		!strings.Contains(err.Error(), "runtimes that have it: gvisor, microvm, native") {
 		t.Fatalf("refusal: %v", err)
 	}
 	mvm, _ := tier.Lookup(policy.RuntimeMicroVM)
-	if err := tier.Refuse(mvm, `network (mode "allowlist")`, "network"); !strings.Contains(err.Error(), "runtime microvm does not support network") ||
-		!strings.Contains(err.Error(), "(capability network; runtimes that have it: gvisor, native)") {
-		t.Fatalf("network refusal: %v", err)
+	if err := tier.Refuse(mvm, "a memory snapshot", "memory_snapshot"); !strings.Contains(err.Error(), "runtime microvm does not support a memory snapshot") ||
+		!strings.Contains(err.Error(), "(capability memory_snapshot; runtimes that have it: gvisor)") {
+		t.Fatalf("memory snapshot refusal: %v", err)
 	}
 	// Each capability a tier declares has the optional interface behind it.
 	for _, n := range tier.Names() {

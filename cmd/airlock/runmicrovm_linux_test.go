@@ -1,0 +1,94 @@
+package main
+
+import (
+	"encoding/json"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"airlock/runtime/microvm"
+)
+
+// TestRunMicroVM: airlock run --runtime microvm runs the command in a
+// guest with a kernel of its own, as the policy's uid, streams stdin,
+// stdout and stderr, returns the command's exit code, honours the wall
+// time, runs code cells, and labels the result with the vm layer and its
+// accelerator.
+func TestRunMicroVM(t *testing.T) {
+	if err := (microvm.Tier{}).Available(); err != nil {
+		t.Skipf("microvm tier not available: %v", err)
+	}
+	var u unix.Utsname
+	unix.Uname(&u)
+	host := unix.ByteSliceToString(u.Release[:])
+
+	cmd := exec.Command(airlockBin(t), "run", "--runtime", "microvm", "--microvm-accel", "tcg", "--",
+		"sh", "-c", "uname -r; id -u; wc -l; echo to-stderr >&2; exit 3")
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=/tmp"}
+	cmd.Stdin = strings.NewReader("one\ntwo\n")
+	var o, e strings.Builder
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	ee, ok := err.(*exec.ExitError)
+	if !ok || ee.ExitCode() != 3 {
+		t.Fatalf("want exit 3, got %v; out %q err %q", err, o.String(), e.String())
+	}
+	lines := strings.Split(o.String(), "\n")
+	if len(lines) < 3 || lines[0] == host || lines[0] == "" || lines[1] != "1000" || strings.TrimSpace(lines[2]) != "2" || !strings.Contains(e.String(), "to-stderr") {
+		t.Fatalf("out %q err %q (host kernel %s)", o.String(), e.String(), host)
+	}
+
+	out, errOut, code := runCLI(t, nil, "run", "--runtime", "microvm", "--microvm-accel", "tcg", "--json", "--", "python3", "-c", "print(6*7)")
+	var res struct {
+		Status, Stdout string
+		Enforced       []struct{ Name, State, Detail string }
+	}
+	if err := json.Unmarshal([]byte(out), &res); err != nil || code != 0 {
+		t.Fatalf("--json: code %d %v: %q %q", code, err, out, errOut)
+	}
+	if res.Status != "ok" || res.Stdout != "42\n" || len(res.Enforced) == 0 || res.Enforced[0].Name != "vm" ||
+		!strings.Contains(res.Enforced[0].Detail, "TCG emulation") {
+		t.Fatalf("--json result: %+v", res)
+	}
+
+	out, errOut, code = runCLI(t, nil, "run", "--runtime", "microvm", "--microvm-accel", "tcg", "--code", "import os\nx = 6*7\nprint(os.getuid())\nx")
+	if code != 0 || out != "1000\n42\n" {
+		t.Fatalf("code cell: code %d out %q err %q", code, out, errOut)
+	}
+
+	_, errOut, code = runCLI(t, nil, "run", "--runtime", "microvm", "--microvm-accel", "tcg", "--timeout", "3s", "--", "sleep", "1000")
+	if code != exitTimeout || !strings.Contains(errOut, "timeout") {
+		t.Fatalf("wall time: code %d err %q", code, errOut)
+	}
+
+	_, errOut, code = runCLI(t, nil, "run", "--runtime", "microvm", "--microvm-accel", "hvf", "--", "true")
+	if code != exitUsage || !strings.Contains(errOut, `unknown "hvf"`) {
+		t.Fatalf("bad accel: code %d err %q", code, errOut)
+	}
+}
+
+// TestDoctorMicroVM: airlock doctor reports the microvm tier, with the
+// accelerator it would use and why.
+func TestDoctorMicroVM(t *testing.T) {
+	if err := (microvm.Tier{}).Available(); err != nil {
+		t.Skipf("microvm tier not available: %v", err)
+	}
+	out, errOut, _ := runCLI(t, nil, "doctor", "--json", "--microvm-accel", "tcg")
+	var res struct {
+		Layers []struct{ Name, State, Detail string }
+	}
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("doctor --json: %v: %q %q", err, out, errOut)
+	}
+	for _, l := range res.Layers {
+		if l.Name == "microvm" {
+			if l.State != "degraded" || !strings.Contains(l.Detail, "TCG emulation: chosen by --microvm-accel=tcg") || !strings.Contains(l.Detail, "kernel /boot/") || !strings.Contains(l.Detail, "initramfs") {
+				t.Fatalf("microvm layer: %+v", l)
+			}
+			return
+		}
+	}
+	t.Fatalf("doctor does not report the microvm tier: %q", out)
+}
