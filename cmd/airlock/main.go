@@ -56,7 +56,7 @@ func main() {
 	case "bench":
 		code = cmdBench(args)
 	case "version", "--version":
-		fmt.Println("airlock", version)
+		code = cmdVersion(args)
 	case "help", "-h", "--help":
 		fmt.Print(usage)
 	default:
@@ -69,9 +69,6 @@ func main() {
 	}
 	os.Exit(code)
 }
-
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "0.1.0-dev"
 
 // hidden are subcommands registered by other files' init functions
 // (serve, keys, mcp, and the internal __agent).
