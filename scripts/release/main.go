@@ -226,7 +226,8 @@ func moduleDirs(mods []module) (map[string]string, error) {
 }
 
 // licenseNames are the files a module's license text is found in.
-var licenseNames = []string{"LICENSE", "LICENSE.md", "LICENSE.txt", "LICENCE", "COPYING", "LICENSE-MIT", "LICENSE-APACHE"}
+// (the same list as airlock/internal/licenses.Files, which checks them)
+var licenseNames = []string{"LICENSE", "LICENSE.md", "LICENSE.txt", "LICENCE", "COPYING", "COPYING.md", "LICENSE-MIT", "LICENSE-APACHE", "LICENSE-APACHE-2.0.txt", "LICENSE.MIT", "LICENSE.BSD", "LICENSE.MPL-2.0"}
 
 // thirdPartyLicenses concatenates each linked module's license text (and
 // NOTICE, which Apache-2.0 asks to pass on), failing when one has none.
