@@ -361,9 +361,25 @@ exec "$@"`
 		Version, Commit string
 		BuildDate       string `json:"build_date"`
 		AgentBinary     string `json:"agent_binary"`
+		Enforced        []struct{ Name, State, Detail string }
 	}
 	json.NewDecoder(resp.Body).Decode(&info)
 	resp.Body.Close()
+	// Every isolation layer the server enforces outside the unit holds
+	// inside it (a read-only /sys/fs/cgroup, as ProtectControlGroups would
+	// make it, shows here as a degraded cgroup layer).
+	layers := 0
+	for _, l := range info.Enforced {
+		if l.Name == "cgroup" || l.Name == "seccomp" || l.Name == "userns" || l.Name == "mountns" || l.Name == "landlock" {
+			layers++
+			if l.State != "ok" {
+				t.Errorf("under the unit's hardening, layer %s is %s: %s", l.Name, l.State, l.Detail)
+			}
+		}
+	}
+	if layers == 0 {
+		t.Errorf("/v1/info lists no isolation layers: %+v", info.Enforced)
+	}
 	if info.Version != testVersion || info.Commit != d.commit || info.BuildDate != d.date {
 		t.Errorf("/v1/info %+v, want version %s commit %s build_date %s", info, testVersion, d.commit, d.date)
 	}
