@@ -34,7 +34,7 @@ usage:
   airlock mcp [flags]                    serve sandboxes as MCP tools over stdio
   airlock doctor [--json]                report which isolation layers this host enforces
   airlock bench [--json] [--only NAME]   measure airlock against bwrap, crun, runc, runsc, srt
-  airlock version
+  airlock version [--json]               print the version, commit and its date
 
 Run 'airlock COMMAND --help' for a command's flags. airlock run exits with the
 program's code; 125 bad input, 123 sandbox not built, 124 timeout, 122 output
