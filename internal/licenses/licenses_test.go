@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"testing"
@@ -135,5 +137,44 @@ func TestCheck(t *testing.T) {
 	}
 	if err := check([]string{"Apache-2.0", "MIT"}, []string{"LICENSE"}); err != nil {
 		t.Errorf("check of Apache-2.0 and MIT: %v", err)
+	}
+}
+
+// TestNoticeCurrent: NOTICE names the versions of what is copied into the
+// tree as they are now (the agent-sandbox manifests' module version in
+// go.mod, xterm.js's in the dashboard's package.json), so that a bump of
+// either without NOTICE fails here.
+func TestNoticeCurrent(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func(p string) string {
+		b, err := os.ReadFile(filepath.Join(root, p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	notice := read("NOTICE")
+	gomod := regexp.MustCompile(`(?m)^\s*sigs\.k8s\.io/agent-sandbox (v\S+)`).FindStringSubmatch(read("go.mod"))
+	if gomod == nil {
+		t.Fatal("go.mod does not require sigs.k8s.io/agent-sandbox")
+	}
+	if want := "sigs.k8s.io/agent-sandbox " + gomod[1]; !strings.Contains(notice, want) || !strings.Contains(read("deploy/agent-sandbox/SOURCE.md"), gomod[1]) {
+		t.Errorf("NOTICE or deploy/agent-sandbox/SOURCE.md does not name %s", want)
+	}
+	var pkg struct {
+		DevDependencies map[string]string `json:"devDependencies"`
+	}
+	if err := json.Unmarshal([]byte(read("dashboard/web/package.json")), &pkg); err != nil {
+		t.Fatal(err)
+	}
+	v := pkg.DevDependencies["@xterm/xterm"]
+	if v == "" {
+		t.Fatal("dashboard/web/package.json has no @xterm/xterm")
+	}
+	if want := "@xterm/xterm " + v; !strings.Contains(notice, want) {
+		t.Errorf("NOTICE does not name %s (bundled in dashboard/dist)", want)
 	}
 }
