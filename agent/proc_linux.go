@@ -51,7 +51,6 @@ type proc struct {
 	busy       [2]atomic.Bool // a pipe reader holds data not yet in the ring
 	done       bool           // exit reported to followers
 	ownerGone  bool           // foreground: the starting stream went away
-	forgotten  bool
 	graceTimer *time.Timer
 
 	stdinMu sync.Mutex

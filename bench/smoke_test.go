@@ -23,10 +23,7 @@ var airlockBin struct {
 func buildAirlock(t testing.TB) string {
 	t.Helper()
 	airlockBin.Do(func() {
-		goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
-		if _, err := os.Stat(goTool); err != nil {
-			goTool = "go"
-		}
+		goTool := "go" // go test puts its own toolchain first on $PATH
 		dir, err := os.MkdirTemp("", "bench-airlock-")
 		if err != nil {
 			airlockBin.err = err

@@ -253,10 +253,14 @@ type Metrics struct {
 
 // Info describes the server.
 type Info struct {
-	Version  string   `json:"version"`
-	Runtimes []string `json:"runtimes"`
-	Enforced []Layer  `json:"enforced"`
-	Auth     bool     `json:"auth"`
+	Version string `json:"version"`
+	// Commit and BuildDate are the VCS revision the server was built from
+	// and that commit's time ("" when its build carries neither).
+	Commit    string   `json:"commit,omitempty"`
+	BuildDate string   `json:"build_date,omitempty"`
+	Runtimes  []string `json:"runtimes"`
+	Enforced  []Layer  `json:"enforced"`
+	Auth      bool     `json:"auth"`
 	// PoolIdle is how many ready sandboxes the warm pool holds.
 	PoolIdle int `json:"pool_idle"`
 	// DefaultRuntime is the runtime of a create without one.

@@ -304,7 +304,7 @@ func (x *extractor) entry(hdr *tar.Header, tr io.Reader) error {
 		return nil
 	}
 	size := int64(0)
-	if hdr.Typeflag == tar.TypeReg || hdr.Typeflag == tar.TypeRegA || hdr.Typeflag == tar.TypeGNUSparse {
+	if hdr.Typeflag == tar.TypeReg || hdr.Typeflag == tar.TypeGNUSparse {
 		size = hdr.Size
 	}
 	if err := x.bud.take(size, 1); err != nil {
@@ -338,7 +338,7 @@ func (x *extractor) entry(hdr *tar.Header, tr io.Reader) error {
 		if err := unix.Fchmodat(pfd, base, mode, 0); err != nil {
 			return fmt.Errorf("entry %q: chmod: %w", hdr.Name, err)
 		}
-	case tar.TypeReg, tar.TypeRegA, tar.TypeGNUSparse:
+	case tar.TypeReg, tar.TypeGNUSparse:
 		fd := -1
 		if _, err := x.create(pfd, base, false, func() (err error) {
 			fd, err = unix.Openat(pfd, base, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)

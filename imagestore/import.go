@@ -212,7 +212,7 @@ func unpackOCIArchive(file, dir string, maxBytes int64) error {
 		if err != nil {
 			return fmt.Errorf("read tar: %w", err)
 		}
-		if h.Typeflag != tar.TypeReg && h.Typeflag != tar.TypeRegA {
+		if h.Typeflag != tar.TypeReg {
 			continue
 		}
 		n := filepath.ToSlash(filepath.Clean(h.Name))

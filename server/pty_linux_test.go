@@ -68,7 +68,7 @@ func TestPtyWebSocket(t *testing.T) {
 	})
 	type_("\x03")
 	type_("echo back-$((2+3))\n")
-	at = out.WaitFor(t, at, "back-5")
+	out.WaitFor(t, at, "back-5")
 	if strings.Contains(out.String(), "\nnot-interrupted") {
 		t.Fatalf("sleep was not interrupted:\n%q", out.String())
 	}

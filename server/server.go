@@ -26,6 +26,7 @@ import (
 	"airlock/e2b"
 	"airlock/egress"
 	"airlock/imagestore"
+	"airlock/internal/version"
 	"airlock/manager"
 	"airlock/mcp"
 	"airlock/policy"
@@ -458,9 +459,14 @@ func (s *Server) info(w http.ResponseWriter, r *http.Request) error {
 		s.layersOnce.Store(&l)
 		layers = &l
 	}
+	build := version.Get()
 	writeJSON(w, 200, map[string]any{
-		"version":  s.cfg.Version,
-		"runtimes": s.m.Runtimes(),
+		"version": s.cfg.Version,
+		// The commit and its date this server was built from
+		// (internal/version; "" when the build carries neither).
+		"commit":     build.Commit,
+		"build_date": build.Date,
+		"runtimes":   s.m.Runtimes(),
 		// What each runtime can do beyond exec and files (runtime/tier.Caps):
 		// a request for what a runtime lacks is refused with 422 naming it.
 		"runtime_capabilities": s.m.RuntimeCaps(),

@@ -39,7 +39,7 @@ usage:
   airlock mcp [flags]                    serve sandboxes as MCP tools over stdio
   airlock doctor [--json]                report which isolation layers this host enforces
   airlock bench [--json] [--only NAME]   measure airlock against bwrap, crun, runc, runsc, srt
-  airlock version
+  airlock version [--json]               print the version, commit and its date
 
 Run 'airlock COMMAND --help' for a command's flags. airlock run exits with the
 program's code; 125 bad input, 123 sandbox not built, 124 timeout, 122 output
@@ -61,7 +61,7 @@ func main() {
 	case "bench":
 		code = cmdBench(args)
 	case "version", "--version":
-		fmt.Println("airlock", version)
+		code = cmdVersion(args)
 	case "help", "-h", "--help":
 		fmt.Print(usage)
 	default:
@@ -74,9 +74,6 @@ func main() {
 	}
 	os.Exit(code)
 }
-
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "0.1.0-dev"
 
 // hidden are subcommands registered by other files' init functions
 // (serve, keys, mcp, and the internal __agent).

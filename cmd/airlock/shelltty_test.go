@@ -121,7 +121,7 @@ func terminalSession(t *testing.T, args ...string) {
 	type_("\x03")
 	eventually("sleep 4711 to end after Ctrl-C (host /proc)", func() bool { return !testserver.HostRuns("sleep\x004711\x00") })
 	type_("echo back-$((2+3))\n")
-	at = out.WaitFor(t, at, "back-5")
+	out.WaitFor(t, at, "back-5")
 	if strings.Contains(out.String(), "\nnot-interrupted") {
 		t.Fatalf("sleep was not interrupted:\n%q", out.String())
 	}

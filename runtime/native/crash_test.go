@@ -3,7 +3,6 @@ package native_test
 import (
 	"os"
 	"os/exec"
-	"strconv"
 	"testing"
 	"time"
 
@@ -43,8 +42,6 @@ func TestLauncherCrashCleanup(t *testing.T) {
 		t.Fatalf("orphaned cgroups not cleaned: %v", left)
 	}
 }
-
-func itoa(n int) string { return strconv.Itoa(n) }
 
 func countProcesses(marker string) int { return testserver.HostProcesses(marker) }
 

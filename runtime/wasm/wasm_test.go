@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	goruntime "runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -50,10 +49,7 @@ func TestMain(m *testing.M) {
 // buildGo builds the Go program in testdata/NAME for wasip1.
 func buildGo(name string) (string, error) {
 	out := filepath.Join(buildDir, name+".wasm")
-	goTool := filepath.Join(goruntime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(goTool); err != nil {
-		goTool = "go"
-	}
+	goTool := "go" // go test puts its own toolchain first on $PATH
 	cmd := exec.Command(goTool, "build", "-o", out, "./testdata/"+name)
 	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {

@@ -185,11 +185,11 @@ func driveAfter(ctx context.Context, c *client.Client, st driveState) error {
 // drivePause pauses the sandbox: the API reports it paused and refuses
 // exec with 409 (the script checks that its pod is gone).
 func drivePause(ctx context.Context, c *client.Client, st driveState) error {
-	sb, err := c.Pause(ctx, st.ID)
-	if err != nil {
+	if _, err := c.Pause(ctx, st.ID); err != nil {
 		return fmt.Errorf("pause %s: %w", st.ID, err)
 	}
-	if sb, err = c.Get(ctx, st.ID); err != nil || !sb.Paused {
+	sb, err := c.Get(ctx, st.ID)
+	if err != nil || !sb.Paused {
 		return fmt.Errorf("pause %s: get says paused=%v (%v)", st.ID, sb != nil && sb.Paused, err)
 	}
 	_, err = c.Exec(ctx, st.ID, client.ExecRequest{Argv: []string{"/bin/true"}})

@@ -551,31 +551,6 @@ func containsInt(list []int, v int) bool {
 	return false
 }
 
-// waitEmpty polls until no process is left in the group or deadline.
-func (g *Group) waitEmpty(deadline time.Time) error {
-	wait := 20 * time.Microsecond
-	for {
-		empty := true
-		for _, d := range g.dirs {
-			e, err := isEmpty(d + "/cgroup.procs")
-			if err != nil {
-				return err
-			}
-			if !e {
-				empty = false
-				break
-			}
-		}
-		if empty {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("processes still alive after %v", killTimeout)
-		}
-		backoff(&wait, 5*time.Millisecond)
-	}
-}
-
 // freeze freezes (on) or thaws (off) the group, best effort. Freezing
 // reports whether the group reached the frozen state within freezeTimeout.
 func (g *Group) freeze(on bool) bool { return g.freezeWithin(on, freezeTimeout) }
