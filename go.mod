@@ -1,4 +1,4 @@
-module airlock
+module github.com/airlock-dev/airlock
 
 go 1.26.8
 

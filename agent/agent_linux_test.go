@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"airlock/agent"
+	"github.com/airlock-dev/airlock/agent"
 )
 
 const childEnv = "AIRLOCK_AGENT_TEST_CHILD"

@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	rt "airlock/runtime"
+	rt "github.com/airlock-dev/airlock/runtime"
 )
 
 // Client errors.

@@ -25,7 +25,7 @@ import (
 	"fmt"
 	"time"
 
-	"airlock/interp/lang"
+	"github.com/airlock-dev/airlock/interp/lang"
 )
 
 // Interpreter frame types.

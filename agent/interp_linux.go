@@ -10,8 +10,8 @@ import (
 	"sync"
 	"time"
 
-	"airlock/interp"
-	"airlock/interp/lang"
+	"github.com/airlock-dev/airlock/interp"
+	"github.com/airlock-dev/airlock/interp/lang"
 )
 
 // contextStartTimeout bounds the start of a kernel.

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"airlock/agent"
+	"github.com/airlock-dev/airlock/agent"
 )
 
 // cell runs code and collects it.

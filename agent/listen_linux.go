@@ -13,7 +13,7 @@ import (
 
 	"golang.org/x/time/rate"
 
-	rt "airlock/runtime"
+	rt "github.com/airlock-dev/airlock/runtime"
 )
 
 // reportedLayers is what the agent tells hosts in its hello about its own

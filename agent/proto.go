@@ -51,7 +51,7 @@ import (
 	"fmt"
 	"io"
 
-	rt "airlock/runtime"
+	rt "github.com/airlock-dev/airlock/runtime"
 )
 
 // Version is the protocol version exchanged in the hello. Host and agent are

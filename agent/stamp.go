@@ -6,7 +6,7 @@ import (
 )
 
 // stampOverride, when set at link time (-ldflags "-X
-// airlock/agent.stampOverride=ID"), is the BuildStamp of a build whose
+// github.com/airlock-dev/airlock/agent.stampOverride=ID"), is the BuildStamp of a build whose
 // source identity its builder vouches for (a release, or a test that
 // builds both binaries at once).
 var stampOverride string

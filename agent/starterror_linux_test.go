@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"airlock/interp"
+	"github.com/airlock-dev/airlock/interp"
 )
 
 // TestKernelStartTimeoutIsTimeout starts a real Python kernel whose startup

@@ -20,8 +20,8 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"airlock/interp/lang"
-	"airlock/policy"
+	"github.com/airlock-dev/airlock/interp/lang"
+	"github.com/airlock-dev/airlock/policy"
 )
 
 // Kinds of actions a rule can name.

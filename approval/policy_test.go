@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"airlock/policy"
+	"github.com/airlock-dev/airlock/policy"
 )
 
 func TestParseRefuses(t *testing.T) {

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"airlock/approval"
-	"airlock/internal/pgtest"
-	"airlock/store"
+	"github.com/airlock-dev/airlock/approval"
+	"github.com/airlock-dev/airlock/internal/pgtest"
+	"github.com/airlock-dev/airlock/store"
 )
 
 func TestMain(m *testing.M) {

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"time"
 
-	"airlock/policy"
-	"airlock/runtime/native"
+	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/runtime/native"
 )
 
 // AirlockCLI returns the airlock peer that runs a command the way a user

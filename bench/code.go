@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"airlock/client"
+	"github.com/airlock-dev/airlock/client"
 )
 
 // The code interpreter's figures: only airlock has a warm pool and code

@@ -8,8 +8,8 @@ import (
 	"sync"
 	"time"
 
-	"airlock/client"
-	"airlock/runtime/gvisor"
+	"github.com/airlock-dev/airlock/client"
+	"github.com/airlock-dev/airlock/runtime/gvisor"
 )
 
 // ForkN is how many sandboxes the fork figure starts from one snapshot.

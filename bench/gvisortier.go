@@ -6,8 +6,8 @@ import (
 	"math"
 	"time"
 
-	"airlock/client"
-	"airlock/runtime/gvisor"
+	"github.com/airlock-dev/airlock/client"
+	"github.com/airlock-dev/airlock/runtime/gvisor"
 )
 
 // GVisorFigure measures the gvisor tier's cold start: `airlock run

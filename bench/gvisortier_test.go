@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"airlock/internal/testserver"
-	"airlock/runtime/gvisor"
+	"github.com/airlock-dev/airlock/internal/testserver"
+	"github.com/airlock-dev/airlock/runtime/gvisor"
 )
 
 // TestGVisorFigure: the gvisor cold start figure measures airlock's gvisor

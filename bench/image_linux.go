@@ -8,9 +8,9 @@ import (
 	"strconv"
 	"time"
 
-	"airlock/policy"
-	"airlock/runtime/gvisor"
-	"airlock/runtime/native"
+	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/runtime/gvisor"
+	"github.com/airlock-dev/airlock/runtime/native"
 )
 
 // ImageDefaultPeer is the peer of the image create figure that starts

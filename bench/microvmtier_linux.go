@@ -13,7 +13,7 @@ import (
 
 	"github.com/cavaliergopher/cpio"
 
-	"airlock/runtime/microvm"
+	"github.com/airlock-dev/airlock/runtime/microvm"
 )
 
 // MicroVMFigure measures the microvm tier's cold start: `airlock run

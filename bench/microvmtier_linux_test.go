@@ -4,8 +4,8 @@ import (
 	"strings"
 	"testing"
 
-	"airlock/internal/testserver"
-	"airlock/runtime/microvm"
+	"github.com/airlock-dev/airlock/internal/testserver"
+	"github.com/airlock-dev/airlock/runtime/microvm"
 )
 
 // TestMicroVMFigure: the microvm cold start figure runs airlock's

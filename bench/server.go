@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	"airlock/client"
+	"github.com/airlock-dev/airlock/client"
 )
 
 // apiServer is an `airlock serve` process started for the figures that go

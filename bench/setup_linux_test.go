@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"airlock/policy"
-	"airlock/runtime/native"
-	"airlock/runtime/native/cgroups"
+	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/runtime/native"
+	"github.com/airlock-dev/airlock/runtime/native/cgroups"
 )
 
 // BenchmarkSetupSteps times, each on its own, the steps a cold

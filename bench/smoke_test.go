@@ -32,7 +32,7 @@ func buildAirlock(t testing.TB) string {
 		buildDir = dir
 		airlockBin.path = filepath.Join(dir, "airlock")
 		// Static, as the README builds it: a cgo build cannot host the agent.
-		build := exec.Command(goTool, "build", "-o", airlockBin.path, "airlock/cmd/airlock")
+		build := exec.Command(goTool, "build", "-o", airlockBin.path, "github.com/airlock-dev/airlock/cmd/airlock")
 		build.Env = append(os.Environ(), "CGO_ENABLED=0")
 		airlockBin.out, airlockBin.err = build.CombinedOutput()
 	})

@@ -8,9 +8,9 @@ import (
 	"path/filepath"
 	"time"
 
-	"airlock/policy"
-	"airlock/runtime/native"
-	"airlock/runtime/wasm"
+	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/runtime/native"
+	"github.com/airlock-dev/airlock/runtime/wasm"
 )
 
 // nodeWASI runs the module named by argv[0] with Node's node:wasi (WASI

@@ -15,8 +15,8 @@ import (
 
 	"golang.org/x/sync/singleflight"
 
-	"airlock/agent"
-	"airlock/manager"
+	"github.com/airlock-dev/airlock/agent"
+	"github.com/airlock-dev/airlock/manager"
 )
 
 // Action is the audit action of a computer-use call ("computer.left_click").

@@ -8,7 +8,7 @@ import (
 
 	"golang.org/x/time/rate"
 
-	"airlock/internal/connlimit"
+	"github.com/airlock-dev/airlock/internal/connlimit"
 )
 
 // Logins each client address may try: LoginBurst at once, then one every

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"airlock/approval"
+	"github.com/airlock-dev/airlock/approval"
 )
 
 // TestApprovalHoldsE2BProcesses: a process started through the E2B

@@ -14,9 +14,9 @@ import (
 	"strings"
 	"time"
 
-	"airlock/imagestore"
-	"airlock/manager"
-	"airlock/policy"
+	"github.com/airlock-dev/airlock/imagestore"
+	"github.com/airlock-dev/airlock/manager"
+	"github.com/airlock-dev/airlock/policy"
 )
 
 // templateKey is the metadata label that records a sandbox's E2B template.

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"airlock/internal/testserver"
-	"airlock/runtime/gvisor"
+	"github.com/airlock-dev/airlock/internal/testserver"
+	"github.com/airlock-dev/airlock/runtime/gvisor"
 )
 
 // sdkRuns are the runs of the scenario: the e2b release it drives (the

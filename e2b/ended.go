@@ -4,8 +4,8 @@ import (
 	"context"
 	"time"
 
-	"airlock/manager"
-	"airlock/store"
+	"github.com/airlock-dev/airlock/manager"
+	"github.com/airlock-dev/airlock/store"
 )
 
 // endWait bounds how long a failed call waits for its sandbox to be

@@ -11,8 +11,8 @@ import (
 	"strconv"
 	"strings"
 
-	"airlock/agent"
-	"airlock/store"
+	"github.com/airlock-dev/airlock/agent"
+	"github.com/airlock-dev/airlock/store"
 )
 
 // envd's HTTP file endpoints: GET /files?path= downloads a file's bytes;

@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"airlock/agent"
+	"github.com/airlock-dev/airlock/agent"
 )
 
 // envd's filesystem.Filesystem service over the agent. Paths are

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"airlock/internal/testserver"
+	"github.com/airlock-dev/airlock/internal/testserver"
 )
 
 // TestFullDiskFailsClosed: with the state directory's file system full,

@@ -41,9 +41,9 @@ import (
 	"sync"
 	"time"
 
-	"airlock/manager"
-	"airlock/policy"
-	"airlock/store"
+	"github.com/airlock-dev/airlock/manager"
+	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/store"
 )
 
 // EnvdVersion is the envd version airlock reports. The SDKs gate features

@@ -21,14 +21,14 @@ import (
 	"testing"
 	"time"
 
-	"airlock/agent"
-	"airlock/imagestore"
-	"airlock/manager"
-	"airlock/policy"
-	"airlock/store"
-	"airlock/volume"
+	"github.com/airlock-dev/airlock/agent"
+	"github.com/airlock-dev/airlock/imagestore"
+	"github.com/airlock-dev/airlock/manager"
+	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/store"
+	"github.com/airlock-dev/airlock/volume"
 
-	"airlock/internal/testserver"
+	"github.com/airlock-dev/airlock/internal/testserver"
 )
 
 // airlockBinary builds the airlock binary (the sandboxes' agent) once.

@@ -13,10 +13,10 @@ import (
 	"sync"
 	"time"
 
-	"airlock/approval"
-	"airlock/interp/lang"
-	"airlock/manager"
-	"airlock/store"
+	"github.com/airlock-dev/airlock/approval"
+	"github.com/airlock-dev/airlock/interp/lang"
+	"github.com/airlock-dev/airlock/manager"
+	"github.com/airlock-dev/airlock/store"
 )
 
 // The code interpreter's port (49999): POST /execute runs a cell and

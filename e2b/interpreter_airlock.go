@@ -8,8 +8,8 @@ import (
 	"sort"
 	"strings"
 
-	"airlock/agent"
-	"airlock/manager"
+	"github.com/airlock-dev/airlock/agent"
+	"github.com/airlock-dev/airlock/manager"
 )
 
 // AgentInterpreter is the Interpreter of airlock's sandboxes: contexts are

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"airlock/manager"
+	"github.com/airlock-dev/airlock/manager"
 )
 
 // scriptedInterp is a test double of the Interpreter: it checks how the

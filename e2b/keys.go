@@ -6,7 +6,7 @@ import (
 	"errors"
 	"strings"
 
-	"airlock/store"
+	"github.com/airlock-dev/airlock/store"
 )
 
 // E2B SDKs from 2.30 to 2.45 (JS) and the Python SDK check, before sending

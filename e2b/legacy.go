@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"airlock/agent"
+	"github.com/airlock-dev/airlock/agent"
 )
 
 // Clients older than envd's FILE_TYPE_SYMLINK: the Python SDK before 2.35

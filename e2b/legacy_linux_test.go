@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"airlock/agent"
+	"github.com/airlock-dev/airlock/agent"
 )
 
 // TestSymlinkTypeForOlderSDKs lists a directory holding symlinks to a

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"airlock/agent"
+	"github.com/airlock-dev/airlock/agent"
 )
 
 func TestProtoJSONDecoding(t *testing.T) {

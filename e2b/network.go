@@ -7,9 +7,9 @@ import (
 	"net/http"
 	"sort"
 
-	"airlock/egress"
-	"airlock/manager"
-	"airlock/policy"
+	"github.com/airlock-dev/airlock/egress"
+	"github.com/airlock-dev/airlock/manager"
+	"github.com/airlock-dev/airlock/policy"
 )
 
 // E2B's egress settings mapped onto airlock's network policy (the egress

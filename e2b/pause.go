@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"time"
 
-	"airlock/manager"
+	"github.com/airlock-dev/airlock/manager"
 )
 
 // dropProcesses ends every process of the caller's sandbox id (commands,

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"airlock/manager"
-	"airlock/policy"
-	"airlock/runtime/gvisor"
+	"github.com/airlock-dev/airlock/manager"
+	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/runtime/gvisor"
 )
 
 // TestPauseConnectAndAutoPause drives E2B's pause surface against real

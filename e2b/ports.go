@@ -3,8 +3,8 @@ package e2b
 import (
 	"net/http"
 
-	"airlock/manager"
-	"airlock/portproxy"
+	"github.com/airlock-dev/airlock/manager"
+	"github.com/airlock-dev/airlock/portproxy"
 )
 
 // Ports of a sandbox other than envd's and the code interpreter's, for

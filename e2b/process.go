@@ -12,9 +12,9 @@ import (
 	"syscall"
 	"time"
 
-	"airlock/agent"
-	"airlock/approval"
-	"airlock/store"
+	"github.com/airlock-dev/airlock/agent"
+	"github.com/airlock-dev/airlock/approval"
+	"github.com/airlock-dev/airlock/store"
 )
 
 // envd's process.Process service over the agent. Every process started

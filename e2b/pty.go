@@ -3,7 +3,7 @@ package e2b
 import (
 	"context"
 
-	"airlock/agent"
+	"github.com/airlock-dev/airlock/agent"
 )
 
 // Pseudo-terminals (envd's pty option of process.Start, and Update to

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"airlock/internal/testserver"
-	"airlock/runtime/gvisor"
+	"github.com/airlock-dev/airlock/internal/testserver"
+	"github.com/airlock-dev/airlock/runtime/gvisor"
 )
 
 // TestE2BSDK2026 runs tests/js/e2b-2026.mjs, which drives the official e2b

@@ -17,7 +17,7 @@ import (
 	"sync"
 	"time"
 
-	"airlock/egress"
+	"github.com/airlock-dev/airlock/egress"
 )
 
 // E2B's secrets (GET/POST /secrets, GET/POST/DELETE /secrets/{id}) are

@@ -11,9 +11,9 @@ import (
 	"sync"
 	"testing"
 
-	"airlock/agent"
-	"airlock/egress"
-	"airlock/manager"
+	"github.com/airlock-dev/airlock/agent"
+	"github.com/airlock-dev/airlock/egress"
+	"github.com/airlock-dev/airlock/manager"
 )
 
 // TestSecretsResolvedAtEgress stores a secret through E2B's /secrets,

@@ -5,9 +5,9 @@ import (
 	"path/filepath"
 	"testing"
 
-	"airlock/internal/pgtest"
-	"airlock/manager"
-	"airlock/store"
+	"github.com/airlock-dev/airlock/internal/pgtest"
+	"github.com/airlock-dev/airlock/manager"
+	"github.com/airlock-dev/airlock/store"
 )
 
 // Replicas sharing a database (serve --database-url) derive the same

@@ -17,10 +17,10 @@ import (
 	"sync"
 	"time"
 
-	"airlock/agent"
-	"airlock/manager"
-	"airlock/policy"
-	"airlock/runtime/tier"
+	"github.com/airlock-dev/airlock/agent"
+	"github.com/airlock-dev/airlock/manager"
+	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/runtime/tier"
 )
 
 // E2B's snapshots (POST /sandboxes/{id}/snapshots, GET /snapshots, DELETE

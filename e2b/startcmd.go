@@ -12,8 +12,8 @@ import (
 	"path/filepath"
 	"time"
 
-	"airlock/agent"
-	"airlock/manager"
+	"github.com/airlock-dev/airlock/agent"
+	"github.com/airlock-dev/airlock/manager"
 )
 
 // A template built from the SDK may have a start command (setStartCmd),

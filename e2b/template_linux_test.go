@@ -8,10 +8,10 @@ import (
 	"strings"
 	"testing"
 
-	"airlock/imagestore"
-	it "airlock/imagestore/imagetest"
-	"airlock/policy"
-	"airlock/runtime/tier"
+	"github.com/airlock-dev/airlock/imagestore"
+	it "github.com/airlock-dev/airlock/imagestore/imagetest"
+	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/runtime/tier"
 )
 
 // TestCreateFromTemplateWithSDK builds a template (a Dockerfile FROM a

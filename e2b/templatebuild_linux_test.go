@@ -10,10 +10,10 @@ import (
 	"strings"
 	"testing"
 
-	"airlock/imagestore"
-	it "airlock/imagestore/imagetest"
-	"airlock/policy"
-	"airlock/runtime/tier"
+	"github.com/airlock-dev/airlock/imagestore"
+	it "github.com/airlock-dev/airlock/imagestore/imagetest"
+	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/runtime/tier"
 )
 
 // TestTemplateBuildWithSDK drives E2B's Template builder (the real e2b

@@ -24,9 +24,9 @@ import (
 	"syscall"
 	"time"
 
-	"airlock/imagestore"
-	"airlock/policy"
-	"airlock/template"
+	"github.com/airlock-dev/airlock/imagestore"
+	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/template"
 )
 
 // E2B's template builds from the SDK (Template.build): POST /v3/templates

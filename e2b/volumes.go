@@ -5,8 +5,8 @@ import (
 	"errors"
 	"net/http"
 
-	"airlock/manager"
-	"airlock/volume"
+	"github.com/airlock-dev/airlock/manager"
+	"github.com/airlock-dev/airlock/volume"
 )
 
 // E2B's volumes (POST/GET /volumes, GET/DELETE /volumes/{id}, and a

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"airlock/internal/pki"
+	"github.com/airlock-dev/airlock/internal/pki"
 )
 
 // leafLifetime bounds how long a minted host certificate is valid; leaves

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"airlock/internal/pki"
+	"github.com/airlock-dev/airlock/internal/pki"
 )
 
 // SandboxCA is a sandbox's interception CA in PEM form: the certificate

@@ -18,8 +18,8 @@ import (
 	"testing"
 	"time"
 
-	"airlock/imagestore"
-	it "airlock/imagestore/imagetest"
+	"github.com/airlock-dev/airlock/imagestore"
+	it "github.com/airlock-dev/airlock/imagestore/imagetest"
 )
 
 // TestCrashHelperPull is the child of the crash tests: it pulls

@@ -18,8 +18,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
-	"airlock/imagestore"
-	it "airlock/imagestore/imagetest"
+	"github.com/airlock-dev/airlock/imagestore"
+	it "github.com/airlock-dev/airlock/imagestore/imagetest"
 )
 
 // TestOwners: each owner (an API key id; "" the operator) has its own

@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"strings"
 
-	"airlock/policy"
+	"github.com/airlock-dev/airlock/policy"
 )
 
 // ApplyTo adjusts p for a sandbox whose root is img: the image's

@@ -8,8 +8,8 @@ import (
 	"strconv"
 	"testing"
 
-	"airlock/imagestore"
-	it "airlock/imagestore/imagetest"
+	"github.com/airlock-dev/airlock/imagestore"
+	it "github.com/airlock-dev/airlock/imagestore/imagetest"
 )
 
 // debianRef pushes the mmdebstrap Debian image (imagetest.DebianPython) to

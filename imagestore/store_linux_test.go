@@ -25,8 +25,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"golang.org/x/sys/unix"
 
-	"airlock/imagestore"
-	it "airlock/imagestore/imagetest"
+	"github.com/airlock-dev/airlock/imagestore"
+	it "github.com/airlock-dev/airlock/imagestore/imagetest"
 )
 
 func openStore(t *testing.T, lim imagestore.Limits) (*imagestore.Store, string) {

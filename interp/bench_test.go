@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"airlock/interp"
+	"github.com/airlock-dev/airlock/interp"
 )
 
 // benchCell measures the round trip of one small cell in a warm kernel.

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"airlock/interp"
+	"github.com/airlock-dev/airlock/interp"
 )
 
 // Notebook habits E2B's code interpreter supports: indented cells, a

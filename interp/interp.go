@@ -84,7 +84,7 @@ import (
 	"syscall"
 	"time"
 
-	"airlock/interp/lang"
+	"github.com/airlock-dev/airlock/interp/lang"
 )
 
 // Language is a kernel language.

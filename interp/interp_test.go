@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"airlock/interp"
+	"github.com/airlock-dev/airlock/interp"
 )
 
 // raceEnabled is set under the race detector, whose instrumentation

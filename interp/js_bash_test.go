@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"airlock/interp"
+	"github.com/airlock-dev/airlock/interp"
 )
 
 func javascript(t testing.TB) *interp.Kernel {

@@ -43,15 +43,15 @@ import (
 	sandboxv1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"airlock/agent"
-	"airlock/egress"
-	"airlock/kube/agenttls"
-	"airlock/kube/egressproxy"
-	"airlock/manager"
-	"airlock/policy"
-	rt "airlock/runtime"
-	"airlock/runtime/tier"
-	"airlock/store"
+	"github.com/airlock-dev/airlock/agent"
+	"github.com/airlock-dev/airlock/egress"
+	"github.com/airlock-dev/airlock/kube/agenttls"
+	"github.com/airlock-dev/airlock/kube/egressproxy"
+	"github.com/airlock-dev/airlock/manager"
+	"github.com/airlock-dev/airlock/policy"
+	rt "github.com/airlock-dev/airlock/runtime"
+	"github.com/airlock-dev/airlock/runtime/tier"
+	"github.com/airlock-dev/airlock/store"
 )
 
 // Runtimes (isolation tiers) a Backend may offer. Native is the cluster's

@@ -19,11 +19,11 @@ import (
 	sandboxv1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"airlock/egress"
-	"airlock/kube/agenttls"
-	"airlock/manager"
-	"airlock/policy"
-	"airlock/runtime/tier"
+	"github.com/airlock-dev/airlock/egress"
+	"github.com/airlock-dev/airlock/kube/agenttls"
+	"github.com/airlock-dev/airlock/manager"
+	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/runtime/tier"
 )
 
 func getSandbox(t *testing.T, id string) *sandboxv1.Sandbox {

@@ -18,10 +18,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"airlock/agent"
-	"airlock/internal/testserver"
-	"airlock/kube/agenttls"
-	"airlock/manager"
+	"github.com/airlock-dev/airlock/agent"
+	"github.com/airlock-dev/airlock/internal/testserver"
+	"github.com/airlock-dev/airlock/kube/agenttls"
+	"github.com/airlock-dev/airlock/manager"
 )
 
 // podAgent is a sandbox's agent run as its pod would run it (airlock agent

@@ -13,10 +13,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"airlock/egress"
-	"airlock/kube/egressproxy"
-	"airlock/manager"
-	"airlock/policy"
+	"github.com/airlock-dev/airlock/egress"
+	"github.com/airlock-dev/airlock/kube/egressproxy"
+	"github.com/airlock-dev/airlock/manager"
+	"github.com/airlock-dev/airlock/policy"
 )
 
 // TestEgressSecrets: secrets to inject go into the sandbox's egress Secret

@@ -17,10 +17,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"airlock/internal/testserver"
-	"airlock/manager"
-	"airlock/policy"
-	"airlock/store"
+	"github.com/airlock-dev/airlock/internal/testserver"
+	"github.com/airlock-dev/airlock/manager"
+	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/store"
 )
 
 // The control plane of this package's tests: one real kube-apiserver and

@@ -11,9 +11,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
 
-	"airlock/kube/agenttls"
-	"airlock/kube/egressproxy"
-	"airlock/policy"
+	"github.com/airlock-dev/airlock/kube/agenttls"
+	"github.com/airlock-dev/airlock/kube/egressproxy"
+	"github.com/airlock-dev/airlock/policy"
 )
 
 // The pod contract (docs/kubernetes.md): names, paths and ports shared

@@ -13,8 +13,8 @@ import (
 	sandboxv1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"airlock/kube/agenttls"
-	"airlock/manager"
+	"github.com/airlock-dev/airlock/kube/agenttls"
+	"github.com/airlock-dev/airlock/manager"
 )
 
 // TestTwoReplicas: two servers (Managers with their own stores and API

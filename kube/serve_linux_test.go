@@ -20,8 +20,8 @@ import (
 	sandboxv1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	alclient "airlock/client"
-	"airlock/internal/testserver"
+	alclient "github.com/airlock-dev/airlock/client"
+	"github.com/airlock-dev/airlock/internal/testserver"
 )
 
 // writeKubeconfig writes a kubeconfig file for cfg (client certificate).

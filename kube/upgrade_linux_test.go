@@ -22,8 +22,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/conversion"
 
-	"airlock/manager"
-	"airlock/policy"
+	"github.com/airlock-dev/airlock/manager"
+	"github.com/airlock-dev/airlock/policy"
 )
 
 // TestUpgradeFromV021: Sandboxes written by a server of agent-sandbox

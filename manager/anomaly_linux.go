@@ -1,6 +1,6 @@
 package manager
 
-import "airlock/runtime/native/cgroups"
+import "github.com/airlock-dev/airlock/runtime/native/cgroups"
 
 // pidsLimitHits reads a sandbox's pids.events max count (0 if unknown).
 func pidsLimitHits(id string) int64 {

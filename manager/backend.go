@@ -11,13 +11,13 @@ import (
 	"slices"
 	"time"
 
-	"airlock/agent"
-	"airlock/egress"
-	"airlock/policy"
-	"airlock/runtime"
-	"airlock/runtime/native/cgroups"
-	"airlock/runtime/tier"
-	"airlock/store"
+	"github.com/airlock-dev/airlock/agent"
+	"github.com/airlock-dev/airlock/egress"
+	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/runtime"
+	"github.com/airlock-dev/airlock/runtime/native/cgroups"
+	"github.com/airlock-dev/airlock/runtime/tier"
+	"github.com/airlock-dev/airlock/store"
 )
 
 // Backend runs a Manager's sandboxes somewhere other than this host, such

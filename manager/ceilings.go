@@ -7,8 +7,8 @@ import (
 	"strconv"
 	"time"
 
-	"airlock/policy"
-	"airlock/store"
+	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/store"
 )
 
 // Ceilings returns the server's ceilings on a sandbox's limits.

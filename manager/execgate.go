@@ -3,7 +3,7 @@ package manager
 import (
 	"context"
 
-	"airlock/store"
+	"github.com/airlock-dev/airlock/store"
 )
 
 // ActionCodeCell is the audit action of a code cell (API /code, E2B

@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"time"
 
-	"airlock/runtime/native/idrange"
+	"github.com/airlock-dev/airlock/runtime/native/idrange"
 )
 
 // idLease is a sandbox's host uid/gid range; nil when airlock is not root

@@ -10,10 +10,10 @@ import (
 	"sort"
 	"strings"
 
-	"airlock/imagestore"
-	"airlock/policy"
-	"airlock/runtime/native"
-	"airlock/runtime/tier"
+	"github.com/airlock-dev/airlock/imagestore"
+	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/runtime/native"
+	"github.com/airlock-dev/airlock/runtime/tier"
 )
 
 // Images returns the image store CreateRequest.Image names images of

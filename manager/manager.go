@@ -26,15 +26,15 @@ import (
 	"sync"
 	"time"
 
-	"airlock/agent"
-	"airlock/egress"
-	"airlock/imagestore"
-	"airlock/policy"
-	"airlock/runtime"
-	"airlock/runtime/native"
-	"airlock/runtime/tier"
-	"airlock/store"
-	"airlock/volume"
+	"github.com/airlock-dev/airlock/agent"
+	"github.com/airlock-dev/airlock/egress"
+	"github.com/airlock-dev/airlock/imagestore"
+	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/runtime"
+	"github.com/airlock-dev/airlock/runtime/native"
+	"github.com/airlock-dev/airlock/runtime/tier"
+	"github.com/airlock-dev/airlock/store"
+	"github.com/airlock-dev/airlock/volume"
 )
 
 // Errors returned (wrapped) by the Manager. The server maps them to HTTP

@@ -16,10 +16,10 @@ import (
 
 	"golang.org/x/time/rate"
 
-	"airlock/egress"
-	"airlock/policy"
-	"airlock/runtime/tier"
-	"airlock/store"
+	"github.com/airlock-dev/airlock/egress"
+	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/runtime/tier"
+	"github.com/airlock-dev/airlock/store"
 )
 
 // Network egress.

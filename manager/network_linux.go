@@ -3,8 +3,8 @@ package manager
 import (
 	"net"
 
-	"airlock/runtime/native"
-	"airlock/runtime/tier"
+	"github.com/airlock-dev/airlock/runtime/native"
+	"github.com/airlock-dev/airlock/runtime/tier"
 )
 
 // listenIn opens TCP listeners inside the network namespace of the sandbox

@@ -5,7 +5,7 @@ package manager
 import (
 	"net"
 
-	"airlock/runtime/tier"
+	"github.com/airlock-dev/airlock/runtime/tier"
 )
 
 func listenIn(pid int, addrs []string) ([]net.Listener, error) { return nil, errNotLinux }

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"time"
 
-	"airlock/egress"
+	"github.com/airlock-dev/airlock/egress"
 )
 
 // Observation is one timed operation, for the Prometheus histograms of

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"airlock/runtime/tier"
+	"github.com/airlock-dev/airlock/runtime/tier"
 )
 
 // OOMKills is how many processes the out-of-memory killer has killed in the

@@ -10,9 +10,9 @@ import (
 	"path/filepath"
 	"time"
 
-	"airlock/runtime/native"
-	"airlock/runtime/native/cgroups"
-	"airlock/runtime/tier"
+	"github.com/airlock-dev/airlock/runtime/native"
+	"github.com/airlock-dev/airlock/runtime/native/cgroups"
+	"github.com/airlock-dev/airlock/runtime/tier"
 )
 
 // setFrozen pauses (on) or resumes sb as its tier does: a Checkpointer

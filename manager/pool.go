@@ -8,10 +8,10 @@ import (
 	"sync"
 	"time"
 
-	"airlock/agent"
-	"airlock/policy"
-	"airlock/runtime/tier"
-	"airlock/store"
+	"github.com/airlock-dev/airlock/agent"
+	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/runtime/tier"
+	"github.com/airlock-dev/airlock/store"
 )
 
 // Warm pools.

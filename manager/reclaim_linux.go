@@ -4,8 +4,8 @@ import (
 	"os"
 	"path/filepath"
 
-	"airlock/runtime/native"
-	"airlock/runtime/native/idrange"
+	"github.com/airlock-dev/airlock/runtime/native"
+	"github.com/airlock-dev/airlock/runtime/native/idrange"
 )
 
 // reclaimLeftovers removes what a previous server process killed with

@@ -12,13 +12,13 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"airlock/agent"
-	"airlock/policy"
-	rt "airlock/runtime"
-	"airlock/runtime/native"
-	"airlock/runtime/native/cgroups"
-	"airlock/runtime/tier"
-	"airlock/store"
+	"github.com/airlock-dev/airlock/agent"
+	"github.com/airlock-dev/airlock/policy"
+	rt "github.com/airlock-dev/airlock/runtime"
+	"github.com/airlock-dev/airlock/runtime/native"
+	"github.com/airlock-dev/airlock/runtime/native/cgroups"
+	"github.com/airlock-dev/airlock/runtime/tier"
+	"github.com/airlock-dev/airlock/store"
 )
 
 // runtimeState is what the store keeps to find a sandbox again after a

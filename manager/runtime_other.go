@@ -7,8 +7,8 @@ import (
 	"errors"
 	"time"
 
-	"airlock/agent"
-	"airlock/policy"
+	"github.com/airlock-dev/airlock/agent"
+	"github.com/airlock-dev/airlock/policy"
 )
 
 var errNotLinux = errors.New("manager: sandboxes need Linux")

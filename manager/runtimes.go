@@ -3,8 +3,8 @@ package manager
 import (
 	"fmt"
 
-	"airlock/policy"
-	"airlock/runtime/tier"
+	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/runtime/tier"
 )
 
 // tierOf returns the tier of runtime name ("" is the native tier), refusing

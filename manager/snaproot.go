@@ -9,8 +9,8 @@ import (
 	"strconv"
 	"strings"
 
-	"airlock/imagestore"
-	"airlock/runtime/tier"
+	"github.com/airlock-dev/airlock/imagestore"
+	"github.com/airlock-dev/airlock/runtime/tier"
 )
 
 // A memory snapshot of a sandbox with an image root carries the root's

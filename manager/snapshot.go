@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"airlock/policy"
+	"github.com/airlock-dev/airlock/policy"
 )
 
 // ErrNoSnapshot is returned (wrapped) for a snapshot id that does not

@@ -1,4 +1,4 @@
 package manager
 
 // The built-in tiers, as cmd/airlock registers them.
-import _ "airlock/runtime/tiers"
+import _ "github.com/airlock-dev/airlock/runtime/tiers"

@@ -5,9 +5,9 @@ import (
 	"path"
 	"strings"
 
-	"airlock/policy"
-	"airlock/runtime/native"
-	"airlock/volume"
+	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/runtime/native"
+	"github.com/airlock-dev/airlock/volume"
 )
 
 // VolumeRef puts a named volume (Config.Volumes) in a new sandbox,

@@ -4,8 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"airlock/policy"
-	"airlock/runtime/tier"
+	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/runtime/tier"
 )
 
 // ExecArgv returns what an exec of argv runs in this sandbox: argv as it

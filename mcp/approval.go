@@ -9,8 +9,8 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"airlock/approval"
-	"airlock/policy"
+	"github.com/airlock-dev/airlock/approval"
+	"github.com/airlock-dev/airlock/policy"
 )
 
 // toolArgs are the arguments of any tool that the approval policy looks

@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"airlock/approval"
-	"airlock/mcp"
-	"airlock/policy"
-	"airlock/store"
+	"github.com/airlock-dev/airlock/approval"
+	"github.com/airlock-dev/airlock/mcp"
+	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/store"
 )
 
 // elicitSummary is the last line mcp-elicit.mjs prints.

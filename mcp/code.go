@@ -16,8 +16,8 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"airlock/agent"
-	"airlock/manager"
+	"github.com/airlock-dev/airlock/agent"
+	"github.com/airlock-dev/airlock/manager"
 )
 
 // Interpreter runs code cells in persistent interpreter contexts inside a

@@ -9,7 +9,7 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"airlock/mcp"
+	"github.com/airlock-dev/airlock/mcp"
 )
 
 func py(code string) map[string]any { return map[string]any{"language": "python", "code": code} }

@@ -7,8 +7,8 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"airlock/agent"
-	"airlock/computer"
+	"github.com/airlock-dev/airlock/agent"
+	"github.com/airlock-dev/airlock/computer"
 )
 
 // computerIn is the input of the computer tool: the common computer-use

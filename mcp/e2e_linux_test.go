@@ -13,8 +13,8 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"airlock/runtime/gvisor"
-	"airlock/store"
+	"github.com/airlock-dev/airlock/runtime/gvisor"
+	"github.com/airlock-dev/airlock/store"
 )
 
 // syncBuf is a goroutine-safe buffer for a child's stderr.

@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"airlock/internal/testserver"
-	"airlock/manager"
+	"github.com/airlock-dev/airlock/internal/testserver"
+	"github.com/airlock-dev/airlock/manager"
 )
 
 // TestFullDiskFailsClosed: with the state directory's file system full,

@@ -11,10 +11,10 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"airlock/internal/testserver"
-	"airlock/manager"
-	"airlock/mcp"
-	"airlock/store"
+	"github.com/airlock-dev/airlock/internal/testserver"
+	"github.com/airlock-dev/airlock/manager"
+	"github.com/airlock-dev/airlock/mcp"
+	"github.com/airlock-dev/airlock/store"
 )
 
 func TestMain(m *testing.M) {

@@ -10,8 +10,8 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"airlock/manager"
-	"airlock/mcp"
+	"github.com/airlock-dev/airlock/manager"
+	"github.com/airlock-dev/airlock/mcp"
 )
 
 // bearer adds a bearer token to every request.

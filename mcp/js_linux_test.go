@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"airlock/store"
+	"github.com/airlock-dev/airlock/store"
 )
 
 // jsDir is the Node project with the official MCP TypeScript SDK,

@@ -34,10 +34,10 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"airlock/approval"
-	"airlock/egress"
-	"airlock/manager"
-	"airlock/policy"
+	"github.com/airlock-dev/airlock/approval"
+	"github.com/airlock-dev/airlock/egress"
+	"github.com/airlock-dev/airlock/manager"
+	"github.com/airlock-dev/airlock/policy"
 )
 
 // Defaults of Config.

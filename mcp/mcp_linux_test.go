@@ -22,11 +22,11 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"airlock/egress"
-	"airlock/manager"
-	"airlock/mcp"
-	"airlock/policy"
-	"airlock/store"
+	"github.com/airlock-dev/airlock/egress"
+	"github.com/airlock-dev/airlock/manager"
+	"github.com/airlock-dev/airlock/mcp"
+	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/store"
 )
 
 func TestListTools(t *testing.T) {

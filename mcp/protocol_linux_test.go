@@ -15,7 +15,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"airlock/store"
+	"github.com/airlock-dev/airlock/store"
 )
 
 // TestRunCodeDefaultLanguage: run_code without a language runs Python,

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"airlock/runtime/gvisor"
+	"github.com/airlock-dev/airlock/runtime/gvisor"
 )
 
 // TestCreateSandboxRuntime: create_sandbox takes a runtime; a gvisor

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"airlock/internal/testserver"
-	"airlock/store"
+	"github.com/airlock-dev/airlock/internal/testserver"
+	"github.com/airlock-dev/airlock/store"
 )
 
 // served is a running `airlock serve`.

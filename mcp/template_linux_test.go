@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	it "airlock/imagestore/imagetest"
-	"airlock/manager"
+	it "github.com/airlock-dev/airlock/imagestore/imagetest"
+	"github.com/airlock-dev/airlock/manager"
 )
 
 // TestCreateSandboxFromTemplate: create_sandbox with template NAME (a

@@ -19,11 +19,11 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"airlock/agent"
-	"airlock/egress"
-	"airlock/manager"
-	"airlock/policy"
-	"airlock/store"
+	"github.com/airlock-dev/airlock/agent"
+	"github.com/airlock-dev/airlock/egress"
+	"github.com/airlock-dev/airlock/manager"
+	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/store"
 )
 
 func ptr[T any](v T) *T { return &v }

@@ -23,7 +23,7 @@ import (
 	"strconv"
 	"strings"
 
-	"airlock/agent"
+	"github.com/airlock-dev/airlock/agent"
 )
 
 // CredentialHeaders are request headers that carry airlock's credentials

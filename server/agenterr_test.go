@@ -4,7 +4,7 @@ import (
 	"errors"
 	"testing"
 
-	"airlock/agent"
+	"github.com/airlock-dev/airlock/agent"
 )
 
 // TestAgentTimeoutIs504: an agent's timeout (a code kernel that did not

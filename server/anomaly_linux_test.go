@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"airlock/client"
-	"airlock/manager"
+	"github.com/airlock-dev/airlock/client"
+	"github.com/airlock-dev/airlock/manager"
 )
 
 // metricValue reads one counter from GET /metrics.

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"airlock/client"
+	"github.com/airlock-dev/airlock/client"
 )
 
 // TestE2EInputErrors: bad input is a 4xx that names the problem, never a

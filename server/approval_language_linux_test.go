@@ -11,8 +11,8 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"airlock/approval"
-	"airlock/e2b"
+	"github.com/airlock-dev/airlock/approval"
+	"github.com/airlock-dev/airlock/e2b"
 )
 
 // bearerTransport adds a bearer token to every request.

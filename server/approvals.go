@@ -9,8 +9,8 @@ import (
 	"slices"
 	"time"
 
-	"airlock/approval"
-	"airlock/policy"
+	"github.com/airlock-dev/airlock/approval"
+	"github.com/airlock-dev/airlock/policy"
 )
 
 // approvalRoutes registers the approval endpoints. Answers come from an

@@ -17,9 +17,9 @@ import (
 	"testing"
 	"time"
 
-	"airlock/approval"
-	"airlock/client"
-	"airlock/store"
+	"github.com/airlock-dev/airlock/approval"
+	"github.com/airlock-dev/airlock/client"
+	"github.com/airlock-dev/airlock/store"
 )
 
 // approvalPolicy is the server policy of the approval tests.

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"time"
 
-	"airlock/store"
+	"github.com/airlock-dev/airlock/store"
 )
 
 // AuditEvent is one entry of GET /v1/audit.

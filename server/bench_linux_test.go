@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"airlock/client"
+	"github.com/airlock-dev/airlock/client"
 )
 
 // benchSandbox starts a server and one sandbox.

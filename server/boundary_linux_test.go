@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"airlock/client"
+	"github.com/airlock-dev/airlock/client"
 )
 
 // tracemePy makes the exec'd process (whose parent is the agent) or one of

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"airlock/client"
+	"github.com/airlock-dev/airlock/client"
 )
 
 // wantRefused checks that err is a 400 whose message names every want.

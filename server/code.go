@@ -10,10 +10,10 @@ import (
 	"strings"
 	"time"
 
-	"airlock/agent"
-	"airlock/interp/lang"
-	"airlock/manager"
-	"airlock/policy"
+	"github.com/airlock-dev/airlock/agent"
+	"github.com/airlock-dev/airlock/interp/lang"
+	"github.com/airlock-dev/airlock/manager"
+	"github.com/airlock-dev/airlock/policy"
 )
 
 // Code interpreter limits and audit action.

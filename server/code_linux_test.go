@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"airlock/client"
+	"github.com/airlock-dev/airlock/client"
 )
 
 // codeServer starts a server and a sandbox for the code tests.

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"airlock/client"
-	"airlock/store"
+	"github.com/airlock-dev/airlock/client"
+	"github.com/airlock-dev/airlock/store"
 )
 
 // waitPool waits until the server's warm pool holds n ready sandboxes.

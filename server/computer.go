@@ -4,8 +4,8 @@ import (
 	"errors"
 	"net/http"
 
-	"airlock/agent"
-	"airlock/computer"
+	"github.com/airlock-dev/airlock/agent"
+	"github.com/airlock-dev/airlock/computer"
 )
 
 // ComputerImage is a screenshot in a ComputerResponse.

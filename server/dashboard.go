@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"strings"
 
-	"airlock/dashboard"
+	"github.com/airlock-dev/airlock/dashboard"
 )
 
 // dashboardRoutes serves the web UI (package dashboard) at / on the API's

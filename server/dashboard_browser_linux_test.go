@@ -15,7 +15,7 @@ import (
 	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/chromedp"
 
-	"airlock/client"
+	"github.com/airlock-dev/airlock/client"
 )
 
 // chromiumPath is Debian's chromium (scripts/setup.sh --tests installs it).

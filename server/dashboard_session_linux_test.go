@@ -10,7 +10,7 @@ import (
 
 	"github.com/coder/websocket"
 
-	"airlock/client"
+	"github.com/airlock-dev/airlock/client"
 )
 
 // dashReq sends a request to the server as a browser would: the session

@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"airlock/client"
-	"airlock/internal/pgtest"
-	"airlock/internal/testserver"
-	"airlock/store"
+	"github.com/airlock-dev/airlock/client"
+	"github.com/airlock-dev/airlock/internal/pgtest"
+	"github.com/airlock-dev/airlock/internal/testserver"
+	"github.com/airlock-dev/airlock/store"
 )
 
 func TestMain(m *testing.M) {

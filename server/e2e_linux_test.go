@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"airlock/client"
-	"airlock/runtime/gvisor"
+	"github.com/airlock-dev/airlock/client"
+	"github.com/airlock-dev/airlock/runtime/gvisor"
 )
 
 // TestE2ELifecycle drives a real server through the Go client: create,

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"airlock/client"
+	"github.com/airlock-dev/airlock/client"
 )
 
 // e2e is a running `airlock serve` on a fresh state directory, with one

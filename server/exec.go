@@ -13,8 +13,8 @@ import (
 	"syscall"
 	"time"
 
-	"airlock/agent"
-	"airlock/store"
+	"github.com/airlock-dev/airlock/agent"
+	"github.com/airlock-dev/airlock/store"
 )
 
 // Exec limits.

@@ -16,12 +16,12 @@ import (
 	"testing"
 	"time"
 
-	"airlock/client"
-	it "airlock/imagestore/imagetest"
-	"airlock/internal/testserver"
-	"airlock/runtime/gvisor"
-	"airlock/runtime/native/idrange"
-	"airlock/store"
+	"github.com/airlock-dev/airlock/client"
+	it "github.com/airlock-dev/airlock/imagestore/imagetest"
+	"github.com/airlock-dev/airlock/internal/testserver"
+	"github.com/airlock-dev/airlock/runtime/gvisor"
+	"github.com/airlock-dev/airlock/runtime/native/idrange"
+	"github.com/airlock-dev/airlock/store"
 )
 
 // faultPoints are the operations TestFaults kills the server in the middle

@@ -14,9 +14,9 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"airlock/agent"
-	"airlock/approval"
-	"airlock/store"
+	"github.com/airlock-dev/airlock/agent"
+	"github.com/airlock-dev/airlock/approval"
+	"github.com/airlock-dev/airlock/store"
 )
 
 func utf8Valid(b []byte) bool { return utf8.Valid(b) }

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"airlock/client"
+	"github.com/airlock-dev/airlock/client"
 )
 
 // TestE2EGVisorSnapshotForks: a snapshot of a running gvisor sandbox

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"airlock/client"
+	"github.com/airlock-dev/airlock/client"
 )
 
 // TestAgentSurvivesForkBomb: a fork bomb fills the sandbox's pids limit

@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"airlock/client"
-	"airlock/internal/testserver"
-	"airlock/store"
+	"github.com/airlock-dev/airlock/client"
+	"github.com/airlock-dev/airlock/internal/testserver"
+	"github.com/airlock-dev/airlock/store"
 )
 
 // TestE2EFullDisk: with the state directory's file system full, actions

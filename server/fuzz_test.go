@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"airlock/server"
+	"github.com/airlock-dev/airlock/server"
 )
 
 // FuzzDecodeCreate checks that strict decoding of request bodies never

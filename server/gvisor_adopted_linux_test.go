@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"airlock/client"
-	"airlock/runtime/gvisor"
+	"github.com/airlock-dev/airlock/client"
+	"github.com/airlock-dev/airlock/runtime/gvisor"
 )
 
 // TestE2EGVisorAdoptedPausesAndSnapshots: a gvisor sandbox taken over

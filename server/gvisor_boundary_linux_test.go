@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"airlock/client"
-	"airlock/runtime/gvisor"
+	"github.com/airlock-dev/airlock/client"
+	"github.com/airlock-dev/airlock/runtime/gvisor"
 )
 
 // gvisorBoundary is boundaryServer for the gvisor tier (skipped where

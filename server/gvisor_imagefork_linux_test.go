@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"airlock/client"
-	it "airlock/imagestore/imagetest"
-	"airlock/runtime/gvisor"
+	"github.com/airlock-dev/airlock/client"
+	it "github.com/airlock-dev/airlock/imagestore/imagetest"
+	"github.com/airlock-dev/airlock/runtime/gvisor"
 )
 
 // TestE2EGVisorImageSnapshotForks: a gvisor sandbox with an image root is

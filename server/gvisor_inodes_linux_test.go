@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"airlock/client"
+	"github.com/airlock-dev/airlock/client"
 )
 
 // TestE2EGVisorInodeLimit: a live gvisor sandbox's /workspace and /tmp

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"airlock/client"
-	"airlock/runtime/gvisor"
+	"github.com/airlock-dev/airlock/client"
+	"github.com/airlock-dev/airlock/runtime/gvisor"
 )
 
 // TestE2ECrashRecoveryGVisor: a running gvisor sandbox survives a server

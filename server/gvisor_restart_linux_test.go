@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"airlock/client"
-	"airlock/runtime/gvisor"
+	"github.com/airlock-dev/airlock/client"
+	"github.com/airlock-dev/airlock/runtime/gvisor"
 )
 
 // TestE2EGVisorPausedSurvivesRestart: a gvisor sandbox paused (checkpointed

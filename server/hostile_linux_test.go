@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"airlock/client"
+	"github.com/airlock-dev/airlock/client"
 )
 
 // raw sends a request with an optional bearer token and returns status,

@@ -6,7 +6,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"airlock/imagestore"
+	"github.com/airlock-dev/airlock/imagestore"
 )
 
 // PullRequest is the body of POST /v1/images.

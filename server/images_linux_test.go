@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"airlock/client"
-	it "airlock/imagestore/imagetest"
-	"airlock/internal/testserver"
+	"github.com/airlock-dev/airlock/client"
+	it "github.com/airlock-dev/airlock/imagestore/imagetest"
+	"github.com/airlock-dev/airlock/internal/testserver"
 )
 
 // TestImagesAPI drives /v1/images against a registry on 127.0.0.1: pull

@@ -8,7 +8,7 @@ import (
 	"syscall"
 	"testing"
 
-	"airlock/client"
+	"github.com/airlock-dev/airlock/client"
 )
 
 // matrixHostDirOp is the matrix's host-directory row: the API has no host

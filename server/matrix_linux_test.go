@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"airlock/client"
-	it "airlock/imagestore/imagetest"
+	"github.com/airlock-dev/airlock/client"
+	it "github.com/airlock-dev/airlock/imagestore/imagetest"
 )
 
 // The conformance matrix: every tier x every root x every operation, on

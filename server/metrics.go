@@ -9,7 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"airlock/manager"
+	"github.com/airlock-dev/airlock/manager"
 )
 
 // Metrics are the Prometheus series of GET /metrics (docs/operations.md):

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"airlock/client"
+	"github.com/airlock-dev/airlock/client"
 )
 
 // TestMicroVMEgress: a microvm sandbox, whose guest has no network

@@ -5,9 +5,9 @@ import (
 	"net/http"
 	"strconv"
 
-	"airlock/approval"
-	"airlock/manager"
-	"airlock/policy"
+	"github.com/airlock-dev/airlock/approval"
+	"github.com/airlock-dev/airlock/manager"
+	"github.com/airlock-dev/airlock/policy"
 )
 
 // Network log paging.

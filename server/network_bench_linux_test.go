@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"airlock/client"
+	"github.com/airlock-dev/airlock/client"
 )
 
 // BenchmarkProxyThroughput downloads 64 MiB per iteration from a local

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"airlock/client"
-	"airlock/runtime/gvisor"
+	"github.com/airlock-dev/airlock/client"
+	"github.com/airlock-dev/airlock/runtime/gvisor"
 )
 
 // TestNetworkGVisor: a gvisor sandbox with an allowlist reaches an allowed

@@ -25,8 +25,8 @@ import (
 	"testing"
 	"time"
 
-	"airlock/client"
-	"airlock/store"
+	"github.com/airlock-dev/airlock/client"
+	"github.com/airlock-dev/airlock/store"
 )
 
 // testSecret is the credential the tests inject. It is long and unusual

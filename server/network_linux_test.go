@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"airlock/client"
+	"github.com/airlock-dev/airlock/client"
 )
 
 // TestNetworkAllowlist: in a sandbox created through the API with an

@@ -11,7 +11,7 @@ import (
 	"sync"
 	"testing"
 
-	"airlock/client"
+	"github.com/airlock-dev/airlock/client"
 )
 
 // The statuses api/openapi.yaml lists, by "METHOD /path/{template}".

@@ -14,10 +14,10 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"airlock/client"
-	it "airlock/imagestore/imagetest"
-	"airlock/internal/pgtest"
-	"airlock/volume"
+	"github.com/airlock-dev/airlock/client"
+	it "github.com/airlock-dev/airlock/imagestore/imagetest"
+	"github.com/airlock-dev/airlock/internal/pgtest"
+	"github.com/airlock-dev/airlock/volume"
 )
 
 // tenantCall sends one request with header auth (Authorization: Bearer

@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"testing"
 
-	"airlock/client"
+	"github.com/airlock-dev/airlock/client"
 )
 
 // TestListPaging: listings come in pages of at most limit, with next to

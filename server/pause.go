@@ -4,7 +4,7 @@ import (
 	"context"
 	"net/http"
 
-	"airlock/manager"
+	"github.com/airlock-dev/airlock/manager"
 )
 
 // pauseSandbox freezes a sandbox (POST /v1/sandboxes/{id}/pause): every

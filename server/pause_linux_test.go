@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"airlock/client"
+	"github.com/airlock-dev/airlock/client"
 )
 
 // freezerState reads the sandbox's cgroup freezer state from the host.

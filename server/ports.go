@@ -4,7 +4,7 @@ import (
 	"net/http"
 	"strconv"
 
-	"airlock/portproxy"
+	"github.com/airlock-dev/airlock/portproxy"
 )
 
 // portsPattern is the route of the ports relay on the API's origin.

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"airlock/client"
+	"github.com/airlock-dev/airlock/client"
 )
 
 // TestPortsEndpoint reaches Python's http.server inside a sandbox through

@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"strconv"
 
-	"airlock/agent"
+	"github.com/airlock-dev/airlock/agent"
 )
 
 // procErr maps "no such process" from the agent to 404 process_not_found

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"airlock/client"
+	"github.com/airlock-dev/airlock/client"
 )
 
 // modifyLDTPy calls modify_ldt(0, buf, 16) (x86-64 syscall 154) and prints

@@ -10,8 +10,8 @@ import (
 
 	"github.com/coder/websocket"
 
-	"airlock/agent"
-	"airlock/store"
+	"github.com/airlock-dev/airlock/agent"
+	"github.com/airlock-dev/airlock/store"
 )
 
 // The terminal endpoint, GET /v1/sandboxes/{id}/pty, is a WebSocket that

@@ -9,8 +9,8 @@ import (
 
 	"github.com/coder/websocket"
 
-	"airlock/client"
-	"airlock/internal/testserver"
+	"github.com/airlock-dev/airlock/client"
+	"github.com/airlock-dev/airlock/internal/testserver"
 )
 
 // readTerminal copies a Terminal's output into out until it ends, then

@@ -7,7 +7,7 @@ import (
 	"syscall"
 	"testing"
 
-	"airlock/client"
+	"github.com/airlock-dev/airlock/client"
 )
 
 // TestE2ECrashRecovery SIGKILLs the server with two sandboxes running,

@@ -10,9 +10,9 @@ import (
 	"syscall"
 	"testing"
 
-	"airlock/client"
-	it "airlock/imagestore/imagetest"
-	"airlock/internal/probe/probebuild"
+	"github.com/airlock-dev/airlock/client"
+	it "github.com/airlock-dev/airlock/imagestore/imagetest"
+	"github.com/airlock-dev/airlock/internal/probe/probebuild"
 )
 
 // TestImageRootUserAPI: "user": "root" through the API makes an image

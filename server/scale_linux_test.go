@@ -8,7 +8,7 @@ import (
 	"sync"
 	"testing"
 
-	"airlock/client"
+	"github.com/airlock-dev/airlock/client"
 )
 
 // TestConcurrent200 runs 200 sandboxes at once, each running a command

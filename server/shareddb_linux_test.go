@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"airlock/approval"
-	"airlock/client"
-	"airlock/internal/pgtest"
-	"airlock/internal/testserver"
+	"github.com/airlock-dev/airlock/approval"
+	"github.com/airlock-dev/airlock/client"
+	"github.com/airlock-dev/airlock/internal/pgtest"
+	"github.com/airlock-dev/airlock/internal/testserver"
 )
 
 // keyWithID creates a key with `airlock keys create ARGS...` and returns

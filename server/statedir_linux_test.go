@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"airlock/client"
-	"airlock/store"
+	"github.com/airlock-dev/airlock/client"
+	"github.com/airlock-dev/airlock/store"
 )
 
 // TestE2EStateDirLocked: a second `airlock serve` on the same state

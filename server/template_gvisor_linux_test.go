@@ -4,9 +4,9 @@ import (
 	"encoding/json"
 	"testing"
 
-	"airlock/client"
-	it "airlock/imagestore/imagetest"
-	"airlock/runtime/gvisor"
+	"github.com/airlock-dev/airlock/client"
+	it "github.com/airlock-dev/airlock/imagestore/imagetest"
+	"github.com/airlock-dev/airlock/runtime/gvisor"
 )
 
 // TestTemplateBuildGVisor: a template whose RUN steps run under gVisor

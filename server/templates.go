@@ -12,9 +12,9 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 
-	"airlock/imagestore"
-	"airlock/policy"
-	"airlock/template"
+	"github.com/airlock-dev/airlock/imagestore"
+	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/template"
 )
 
 // TemplateRequest is the body of POST /v1/templates.

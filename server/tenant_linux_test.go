@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"airlock/client"
-	"airlock/runtime/native/idrange"
+	"github.com/airlock-dev/airlock/client"
+	"github.com/airlock-dev/airlock/runtime/native/idrange"
 )
 
 // hostRange reads a sandbox's host uid range from the host: the first line

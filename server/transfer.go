@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
-	"airlock/agent"
-	"airlock/manager"
+	"github.com/airlock-dev/airlock/agent"
+	"github.com/airlock-dev/airlock/manager"
 )
 
 // uploadBody returns the content of a PUT .../files request, capped at

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"airlock/client"
+	"github.com/airlock-dev/airlock/client"
 )
 
 // TestE2EMultipartUpload: PUT files with a multipart/form-data body (curl

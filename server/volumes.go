@@ -6,7 +6,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"airlock/volume"
+	"github.com/airlock-dev/airlock/volume"
 )
 
 // VolumeRequest is the body of POST /v1/volumes.

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"airlock/client"
-	"airlock/runtime/wasm"
+	"github.com/airlock-dev/airlock/client"
+	"github.com/airlock-dev/airlock/runtime/wasm"
 )
 
 // TestE2EWasmSandbox: a sandbox with runtime wasm takes a module through

@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"airlock/internal/pgtest"
+	"github.com/airlock-dev/airlock/internal/pgtest"
 )
 
 func TestMain(m *testing.M) {

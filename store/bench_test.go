@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"testing"
 
-	"airlock/internal/pgtest"
+	"github.com/airlock-dev/airlock/internal/pgtest"
 )
 
 // BenchmarkAuthenticate measures the per-request cost of checking an API key

@@ -11,7 +11,7 @@ import (
 	"sync"
 	"testing"
 
-	"airlock/internal/pgtest"
+	"github.com/airlock-dev/airlock/internal/pgtest"
 )
 
 // Two servers (two stores on two state directories) sharing one PostgreSQL

@@ -30,11 +30,11 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/moby/buildkit/frontend/dockerfile/instructions"
 
-	"airlock/imagestore"
-	"airlock/policy"
-	"airlock/runtime/native"
-	"airlock/runtime/native/idrange"
-	"airlock/runtime/tier"
+	"github.com/airlock-dev/airlock/imagestore"
+	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/runtime/native"
+	"github.com/airlock-dev/airlock/runtime/native/idrange"
+	"github.com/airlock-dev/airlock/runtime/tier"
 )
 
 // Options configure Build.

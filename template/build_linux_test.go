@@ -8,11 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"airlock/imagestore"
-	it "airlock/imagestore/imagetest"
-	"airlock/policy"
-	"airlock/runtime/native"
-	"airlock/template"
+	"github.com/airlock-dev/airlock/imagestore"
+	it "github.com/airlock-dev/airlock/imagestore/imagetest"
+	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/runtime/native"
+	"github.com/airlock-dev/airlock/template"
 )
 
 // TestBuild: a Dockerfile with FROM, ARG, ENV, COPY, RUN and WORKDIR builds

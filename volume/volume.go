@@ -19,7 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"airlock/runtime/native"
+	"github.com/airlock-dev/airlock/runtime/native"
 )
 
 // Errors returned (wrapped) by the store.

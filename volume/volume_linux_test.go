@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"airlock/volume"
+	"github.com/airlock-dev/airlock/volume"
 )
 
 // TestOwners: each owner has its own volume names. A volume of the old

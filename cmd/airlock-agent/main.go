@@ -15,7 +15,7 @@ import (
 	"fmt"
 	"os"
 
-	"airlock/agent"
+	"github.com/airlock-dev/airlock/agent"
 )
 
 func main() {

@@ -14,8 +14,8 @@ import (
 	"syscall"
 	"time"
 
-	"airlock/agent"
-	"airlock/kube/agenttls"
+	"github.com/airlock-dev/airlock/agent"
+	"github.com/airlock-dev/airlock/kube/agenttls"
 )
 
 func init() {
@@ -142,7 +142,7 @@ const leanAgentName = "airlock-agent"
 // leanAgent fails. A binary checks out when it is a regular file that only
 // its owner (root or us) can write, and its build stamp equals this
 // binary's (agent.BuildStamp: the same revision of an unmodified tree, or
-// the same -X airlock/agent.stampOverride), and its directory is not
+// the same -X github.com/airlock-dev/airlock/agent.stampOverride), and its directory is not
 // writable by group or others either: it is bound into every sandbox as
 // PID 1 and speaks this server's protocol.
 func leanAgent(self, flagValue string, logf func(string, ...any)) (string, error) {
@@ -208,7 +208,7 @@ func checkLeanAgent(cand string) (string, error) {
 	}
 	want := agent.BuildStamp()
 	if want == "" {
-		return "", errors.New("this airlock binary carries no build stamp to match (built outside a git checkout or from a modified tree; build both from a clean checkout, or with the same -ldflags \"-X airlock/agent.stampOverride=ID\")")
+		return "", errors.New("this airlock binary carries no build stamp to match (built outside a git checkout or from a modified tree; build both from a clean checkout, or with the same -ldflags \"-X github.com/airlock-dev/airlock/agent.stampOverride=ID\")")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

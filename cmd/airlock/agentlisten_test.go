@@ -18,9 +18,9 @@ import (
 	"testing"
 	"time"
 
-	"airlock/agent"
-	"airlock/internal/testserver"
-	"airlock/kube/agenttls"
+	"github.com/airlock-dev/airlock/agent"
+	"github.com/airlock-dev/airlock/internal/testserver"
+	"github.com/airlock-dev/airlock/kube/agenttls"
 )
 
 // listenUID is the unprivileged identity the listening agent runs as, as it

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"airlock/agent"
-	"airlock/kube/agenttls"
+	"github.com/airlock-dev/airlock/agent"
+	"github.com/airlock-dev/airlock/kube/agenttls"
 )
 
 // TestAgentPooledEnrollment: `airlock agent --listen --pool-ca`, a warm

@@ -10,9 +10,9 @@ import (
 	"strings"
 	"time"
 
-	"airlock/approval"
-	"airlock/manager"
-	"airlock/store"
+	"github.com/airlock-dev/airlock/approval"
+	"github.com/airlock-dev/airlock/manager"
+	"github.com/airlock-dev/airlock/store"
 )
 
 // approvalFlags are serve's human-in-the-loop flags (docs/approvals.md).

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"airlock/approval"
+	"github.com/airlock-dev/airlock/approval"
 )
 
 // TestKeysCreateApprovalPolicy: keys create --approval-policy stores a

@@ -12,7 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"airlock/server"
+	"github.com/airlock-dev/airlock/server"
 )
 
 func init() { hidden["audit"] = cmdAudit }

@@ -8,8 +8,8 @@ import (
 	"os"
 	"time"
 
-	"airlock/bench"
-	"airlock/policy"
+	"github.com/airlock-dev/airlock/bench"
+	"github.com/airlock-dev/airlock/policy"
 )
 
 // cmdBench runs `airlock bench`: airlock against its peers, alternating, in

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"time"
 
-	"airlock/policy"
-	"airlock/store"
+	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/store"
 )
 
 // ceilingFlags are --max-memory, --max-cpus, --max-pids and --max-disk:

@@ -27,7 +27,7 @@ func TestCgoBuildRefused(t *testing.T) {
 		t.Skip("no C compiler: cannot build a cgo binary")
 	}
 	bin := filepath.Join(t.TempDir(), "airlock-cgo")
-	build := exec.Command("go", "build", "-o", bin, "airlock/cmd/airlock")
+	build := exec.Command("go", "build", "-o", bin, "github.com/airlock-dev/airlock/cmd/airlock")
 	build.Env = append(os.Environ(), "CGO_ENABLED=1")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build with cgo: %v\n%s", err, out)

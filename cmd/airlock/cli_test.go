@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"testing"
 
-	"airlock/internal/testserver"
+	"github.com/airlock-dev/airlock/internal/testserver"
 )
 
 // airlockBin builds the CLI once per test binary.

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"airlock/internal/connlimit"
+	"github.com/airlock-dev/airlock/internal/connlimit"
 )
 
 // connFlags are serve's limits on client connections (package connlimit,

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"airlock/internal/testserver"
+	"github.com/airlock-dev/airlock/internal/testserver"
 )
 
 // dialFrom opens a TCP connection to the server at base (http://host:port)

@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"os"
 
-	"airlock/approval"
-	"airlock/store"
+	"github.com/airlock-dev/airlock/approval"
+	"github.com/airlock-dev/airlock/store"
 )
 
 // databaseEnv names the environment variable --database-url defaults to.

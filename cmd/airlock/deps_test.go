@@ -12,7 +12,7 @@ import (
 // in every airlock process: `airlock run`'s cold start and each sandbox's
 // agent. The commands that need one are built with -tags kubernetes.
 func TestNoKubernetesClientInDefaultBuild(t *testing.T) {
-	out, err := exec.Command("go", "list", "-deps", "airlock/cmd/airlock").CombinedOutput()
+	out, err := exec.Command("go", "list", "-deps", "github.com/airlock-dev/airlock/cmd/airlock").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list: %v\n%s", err, out)
 	}
@@ -25,7 +25,7 @@ func TestNoKubernetesClientInDefaultBuild(t *testing.T) {
 	if len(bad) > 0 {
 		t.Fatalf("the default build of cmd/airlock links %d Kubernetes packages (e.g. %s); keep them behind the kubernetes build tag", len(bad), bad[0])
 	}
-	out, err = exec.Command("go", "list", "-tags", "kubernetes", "-deps", "airlock/cmd/airlock").CombinedOutput()
+	out, err = exec.Command("go", "list", "-tags", "kubernetes", "-deps", "github.com/airlock-dev/airlock/cmd/airlock").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "k8s.io/client-go/") {
 		t.Fatalf("-tags kubernetes build links no client-go (%v): the tagged commands are gone", err)
 	}

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	it "airlock/imagestore/imagetest"
-	"airlock/internal/testserver"
+	it "github.com/airlock-dev/airlock/imagestore/imagetest"
+	"github.com/airlock-dev/airlock/internal/testserver"
 )
 
 // TestTemplateAsDocker: a template built from a Dockerfile behaves as

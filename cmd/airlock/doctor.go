@@ -10,12 +10,12 @@ import (
 	"os"
 	"strings"
 
-	"airlock/internal/hostcheck"
-	"airlock/policy"
-	rt "airlock/runtime"
-	"airlock/runtime/gvisor"
-	"airlock/runtime/native"
-	"airlock/runtime/native/cgroups"
+	"github.com/airlock-dev/airlock/internal/hostcheck"
+	"github.com/airlock-dev/airlock/policy"
+	rt "github.com/airlock-dev/airlock/runtime"
+	"github.com/airlock-dev/airlock/runtime/gvisor"
+	"github.com/airlock-dev/airlock/runtime/native"
+	"github.com/airlock-dev/airlock/runtime/native/cgroups"
 )
 
 const doctorUsage = `usage: airlock doctor [--json]

@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"os"
 
-	"airlock/policy"
-	rt "airlock/runtime"
-	"airlock/runtime/native"
-	"airlock/runtime/wasm"
+	"github.com/airlock-dev/airlock/policy"
+	rt "github.com/airlock-dev/airlock/runtime"
+	"github.com/airlock-dev/airlock/runtime/native"
+	"github.com/airlock-dev/airlock/runtime/wasm"
 )
 
 // doctorWasm reports whether the wasm tier (--runtime wasm) works by

@@ -17,8 +17,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"airlock/egress"
-	"airlock/kube/egressproxy"
+	"github.com/airlock-dev/airlock/egress"
+	"github.com/airlock-dev/airlock/kube/egressproxy"
 )
 
 func init() { hidden["egress-proxy"] = cmdEgressProxy }

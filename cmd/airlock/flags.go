@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"airlock/policy"
+	"github.com/airlock-dev/airlock/policy"
 )
 
 // sizeFlag is a byte-size flag that takes the same forms as --memory

@@ -7,7 +7,7 @@ import (
 	"syscall"
 	"testing"
 
-	it "airlock/imagestore/imagetest"
+	it "github.com/airlock-dev/airlock/imagestore/imagetest"
 )
 
 // TestRunHostDirIDMapped: through the CLI, `--mount DIR:/out:rw` and

@@ -19,9 +19,9 @@ import (
 
 	"github.com/dustin/go-humanize"
 
-	"airlock/imagestore"
-	"airlock/policy"
-	"airlock/runtime/native"
+	"github.com/airlock-dev/airlock/imagestore"
+	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/runtime/native"
 )
 
 const imageUsage = `usage:

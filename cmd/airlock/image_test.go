@@ -14,7 +14,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
-	it "airlock/imagestore/imagetest"
+	it "github.com/airlock-dev/airlock/imagestore/imagetest"
 )
 
 // TestImageCLI: airlock image pull (with progress) | import | ls |

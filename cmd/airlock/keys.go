@@ -11,8 +11,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"airlock/approval"
-	"airlock/e2b"
+	"github.com/airlock-dev/airlock/approval"
+	"github.com/airlock-dev/airlock/e2b"
 )
 
 const keysUsage = `usage:

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"airlock/internal/testserver"
+	"github.com/airlock-dev/airlock/internal/testserver"
 )
 
 // agentProcs counts the processes whose executable is the file at path
@@ -133,7 +133,7 @@ func TestLeanAgent(t *testing.T) {
 	if err := os.Mkdir(other, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	build := exec.Command("go", "build", "-ldflags", "-X airlock/agent.stampOverride=some-other-build", "-o", filepath.Join(other, leanAgentName), "airlock/cmd/airlock-agent")
+	build := exec.Command("go", "build", "-ldflags", "-X github.com/airlock-dev/airlock/agent.stampOverride=some-other-build", "-o", filepath.Join(other, leanAgentName), "github.com/airlock-dev/airlock/cmd/airlock-agent")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)

@@ -18,13 +18,13 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"airlock/egress"
-	"airlock/internal/statelock"
-	"airlock/manager"
-	"airlock/mcp"
-	"airlock/policy"
-	"airlock/runtime/native/cgroups"
-	"airlock/store"
+	"github.com/airlock-dev/airlock/egress"
+	"github.com/airlock-dev/airlock/internal/statelock"
+	"github.com/airlock-dev/airlock/manager"
+	"github.com/airlock-dev/airlock/mcp"
+	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/runtime/native/cgroups"
+	"github.com/airlock-dev/airlock/store"
 )
 
 func init() { hidden["mcp"] = cmdMCP }

@@ -13,10 +13,10 @@ import (
 	"path/filepath"
 	"strings"
 
-	"airlock/egress"
-	"airlock/manager"
-	"airlock/policy"
-	"airlock/runtime/native"
+	"github.com/airlock-dev/airlock/egress"
+	"github.com/airlock-dev/airlock/manager"
+	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/runtime/native"
 )
 
 // overrideResolver answers the names given with --resolve from a fixed

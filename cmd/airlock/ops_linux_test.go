@@ -30,8 +30,8 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"airlock/internal/pki"
-	"airlock/internal/testserver"
+	"github.com/airlock-dev/airlock/internal/pki"
+	"github.com/airlock-dev/airlock/internal/testserver"
 )
 
 // apiCall sends a JSON request with an optional bearer token and returns

@@ -15,7 +15,7 @@ import (
 
 	"github.com/dustin/go-humanize"
 
-	"airlock/client"
+	"github.com/airlock-dev/airlock/client"
 )
 
 // Verbs that drive a running server (docs/cli.md): they find it through

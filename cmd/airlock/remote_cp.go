@@ -13,7 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"airlock/client"
+	"github.com/airlock-dev/airlock/client"
 )
 
 const cpUsage = `usage: airlock cp [flags] SANDBOX:PATH LOCAL    copy out of a sandbox

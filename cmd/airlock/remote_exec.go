@@ -9,7 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"airlock/client"
+	"github.com/airlock-dev/airlock/client"
 )
 
 const execUsage = `usage: airlock exec [-i] [-t|-it] [-e KEY=VALUE]... [-w DIR] [--timeout D] SANDBOX CMD [ARGS...]

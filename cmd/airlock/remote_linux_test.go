@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"airlock/client"
-	"airlock/imagestore/imagetest"
-	"airlock/internal/testserver"
+	"github.com/airlock-dev/airlock/client"
+	"github.com/airlock-dev/airlock/imagestore/imagetest"
+	"github.com/airlock-dev/airlock/internal/testserver"
 )
 
 // remoteCLI runs the CLI against a server: env adds to a bare

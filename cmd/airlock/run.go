@@ -15,9 +15,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"airlock/internal/hostcheck"
-	"airlock/policy"
-	"airlock/runtime/native"
+	"github.com/airlock-dev/airlock/internal/hostcheck"
+	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/runtime/native"
 )
 
 // listFlag collects a repeated flag.

@@ -8,7 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"airlock/runtime/microvm"
+	"github.com/airlock-dev/airlock/runtime/microvm"
 )
 
 // TestRunMicroVM: airlock run --runtime microvm runs the command in a

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"airlock/runtime/gvisor"
+	"github.com/airlock-dev/airlock/runtime/gvisor"
 )
 
 // TestRunRuntimeFlag: --runtime gvisor runs the command under gVisor's

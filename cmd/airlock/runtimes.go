@@ -4,10 +4,10 @@ import (
 	"context"
 	"fmt"
 
-	"airlock/policy"
-	"airlock/runtime/native"
-	"airlock/runtime/tier"
-	_ "airlock/runtime/tiers" // the built-in tiers, for serve and mcp
+	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/runtime/native"
+	"github.com/airlock-dev/airlock/runtime/tier"
+	_ "github.com/airlock-dev/airlock/runtime/tiers" // the built-in tiers, for serve and mcp
 )
 
 // selectRuntime parses a --runtime value and checks that the tier can run

@@ -12,8 +12,8 @@ import (
 	"github.com/creack/pty"
 	"golang.org/x/term"
 
-	"airlock/policy"
-	"airlock/runtime/native"
+	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/runtime/native"
 )
 
 // runTerminal prepares airlock run -t: a fresh pseudo-terminal pair whose

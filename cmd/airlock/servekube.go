@@ -9,8 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"airlock/kube"
-	"airlock/manager"
+	"github.com/airlock-dev/airlock/kube"
+	"github.com/airlock-dev/airlock/manager"
 )
 
 // open returns the Kubernetes backend, nil (as a manager.Backend) for

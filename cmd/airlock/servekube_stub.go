@@ -5,7 +5,7 @@ package main
 import (
 	"fmt"
 
-	"airlock/manager"
+	"github.com/airlock-dev/airlock/manager"
 )
 
 // open returns nil for --backend native and refuses kubernetes: this

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"os"
 
-	rt "airlock/runtime"
-	"airlock/runtime/microvm"
+	rt "github.com/airlock-dev/airlock/runtime"
+	"github.com/airlock-dev/airlock/runtime/microvm"
 )
 
 // microvmFlags registers the flags of the microvm tier (serve, run, doctor)

@@ -5,7 +5,7 @@ package main
 import (
 	"flag"
 
-	rt "airlock/runtime"
+	rt "github.com/airlock-dev/airlock/runtime"
 )
 
 // microvmFlags: the microvm tier is Linux-only.

@@ -11,8 +11,8 @@ import (
 	"strings"
 	"syscall"
 
-	"airlock/internal/certreload"
-	"airlock/internal/config"
+	"github.com/airlock-dev/airlock/internal/certreload"
+	"github.com/airlock-dev/airlock/internal/config"
 )
 
 // opsFlags are serve's operator flags: the config file, the TLS listener

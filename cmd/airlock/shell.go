@@ -15,9 +15,9 @@ import (
 	"syscall"
 	"time"
 
-	"airlock/client"
-	"airlock/interp"
-	"airlock/runtime/native"
+	"github.com/airlock-dev/airlock/client"
+	"github.com/airlock-dev/airlock/interp"
+	"github.com/airlock-dev/airlock/runtime/native"
 )
 
 func init() {

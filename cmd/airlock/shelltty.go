@@ -12,7 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 	"golang.org/x/term"
 
-	"airlock/client"
+	"github.com/airlock-dev/airlock/client"
 )
 
 // shellTTY is airlock shell --tty: argv (default the sandbox's login

@@ -9,9 +9,9 @@ import (
 	"path/filepath"
 	"strings"
 
-	"airlock/policy"
-	"airlock/runtime/native"
-	"airlock/template"
+	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/runtime/native"
+	"github.com/airlock-dev/airlock/template"
 )
 
 const templateUsage = `usage:

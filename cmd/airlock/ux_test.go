@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"airlock/internal/testserver"
+	"github.com/airlock-dev/airlock/internal/testserver"
 )
 
 // TestRunSignals: SIGINT (Ctrl-C) and SIGTERM of `airlock run` stop the

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"os"
 
-	buildversion "airlock/internal/version"
+	buildversion "github.com/airlock-dev/airlock/internal/version"
 )
 
 // version is this build's release version (internal/version: set at link

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"airlock/runtime/wasm"
+	"github.com/airlock-dev/airlock/runtime/wasm"
 )
 
 // TestRunRuntimeWasm: `airlock run --runtime wasm -- MODULE` runs a module

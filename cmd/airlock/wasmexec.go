@@ -8,9 +8,9 @@ import (
 	"os"
 	"time"
 
-	"airlock/policy"
-	"airlock/runtime/native"
-	"airlock/runtime/wasm"
+	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/runtime/native"
+	"github.com/airlock-dev/airlock/runtime/wasm"
 )
 
 func init() { hidden["wasm-exec"] = cmdWasmExec }

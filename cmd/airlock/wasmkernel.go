@@ -7,7 +7,7 @@ import (
 	"io"
 	"os"
 
-	"airlock/runtime/wasm"
+	"github.com/airlock-dev/airlock/runtime/wasm"
 )
 
 func init() { hidden["wasm-kernel"] = cmdWasmKernel }

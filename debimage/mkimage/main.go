@@ -16,7 +16,7 @@ import (
 	"strings"
 	"time"
 
-	"airlock/debimage"
+	"github.com/airlock-dev/airlock/debimage"
 )
 
 func main() {

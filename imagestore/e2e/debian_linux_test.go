@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"airlock/client"
-	it "airlock/imagestore/imagetest"
-	"airlock/internal/testserver"
+	"github.com/airlock-dev/airlock/client"
+	it "github.com/airlock-dev/airlock/imagestore/imagetest"
+	"github.com/airlock-dev/airlock/internal/testserver"
 )
 
 // TestDebianPipE2E is issue 13's test with real parts, all on 127.0.0.1: a

@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"airlock/client"
-	it "airlock/imagestore/imagetest"
-	"airlock/internal/testserver"
-	"airlock/runtime/gvisor"
+	"github.com/airlock-dev/airlock/client"
+	it "github.com/airlock-dev/airlock/imagestore/imagetest"
+	"github.com/airlock-dev/airlock/internal/testserver"
+	"github.com/airlock-dev/airlock/runtime/gvisor"
 )
 
 // TestDebianPipGVisorE2E is TestDebianPipE2E's API part under gVisor

@@ -16,7 +16,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
-	"airlock/debimage"
+	"github.com/airlock-dev/airlock/debimage"
 )
 
 // DebianPackages are what DebianPython installs besides Debian's

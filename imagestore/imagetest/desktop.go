@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"airlock/debimage"
-	"airlock/imagestore"
+	"github.com/airlock-dev/airlock/debimage"
+	"github.com/airlock-dev/airlock/imagestore"
 )
 
 // DebImage returns a `docker save` archive of one of debimage's images

@@ -7,9 +7,9 @@ import (
 	"strings"
 	"testing"
 
-	"airlock/imagestore"
-	"airlock/policy"
-	"airlock/template"
+	"github.com/airlock-dev/airlock/imagestore"
+	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/template"
 )
 
 // Template builds a template named name into a fresh image store under a

@@ -20,7 +20,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 
-	"airlock/internal/testserver"
+	"github.com/airlock-dev/airlock/internal/testserver"
 )
 
 // testVersion is the version the test's release carries.

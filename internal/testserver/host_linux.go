@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"airlock/runtime/native/cgroups"
+	"github.com/airlock-dev/airlock/runtime/native/cgroups"
 )
 
 // HostProcesses counts the host's processes (in any namespace) whose

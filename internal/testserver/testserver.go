@@ -30,7 +30,7 @@ var (
 	kube  build // -tags kubernetes
 )
 
-// TestStamp is the build stamp (airlock/agent.stampOverride) of the
+// TestStamp is the build stamp (github.com/airlock-dev/airlock/agent.stampOverride) of the
 // binaries Binary builds.
 const TestStamp = "airlock-test-build"
 
@@ -63,8 +63,8 @@ func (b *build) get(t testing.TB, flags ...string) string {
 		// The agent-only binary beside it, with the same build stamp, as
 		// the README builds them: every server the tests start runs its
 		// sandboxes' agents from it (the wasm runtime's from airlock).
-		flags = append(flags, "-ldflags", "-X airlock/agent.stampOverride="+TestStamp)
-		args := append(append([]string{"build"}, flags...), "-o", b.dir+"/", "airlock/cmd/airlock", "airlock/cmd/airlock-agent")
+		flags = append(flags, "-ldflags", "-X github.com/airlock-dev/airlock/agent.stampOverride="+TestStamp)
+		args := append(append([]string{"build"}, flags...), "-o", b.dir+"/", "github.com/airlock-dev/airlock/cmd/airlock", "github.com/airlock-dev/airlock/cmd/airlock-agent")
 		cmd := exec.Command("go", args...)
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {

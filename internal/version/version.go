@@ -2,7 +2,7 @@
 // the commit it was built from and when that commit was made.
 //
 // A release build sets all three at link time (scripts/release.sh:
-// -ldflags "-X airlock/internal/version.version=V -X ...commit=C -X
+// -ldflags "-X github.com/airlock-dev/airlock/internal/version.version=V -X ...commit=C -X
 // ...date=D"). A build from a git checkout with -buildvcs=true (the
 // README's command) gets the commit, its time and whether the tree was
 // modified from the Go toolchain's VCS stamp (debug.ReadBuildInfo).

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"airlock/internal/testserver"
-	"airlock/internal/version"
+	"github.com/airlock-dev/airlock/internal/testserver"
+	"github.com/airlock-dev/airlock/internal/version"
 )
 
 // repoRoot is the module's root (this package is internal/version).

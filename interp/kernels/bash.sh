@@ -1,6 +1,6 @@
 # airlock bash kernel prelude.
 #
-# airlock/interp runs `bash --norc --noprofile --noediting +m -i` with this
+# github.com/airlock-dev/airlock/interp runs `bash --norc --noprofile --noediting +m -i` with this
 # prelude and then the cells on stdin. The shell is interactive so that
 # SIGINT aborts the whole command being run (loops, functions and all) and
 # returns to reading the next command, as at a terminal, instead of ending

@@ -1,6 +1,6 @@
 // airlock JavaScript kernel.
 //
-// Started by airlock/interp as `node --expose-internals -e <bootstrap>`; the
+// Started by github.com/airlock-dev/airlock/interp as `node --expose-internals -e <bootstrap>`; the
 // bootstrap reads this source from fd 3 and calls the function it evaluates
 // to with node's require. File descriptors are as for the Python kernel:
 // 0 /dev/null, 1 and 2 user output, 3 requests (JSON lines), 4 messages

@@ -1,6 +1,6 @@
 # airlock Python kernel.
 #
-# Started by airlock/interp as `python3 -u -c <bootstrap>`; the bootstrap reads
+# Started by github.com/airlock-dev/airlock/interp as `python3 -u -c <bootstrap>`; the bootstrap reads
 # this source from fd 3 and executes it. File descriptors:
 #   0      /dev/null (user code reading stdin gets EOF)
 #   1, 2   user stdout and stderr (pipes read by the Go side)

@@ -26,7 +26,7 @@ import (
 	"fmt"
 	"time"
 
-	"airlock/internal/pki"
+	"github.com/airlock-dev/airlock/internal/pki"
 )
 
 // Names of the Kubernetes objects and their keys.

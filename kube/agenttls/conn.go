@@ -15,7 +15,7 @@ import (
 	"strings"
 	"time"
 
-	"airlock/internal/pki"
+	"github.com/airlock-dev/airlock/internal/pki"
 )
 
 // The token preamble: the client sends preambleMagic and the raw token; the

@@ -21,7 +21,7 @@ import (
 	"sync"
 	"time"
 
-	"airlock/internal/pki"
+	"github.com/airlock-dev/airlock/internal/pki"
 )
 
 // Enrollment: the agent of a pooled pod (a warm pool's, made before the

@@ -31,8 +31,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"airlock/egress"
-	"airlock/internal/testserver"
+	"github.com/airlock-dev/airlock/egress"
+	"github.com/airlock-dev/airlock/internal/testserver"
 )
 
 const manifest = "../../deploy/airlock/egress-proxy.yaml"

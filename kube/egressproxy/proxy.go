@@ -30,8 +30,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"airlock/egress"
-	"airlock/policy"
+	"github.com/airlock-dev/airlock/egress"
+	"github.com/airlock-dev/airlock/policy"
 )
 
 // Labels, annotations and Secret keys of the Kubernetes contract.

@@ -20,8 +20,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"airlock/egress"
-	"airlock/internal/testserver"
+	"github.com/airlock-dev/airlock/egress"
+	"github.com/airlock-dev/airlock/internal/testserver"
 )
 
 // testSecretValue is the injected credential; it must reach the upstream

@@ -12,9 +12,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"airlock/runtime/native"
-	"airlock/runtime/native/cgroups"
-	"airlock/runtime/tier"
+	"github.com/airlock-dev/airlock/runtime/native"
+	"github.com/airlock-dev/airlock/runtime/native/cgroups"
+	"github.com/airlock-dev/airlock/runtime/tier"
 )
 
 // adoptRunning takes over a live sandbox that a previous server started and

@@ -15,9 +15,9 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
-	"airlock/agent"
-	rt "airlock/runtime"
-	"airlock/runtime/native"
+	"github.com/airlock-dev/airlock/agent"
+	rt "github.com/airlock-dev/airlock/runtime"
+	"github.com/airlock-dev/airlock/runtime/native"
 )
 
 // AgentAddr is where a live sandbox's agent listens for a host that comes

@@ -14,9 +14,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"airlock/policy"
-	"airlock/runtime/gvisor"
-	"airlock/runtime/native"
+	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/runtime/gvisor"
+	"github.com/airlock-dev/airlock/runtime/native"
 )
 
 // TestSnapshotForksDiverge snapshots a running sandbox (it keeps running)

@@ -15,10 +15,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"airlock/internal/probe/probebuild"
-	"airlock/policy"
-	"airlock/runtime/gvisor"
-	"airlock/runtime/native"
+	"github.com/airlock-dev/airlock/internal/probe/probebuild"
+	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/runtime/gvisor"
+	"github.com/airlock-dev/airlock/runtime/native"
 )
 
 // The runtime-neutral hostile tests (fork, memory, disk and output bombs,

@@ -9,9 +9,9 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
-	"airlock/policy"
-	rt "airlock/runtime"
-	"airlock/runtime/native"
+	"github.com/airlock-dev/airlock/policy"
+	rt "github.com/airlock-dev/airlock/runtime"
+	"github.com/airlock-dev/airlock/runtime/native"
 )
 
 // Writable host directories (a :rw mount, a host workspace) follow native's

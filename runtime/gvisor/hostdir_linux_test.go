@@ -7,9 +7,9 @@ import (
 	"syscall"
 	"testing"
 
-	"airlock/policy"
-	"airlock/runtime/gvisor"
-	"airlock/runtime/native"
+	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/runtime/gvisor"
+	"github.com/airlock-dev/airlock/runtime/native"
 )
 
 // TestHostDirIDMapped: a writable host directory (`--mount DIR:/out:rw`)

@@ -8,11 +8,11 @@ import (
 	"syscall"
 	"testing"
 
-	"airlock/imagestore"
-	it "airlock/imagestore/imagetest"
-	"airlock/policy"
-	"airlock/runtime/gvisor"
-	"airlock/runtime/native"
+	"github.com/airlock-dev/airlock/imagestore"
+	it "github.com/airlock-dev/airlock/imagestore/imagetest"
+	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/runtime/gvisor"
+	"github.com/airlock-dev/airlock/runtime/native"
 )
 
 func busybox(t testing.TB) (*imagestore.Store, *imagestore.Image) {

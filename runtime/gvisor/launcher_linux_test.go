@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"airlock/policy"
-	"airlock/runtime/native"
+	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/runtime/native"
 )
 
 // TestPdeathsigSurvivesEgressNamespaces (issue 29, item 6): a running

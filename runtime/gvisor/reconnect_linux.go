@@ -10,7 +10,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"airlock/agent"
+	"github.com/airlock-dev/airlock/agent"
 )
 
 // A sandbox whose agent a server reached over TCP (AgentAddr, in its

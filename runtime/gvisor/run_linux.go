@@ -9,7 +9,7 @@ import (
 	"syscall"
 	"time"
 
-	"airlock/runtime/native"
+	"github.com/airlock-dev/airlock/runtime/native"
 )
 
 // runscFailure is the exit code runsc uses when it fails itself (its

@@ -17,12 +17,12 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
-	"airlock/policy"
-	rt "airlock/runtime"
-	"airlock/runtime/launcher"
-	"airlock/runtime/native"
-	"airlock/runtime/native/cgroups"
-	"airlock/runtime/tier"
+	"github.com/airlock-dev/airlock/policy"
+	rt "github.com/airlock-dev/airlock/runtime"
+	"github.com/airlock-dev/airlock/runtime/launcher"
+	"github.com/airlock-dev/airlock/runtime/native"
+	"github.com/airlock-dev/airlock/runtime/native/cgroups"
+	"github.com/airlock-dev/airlock/runtime/tier"
 )
 
 // StateBase holds runsc's state directory (root/: runsc's --root, shared

@@ -11,12 +11,12 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"airlock/agent"
-	"airlock/policy"
-	rt "airlock/runtime"
-	"airlock/runtime/native"
-	"airlock/runtime/native/cgroups"
-	"airlock/runtime/tier"
+	"github.com/airlock-dev/airlock/agent"
+	"github.com/airlock-dev/airlock/policy"
+	rt "github.com/airlock-dev/airlock/runtime"
+	"github.com/airlock-dev/airlock/runtime/native"
+	"github.com/airlock-dev/airlock/runtime/native/cgroups"
+	"github.com/airlock-dev/airlock/runtime/tier"
 )
 
 // Tier is the gvisor tier (tier.Tier): sandboxes behind gVisor's sentry,

@@ -8,7 +8,7 @@ import (
 
 	"github.com/hashicorp/yamux"
 
-	"airlock/agent"
+	"github.com/airlock-dev/airlock/agent"
 )
 
 // egressMux is the host end of a guest's egress port: the guest's agent

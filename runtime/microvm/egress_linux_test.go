@@ -11,7 +11,7 @@ import (
 	"github.com/hashicorp/yamux"
 	"golang.org/x/sys/unix"
 
-	"airlock/agent"
+	"github.com/airlock-dev/airlock/agent"
 )
 
 // TestEgressMuxLimitsStreams: a guest opens many more egress connections

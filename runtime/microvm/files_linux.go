@@ -10,7 +10,7 @@ import (
 	"github.com/cavaliergopher/cpio"
 	"golang.org/x/sys/unix"
 
-	"airlock/policy"
+	"github.com/airlock-dev/airlock/policy"
 )
 
 // maxPlacedFile bounds one host file the policy places in a guest.

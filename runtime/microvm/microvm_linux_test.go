@@ -15,10 +15,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"airlock/agent"
-	"airlock/policy"
-	"airlock/runtime/native"
-	"airlock/runtime/native/cgroups"
+	"github.com/airlock-dev/airlock/agent"
+	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/runtime/native"
+	"github.com/airlock-dev/airlock/runtime/native/cgroups"
 )
 
 // bootGuest starts a guest with a freshly built agent and returns it with
@@ -117,7 +117,7 @@ func agentBinary(t *testing.T) string {
 		}
 		CacheDir = filepath.Join(dir, "cache")
 		agentPath = filepath.Join(dir, "airlock-agent")
-		build := exec.Command("go", "build", "-o", agentPath, "airlock/cmd/airlock-agent")
+		build := exec.Command("go", "build", "-o", agentPath, "github.com/airlock-dev/airlock/cmd/airlock-agent")
 		build.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := build.CombinedOutput(); err != nil {
 			agentErr = fmt.Errorf("build agent: %v\n%s", err, out)

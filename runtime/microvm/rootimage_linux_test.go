@@ -10,9 +10,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"airlock/policy"
-	"airlock/runtime/native"
-	"airlock/runtime/native/cgroups"
+	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/runtime/native"
+	"github.com/airlock-dev/airlock/runtime/native/cgroups"
 )
 
 // testLayers writes two layers in overlayfs form (as imagestore unpacks

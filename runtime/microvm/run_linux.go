@@ -13,8 +13,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"airlock/agent"
-	"airlock/runtime/native"
+	"github.com/airlock-dev/airlock/agent"
+	"github.com/airlock-dev/airlock/runtime/native"
 )
 
 // Run implements tier.Runner: a one-shot run (airlock run --runtime

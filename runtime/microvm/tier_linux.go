@@ -17,13 +17,13 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"airlock/agent"
-	"airlock/policy"
-	rt "airlock/runtime"
-	"airlock/runtime/launcher"
-	"airlock/runtime/native"
-	"airlock/runtime/native/cgroups"
-	"airlock/runtime/tier"
+	"github.com/airlock-dev/airlock/agent"
+	"github.com/airlock-dev/airlock/policy"
+	rt "github.com/airlock-dev/airlock/runtime"
+	"github.com/airlock-dev/airlock/runtime/launcher"
+	"github.com/airlock-dev/airlock/runtime/native"
+	"github.com/airlock-dev/airlock/runtime/native/cgroups"
+	"github.com/airlock-dev/airlock/runtime/tier"
 )
 
 // BootTimeout bounds a guest's boot, up to its agent's ready line.

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"syscall"
 
-	"airlock/runtime/launcher"
-	"airlock/runtime/native"
+	"github.com/airlock-dev/airlock/runtime/launcher"
+	"github.com/airlock-dev/airlock/runtime/native"
 )
 
 // VirtiofsdBinary is the virtio-fs daemon that serves volumes to guests:

@@ -8,7 +8,7 @@ import (
 	"syscall"
 	"testing"
 
-	"airlock/runtime/native"
+	"github.com/airlock-dev/airlock/runtime/native"
 )
 
 // TestMicroVMVolume: a volume is the host directory itself, shared over

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"airlock/runtime/native"
-	"airlock/runtime/native/cgroups"
+	"github.com/airlock-dev/airlock/runtime/native"
+	"github.com/airlock-dev/airlock/runtime/native/cgroups"
 )
 
 // TestStartJoinsCgroups: read from the host, the sandbox's init is in its

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"syscall"
 
-	"airlock/runtime/native/cgroups"
+	"github.com/airlock-dev/airlock/runtime/native/cgroups"
 )
 
 // runIDPrefix marks the cgroups of one-shot runs: run-<launcher pid>-<random>.

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"airlock/internal/testserver"
+	"github.com/airlock-dev/airlock/internal/testserver"
 )
 
 // airlockCLI builds the airlock binary once per test binary.

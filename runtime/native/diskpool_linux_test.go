@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"airlock/runtime/native"
+	"github.com/airlock-dev/airlock/runtime/native"
 )
 
 // TestDiskPool: an image sandbox takes a ready upper disk from a DiskPool

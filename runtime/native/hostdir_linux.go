@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"airlock/policy"
+	"github.com/airlock-dev/airlock/policy"
 )
 
 // hostDirs is what attachHostDirs did: the ID-mapped host directories, for

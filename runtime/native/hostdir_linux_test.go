@@ -9,8 +9,8 @@ import (
 	"syscall"
 	"testing"
 
-	"airlock/policy"
-	"airlock/runtime/native"
+	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/runtime/native"
 )
 
 // hostOwner owns the host directories of these tests: an unprivileged uid

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"airlock/internal/probe/probebuild"
-	"airlock/policy"
-	"airlock/runtime/native"
+	"github.com/airlock-dev/airlock/internal/probe/probebuild"
+	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/runtime/native"
 )
 
 // probeIn runs the syscall probe inside a strict sandbox and returns its verdicts.

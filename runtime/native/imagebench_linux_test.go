@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"airlock/runtime/native"
+	"github.com/airlock-dev/airlock/runtime/native"
 )
 
 // BenchmarkColdStartImageTrue is BenchmarkColdStartTrue with the root

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"airlock/runtime/native"
+	"github.com/airlock-dev/airlock/runtime/native"
 )
 
 // TestImageRootChildFails: a sandbox with an image root whose child fails

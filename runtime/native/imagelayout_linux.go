@@ -3,7 +3,7 @@ package native
 import (
 	"errors"
 
-	"airlock/policy"
+	"github.com/airlock-dev/airlock/policy"
 )
 
 // MountedImage is an image root that ImageLayout mounted on the host for a

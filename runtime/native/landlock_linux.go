@@ -8,7 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"airlock/policy"
+	"github.com/airlock-dev/airlock/policy"
 )
 
 // Landlock filesystem access rights, by the ABI that introduced them.

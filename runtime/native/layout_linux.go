@@ -7,7 +7,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"airlock/policy"
+	"github.com/airlock-dev/airlock/policy"
 )
 
 // Layout is the sandbox root that the native runtime builds for a policy,

@@ -17,7 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"airlock/policy"
+	"github.com/airlock-dev/airlock/policy"
 )
 
 // skelKind is what a skeleton entry of the root template is.

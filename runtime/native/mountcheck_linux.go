@@ -5,7 +5,7 @@ import (
 	"os"
 	"syscall"
 
-	"airlock/policy"
+	"github.com/airlock-dev/airlock/policy"
 )
 
 // checkWritableMounts refuses a read-write mount whose source the sandbox

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"airlock/policy"
-	"airlock/runtime/native"
+	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/runtime/native"
 )
 
 // TestMounts: a read-only mount cannot be written, a read-write one can, and

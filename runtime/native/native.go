@@ -18,8 +18,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"airlock/policy"
-	"airlock/runtime"
+	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/runtime"
 )
 
 // Config describes one sandbox to start.

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"airlock/runtime/native"
+	"github.com/airlock-dev/airlock/runtime/native"
 )
 
 // TestListenInside: a listener the host opens inside the sandbox's netns is

@@ -13,8 +13,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"airlock/policy"
-	rt "airlock/runtime"
+	"github.com/airlock-dev/airlock/policy"
+	rt "github.com/airlock-dev/airlock/runtime"
 )
 
 // imagePolicy drops the host-derived parts of the root from p: an image

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"airlock/imagestore"
-	it "airlock/imagestore/imagetest"
-	"airlock/runtime/native"
+	"github.com/airlock-dev/airlock/imagestore"
+	it "github.com/airlock-dev/airlock/imagestore/imagetest"
+	"github.com/airlock-dev/airlock/runtime/native"
 )
 
 // busyboxImage stores an image whose root is Debian's static busybox, a

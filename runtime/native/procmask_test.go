@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"airlock/policy"
-	"airlock/runtime/native"
+	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/runtime/native"
 )
 
 // procSecrets are host-revealing /proc entries a sandbox must read as empty

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"airlock/policy"
-	"airlock/runtime/native"
+	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/runtime/native"
 )
 
 // tracemePrelude makes PTRACE_TRACEME available to the scripts below.

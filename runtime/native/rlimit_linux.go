@@ -3,7 +3,7 @@ package native
 import (
 	"golang.org/x/sys/unix"
 
-	"airlock/policy"
+	"github.com/airlock-dev/airlock/policy"
 )
 
 // rlimitsFor returns the rlimits of a sandbox: the third layer under

@@ -8,9 +8,9 @@ import (
 	"syscall"
 	"testing"
 
-	"airlock/internal/probe/probebuild"
-	"airlock/policy"
-	"airlock/runtime/native"
+	"github.com/airlock-dev/airlock/internal/probe/probebuild"
+	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/runtime/native"
 )
 
 // rootCapHex is native.RootCaps as /proc/self/status prints it.

@@ -4,10 +4,10 @@ import (
 	"context"
 	"testing"
 
-	"airlock/policy"
-	"airlock/runtime/gvisor"
-	"airlock/runtime/native"
-	"airlock/runtime/native/cgroups"
+	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/runtime/gvisor"
+	"github.com/airlock-dev/airlock/runtime/native"
+	"github.com/airlock-dev/airlock/runtime/native/cgroups"
 )
 
 // underTest is the runtime the shared helpers (run, sh, startSB, probeIn)

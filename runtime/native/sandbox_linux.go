@@ -18,10 +18,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"airlock/policy"
-	rt "airlock/runtime"
-	"airlock/runtime/native/cgroups"
-	"airlock/runtime/native/seccomp"
+	"github.com/airlock-dev/airlock/policy"
+	rt "github.com/airlock-dev/airlock/runtime"
+	"github.com/airlock-dev/airlock/runtime/native/cgroups"
+	"github.com/airlock-dev/airlock/runtime/native/seccomp"
 )
 
 // OOMScoreAdj is the oom_score_adj of every sandbox process: when the host

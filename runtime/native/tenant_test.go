@@ -12,8 +12,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"airlock/policy"
-	"airlock/runtime/native"
+	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/runtime/native"
 )
 
 // inotifyHold creates up to argv[1] inotify instances, prints how many it

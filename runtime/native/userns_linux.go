@@ -11,7 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"airlock/runtime/native/idrange"
+	"github.com/airlock-dev/airlock/runtime/native/idrange"
 )
 
 // DefaultUIDBase is the first host uid of the first range that sandbox

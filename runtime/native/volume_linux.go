@@ -9,7 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"airlock/policy"
+	"github.com/airlock-dev/airlock/policy"
 )
 
 // attachVolumes attaches, for each volume, an ID-mapped clone of its

@@ -9,8 +9,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"airlock/runtime/native"
-	"airlock/runtime/native/idrange"
+	"github.com/airlock-dev/airlock/runtime/native"
+	"github.com/airlock-dev/airlock/runtime/native/idrange"
 )
 
 // TestVolumeAcrossRanges: a volume written by a sandbox of one host id

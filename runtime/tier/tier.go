@@ -26,10 +26,10 @@ import (
 	"sync"
 	"time"
 
-	"airlock/policy"
-	rt "airlock/runtime"
-	"airlock/runtime/native"
-	"airlock/runtime/native/cgroups"
+	"github.com/airlock-dev/airlock/policy"
+	rt "github.com/airlock-dev/airlock/runtime"
+	"github.com/airlock-dev/airlock/runtime/native"
+	"github.com/airlock-dev/airlock/runtime/native/cgroups"
 )
 
 // PauseKind is how a tier pauses a sandbox.

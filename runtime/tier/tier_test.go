@@ -5,9 +5,9 @@ import (
 	"strings"
 	"testing"
 
-	"airlock/policy"
-	"airlock/runtime/tier"
-	_ "airlock/runtime/tiers"
+	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/runtime/tier"
+	_ "github.com/airlock-dev/airlock/runtime/tiers"
 )
 
 // TestRegistry: the built-in tiers are registered under their names, an

@@ -10,12 +10,12 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"airlock/policy"
-	rt "airlock/runtime"
-	"airlock/runtime/native"
-	"airlock/runtime/native/cgroups"
-	"airlock/runtime/tier"
-	"airlock/runtime/wasm"
+	"github.com/airlock-dev/airlock/policy"
+	rt "github.com/airlock-dev/airlock/runtime"
+	"github.com/airlock-dev/airlock/runtime/native"
+	"github.com/airlock-dev/airlock/runtime/native/cgroups"
+	"github.com/airlock-dev/airlock/runtime/tier"
+	"github.com/airlock-dev/airlock/runtime/wasm"
 )
 
 // Native is the native tier: namespaces, seccomp, Landlock, cgroups

@@ -1,9 +1,9 @@
 package tiers
 
 import (
-	"airlock/runtime/gvisor"
-	"airlock/runtime/microvm"
-	"airlock/runtime/tier"
+	"github.com/airlock-dev/airlock/runtime/gvisor"
+	"github.com/airlock-dev/airlock/runtime/microvm"
+	"github.com/airlock-dev/airlock/runtime/tier"
 )
 
 func init() {

@@ -2,5 +2,5 @@
 // gvisor) with package tier. Import it for its side effect, from a main
 // package or a test:
 //
-//	import _ "airlock/runtime/tiers"
+//	import _ "github.com/airlock-dev/airlock/runtime/tiers"
 package tiers

@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"airlock/runtime/native"
+	"github.com/airlock-dev/airlock/runtime/native"
 )
 
 // The cold-start benchmarks run a module to completion (it prints one

@@ -11,8 +11,8 @@ import (
 	"strconv"
 	"time"
 
-	"airlock/policy"
-	"airlock/runtime/native"
+	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/runtime/native"
 )
 
 // QuickJSModule is where scripts/setup.sh installs QuickJS built for WASI

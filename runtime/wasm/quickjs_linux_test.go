@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"airlock/interp"
+	"github.com/airlock-dev/airlock/interp"
 )
 
 // kernelEnv, when set in a test binary's environment, makes it serve a

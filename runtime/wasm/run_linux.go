@@ -22,9 +22,9 @@ import (
 	"github.com/tetratelabs/wazero/experimental/sysfs"
 	"github.com/tetratelabs/wazero/sys"
 
-	"airlock/policy"
-	"airlock/runtime"
-	"airlock/runtime/native"
+	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/runtime"
+	"github.com/airlock-dev/airlock/runtime/native"
 )
 
 // Module is a WebAssembly binary and the name it runs under.

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"airlock/policy"
-	"airlock/runtime/native"
+	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/runtime/native"
 )
 
 // The guest module (testdata/guest) is built once per test binary run,

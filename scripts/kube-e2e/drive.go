@@ -14,7 +14,7 @@ import (
 	"strings"
 	"time"
 
-	"airlock/client"
+	"github.com/airlock-dev/airlock/client"
 )
 
 // driveState is what the create step leaves for the later steps.

@@ -20,7 +20,7 @@
 //	kube-e2e drive after  -url URL2 -state FILE
 //	kube-e2e drive kill   -url URL2 -state FILE
 //
-// drive is a real client of airlock's HTTP API (package airlock/client):
+// drive is a real client of airlock's HTTP API (package github.com/airlock-dev/airlock/client):
 // create makes a sandbox and checks exec output, a file written and read
 // back and a Python cell; after checks, through another replica, that the
 // sandbox, the file and the Python variable survived the first replica's

@@ -12,8 +12,8 @@ import (
 	"strings"
 	"time"
 
-	"airlock/agent"
-	"airlock/kube/agenttls"
+	"github.com/airlock-dev/airlock/agent"
+	"github.com/airlock-dev/airlock/kube/agenttls"
 )
 
 // cmdPooled checks a warm pool's agent (`airlock agent --pool-ca`) in a

@@ -1,4 +1,4 @@
-module airlock/scripts/release
+module github.com/airlock-dev/airlock/scripts/release
 
 go 1.26.8
 

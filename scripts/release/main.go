@@ -136,10 +136,10 @@ func build(c config, arch string) ([2]string, error) {
 		return [2]string{}, err
 	}
 	ld := strings.Join([]string{"-s", "-w", "-buildid=",
-		"-X", "airlock/internal/version.version=" + c.version,
-		"-X", "airlock/internal/version.commit=" + c.commit,
-		"-X", "airlock/internal/version.date=" + c.date.Format(time.RFC3339),
-		"-X", "airlock/agent.stampOverride=release-" + c.version + "-" + c.commit,
+		"-X", "github.com/airlock-dev/airlock/internal/version.version=" + c.version,
+		"-X", "github.com/airlock-dev/airlock/internal/version.commit=" + c.commit,
+		"-X", "github.com/airlock-dev/airlock/internal/version.date=" + c.date.Format(time.RFC3339),
+		"-X", "github.com/airlock-dev/airlock/agent.stampOverride=release-" + c.version + "-" + c.commit,
 	}, " ")
 	cmd := exec.Command("go", "build", "-trimpath", "-buildvcs=false", "-ldflags", ld,
 		"-o", dir+"/", "./cmd/airlock", "./cmd/airlock-agent")
@@ -226,7 +226,7 @@ func moduleDirs(mods []module) (map[string]string, error) {
 }
 
 // licenseNames are the files a module's license text is found in.
-// (the same list as airlock/internal/licenses.Files, which checks them)
+// (the same list as github.com/airlock-dev/airlock/internal/licenses.Files, which checks them)
 var licenseNames = []string{"LICENSE", "LICENSE.md", "LICENSE.txt", "LICENCE", "COPYING", "COPYING.md", "LICENSE-MIT", "LICENSE-APACHE", "LICENSE-APACHE-2.0.txt", "LICENSE.MIT", "LICENSE.BSD", "LICENSE.MPL-2.0"}
 
 // thirdPartyLicenses concatenates each linked module's license text (and

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"airlock/imagestore/imagetest"
-	"airlock/internal/testserver"
+	"github.com/airlock-dev/airlock/imagestore/imagetest"
+	"github.com/airlock-dev/airlock/internal/testserver"
 )
 
 // debianPython is the interpreter the suite runs on: Debian's, as on CI.

@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"airlock/client"
-	"airlock/debimage"
-	it "airlock/imagestore/imagetest"
-	"airlock/internal/testserver"
+	"github.com/airlock-dev/airlock/client"
+	"github.com/airlock-dev/airlock/debimage"
+	it "github.com/airlock-dev/airlock/imagestore/imagetest"
+	"github.com/airlock-dev/airlock/internal/testserver"
 )
 
 // TestBrowserCDP: playwright-core on the host connects over the DevTools

@@ -17,10 +17,10 @@ import (
 	"testing"
 	"time"
 
-	"airlock/client"
-	"airlock/debimage"
-	it "airlock/imagestore/imagetest"
-	"airlock/internal/testserver"
+	"github.com/airlock-dev/airlock/client"
+	"github.com/airlock-dev/airlock/debimage"
+	it "github.com/airlock-dev/airlock/imagestore/imagetest"
+	"github.com/airlock-dev/airlock/internal/testserver"
 )
 
 // env is a server whose image store has the desktop image, published.

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"airlock/client"
+	"github.com/airlock-dev/airlock/client"
 )
 
 // node runs script (in this directory, with its node_modules) with args

@@ -13,7 +13,7 @@ import (
 	"os"
 	"strings"
 
-	"airlock/bench"
+	"github.com/airlock-dev/airlock/bench"
 )
 
 func main() {

@@ -1,4 +1,4 @@
-// Package probebuild builds the syscall probe (airlock/internal/probe) for
+// Package probebuild builds the syscall probe (github.com/airlock-dev/airlock/internal/probe) for
 // tests that run it inside sandboxes.
 package probebuild
 
@@ -14,7 +14,7 @@ import (
 )
 
 // probePackage is the import path of the probe program.
-const probePackage = "airlock/internal/probe"
+const probePackage = "github.com/airlock-dev/airlock/internal/probe"
 
 var (
 	once   sync.Once

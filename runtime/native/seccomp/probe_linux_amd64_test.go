@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"airlock/internal/probe/probebuild"
+	"github.com/airlock-dev/airlock/internal/probe/probebuild"
 )
 
 // childProfileEnv makes the test binary act as a launcher: install the
