@@ -272,8 +272,10 @@ type Info struct {
 
 // RuntimeCaps is what one runtime can do (GET /v1/info).
 type RuntimeCaps struct {
-	ImageRoots     bool   `json:"image_roots"`
-	Volumes        bool   `json:"volumes"`
+	ImageRoots bool `json:"image_roots"`
+	Volumes    bool `json:"volumes"`
+	// HostDirs: writable host directories (airlock run --mount).
+	HostDirs       bool   `json:"host_dirs"`
 	Pause          string `json:"pause,omitempty"` // "freeze", "checkpoint", or "" (cannot pause)
 	MemorySnapshot bool   `json:"memory_snapshot"`
 	// SnapshotEnvironments: memory snapshots of sandboxes with an image

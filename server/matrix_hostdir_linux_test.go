@@ -41,6 +41,19 @@ func matrixHostDir(t *testing.T, tier string, caps client.RuntimeCaps, cells []m
 	}
 	const owner = 4321
 	dir := filepath.Join(t.TempDir(), "hostdir")
+	if !caps.HostDirs {
+		// Volumes but no host directories (microvm: virtio-fs volumes, no
+		// binds of host paths): run refuses the mount, naming the capability.
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.Command(airlockBin(t), "run", "--runtime", tier, "--mount", dir+":/out:rw", "--", "/bin/true").CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "host_dirs") {
+			t.Errorf("%s / host dir: declares no host_dirs, but run with --mount gave %v: %q", tier, err, out)
+			return "FAILED"
+		}
+		return "refused (host_dirs)"
+	}
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}

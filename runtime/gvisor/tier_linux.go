@@ -43,7 +43,7 @@ func (Tier) Available() error {
 func (Tier) Caps() tier.Caps {
 	return tier.Caps{Pause: tier.PauseCheckpoint, MemorySnapshot: true, ConnectedAgent: true,
 		AdoptRunning: true, Network: true, ForkWithNetwork: true, AttachNetwork: true,
-		ImageRoots: true, Volumes: true, UnmappedIDs: true, AgentOOM: true, SnapshotEnvironments: true}
+		ImageRoots: true, Volumes: true, HostDirs: true, UnmappedIDs: true, AgentOOM: true, SnapshotEnvironments: true}
 }
 
 // Start implements tier.Tier (see liveConfig).

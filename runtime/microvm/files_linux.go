@@ -46,7 +46,7 @@ func filesArchive(p policy.Policy, hostRoot bool) (*os.File, error) {
 		case err != nil:
 			return nil, fmt.Errorf("microvm: mount %s: %w", m.Source, err)
 		case m.Writable || !fi.Mode().IsRegular():
-			return nil, fmt.Errorf("microvm: mount %s at %s: a guest gets only read-only files (copied in at boot), not host directories or writable binds", m.Source, m.Target)
+			return nil, fmt.Errorf("microvm: mount %s at %s: a guest gets only read-only files (copied in at boot), not host directories or writable binds (the microvm runtime lacks the host_dirs capability; native and gvisor have it)", m.Source, m.Target)
 		case fi.Size() > maxPlacedFile:
 			return nil, fmt.Errorf("microvm: mount %s: larger than %d bytes", m.Source, maxPlacedFile)
 		}

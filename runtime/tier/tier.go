@@ -50,8 +50,11 @@ const (
 type Caps struct {
 	// ImageRoots: the root may be an image's (or template's) layers.
 	ImageRoots bool `json:"image_roots"`
-	// Volumes: named volumes and host directories may be mounted.
+	// Volumes: named volumes may be mounted.
 	Volumes bool `json:"volumes"`
+	// HostDirs: writable host directories may be mounted (airlock run
+	// --mount, --workspace), each file the directory owner's on the host.
+	HostDirs bool `json:"host_dirs"`
 	// Pause is how Pause works; "" means it cannot pause.
 	Pause PauseKind `json:"pause,omitempty"`
 	// MemorySnapshot: a running sandbox's memory and files can be saved

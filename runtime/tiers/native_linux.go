@@ -32,7 +32,7 @@ func (Native) Available() error { return nil }
 
 // Caps implements tier.Tier.
 func (Native) Caps() tier.Caps {
-	return tier.Caps{ImageRoots: true, Volumes: true, Pause: tier.PauseFreeze, Network: true, AttachNetwork: true,
+	return tier.Caps{ImageRoots: true, Volumes: true, HostDirs: true, Pause: tier.PauseFreeze, Network: true, AttachNetwork: true,
 		AdoptRunning: true, Pooled: true}
 }
 
