@@ -278,7 +278,7 @@ func (h *Handler) createSnapshot(w http.ResponseWriter, r *http.Request) error {
 	// What the sandbox was made from: a snapshot's sandbox is made from
 	// the snapshot's own template.
 	tmpl := templateOf(&in)
-	profile, image := h.cfg.Profile, ""
+	var profile, image string
 	if base, ok := s.find(c.id, tmpl); ok {
 		profile, image, tmpl = base.Profile, base.Image, base.Template
 	} else if profile, image, err = h.templateFor(c.id, tmpl); err != nil {
@@ -434,7 +434,8 @@ func restoreWorkspace(ctx context.Context, ag *agent.Client, path string) error 
 		}
 		if rerr == io.EOF {
 			if werr == nil {
-				werr = proc.WriteStdin(ctx, nil, true)
+				// A failed close is tar's to judge too (its exit status below).
+				_ = proc.WriteStdin(ctx, nil, true)
 			}
 			break
 		}

@@ -121,13 +121,10 @@ func checkPixels(t *testing.T, dir string) {
 func watchStream(t *testing.T, ctx context.Context, server, stream, token string) {
 	t.Helper()
 	target, _ := url.Parse(server)
-	rp := httputil.NewSingleHostReverseProxy(target)
-	director := rp.Director
-	rp.Director = func(r *http.Request) {
-		host := r.Host
-		director(r)
-		r.Host = host // host routing: PORT-ID.DOMAIN
-	}
+	rp := &httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) {
+		r.SetURL(target)
+		r.Out.Host = r.In.Host // host routing: PORT-ID.DOMAIN
+	}}
 	var mu sync.Mutex
 	var seen []string
 	note := func(s string) {
