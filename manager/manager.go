@@ -222,7 +222,13 @@ type Sandbox struct {
 	rec    store.Sandbox
 	paused bool // frozen by Pause (guarded by mu)
 	ending bool // finish has begun: no more Pause (guarded by mu)
-	end    sync.Once
+	// rtName is the runtime record's tier name once decoded, and
+	// rewrites whether that tier rewrites exec argv (rewritesKnown: decided
+	// yet). A sandbox's tier does not change during its life, so every exec
+	// need not decode the records again (guarded by mu).
+	rtName                  string
+	rewrites, rewritesKnown bool
+	end                     sync.Once
 
 	net netState
 }
@@ -235,6 +241,17 @@ func (s *Sandbox) Owner() string { return s.rec.Owner }
 
 // Ended is closed once the sandbox has ended.
 func (s *Sandbox) Ended() <-chan struct{} { return s.ended }
+
+// runtimeName is info().Runtime without building the whole Info; it is
+// on every exec's path (the request metrics' runtime label).
+func (s *Sandbox) runtimeName() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.rtName == "" {
+		s.rtName = runtimeOfRecord(&s.rec)
+	}
+	return s.rtName
+}
 
 func (s *Sandbox) info() Info {
 	s.mu.Lock()
@@ -252,13 +269,19 @@ func infoFromRecord(r *store.Sandbox) Info {
 		t := r.ExpiresAt
 		in.ExpiresAt = &t
 	}
+	in.Runtime = runtimeOfRecord(r)
+	return in
+}
+
+// runtimeOfRecord is the tier name in r's runtime record ("" if none).
+func runtimeOfRecord(r *store.Sandbox) string {
 	var rs struct {
 		Runtime string `json:"runtime"`
 	}
-	if json.Unmarshal(r.Runtime, &rs) == nil {
-		in.Runtime = rs.Runtime
+	if json.Unmarshal(r.Runtime, &rs) != nil {
+		return ""
 	}
-	return in
+	return rs.Runtime
 }
 
 // Manager runs sandboxes. It is safe for concurrent use.
