@@ -16,7 +16,11 @@
 #
 # The binary's build information says module gvisor.dev/gvisor (devel);
 # its --version says VERSION+airlock-seccomp.HASH (HASH: of this
-# directory's two files), which setup.sh checks to skip a rebuild.
+# directory's two files), which setup.sh checks to skip a rebuild. runsc
+# refuses to restore a checkpoint taken by a runsc of another --version, so
+# snapshots and paused gvisor sandboxes do not survive a rebuild (the
+# go install build said VERSION_MISSING for every version, which let any
+# build restore any other's checkpoint).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 stamp() { echo "$1+airlock-seccomp.$(cat "$here/main.go" "$here/build.sh" | sha256sum | cut -c1-12)"; }
