@@ -72,9 +72,9 @@ fi
 # Skipped when /usr/local/bin/runsc already is this build (its --version
 # is the version and a hash of the build scripts).
 RUNSC_VERSION=v0.0.0-20260905035102-160fafc42237
-runsc_stamp=$(scripts/runsc-seccomp/build.sh --stamp "$RUNSC_VERSION")
+runsc_stamp=$("$(dirname "$0")/runsc-seccomp/build.sh" --stamp "$RUNSC_VERSION")
 if [ "$(/usr/local/bin/runsc --version 2>/dev/null | head -n1)" != "runsc version $runsc_stamp" ]; then
-  scripts/runsc-seccomp/build.sh "$RUNSC_VERSION" /usr/local/bin/runsc
+  "$(dirname "$0")/runsc-seccomp/build.sh" "$RUNSC_VERSION" /usr/local/bin/runsc
 fi
 echo "setup: runsc $RUNSC_VERSION at /usr/local/bin/runsc"
 if ! wait "$qjs_pid"; then
