@@ -14,9 +14,10 @@
 # set costs the sentry about 10 MiB to register. Any other configuration
 # still runs, compiling its filter as before.
 #
-# The binary's build information says module gvisor.dev/gvisor (devel);
-# its --version says VERSION+airlock-seccomp.HASH (HASH: of this
-# directory's two files), which setup.sh checks to skip a rebuild. runsc
+# The binary's build information says module gvisor.dev/gvisor (devel)
+# and, in its -ldflags, the version runsc --version prints:
+# VERSION+airlock-seccomp.HASH (HASH: of this directory's two files), which
+# setup.sh checks to skip a rebuild. runsc
 # refuses to restore a checkpoint taken by a runsc of another --version, so
 # snapshots and paused gvisor sandboxes do not survive a rebuild (the
 # go install build said VERSION_MISSING for every version, which let any
@@ -41,7 +42,9 @@ go build -o "$work/gen" ./airlockgen/main.go
   -keep 'Platform="systrap" NVProxy=false TPUProxy=false RDMAProxy=false ProfileEnable=false Instrumentation=false CgoEnabled=false PluginNetwork=false'
 "$work/gen" -set fsgofer -out runsc/fsgofer/filter/filter_precompiled.go \
   -keep 'ProfileEnabled=false Instrumentation=false CgoEnabled=false'
-go build -trimpath -o "$work/runsc" -ldflags "-X gvisor.dev/gvisor/runsc/version.version=$(stamp "$version")" ./runsc
+# No -trimpath: with it Go leaves -ldflags, and so the version, out of the
+# build information, where runtime/gvisor reads it without running runsc.
+go build -o "$work/runsc" -ldflags "-X gvisor.dev/gvisor/runsc/version.version=$(stamp "$version")" ./runsc
 # Renamed into place: a runsc starting meanwhile runs the old or the new one.
 install -m 0755 "$work/runsc" "$out.new"
 mv -f "$out.new" "$out"
