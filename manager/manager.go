@@ -222,7 +222,13 @@ type Sandbox struct {
 	rec    store.Sandbox
 	paused bool // frozen by Pause (guarded by mu)
 	ending bool // finish has begun: no more Pause (guarded by mu)
-	end    sync.Once
+	// rtName is the runtime record's tier name once decoded, and
+	// rewrites whether that tier rewrites exec argv (rewritesKnown: decided
+	// yet). A sandbox's tier does not change during its life, so every exec
+	// need not decode the records again (guarded by mu).
+	rtName                  string
+	rewrites, rewritesKnown bool
+	end                     sync.Once
 
 	net netState
 }
@@ -268,6 +274,17 @@ func (s *Sandbox) policy() (policy.Policy, bool) {
 	return p, json.Unmarshal(raw, &p) == nil
 }
 
+// runtimeName is info().Runtime without building the whole Info; it is
+// on every exec's path (the request metrics' runtime label).
+func (s *Sandbox) runtimeName() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.rtName == "" {
+		s.rtName = runtimeOfRecord(&s.rec)
+	}
+	return s.rtName
+}
+
 func (s *Sandbox) info() Info {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -284,13 +301,19 @@ func infoFromRecord(r *store.Sandbox) Info {
 		t := r.ExpiresAt
 		in.ExpiresAt = &t
 	}
+	in.Runtime = runtimeOfRecord(r)
+	return in
+}
+
+// runtimeOfRecord is the tier name in r's runtime record ("" if none).
+func runtimeOfRecord(r *store.Sandbox) string {
 	var rs struct {
 		Runtime string `json:"runtime"`
 	}
-	if json.Unmarshal(r.Runtime, &rs) == nil {
-		in.Runtime = rs.Runtime
+	if json.Unmarshal(r.Runtime, &rs) != nil {
+		return ""
 	}
-	return in
+	return rs.Runtime
 }
 
 // Manager runs sandboxes. It is safe for concurrent use.

@@ -69,7 +69,7 @@ func (m *Manager) RuntimeOf(id string) string {
 	if sb == nil {
 		return ""
 	}
-	return sb.info().Runtime
+	return sb.runtimeName()
 }
 
 // Create starts a sandbox and connects to its agent.

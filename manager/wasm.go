@@ -14,8 +14,12 @@ import (
 // shell command).
 func (s *Sandbox) ExecArgv(argv []string, shell bool) ([]string, error) {
 	s.mu.Lock()
-	raw := s.rec.Policy
+	raw, known, rewrites := s.rec.Policy, s.rewritesKnown, s.rewrites
 	s.mu.Unlock()
+	if known && !rewrites {
+		// Most tiers: nothing to decode on every exec.
+		return argv, nil
+	}
 	var p policy.Policy
 	if len(raw) == 0 || json.Unmarshal(raw, &p) != nil {
 		return argv, nil
@@ -25,6 +29,9 @@ func (s *Sandbox) ExecArgv(argv []string, shell bool) ([]string, error) {
 		return nil, fmt.Errorf("%w: %w", ErrPolicy, err)
 	}
 	rw, ok := t.(tier.ExecRewriter)
+	s.mu.Lock()
+	s.rewrites, s.rewritesKnown = ok, true
+	s.mu.Unlock()
 	if !ok {
 		return argv, nil
 	}

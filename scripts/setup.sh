@@ -95,13 +95,14 @@ if ((tests)) && [ -f tests/desktop/package.json ]; then
 fi
 # gVisor's runsc for --runtime gvisor, pinned (keep in step with
 # runtime/gvisor.Version) and built statically: the only build that runs on
-# these hosts. Skipped when /usr/local/bin/runsc already is this build.
+# these hosts; with gVisor's precompiled seccomp filters, which a plain
+# `go install` build lacks (scripts/runsc-seccomp/build.sh says why and how).
+# Skipped when /usr/local/bin/runsc already is this build (its --version
+# is the version and a hash of the build scripts).
 RUNSC_VERSION=v0.0.0-20260905035102-160fafc42237
-if ! go version -m /usr/local/bin/runsc 2>/dev/null | grep -q "mod[[:space:]]*gvisor.dev/gvisor[[:space:]]*$RUNSC_VERSION"; then
-  work=$(mktemp -d)
-  (cd "$work" && CGO_ENABLED=0 GOBIN="$work/bin" GOFLAGS= go install "gvisor.dev/gvisor/runsc@$RUNSC_VERSION")
-  install -m 0755 "$work/bin/runsc" /usr/local/bin/runsc
-  rm -rf "$work"
+runsc_stamp=$("$(dirname "$0")/runsc-seccomp/build.sh" --stamp "$RUNSC_VERSION")
+if [ "$(/usr/local/bin/runsc --version 2>/dev/null | head -n1)" != "runsc version $runsc_stamp" ]; then
+  "$(dirname "$0")/runsc-seccomp/build.sh" "$RUNSC_VERSION" /usr/local/bin/runsc
 fi
 echo "setup: runsc $RUNSC_VERSION at /usr/local/bin/runsc"
 if ! wait "$qjs_pid"; then

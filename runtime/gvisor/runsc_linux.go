@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 )
 
@@ -59,6 +60,11 @@ func find() (Runsc, error) {
 			if s.Key == "CGO_ENABLED" && s.Value == "1" {
 				return Runsc{}, fmt.Errorf("%w: %s is a cgo build, which does not run on these hosts; %s", ErrUnavailable, path, InstallHint)
 			}
+			if s.Key == "-ldflags" && r.Version == "(devel)" {
+				if v := ldflagsVersion(s.Value); v != "" {
+					r.Version = v
+				}
+			}
 		}
 	}
 	return r, nil
@@ -78,3 +84,20 @@ func Available() (Runsc, error) {
 }
 
 var errNoCommand = errors.New("no command given")
+
+// ldflagsVersion returns the module version in a runsc build's -ldflags,
+// as scripts/runsc-seccomp/build.sh sets it (-X
+// gvisor.dev/gvisor/runsc/version.version=VERSION+airlock-seccomp.HASH:
+// built from a copy of the module, whose build information says (devel)),
+// without the +build suffix; "" if there is none.
+func ldflagsVersion(ldflags string) string {
+	_, v, ok := strings.Cut(ldflags, "gvisor.dev/gvisor/runsc/version.version=")
+	if !ok {
+		return ""
+	}
+	if i := strings.IndexAny(v, " \t'\""); i >= 0 {
+		v = v[:i]
+	}
+	v, _, _ = strings.Cut(v, "+")
+	return v
+}
