@@ -34,14 +34,14 @@ func TestPtyLastOutput(t *testing.T) {
 	} else if err != nil {
 		t.Fatal(err)
 	}
-	hog := exec.Command("nice", "-n", "-5", path, "--cpu", "4", "--timeout", "120s", "--quiet")
+	hog := exec.Command("nice", "-n", "-10", path, "--cpu", "4", "--timeout", "120s", "--quiet")
 	hog.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := hog.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { syscall.Kill(-hog.Process.Pid, syscall.SIGKILL); hog.Wait() })
 	shells := []string{"sleep 0.02; printf x", "setsid sleep 1 & sleep 0.02; printf x"}
-	const runs, parallel = 200, 4
+	const runs, parallel = 400, 8
 	var mu sync.Mutex
 	lost := 0
 	var wg sync.WaitGroup
