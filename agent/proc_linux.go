@@ -15,7 +15,6 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
-	"unsafe"
 )
 
 // maxExitedBackground bounds how many exited background processes (and
@@ -196,9 +195,7 @@ func (p *proc) maybeDoneLocked() {
 			if p.eof[i] {
 				continue
 			}
-			var n int32
-			syscall.Syscall(syscall.SYS_IOCTL, uintptr(p.pipeFd[i]), syscall.TIOCINQ, uintptr(unsafe.Pointer(&n)))
-			if n > 0 || p.busy[i].Load() {
+			if outputPending(p.pipeFd[i]) || p.busy[i].Load() {
 				quiet = false
 			}
 		}
@@ -615,7 +612,6 @@ func (a *hostConn) handleExec(s *astream, payload []byte) (any, error) {
 			}
 			return nil, err
 		}
-		defer pty.close()
 		for _, i := range []int{0, 1, 2, 3} {
 			syscall.Close(fds[i])
 		}
@@ -653,6 +649,9 @@ func (a *hostConn) handleExec(s *astream, payload []byte) (any, error) {
 		}
 	}
 	a.forkMu.RUnlock()
+	if pty != nil {
+		pty.close() // now, so that the master reads EOF once the child's copies close
+	}
 	syscall.Close(fds[0])
 	syscall.Close(fds[3])
 	syscall.Close(fds[5])

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"syscall"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // Pseudo-terminals for processes started with a Pty. The terminal comes
@@ -34,11 +36,16 @@ func openPty(size PtySize) (master, slave *os.File, err error) {
 		m.Close()
 		return nil, nil, fmt.Errorf("naming the pseudo-terminal: %w", err)
 	}
-	s, err := os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|syscall.O_NOCTTY|syscall.O_CLOEXEC, 0)
+	// The slave becomes the child's stdio, so it must stay blocking:
+	// os.OpenFile would make it non-blocking for the agent's poller, and
+	// the child's writes would fail with EAGAIN whenever the terminal's
+	// buffer is full. os.NewFile leaves a blocking descriptor blocking.
+	sfd, err := syscall.Open(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|syscall.O_NOCTTY|syscall.O_CLOEXEC, 0)
 	if err != nil {
 		m.Close()
 		return nil, nil, fmt.Errorf("opening the pseudo-terminal's slave: %w", err)
 	}
+	s := os.NewFile(uintptr(sfd), "pty-slave")
 	if err := setWinsize(m, size); err != nil {
 		m.Close()
 		s.Close()
@@ -162,10 +169,33 @@ func (pe *ptyExec) childFd() uintptr {
 }
 
 // close releases what the parent no longer needs once the child runs (or
-// failed to): the slave, and the master unless it was remembered.
+// failed to): the slave, and the master unless it was remembered. The
+// slave must go as soon as the child has its copies: while the agent holds
+// it the master never reads EOF, and the exit would be reported on a grace
+// period instead of after the last output.
 func (pe *ptyExec) close() {
 	pe.slave.Close()
 	if pe.master != nil {
 		pe.master.Close()
+	}
+}
+
+// outputPending reports whether output is waiting to be read from fd, an
+// output pipe or a terminal's master. It polls rather than asks TIOCINQ: a
+// terminal's output reaches the master's read buffer from a kernel work
+// queue, which lags the writer under load, so TIOCINQ can say 0 while the
+// last output of an exited process is still on its way; poll on a terminal
+// first waits for that work (n_tty_poll flushes the tty buffer).
+func outputPending(fd int) bool {
+	pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	for {
+		n, err := unix.Poll(pfd, 0)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return true // not known to be drained: look again later
+		}
+		return n > 0 && pfd[0].Revents&unix.POLLIN != 0
 	}
 }

@@ -482,13 +482,9 @@ func TestEnvdAgainstASandbox(t *testing.T) {
 
 	// Processes: a command on a terminal sees one and its output comes as
 	// pty data; bad sizes are refused; a missing pid is not found, and
-	// Connect-Timeout-Ms kills the command like envd does.
-	// The command waits a moment before it exits: under heavy load the last
-	// output of a terminal whose slave has just closed was seen lost (1 run
-	// in 10 at load 25, 0 in 20 at load 1; not seen on 2a43161 in 10 runs at
-	// load 25) - a follow-up is to find whether the agent or the kernel's
-	// pty hangup drops it; this test is about the terminal, not that race.
-	msgs, err := e.stream(t, id, "process.Process/Start", `{"process":{"cmd":"/bin/sh","args":["-c","tty; stty size; sleep 0.3"]},"pty":{"size":{"cols":91,"rows":17}}}`, nil)
+	// Connect-Timeout-Ms kills the command like envd does. Its output is
+	// the last thing it does (agent.TestPtyLastOutput: none is lost).
+	msgs, err := e.stream(t, id, "process.Process/Start", `{"process":{"cmd":"/bin/sh","args":["-c","tty; stty size"]},"pty":{"size":{"cols":91,"rows":17}}}`, nil)
 	if err != nil {
 		t.Fatalf("pty start: %q %+v", msgs, err)
 	}
