@@ -39,6 +39,10 @@ const nobody = 65534
 // guest's RAM (its cgroup's limit is the guest's plus this).
 const qemuOverhead = 192 << 20
 
+// tcgBufferMiB caps QEMU's translated-code buffer under TCG (within
+// qemuOverhead).
+const tcgBufferMiB = 64
+
 // Tier is the microvm tier (tier.Tier).
 type Tier struct{}
 
@@ -252,7 +256,14 @@ func (Tier) Start(cfg native.Config) (tier.Instance, []net.Listener, error) {
 		tmpfs = memMiB << 20 / 2
 	}
 
-	group, cgErr := cgroups.Create(id, cgroups.Limits{MemoryBytes: memMiB<<20 + qemuOverhead, CPUs: p.Limits.CPUs, Pids: 64})
+	// QEMU keeps its own copy of the initramfs (the agent binary is most
+	// of it) beside the guest's memory: count it, or a guest that touches
+	// all its memory gets QEMU OOM-killed mid boot.
+	var initrdBytes int64
+	if fi, err := os.Stat(initrd); err == nil {
+		initrdBytes = fi.Size()
+	}
+	group, cgErr := cgroups.Create(id, cgroups.Limits{MemoryBytes: memMiB<<20 + qemuOverhead + initrdBytes, CPUs: p.Limits.CPUs, Pids: 64})
 	if cgErr != nil {
 		if !cfg.AllowDegraded {
 			return failEarly("cgroups", cgErr)
@@ -280,10 +291,14 @@ func (Tier) Start(cfg native.Config) (tier.Instance, []net.Listener, error) {
 		// The kernel would cut it short: an argument or a volume dropped.
 		return fail("kernel command line", fmt.Errorf("%d bytes, the guest kernel takes fewer than %d (too many volumes or agent arguments)", len(appendLine), maxCmdline))
 	}
-	machine := "microvm,accel=" + acc.accel + ",pit=on,pic=on,rtc=on"
+	// Under TCG the translated code lives in a buffer QEMU sizes at up to
+	// 1 GiB and fills as the guest runs: cap it, so that QEMU stays within
+	// its cgroup's allowance (qemuOverhead).
+	machine := "microvm,pit=on,pic=on,rtc=on"
+	accelArg := "tcg,tb-size=" + fmt.Sprint(tcgBufferMiB)
 	cpu := "max"
 	if acc.accel == AccelKVM {
-		machine, cpu = "microvm,accel=kvm", "host"
+		machine, accelArg, cpu = "microvm", "kvm", "host"
 	}
 	var memArgs []string
 	if len(vols) > 0 {
@@ -291,7 +306,7 @@ func (Tier) Start(cfg native.Config) (tier.Instance, []net.Listener, error) {
 		memArgs = []string{"-object", fmt.Sprintf("memory-backend-memfd,id=mem,size=%dM,share=on", memMiB),
 			"-global", "virtio-mmio.force-legacy=false"}
 	}
-	args := []string{"-M", machine, "-cpu", cpu, "-m", fmt.Sprint(memMiB), "-smp", fmt.Sprint(cpus),
+	args := []string{"-M", machine, "-accel", accelArg, "-cpu", cpu, "-m", fmt.Sprint(memMiB), "-smp", fmt.Sprint(cpus),
 		"-name", "airlock-" + id, "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
 		"-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
 		"-chardev", "stdio,id=con,signal=off", "-serial", "chardev:con",
