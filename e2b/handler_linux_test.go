@@ -226,6 +226,29 @@ func TestControlPlaneAuthAndErrors(t *testing.T) {
 	}
 }
 
+// TestTemplateAliasKnown: Template.exists / aliasExists (GET
+// /templates/aliases/{alias}) says yes to every name a create takes, E2B's
+// well-known templates and airlock's profiles included (E2B's own suite
+// checks Template.exists('base')), and no to others, only for a key.
+func TestTemplateAliasKnown(t *testing.T) {
+	e := newEnv(t, false)
+	for _, name := range []string{"base", "code-interpreter-v1", "standard"} {
+		r := e.api(t, "GET", "/templates/aliases/"+name, e.key, "")
+		var got struct {
+			TemplateID string `json:"templateID"`
+			Public     bool   `json:"public"`
+		}
+		r.json(t, &got)
+		if r.status != 200 || got.TemplateID != name || !got.Public {
+			t.Errorf("alias %s: %d %s, want 200, public", name, r.status, r.body)
+		}
+	}
+	for _, name := range []string{"no-such-template", "base:other", "..%2Fbase"} {
+		e.api(t, "GET", "/templates/aliases/"+name, e.key, "").apiErr(t, 404)
+	}
+	e.api(t, "GET", "/templates/aliases/base", "", "").apiErr(t, 401)
+}
+
 // TestOldSDKCreateBodies sends the create bodies of e2b 2.39 (autoResume
 // {"enabled": false}, autoPause false, allow_internet_access true, secure)
 // and checks they create sandboxes, with internet access as they asked,
