@@ -339,8 +339,9 @@ func TestSandboxPortAuth(t *testing.T) {
 	// The right token for a sandbox that does not run: E2B's 502.
 	e.do(t, "GET", "/health", port("49983", map[string]string{"X-Access-Token": e.h.envdToken(id)}), nil).apiErr(t, 502)
 	e.do(t, "POST", "/contexts", port("49999", map[string]string{"E2b-Traffic-Access-Token": e.h.trafficToken(id)}), nil).apiErr(t, 502)
-	e.do(t, "GET", "/", port("8080", nil), nil).apiErr(t, 401)
-	e.do(t, "GET", "/", port("8080", map[string]string{"E2b-Traffic-Access-Token": e.h.trafficToken("sb-other")}), nil).apiErr(t, 401)
+	// A port of the sandbox's own: E2B's proxy's 403 for a private sandbox.
+	e.do(t, "GET", "/", port("8080", nil), nil).apiErr(t, 403)
+	e.do(t, "GET", "/", port("8080", map[string]string{"E2b-Traffic-Access-Token": e.h.trafficToken("sb-other")}), nil).apiErr(t, 403)
 	e.do(t, "GET", "/", port("8080", map[string]string{"E2b-Traffic-Access-Token": e.h.trafficToken(id)}), nil).apiErr(t, 502)
 	e.do(t, "GET", "/", port("70000", map[string]string{"E2b-Traffic-Access-Token": e.h.trafficToken(id)}), nil).apiErr(t, 400)
 	e.do(t, "GET", "/", port("x", nil), nil).apiErr(t, 400)
@@ -814,7 +815,7 @@ console.log(s.getHost(8765))`)
 	if r := byHost(host+":443", "/hello.txt", token); r.status != 200 || string(r.body) != "hello from the sandbox" {
 		t.Fatalf("GET by host: %d %q", r.status, r.body)
 	}
-	byHost(host, "/hello.txt", nil).apiErr(t, 401)
+	byHost(host, "/hello.txt", nil).apiErr(t, 403)
 	if r := byHost("49983-"+c.SandboxID+".sandboxes.test", "/health", map[string]string{"X-Access-Token": c.EnvdAccessToken}); r.status/100 != 2 {
 		t.Fatalf("envd by host: %d %q", r.status, r.body)
 	}
@@ -875,7 +876,7 @@ for line in f: f.write(b"echo " + line); f.flush()
 	}
 
 	delete(hdr, "E2b-Traffic-Access-Token")
-	e.do(t, "GET", "/hello.txt", hdr, nil).apiErr(t, 401)
+	e.do(t, "GET", "/hello.txt", hdr, nil).apiErr(t, 403)
 	if _, err := NewHandler(Config{Manager: e.m, Store: e.st, Domain: "https://x.test"}); err == nil {
 		t.Error("NewHandler accepted a URL as Domain")
 	}
