@@ -431,7 +431,10 @@ func (h *Handler) serveSandbox(w http.ResponseWriter, r *http.Request, id string
 		}
 		if !tokenOK(r.Header.Get(headerTrafficToken), h.trafficToken(id)) &&
 			!tokenOK(r.Header.Get(headerAccessToken), h.envdToken(id)) {
-			writeAPIError(w, http.StatusUnauthorized, "missing or wrong "+headerTrafficToken+" for sandbox "+id+": ports of airlock sandboxes are never public")
+			// 403, as E2B's proxy answers a sandbox whose traffic is not
+			// public (E2B's network.test.ts); envd's and the
+			// interpreter's ports answer 401, as envd does.
+			writeAPIError(w, http.StatusForbidden, "missing or wrong "+headerTrafficToken+" for sandbox "+id+": ports of airlock sandboxes are never public")
 			return
 		}
 	}

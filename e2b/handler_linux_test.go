@@ -226,6 +226,29 @@ func TestControlPlaneAuthAndErrors(t *testing.T) {
 	}
 }
 
+// TestTemplateAliasKnown: Template.exists / aliasExists (GET
+// /templates/aliases/{alias}) says yes to every name a create takes, E2B's
+// well-known templates and airlock's profiles included (E2B's own suite
+// checks Template.exists('base')), and no to others, only for a key.
+func TestTemplateAliasKnown(t *testing.T) {
+	e := newEnv(t, false)
+	for _, name := range []string{"base", "code-interpreter-v1", "standard"} {
+		r := e.api(t, "GET", "/templates/aliases/"+name, e.key, "")
+		var got struct {
+			TemplateID string `json:"templateID"`
+			Public     bool   `json:"public"`
+		}
+		r.json(t, &got)
+		if r.status != 200 || got.TemplateID != name || !got.Public {
+			t.Errorf("alias %s: %d %s, want 200, public", name, r.status, r.body)
+		}
+	}
+	for _, name := range []string{"no-such-template", "base:other", "..%2Fbase"} {
+		e.api(t, "GET", "/templates/aliases/"+name, e.key, "").apiErr(t, 404)
+	}
+	e.api(t, "GET", "/templates/aliases/base", "", "").apiErr(t, 401)
+}
+
 // TestOldSDKCreateBodies sends the create bodies of e2b 2.39 (autoResume
 // {"enabled": false}, autoPause false, allow_internet_access true, secure)
 // and checks they create sandboxes, with internet access as they asked,
@@ -316,8 +339,9 @@ func TestSandboxPortAuth(t *testing.T) {
 	// The right token for a sandbox that does not run: E2B's 502.
 	e.do(t, "GET", "/health", port("49983", map[string]string{"X-Access-Token": e.h.envdToken(id)}), nil).apiErr(t, 502)
 	e.do(t, "POST", "/contexts", port("49999", map[string]string{"E2b-Traffic-Access-Token": e.h.trafficToken(id)}), nil).apiErr(t, 502)
-	e.do(t, "GET", "/", port("8080", nil), nil).apiErr(t, 401)
-	e.do(t, "GET", "/", port("8080", map[string]string{"E2b-Traffic-Access-Token": e.h.trafficToken("sb-other")}), nil).apiErr(t, 401)
+	// A port of the sandbox's own: E2B's proxy's 403 for a private sandbox.
+	e.do(t, "GET", "/", port("8080", nil), nil).apiErr(t, 403)
+	e.do(t, "GET", "/", port("8080", map[string]string{"E2b-Traffic-Access-Token": e.h.trafficToken("sb-other")}), nil).apiErr(t, 403)
 	e.do(t, "GET", "/", port("8080", map[string]string{"E2b-Traffic-Access-Token": e.h.trafficToken(id)}), nil).apiErr(t, 502)
 	e.do(t, "GET", "/", port("70000", map[string]string{"E2b-Traffic-Access-Token": e.h.trafficToken(id)}), nil).apiErr(t, 400)
 	e.do(t, "GET", "/", port("x", nil), nil).apiErr(t, 400)
@@ -787,7 +811,7 @@ console.log(s.getHost(8765))`)
 	if r := byHost(host+":443", "/hello.txt", token); r.status != 200 || string(r.body) != "hello from the sandbox" {
 		t.Fatalf("GET by host: %d %q", r.status, r.body)
 	}
-	byHost(host, "/hello.txt", nil).apiErr(t, 401)
+	byHost(host, "/hello.txt", nil).apiErr(t, 403)
 	if r := byHost("49983-"+c.SandboxID+".sandboxes.test", "/health", map[string]string{"X-Access-Token": c.EnvdAccessToken}); r.status/100 != 2 {
 		t.Fatalf("envd by host: %d %q", r.status, r.body)
 	}
@@ -848,7 +872,7 @@ for line in f: f.write(b"echo " + line); f.flush()
 	}
 
 	delete(hdr, "E2b-Traffic-Access-Token")
-	e.do(t, "GET", "/hello.txt", hdr, nil).apiErr(t, 401)
+	e.do(t, "GET", "/hello.txt", hdr, nil).apiErr(t, 403)
 	if _, err := NewHandler(Config{Manager: e.m, Store: e.st, Domain: "https://x.test"}); err == nil {
 		t.Error("NewHandler accepted a URL as Domain")
 	}

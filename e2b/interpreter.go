@@ -458,9 +458,16 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request, b *boxState) {
 				writePlain(w, http.StatusBadGateway, err.Error())
 				return
 			}
+			// As on E2B, whose sandbox takes the connection with it: the
+			// cell's error says why (onError), then the response is cut,
+			// so runCode rejects, and the SDKs that check the sandbox
+			// then (code interpreter 2.8+) raise E2B's TimeoutError "The
+			// sandbox was killed while the request was in progress".
 			emit(CellOutput{Type: "error", Error: &CellError{Name: "SandboxEnded", Value: err.Error()}})
-			err = nil
-			end.ExecutionCount = -1
+			mu.Lock()
+			out.rc.Flush()
+			mu.Unlock()
+			panic(http.ErrAbortHandler)
 		}
 	}
 	if errors.Is(err, ErrLanguage) {

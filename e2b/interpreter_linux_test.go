@@ -1,9 +1,11 @@
 package e2b
 
 import (
+	"bufio"
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -259,5 +261,48 @@ func TestExecuteHeadersBeforeOutput(t *testing.T) {
 	r = e.do(t, "POST", "/execute", hdr, []byte(`{"code":"1","context_id":"ctx-0000000000000000"}`))
 	if r.status != 404 || !strings.Contains(string(r.body), "ctx-0000000000000000") {
 		t.Fatalf("missing context: %d %s", r.status, r.body)
+	}
+}
+
+// TestExecuteCutWhenSandboxKilled: a sandbox killed while a cell runs ends
+// the cell's stream as E2B's does, with the connection: after an error line
+// that says why (SandboxEnded, "was killed"), the response is cut before
+// its end (no end_of_execution), so runCode rejects (E2B's
+// killedSandbox.test.ts) instead of resolving as if the cell had ended.
+func TestExecuteCutWhenSandboxKilled(t *testing.T) {
+	e := newEnvWith(t, true, AgentInterpreter{})
+	var created sandboxCreated
+	e.api(t, "POST", "/v2/sandboxes", e.key, `{"templateID":"code-interpreter-v1"}`).json(t, &created)
+	req, _ := http.NewRequest("POST", e.url+"/execute", strings.NewReader(`{"code":"print('started', flush=True)\nimport time\ntime.sleep(300)"}`))
+	for k, v := range map[string]string{"E2b-Sandbox-Id": created.SandboxID, "E2b-Sandbox-Port": "49999",
+		"E2b-Traffic-Access-Token": created.TrafficAccessToken, "Content-Type": "application/json"} {
+		req.Header.Set(k, v)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	resp, err := http.DefaultClient.Do(req.WithContext(ctx))
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("execute: %v %v", resp, err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatalf("before the cell started: %v", err)
+		}
+		if strings.Contains(line, "started") {
+			break
+		}
+	}
+	if r := e.api(t, "DELETE", "/sandboxes/"+created.SandboxID, e.key, ""); r.status != 204 {
+		t.Fatalf("kill: %d %s", r.status, r.body)
+	}
+	rest, err := io.ReadAll(br)
+	if err == nil || errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("stream ended cleanly (%v), want it cut: %s", err, rest)
+	}
+	if !strings.Contains(string(rest), `"name":"SandboxEnded"`) || !strings.Contains(string(rest), "was killed") || strings.Contains(string(rest), "end_of_execution") {
+		t.Fatalf("rest of the stream (%v): %s", err, rest)
 	}
 }

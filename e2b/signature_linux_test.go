@@ -85,6 +85,12 @@ func TestSignedFileURLByHost(t *testing.T) {
 			t.Errorf("%s: %d %s, want 401 naming %q", r.what, st, b, r.want)
 		}
 	}
+	// E2B's own suite compares the whole body of an expired URL's refusal
+	// with envd's (tests/sandbox/files/signing.test.ts).
+	expired := sign(p, "read", "", time.Now().Add(-time.Minute).Unix())
+	if st, b := send("GET", expired, ""); st != 401 || strings.TrimSpace(b) != `{"code":401,"message":"signature is already expired"}` {
+		t.Errorf("expired URL: %d %s, want envd's body exactly", st, b)
+	}
 	if st, b := send("GET", sign(p, "read", "", 0), ""); st != 200 || b != "signed bytes" {
 		t.Fatalf("file changed by a refused request: %d %q", st, b)
 	}

@@ -608,17 +608,17 @@ func (h *Handler) templateBuildStatus(w http.ResponseWriter, r *http.Request) er
 	return nil
 }
 
-// templateAlias serves GET /templates/aliases/{alias}: 200 if the key may
-// use a template or image of that name, else 404.
+// templateAlias serves GET /templates/aliases/{alias}: 200 if a create may
+// name it (templateFor: E2B's well-known templates, airlock's profiles, and
+// the images and templates the key may use), else 404.
 func (h *Handler) templateAlias(w http.ResponseWriter, r *http.Request) error {
-	st := h.m.Images()
 	alias := r.PathValue("alias")
-	if st == nil {
+	_, image, err := h.templateFor(callerOf(r.Context()).id, alias)
+	if err != nil || alias == "" {
 		return apiErrorf(http.StatusNotFound, "template '%s' not found", alias)
 	}
-	if _, err := st.As(callerOf(r.Context()).id).Get(alias); err != nil {
-		return apiErrorf(http.StatusNotFound, "template '%s' not found", alias)
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"templateID": alias, "public": false})
+	// The well-known templates and profiles are every key's (public); an
+	// image of the store is the key's own as far as it can tell.
+	writeJSON(w, http.StatusOK, map[string]any{"templateID": alias, "public": image == ""})
 	return nil
 }

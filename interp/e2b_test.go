@@ -140,3 +140,46 @@ plt.show()`)
 		t.Errorf("bar chart %s", raw)
 	}
 }
+
+// TestPythonChartKinds: scatter, pie and box-and-whisker figures carry
+// E2B's chart data (its code-interpreter suite's charts/*.test.ts): a
+// scatter's series of points, a pie's wedges with angle and radius, a box
+// plot's quartiles, median, whisker ends and outliers per box.
+func TestPythonChartKinds(t *testing.T) {
+	t.Parallel()
+	needModules(t, "matplotlib")
+	k := python(t)
+	res := ok(t, k, `import matplotlib.pyplot as plt
+plt.scatter([1, 2, 3], [4, 5, 6], label="first")
+plt.scatter([0.5], [0.25], label="second")
+plt.show()
+fig, ax = plt.subplots()
+ax.pie([90, 10], labels=["No", "No, in blue"], autopct='%1.1f%%', startangle=90)
+plt.title("pie")
+plt.show()
+fig, ax = plt.subplots()
+ax.boxplot([[85, 90, 78, 92, 88], [95, 89, 76, 91, 84, 87]], labels=["A", "B"], patch_artist=True)
+plt.show()`)
+	if len(res.Results) != 3 {
+		t.Fatalf("%d results, want 3 figures", len(res.Results))
+	}
+	want := []string{
+		`{"type":"scatter","elements":[{"label":"first","points":[[1,4],[2,5],[3,6]]},{"label":"second","points":[[0.5,0.25]]}]}`,
+		`{"type":"pie","elements":[{"angle":324,"label":"No","radius":1},{"angle":36,"label":"No, in blue","radius":1}]}`,
+		`{"type":"box_and_whisker","elements":[{"first_quartile":85,"label":"A","max":92,"median":88,"min":78,"outliers":[],"third_quartile":90},` +
+			`{"first_quartile":84.75,"label":"B","max":95,"median":88,"min":84,"outliers":[76],"third_quartile":90.5}]}`,
+	}
+	for i, w := range want {
+		var chart struct {
+			Type     string           `json:"type"`
+			Elements []map[string]any `json:"elements"`
+		}
+		raw := res.Results[i]["e2b/chart"]
+		if err := json.Unmarshal([]byte(raw), &chart); err != nil {
+			t.Fatalf("chart %d %q: %v", i, raw, err)
+		}
+		if got, _ := json.Marshal(chart); string(got) != w {
+			t.Errorf("chart %d:\n got %s\nwant %s", i, got, w)
+		}
+	}
+}

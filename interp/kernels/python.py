@@ -158,15 +158,27 @@ def figure_chart(fig):
 
 
 def axes_chart(ax):
+    from matplotlib.collections import PathCollection
     from matplotlib.lines import Line2D
-    from matplotlib.patches import Rectangle
-    from matplotlib.text import Text
+    from matplotlib.patches import PathPatch, Rectangle, Wedge
     parts = [c for c in ax.get_children() if c in ax.lines or c in ax.patches or c in ax.collections]
     chart = {'type': 'unknown', 'title': ax.get_title() or None, 'elements': []}
     if parts and all(isinstance(c, Line2D) for c in parts):
         chart['type'] = 'line'
     elif ax.containers and parts and all(isinstance(c, Rectangle) for c in parts):
         chart['type'] = 'bar'
+    elif parts and all(isinstance(c, PathCollection) for c in parts):
+        chart['type'] = 'scatter'
+    elif parts and all(isinstance(c, Wedge) for c in parts):
+        # a pie: each wedge's label, angle (degrees) and radius, as E2B's
+        chart['type'] = 'pie'
+        for w in parts:
+            chart['elements'].append({'label': w.get_label(), 'angle': abs(sig8(w.theta2 - w.theta1)),
+                                      'radius': float(w.r)})
+        return chart
+    elif parts and any(isinstance(c, PathPatch) for c in parts) and \
+            all(isinstance(c, (PathPatch, Line2D)) for c in parts):
+        chart['type'] = 'box_and_whisker'
     else:
         return chart
     labels = {'x_label': ax.get_xlabel() or None, 'y_label': ax.get_ylabel() or None}
@@ -179,7 +191,9 @@ def axes_chart(ax):
             if m:
                 unit = m.group(1) or m.group(2)
         chart[axis + '_label'], chart[axis + '_unit'] = label, unit
-    if chart['type'] == 'line':
+    if chart['type'] == 'box_and_whisker':
+        return box_chart(ax, chart, [c for c in parts if isinstance(c, PathPatch)])
+    if chart['type'] in ('line', 'scatter'):
         for axis, get in (('x', ax.xaxis), ('y', ax.yaxis)):
             ticks = list(get.get_ticklocs())
             tick_labels = [t.get_text() for t in get.get_ticklabels()]
@@ -187,6 +201,14 @@ def axes_chart(ax):
             chart[axis + '_ticks'] = [iso_date(t) if dates else float(t) for t in ticks]
             chart[axis + '_tick_labels'] = tick_labels
             chart[axis + '_scale'] = axis_scale(get, ax, axis, ticks, tick_labels, dates)
+        if chart['type'] == 'scatter':
+            for coll in parts:
+                label = coll.get_label()
+                if label.startswith('_child'):
+                    label = 'Scatter ' + label[6:]
+                points = [[point_value(x), point_value(y)] for x, y in coll.get_offsets()]
+                chart['elements'].append({'label': label, 'points': points})
+            return chart
         for n, line in enumerate(ax.get_lines()):
             label = line.get_label()
             if label.startswith('_child'):
@@ -211,6 +233,57 @@ def axes_chart(ax):
             values = heights
         for name, value in zip(names, values):
             chart['elements'].append({'label': name, 'group': group, 'value': float(value)})
+    return chart
+
+
+def sig8(v):
+    """v rounded as E2B's charts round it: to 8 - (its decimal exponent)
+    significant digits, so that a pie's 323.99999999999994 degrees are 324."""
+    from decimal import Decimal, localcontext
+    d = Decimal(str(float(v)))
+    with localcontext() as ctx:
+        ctx.prec = max(1, 8 - d.adjusted())
+        return float(+d)
+
+
+def box_chart(ax, chart, boxes):
+    """E2B's box_and_whisker chart of a boxplot: for each box (a PathPatch,
+    in order, named by its tick label) its quartiles from the box, its
+    median, whiskers' ends and outliers from the lines drawn over it."""
+    import numpy as np
+    spans = []
+    for b in boxes:
+        v = b.get_path().vertices
+        spans.append((v[:, 0].min(), v[:, 0].max(), v[:, 1].min(), v[:, 1].max()))
+    # boxplot puts its boxes at fixed positions of the category axis: x for
+    # vertical boxes (the default), y for horizontal ones (vert=False).
+    from matplotlib.ticker import FixedLocator
+    vertical = not isinstance(ax.yaxis.get_major_locator(), FixedLocator) or \
+        isinstance(ax.xaxis.get_major_locator(), FixedLocator)
+    if not vertical:
+        chart['x_label'], chart['y_label'] = chart['y_label'], chart['x_label']
+        chart['x_unit'], chart['y_unit'] = chart['y_unit'], chart['x_unit']
+        spans = [(s[2], s[3], s[0], s[1]) for s in spans]
+    ticks = ax.get_xticklabels() if vertical else ax.get_yticklabels()
+    names = [t.get_text() for t in ticks]
+    for i, (x0, x1, q1, q3) in enumerate(spans):
+        el = {'label': names[i] if i < len(names) else str(i + 1), 'min': sig8(q1), 'first_quartile': sig8(q1),
+              'median': None, 'third_quartile': sig8(q3), 'max': sig8(q3), 'outliers': []}
+        widest = -1
+        for line in ax.lines:
+            xs, ys = np.asarray(line.get_xdata(), float), np.asarray(line.get_ydata(), float)
+            if not vertical:
+                xs, ys = ys, xs
+            if len(xs) == 0 or not (x0 - 1e-9 <= xs.mean() <= x1 + 1e-9):
+                continue
+            if line.get_linestyle() in ('None', '', ' ') and line.get_marker() not in (None, 'None', ''):
+                el['outliers'] += [sig8(y) for y in ys]
+                continue
+            el['min'], el['max'] = min(el['min'], sig8(ys.min())), max(el['max'], sig8(ys.max()))
+            width = xs.max() - xs.min()
+            if len(ys) == 2 and ys[0] == ys[1] and q1 <= ys[0] <= q3 and width > widest:
+                widest, el['median'] = width, sig8(ys[0])
+        chart['elements'].append(el)
     return chart
 
 

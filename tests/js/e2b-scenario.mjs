@@ -404,13 +404,19 @@ async function main() {
     let cellStarted, cmdStarted
     const cellGo = new Promise((r) => { cellStarted = r })
     const cmdGo = new Promise((r) => { cmdStarted = r })
-    const cell = ci.runCode('print("started", flush=True)\nimport time\ntime.sleep(60)', { onStdout: () => cellStarted() })
+    const cellErrors = []
+    const cell = ci.runCode('print("started", flush=True)\nimport time\ntime.sleep(60)',
+      { onStdout: () => cellStarted(), onError: (e) => cellErrors.push(e) }).catch((e) => e)
     const cmd = other.commands.run('echo started; sleep 60', { onStdout: () => cmdStarted() }).catch((e) => e)
     await Promise.all([cellGo, cmdGo])
     eq(await BaseSandbox.kill(other.sandboxId), true, 'kill')
+    // As on E2B the connection goes with the sandbox: runCode rejects with
+    // E2B's TimeoutError (killedSandbox.test.ts), after an error saying why.
     const r = await cell
-    eq(r.error?.name, 'SandboxEnded', `cell error ${JSON.stringify(r.error)}`)
-    assert(/was killed/.test(r.error.value), `cell error value ${r.error.value}`)
+    assert(r instanceof Error && r.name === 'TimeoutError' && /sandbox was killed while the request was in progress/.test(r.message),
+      `cell: ${r?.name}: ${r?.message}`)
+    eq(cellErrors[0]?.name, 'SandboxEnded', `cell error ${JSON.stringify(cellErrors)}`)
+    assert(/was killed/.test(cellErrors[0].value), `cell error value ${cellErrors[0].value}`)
     const e = await cmd
     assert(e instanceof Error && /was killed/.test(e.message), `command: ${e?.name}: ${e?.message}`)
     // E2B's wording, which its own tests look for (sandboxKilledDuringRun).
