@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/runtime/native/idrange"
+	"github.com/airlock-dev/airlock/runtime/tier"
 )
 
 // idLease is a sandbox's host uid/gid range; nil when airlock is not root
@@ -47,16 +48,32 @@ func (i *idLease) base() int {
 	return i.l.Base
 }
 
-// handTo makes the sandbox's init the lease's holder: the range stays
-// taken while the sandbox lives, whether or not this server does.
-func (i *idLease) handTo(pid int) error {
+// handTo makes the sandbox's init the lease's holder, or the directory
+// that bounds its life where its processes do not (tier.LeaseHolder): the
+// range stays taken while the sandbox lives, whether or not this server
+// does, paused or not.
+func (i *idLease) handTo(inst tier.Instance) error {
 	if i.l == nil {
 		return nil
 	}
-	if err := i.l.SetHolder(pid); err != nil {
+	var err error
+	if dir := leaseDir(inst); dir != "" {
+		err = i.l.SetHolderDir(dir)
+	} else {
+		err = i.l.SetHolder(inst.Pid())
+	}
+	if err != nil {
 		return fmt.Errorf("manager: %w", err)
 	}
 	return nil
+}
+
+// leaseDir is the directory that holds inst's lease, "" if its pid does.
+func leaseDir(inst tier.Instance) string {
+	if h, ok := inst.(tier.LeaseHolder); ok {
+		return h.LeaseDir()
+	}
+	return ""
 }
 
 // Release frees the range; only once the sandbox's processes are gone.
@@ -66,14 +83,29 @@ func (i *idLease) Release() {
 	}
 }
 
-// reclaimIDs re-takes a reattached sandbox's range for its init, and
-// refuses to reattach a sandbox whose range another live process holds.
-// The range is the one the kernel maps for the init (its uid_map), which
-// is also right for a sandbox recorded before ranges were (base 0).
-func reclaimIDs(base, pid int) error {
+// reclaimIDs re-takes a reattached sandbox's range for its holder (as
+// handTo), and refuses to reattach a sandbox whose range another live
+// holder has. The range is the one the kernel maps for the init (its
+// uid_map), which is also right for a sandbox recorded before ranges were
+// (base 0).
+func reclaimIDs(base int, inst tier.Instance) error {
 	if os.Geteuid() != 0 {
 		return nil
 	}
+	if dir := leaseDir(inst); dir != "" {
+		if base == 0 {
+			return nil
+		}
+		pool, err := idrange.Default()
+		if err != nil {
+			return err
+		}
+		if _, err := pool.ClaimDir(base, dir); err != nil {
+			return fmt.Errorf("host uid range: %w", err)
+		}
+		return nil
+	}
+	pid := inst.Pid()
 	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/uid_map", pid)); err == nil {
 		var inside, host, n int
 		if _, err := fmt.Sscan(string(b), &inside, &host, &n); err == nil && inside == 0 && n == idrange.Size {

@@ -199,9 +199,11 @@ const interruptedCheckpointWait = 2 * time.Minute
 // whose pause the previous server was killed in the middle of
 // (checkpoint.tmp, no checkpoint.done) is when the checkpoint, which
 // outlived the server, wrote the whole image (tier.CheckpointSettler): the
-// image is then committed here. A half-written image is discarded, and the
-// sandbox is recorded lost with the reason. Without a pause under way it
-// is not paused (adopted running if the tier can).
+// image is then committed here. One whose checkpoint never began runs on:
+// what is in checkpoint.tmp is discarded and it is not paused. Only one
+// whose checkpoint does not settle (still running, or its sandbox still
+// up after writing it) is recorded lost, with the reason. Without a pause
+// under way it is not paused (adopted running if the tier can).
 func (m *Manager) settleCheckpoint(t tier.Tier, id string) (paused bool, why string) {
 	image, done := m.checkpointDir(id), m.checkpointDone(id)
 	tmp := image + ".tmp"
@@ -216,13 +218,17 @@ func (m *Manager) settleCheckpoint(t tier.Tier, id string) (paused bool, why str
 	if s, ok := t.(tier.CheckpointSettler); ok {
 		whole, err = s.FinishCheckpoint(id, tmp, interruptedCheckpointWait)
 	}
-	if err != nil || !whole {
+	if err != nil {
 		os.RemoveAll(tmp)
-		why := "the server was killed while pausing it, before its checkpoint was written"
-		if err != nil {
-			why += ": " + err.Error()
-		}
-		return false, why
+		return false, "the server was killed while pausing it, and its checkpoint did not settle: " + err.Error()
+	}
+	if !whole {
+		// The checkpoint never began: the sandbox runs on, and is taken
+		// over running (a sandbox is never dropped for a pause that did
+		// not happen; if it is gone, adoption says so).
+		os.RemoveAll(tmp)
+		m.cfg.Logf("sandbox %s: its pause, interrupted by the previous server's end, never began; taken over running", id)
+		return false, ""
 	}
 	if err := commitCheckpoint(tmp, image, done); err != nil {
 		os.RemoveAll(tmp)

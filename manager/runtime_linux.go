@@ -183,7 +183,7 @@ func (m *Manager) start(ctx context.Context, req *CreateRequest, p policy.Policy
 		return fail(fmt.Errorf("manager: start sandbox: %w", err))
 	}
 	stdin.Close()
-	if err := ids.handTo(inst.Pid()); err != nil {
+	if err := ids.handTo(inst); err != nil {
 		inst.Destroy()
 		return fail(err)
 	}
@@ -332,13 +332,18 @@ func (m *Manager) reattach(ctx context.Context, rec *store.Sandbox) (*Sandbox, s
 		return nil, err.Error()
 	}
 	if ck, ok := inst.(tier.Checkpointer); ok && paused {
+		// Its range stays its own while it is paused too (tier.LeaseHolder).
+		if err := reclaimIDs(rec.UIDBase, inst); err != nil {
+			inst.Destroy()
+			return nil, err.Error()
+		}
 		return m.adoptSuspended(rec, &rs, inst, ck), ""
 	}
 	if !t.Caps().AdoptRunning {
 		inst.Destroy()
 		return nil, fmt.Sprintf("runtime %s does not take over running sandboxes after a restart", t.Name())
 	}
-	if err := reclaimIDs(rec.UIDBase, rs.Pid); err != nil {
+	if err := reclaimIDs(rec.UIDBase, inst); err != nil {
 		inst.Destroy()
 		return nil, err.Error()
 	}

@@ -131,11 +131,38 @@ func TestCrashMidGVisorPause(t *testing.T) {
 	if res := runCell(t, c, sb.ID, client.CodeRequest{Code: "x = 41"}); res.Error != nil {
 		t.Fatalf("cell: %+v", res.Error)
 	}
-	paused := make(chan error, 1)
-	go func() { _, err := c.Pause(ctx, sb.ID); paused <- err }()
-	eventually(t, time.Minute, "runsc checkpoint of the sandbox runs", func() bool { return runscCheckpointOf(sb.ID) })
-	s1.crash() // SIGKILL, mid checkpoint
-	<-paused
+	// SIGKILL mid checkpoint. A pause may end between two looks for its
+	// runsc checkpoint (a fast disk, a slow /proc scan under load): it is
+	// then resumed and tried again.
+	crashMidPause := func() bool {
+		paused := make(chan error, 1)
+		go func() { _, err := c.Pause(ctx, sb.ID); paused <- err }()
+		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+			if runscCheckpointOf(sb.ID) {
+				s1.crash()
+				<-paused
+				return true
+			}
+			select {
+			case err := <-paused:
+				if err != nil {
+					t.Fatalf("pause: %v", err)
+				}
+				if _, err := c.Resume(ctx, sb.ID); err != nil {
+					t.Fatalf("resume: %v", err)
+				}
+				return false
+			default:
+			}
+		}
+		t.Fatal("timed out waiting for: runsc checkpoint of the sandbox runs")
+		return false
+	}
+	for attempt := 1; !crashMidPause(); attempt++ {
+		if attempt == 5 {
+			t.Fatal("5 pauses ended before a look saw their runsc checkpoint")
+		}
+	}
 
 	s2 := startServer(t, state)
 	c = client.New(s2.URL, key)

@@ -455,6 +455,11 @@ func uidLeasesLeft(t *testing.T, state string) []string {
 			continue
 		}
 		f := strings.Fields(string(b))
+		if len(f) == 3 && f[0] == "dir" && !strings.Contains(f[2], r.ID) {
+			if _, err := os.Stat(f[2]); err == nil {
+				continue // another sandbox (its state directory) holds it now
+			}
+		}
 		if len(f) == 2 {
 			pid, _ := strconv.Atoi(f[0])
 			if st, err := idrange.StartTime(pid); err == nil && strconv.FormatUint(st, 10) == f[1] && !ownedByUs(r.ID, pid) {

@@ -63,12 +63,17 @@ func checkpointOf(id string) []int {
 // FinishCheckpoint settles a checkpoint of sandbox id into directory image
 // that a process killed mid pause (SIGKILL) left behind: it waits, up to
 // wait, for the `runsc checkpoint` still running to end, then reports
-// whether the image is whole, which it is when runsc stopped the sandbox
-// after writing it (runsc stops a sandbox only once its image is written;
-// a failed checkpoint leaves it running). A whole image is synced to disk
-// and the stopped container's runsc state removed, for Restore after
-// Adopt; otherwise what is left of the sandbox is the caller's to remove
-// (Remove).
+// whether the image is whole. A whole image is synced to disk and the
+// stopped container's runsc state removed, for Restore after Adopt.
+//
+// `runsc checkpoint` returns once the sentry has written the image, and the
+// sentry then kills the sandbox (a save that began ends the sandbox whether
+// or not it succeeded): its process may still be exiting, which under load
+// takes seconds, so a sandbox whose image was begun (a non-empty state
+// file) is waited for, up to wait, and counts as stopped, not as running.
+// One whose image was never begun (the checkpoint never reached the
+// sentry) runs on: the image is not whole and the sandbox is the caller's
+// to take over running.
 func FinishCheckpoint(id, image string, wait time.Duration) (bool, error) {
 	if !validID(id) {
 		return false, fmt.Errorf("gvisor: bad sandbox id %q", id)
@@ -77,16 +82,20 @@ func FinishCheckpoint(id, image string, wait time.Duration) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	for deadline := time.Now().Add(wait); len(checkpointOf(id)) > 0; time.Sleep(50 * time.Millisecond) {
+	deadline := time.Now().Add(wait)
+	for ; len(checkpointOf(id)) > 0; time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			return false, fmt.Errorf("gvisor: the interrupted checkpoint of %s is still running after %v", id, wait)
 		}
 	}
-	if _, err := os.Stat(filepath.Join(image, "checkpoint.img")); err != nil {
-		return false, nil // runsc never wrote the image
+	fi, err := os.Stat(filepath.Join(image, "checkpoint.img"))
+	if err != nil || fi.Size() == 0 {
+		return false, nil // the sentry never began the image: it runs on
 	}
-	if running(rs.Path, id) {
-		return false, nil
+	for ; running(rs.Path, id); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return false, fmt.Errorf("gvisor: %s still runs %v after its interrupted checkpoint wrote its image", id, wait)
+		}
 	}
 	if err := dropCache(image); err != nil {
 		return false, err

@@ -435,3 +435,50 @@ func TestCheckpointRestore(t *testing.T) {
 		t.Fatalf("the restored sandbox is not in its cgroup: %+v %v", st, err)
 	}
 }
+
+// TestFinishCheckpointWaitsForStop: FinishCheckpoint, settling a
+// checkpoint it finds running (as a restarted server does after a kill mid
+// pause), calls the image whole once the sandbox has stopped: runsc
+// checkpoint returns before the sandbox's process has exited, and a look
+// in between must not call the sandbox running (the old code did, and the
+// server recorded a paused sandbox lost). A sandbox whose checkpoint never
+// began is reported not whole, and it runs on.
+func TestFinishCheckpointWaitsForStop(t *testing.T) {
+	needRunsc(t)
+	host, inside := socketPair(t)
+	defer host.Close()
+	sb, err := gvisor.Start(native.Config{Policy: gvPolicy(t, nil), Args: []string{"python3", "-c", "import sys\nbig = bytearray(64 << 20)\nfor line in sys.stdin:\n    print(line.strip(), flush=True)\n"}, Stdin: inside, Stdout: inside})
+	inside.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Destroy()
+	if got := sayLine(t, host, "up"); got != "up" {
+		t.Fatalf("before checkpoint: %q", got)
+	}
+	image := t.TempDir()
+	whole, err := gvisor.FinishCheckpoint(sb.ID, image, time.Minute)
+	if err != nil || whole {
+		t.Fatalf("no checkpoint began: whole %v (%v), want not whole", whole, err)
+	}
+	if got := sayLine(t, host, "still"); got != "still" {
+		t.Fatalf("after settling a checkpoint that never began: %q", got)
+	}
+	done := make(chan error, 1)
+	go func() { done <- sb.Checkpoint(image) }()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Millisecond) {
+		if fi, err := os.Stat(filepath.Join(image, "checkpoint.img")); err == nil && fi.Size() > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("runsc checkpoint never began the image")
+		}
+	}
+	whole, err = gvisor.FinishCheckpoint(sb.ID, image, 2*time.Minute)
+	if err != nil || !whole {
+		t.Fatalf("settling a checkpoint that wrote its image: whole %v (%v), want whole", whole, err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -199,6 +199,12 @@ func (h *Handle) Destroy() error {
 	return err
 }
 
+// LeaseDir implements tier.LeaseHolder: the sandbox's state directory
+// (its bundle), which lives from its start to its Destroy or Remove,
+// across checkpoints, restores and server restarts, as no runsc process
+// does.
+func (h *Handle) LeaseDir() string { return h.current().dir }
+
 // Listeners are those an adoption opened in the sandbox's new egress
 // namespace, if any.
 func (h *Handle) Listeners() []net.Listener { return h.current().Listeners() }

@@ -339,8 +339,19 @@ type ExitDetailer interface {
 // server restart, a checkpoint that a killed server had started: it waits
 // up to wait for the checkpoint of sandbox id into image and reports
 // whether the image is whole (the sandbox then stopped after writing it).
+// Not whole and no error means the checkpoint never began: the sandbox
+// runs on, to be taken over running.
 type CheckpointSettler interface {
 	FinishCheckpoint(id, image string, wait time.Duration) (whole bool, err error)
+}
+
+// LeaseHolder is an instance whose host processes do not span its life
+// (a checkpoint ends them, a restore starts others): its host id range
+// lease is held by the directory LeaseDir names, which exists exactly as
+// long as the sandbox does, paused or running, across server restarts,
+// instead of by its pid ("" if it has none: its pid holds it then).
+type LeaseHolder interface {
+	LeaseDir() string
 }
 
 // Runner is a tier that runs one-shot sandboxes (airlock run, a template's

@@ -7,8 +7,12 @@
 //
 // A lease is a file named after the range's first host id, holding the
 // pid and start time of the process whose life bounds it (a sandbox's
-// init, or the launcher until the init exists). A lease whose holder is
-// gone is free: a crash never leaks a range. Allocation runs under an
+// init, or the launcher until the init exists), or, for a sandbox whose
+// host processes do not span its life (a gVisor sandbox's checkpoint ends
+// them, its restore starts others), a directory that does (its state
+// directory), by path and inode number: a path that names its sandbox, so
+// that it is never made again for another. A lease whose holder is gone is free: a crash
+// never leaks a range. Allocation runs under an
 // flock of the directory's lock file; the directory lives on /run, which
 // a reboot empties along with every sandbox.
 package idrange
@@ -77,10 +81,39 @@ type Lease struct {
 func (l *Lease) path() string { return filepath.Join(l.pool.Dir, strconv.Itoa(l.Base)) }
 
 // holder identifies a process: pid and start time (clock ticks since
-// boot, /proc/PID/stat field 22), which together survive pid reuse.
+// boot, /proc/PID/stat field 22), which together survive pid reuse; or a
+// directory: its path, unique to its holder, and inode number.
 type holder struct {
 	pid   int
 	start uint64
+	dir   string
+	ino   uint64
+}
+
+// dirHolder identifies directory dir, which must exist.
+func dirHolder(dir string) (holder, error) {
+	if !filepath.IsAbs(dir) || strings.ContainsAny(dir, " \n") {
+		return holder{}, fmt.Errorf("directory %q: not an absolute path without spaces", dir)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		return holder{}, err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return holder{}, fmt.Errorf("%s is not a directory", dir)
+	}
+	return holder{dir: dir, ino: st.Ino}, nil
+}
+
+// parseHolder reads a lease file's content.
+func parseHolder(b []byte) (holder, bool) {
+	var h holder
+	if rest, ok := strings.CutPrefix(string(b), "dir "); ok {
+		_, err := fmt.Sscan(rest, &h.ino, &h.dir)
+		return h, err == nil && h.dir != ""
+	}
+	_, err := fmt.Sscan(string(b), &h.pid, &h.start)
+	return h, err == nil
 }
 
 func holderOf(pid int) (holder, error) {
@@ -88,15 +121,24 @@ func holderOf(pid int) (holder, error) {
 	if err != nil {
 		return holder{}, err
 	}
-	return holder{pid, st}, nil
+	return holder{pid: pid, start: st}, nil
 }
 
-func (h holder) String() string { return fmt.Sprintf("%d %d\n", h.pid, h.start) }
+func (h holder) String() string {
+	if h.dir != "" {
+		return fmt.Sprintf("dir %d %s\n", h.ino, h.dir)
+	}
+	return fmt.Sprintf("%d %d\n", h.pid, h.start)
+}
 
 // alive: the holder runs. A zombie (exited, not yet reaped: a holder
 // whose parent died is left to PID 1, which may reap it late) holds no
 // ids any more.
 func (h holder) alive() bool {
+	if h.dir != "" {
+		var st unix.Stat_t
+		return unix.Stat(h.dir, &st) == nil && st.Ino == h.ino
+	}
 	st, state, err := procStat(h.pid)
 	return err == nil && st == h.start && state != "Z" && state != "X"
 }
@@ -175,8 +217,7 @@ func (p Pool) liveHolder(base int) (holder, bool) {
 	path := filepath.Join(p.Dir, strconv.Itoa(base))
 	b, err := os.ReadFile(path)
 	if err == nil {
-		var h holder
-		if _, err := fmt.Sscan(string(b), &h.pid, &h.start); err == nil && h.alive() {
+		if h, ok := parseHolder(b); ok && h.alive() {
 			return h, true
 		}
 	}
@@ -193,6 +234,11 @@ func (p Pool) begin(pid int) (h holder, existing []int, unlock func(), err error
 	if h, err = holderOf(pid); err != nil {
 		return h, nil, nil, fmt.Errorf("id ranges: holder %d: %w", pid, err)
 	}
+	return p.beginAs(h)
+}
+
+// beginAs takes the pool's lock for holder h and lists the leases.
+func (p Pool) beginAs(h holder) (_ holder, existing []int, unlock func(), err error) {
 	if unlock, err = p.lock(); err != nil {
 		return h, nil, nil, err
 	}
@@ -306,7 +352,25 @@ const reclaimPerAcquire = 4
 // init is pid (after a server restart). It fails with ErrInUse if another
 // live process holds an overlapping range.
 func (p Pool) Claim(base, pid int) (*Lease, error) {
-	h, existing, unlock, err := p.begin(pid)
+	h, err := holderOf(pid)
+	if err != nil {
+		return nil, fmt.Errorf("id ranges: holder %d: %w", pid, err)
+	}
+	return p.claim(base, h)
+}
+
+// ClaimDir is Claim for a sandbox whose lease directory dir holds (see
+// Lease.SetHolderDir).
+func (p Pool) ClaimDir(base int, dir string) (*Lease, error) {
+	h, err := dirHolder(dir)
+	if err != nil {
+		return nil, fmt.Errorf("id ranges: holder: %w", err)
+	}
+	return p.claim(base, h)
+}
+
+func (p Pool) claim(base int, h holder) (*Lease, error) {
+	h, existing, unlock, err := p.beginAs(h)
 	if err != nil {
 		return nil, err
 	}
@@ -314,7 +378,7 @@ func (p Pool) Claim(base, pid int) (*Lease, error) {
 	for _, e := range existing {
 		if overlaps(e, base) {
 			if other, live := p.liveHolder(e); live && other != h {
-				return nil, fmt.Errorf("host ids %d-%d (held by pid %d): %w", e, e+Size-1, other.pid, ErrInUse)
+				return nil, fmt.Errorf("host ids %d-%d (held by %s): %w", e, e+Size-1, other.name(), ErrInUse)
 			}
 		}
 	}
@@ -359,6 +423,23 @@ func (l *Lease) SetHolder(pid int) error {
 	if err != nil {
 		return fmt.Errorf("id ranges: holder %d: %w", pid, err)
 	}
+	return l.setHolder(h)
+}
+
+// SetHolderDir hands the lease to directory dir (a sandbox's state
+// directory, whose path names it and is never made again for another):
+// the range stays taken while dir, this very directory, exists, whatever
+// becomes of any process. For a sandbox whose host processes come and go
+// while it lives (a gVisor checkpoint ends them; a restore starts others).
+func (l *Lease) SetHolderDir(dir string) error {
+	h, err := dirHolder(dir)
+	if err != nil {
+		return fmt.Errorf("id ranges: holder: %w", err)
+	}
+	return l.setHolder(h)
+}
+
+func (l *Lease) setHolder(h holder) error {
 	unlock, err := l.pool.lock()
 	if err != nil {
 		return err
@@ -372,6 +453,14 @@ func (l *Lease) SetHolder(pid int) error {
 	}
 	l.h = h
 	return nil
+}
+
+// name says who h is, for errors.
+func (h holder) name() string {
+	if h.dir != "" {
+		return h.dir
+	}
+	return "pid " + strconv.Itoa(h.pid)
 }
 
 // ours reports whether the lease file still names this lease's holder.

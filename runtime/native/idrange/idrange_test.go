@@ -211,3 +211,66 @@ func TestFree(t *testing.T) {
 		t.Fatalf("lease of a dead holder still there: %v", err)
 	}
 }
+
+// TestDirHolder: a lease handed to a directory stays taken while that
+// directory exists, whatever becomes of the processes (its first holder
+// dies, as a gVisor sandbox's runsc does at a checkpoint): Reap leaves it,
+// Acquire skips it, ClaimDir with the same directory re-takes it and a
+// claim by a process is refused. Removed, the directory frees it.
+func TestDirHolder(t *testing.T) {
+	p := Pool{Dir: t.TempDir() + "/ranges", First: DefaultFirst}
+	dir := t.TempDir() + "/sandbox"
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	sleeper := startSleeper(t)
+	l, err := p.Acquire(sleeper.Process.Pid, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.SetHolderDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	sleeper.Process.Kill()
+	sleeper.Wait()
+	if n, err := p.Reap(); err != nil || n != 0 {
+		t.Fatalf("Reap removed %d leases (%v), want the directory's kept", n, err)
+	}
+	other, err := p.Acquire(os.Getpid(), 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if other.Base == l.Base {
+		t.Fatalf("Acquire handed out %d, held by %s", other.Base, dir)
+	}
+	other.Release()
+	if _, err := p.Acquire(os.Getpid(), l.Base, nil); !errors.Is(err, ErrInUse) {
+		t.Fatalf("Acquire of the held range: %v, want ErrInUse", err)
+	}
+	if _, err := p.Claim(l.Base, os.Getpid()); !errors.Is(err, ErrInUse) {
+		t.Fatalf("Claim by a process of the held range: %v, want ErrInUse", err)
+	}
+	if _, err := p.ClaimDir(l.Base, dir); err != nil {
+		t.Fatalf("ClaimDir by its own directory: %v", err)
+	}
+	if err := os.Remove(dir); err != nil {
+		t.Fatal(err)
+	}
+	// A file takes the directory's inode, then a new directory comes at
+	// its path: neither is the holder.
+	if err := os.WriteFile(dir+"x", nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Free(l.Base); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(p.Dir + "/" + fmt.Sprint(l.Base)); !os.IsNotExist(err) {
+		t.Fatalf("the lease of a removed directory is left: %v", err)
+	}
+	if _, err := p.Acquire(os.Getpid(), l.Base, nil); err != nil {
+		t.Fatalf("Acquire once the directory is gone: %v", err)
+	}
+}
