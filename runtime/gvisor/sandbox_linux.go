@@ -467,9 +467,16 @@ func checkpointFlags(image, id string) []string {
 
 // restoreFlags are `runsc restore`'s flags for an image in directory
 // image: pages read with O_DIRECT where the file system takes it, so that
-// the image does not pass through the page cache charged to the sandbox.
+// the image does not pass through the page cache charged to the sandbox,
+// and in the background (lazily): restore returns once the sentry's state
+// is loaded, and the memory's pages follow while the sandbox runs (a task
+// that touches a page not yet read waits for it). The sentry holds the
+// image's files open until every page is in, so the caller may remove the
+// image as soon as restore returns; a later checkpoint waits for the
+// loading to finish (pgalloc's SaveTo calls AwaitLoadAll), and an image
+// that fails to read mid-way ends the sandbox, as a failed restore does.
 func restoreFlags(image, bundle, id string) []string {
-	f := []string{"--image-path", image, "--bundle", bundle, id}
+	f := []string{"--background", "--image-path", image, "--bundle", bundle, id}
 	if directIO(image) {
 		f = append([]string{"--direct"}, f...)
 	}
