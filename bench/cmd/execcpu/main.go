@@ -13,7 +13,9 @@
 // With -create each of the N operations is a live start instead: create a
 // sandbox, run /bin/true in it (timed, as the bench's live start), then
 // kill it (also counted in the server's CPU: it is part of what a live
-// sandbox costs).
+// sandbox costs). With -get each operation is GET /v1/sandboxes/{id}: the
+// cost of an API request that does nothing (HTTP, routing, the request
+// log), i.e. what a connection that is not HTTP per exec could save.
 package main
 
 import (
@@ -39,6 +41,7 @@ func main() {
 	conc := flag.Int("c", 1, "concurrent clients")
 	rounds := flag.Int("rounds", 3, "rounds")
 	flag.BoolVar(&creates, "create", false, "time create + exec + kill instead of exec")
+	flag.BoolVar(&gets, "get", false, "time GET /v1/sandboxes/{id} instead of exec")
 	flag.Parse()
 	if flag.NArg() != 1 {
 		fmt.Fprintln(os.Stderr, "usage: execcpu [-n N] [-c C] [-rounds R] BINARY")
@@ -75,8 +78,9 @@ func selfCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// creates selects the live-start mode (-create).
-var creates bool
+// creates selects the live-start mode (-create), gets the empty-request
+// mode (-get).
+var creates, gets bool
 
 var listenRE = regexp.MustCompile(`https?://127\.0\.0\.1:[0-9]+`)
 
@@ -135,6 +139,12 @@ func run(bin string, n, conc, rounds int) error {
 			return fmt.Errorf("exit %d: %s", res.ExitCode, res.Stderr)
 		}
 		return nil
+	}
+	if gets {
+		one = func() error {
+			_, err := c.Get(ctx, sb.ID)
+			return err
+		}
 	}
 	if creates {
 		one = func() error {
