@@ -577,6 +577,11 @@ func (c *Client) OOMKills(ctx context.Context) (int64, error) {
 // same events, so use one of Events, Wait and Collect. The consumer must keep
 // reading (or Close the Process): a follower that stops reading eventually
 // makes the process block on its output pipe.
+//
+// Events starts a goroutine (the pump) that turns the stream's frames into
+// events. Wait and Collect called before any Events read the frames in the
+// caller's goroutine instead: an exec that is only collected (most of them)
+// costs no goroutine and no hand-off per event.
 type Process struct {
 	// Pid is the process's pid inside the sandbox; it is also its process
 	// group id.
@@ -587,7 +592,14 @@ type Process struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	events chan Event
-	// Set by the pump before events is closed.
+
+	mu      sync.Mutex
+	pumping bool // Events started the pump (guarded by mu)
+	// ended: the stream is done (direct reads by Wait and Collect;
+	// guarded by mu).
+	ended bool
+	// Set by the pump before events is closed, or by a direct read before
+	// ended is set.
 	exited bool
 	status ExitStatus
 	err    error
@@ -595,65 +607,120 @@ type Process struct {
 
 func newProcess(c *Client, s *cstream, pid int) *Process {
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &Process{Pid: pid, c: c, s: s, ctx: ctx, cancel: cancel, events: make(chan Event, 4)}
-	go p.pump()
-	return p
+	return &Process{Pid: pid, c: c, s: s, ctx: ctx, cancel: cancel, events: make(chan Event, 4)}
+}
+
+// event turns the stream's next frame (or the error reading it) into an
+// event. It returns false once the stream is done, having set p.err; an
+// exit event sets p.exited and p.status.
+func (p *Process) event(f Frame, err error) (Event, bool) {
+	if err != nil {
+		if p.ctx.Err() != nil {
+			err = ErrDetached
+		}
+		p.err = err
+		return Event{}, false
+	}
+	switch f.Type {
+	case FrameStdout, FrameStderr:
+		ev := Event{Type: EventStdout, Data: f.Payload}
+		if f.Type == FrameStderr {
+			ev.Type = EventStderr
+		}
+		return ev, true
+	case FrameExit:
+		var m exitMsg
+		if err := decodeJSON(f.Payload, &m); err != nil {
+			p.err = protoErr("bad exit: %v", err)
+			return Event{}, false
+		}
+		if len(m.Signal) > 16 {
+			m.Signal = m.Signal[:16]
+		}
+		p.exited, p.status = !m.Running, ExitStatus{Code: m.Code, Signal: m.Signal}
+		return Event{Type: EventExit, ExitCode: m.Code, Signal: m.Signal, Running: m.Running}, true
+	case FrameError:
+		p.err = decodeError(f.Payload)
+		return Event{}, false
+	default:
+		p.err = protoErr("unexpected %s frame while following process %d", f.Type, p.Pid)
+		p.s.reset()
+		return Event{}, false
+	}
 }
 
 // pump turns the stream's frames into events.
 func (p *Process) pump() {
 	defer close(p.events)
 	for {
-		f, err := p.s.next(p.ctx)
-		if err != nil {
-			if p.ctx.Err() != nil {
-				err = ErrDetached
-			}
-			p.err = err
+		ev, ok := p.event(p.s.next(p.ctx))
+		if !ok {
 			return
 		}
-		switch f.Type {
-		case FrameStdout, FrameStderr:
-			ev := Event{Type: EventStdout, Data: f.Payload}
-			if f.Type == FrameStderr {
-				ev.Type = EventStderr
-			}
-			select {
-			case p.events <- ev:
-			case <-p.ctx.Done():
+		select {
+		case p.events <- ev:
+		case <-p.ctx.Done():
+			if ev.Type != EventExit {
 				p.err = ErrDetached
-				return
 			}
-			p.s.consumed(len(f.Payload))
-		case FrameExit:
-			var m exitMsg
-			if err := decodeJSON(f.Payload, &m); err != nil {
-				p.err = protoErr("bad exit: %v", err)
-				return
-			}
-			if len(m.Signal) > 16 {
-				m.Signal = m.Signal[:16]
-			}
-			p.exited, p.status = !m.Running, ExitStatus{Code: m.Code, Signal: m.Signal}
-			select {
-			case p.events <- Event{Type: EventExit, ExitCode: m.Code, Signal: m.Signal, Running: m.Running}:
-			case <-p.ctx.Done():
-			}
-			return
-		case FrameError:
-			p.err = decodeError(f.Payload)
-			return
-		default:
-			p.err = protoErr("unexpected %s frame while following process %d", f.Type, p.Pid)
-			p.s.reset()
 			return
 		}
+		if ev.Type == EventExit {
+			return
+		}
+		p.s.consumed(len(ev.Data))
 	}
+}
+
+// direct reports whether Wait and Collect read the stream themselves: no
+// pump has been started. Once it has, they read its events.
+func (p *Process) direct() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return !p.pumping
+}
+
+// readDirect reads the next event in the caller's goroutine. It returns
+// false when the stream is done (result says how), or ctx's error if ctx
+// ended first (the process is still followed: read again later).
+func (p *Process) readDirect(ctx context.Context) (Event, bool, error) {
+	p.mu.Lock()
+	ended := p.ended
+	p.mu.Unlock()
+	if ended {
+		return Event{}, false, nil
+	}
+	f, err := p.s.next(ctx)
+	if err != nil && ctx.Err() != nil && p.ctx.Err() == nil && errors.Is(err, ctx.Err()) {
+		return Event{}, false, ctx.Err()
+	}
+	ev, ok := p.event(f, err)
+	if ok && ev.Type != EventExit {
+		p.s.consumed(len(ev.Data))
+	}
+	if !ok || ev.Type == EventExit {
+		p.mu.Lock()
+		p.ended = true
+		p.mu.Unlock()
+	}
+	return ev, ok, nil
 }
 
 // Events returns the process's events; the channel is closed after the exit
 // event, or early if the connection fails or the Process is closed.
-func (p *Process) Events() <-chan Event { return p.events }
+func (p *Process) Events() <-chan Event {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.pumping {
+		p.pumping = true
+		if p.ended {
+			close(p.events) // read to its end by Wait or Collect
+		} else {
+			go p.pump()
+		}
+	}
+	return p.events
+}
 
 // result is the outcome once events is closed.
 func (p *Process) result() (ExitStatus, error) {
@@ -669,6 +736,17 @@ func (p *Process) result() (ExitStatus, error) {
 // Wait discards output until the process exits and returns its status. If
 // ctx ends first it returns ctx's error; the process keeps running.
 func (p *Process) Wait(ctx context.Context) (ExitStatus, error) {
+	for p.direct() {
+		ev, ok, err := p.readDirect(ctx)
+		switch {
+		case err != nil:
+			return ExitStatus{}, err
+		case !ok:
+			return p.result()
+		case ev.Type == EventExit:
+			return ExitStatus{Code: ev.ExitCode, Signal: ev.Signal}, nil
+		}
+	}
 	for {
 		select {
 		case ev, ok := <-p.events:
@@ -694,6 +772,22 @@ func (p *Process) Collect(ctx context.Context, maxBytes int) (stdout, stderr []b
 			b = b[:max(room, 0)]
 		}
 		return append(dst, b...)
+	}
+	for p.direct() {
+		ev, ok, err := p.readDirect(ctx)
+		switch {
+		case err != nil:
+			return stdout, stderr, truncated, ExitStatus{}, err
+		case !ok:
+			status, err = p.result()
+			return stdout, stderr, truncated, status, err
+		case ev.Type == EventStdout:
+			stdout = add(stdout, ev.Data)
+		case ev.Type == EventStderr:
+			stderr = add(stderr, ev.Data)
+		case ev.Type == EventExit:
+			return stdout, stderr, truncated, ExitStatus{Code: ev.ExitCode, Signal: ev.Signal}, nil
+		}
 	}
 	for {
 		select {

@@ -483,18 +483,13 @@ func (m *Manager) SetNetwork(ctx context.Context, owner, id string, n policy.Net
 	return sb.networkInfo(), nil
 }
 
-// runtime is the runtime the sandbox runs under, from its record.
+// runtime is the runtime the sandbox runs under, from its record (decoded
+// once: every exec asks, for the OOM counter).
 func (sb *Sandbox) runtime() policy.Runtime {
-	sb.mu.Lock()
-	defer sb.mu.Unlock()
-	var rs struct {
-		Runtime policy.Runtime `json:"runtime"`
+	if n := sb.runtimeName(); n != "" {
+		return policy.Runtime(n)
 	}
-	_ = json.Unmarshal(sb.rec.Runtime, &rs)
-	if rs.Runtime == "" {
-		return policy.RuntimeNative
-	}
-	return rs.Runtime
+	return policy.RuntimeNative
 }
 
 // Network describes a sandbox's network policy: the one in force for a

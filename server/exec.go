@@ -126,6 +126,13 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) error {
 	if err := s.m.AuditFirst(r.Context(), k.id, sb.ID, store.ActionExec, map[string]any{"argv": argvOf(&req), "background": req.Background}); err != nil {
 		return err
 	}
+	// The out-of-memory kill count before the command starts: a kill that
+	// comes after is this exec's (read before the start, not after: a
+	// command killed at once would otherwise be in the baseline).
+	var oom0 int64 = -1
+	if !req.Background {
+		oom0 = sb.OOMKills()
+	}
 	start := time.Now()
 	s.execs.Add(1)
 	p, err := sb.Agent().Exec(r.Context(), areq)
@@ -152,7 +159,6 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) error {
 	defer p.Close() // kills a foreground process still running (client gone)
 	ctx, cancel := context.WithTimeout(r.Context(), timeout)
 	defer cancel()
-	oom0 := sb.OOMKills()
 	var res ExecResult
 	if wantsSSE(r) {
 		res = s.streamProcess(ctx, w, p, start, func() bool { return sb.OOMedSince(oom0) })

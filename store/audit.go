@@ -81,10 +81,14 @@ type Connection struct {
 	Duration time.Duration
 }
 
-// Writes to the audit and network logs go through one goroutine that
-// commits whatever has queued up in a single transaction (group commit), so
-// concurrent callers share the cost of a commit. Each caller still waits for
-// its own commit: an event reported as logged is in the database.
+// Writes to the audit and network logs are serialised by the write lock
+// (Store.wmu). A caller that finds the lock free and nothing queued commits
+// its own append at once, in its own goroutine (no hand-off to another
+// goroutine and back: that was most of an uncontended append's cost).
+// Otherwise it queues the append, and one goroutine commits whatever has
+// queued up in a single transaction (group commit), so concurrent callers
+// share the cost of a commit. Either way each caller waits for its own
+// commit: an event reported as logged is in the database.
 const (
 	queueSize = 1024 // bounded: callers block when it is full
 	maxBatch  = 256  // events per transaction
@@ -162,6 +166,12 @@ func (s *Store) submit(ctx context.Context, r *writeReq) error {
 		reqPool.Put(r)
 		return ErrClosed
 	}
+	if err, done := s.writeNow(r); done {
+		s.qmu.RUnlock()
+		*r = writeReq{done: r.done}
+		reqPool.Put(r)
+		return err
+	}
 	select {
 	case s.queue <- r:
 	default:
@@ -185,6 +195,22 @@ func (s *Store) submit(ctx context.Context, r *writeReq) error {
 	return err
 }
 
+// writeNow commits r in the caller's goroutine if no other write is under
+// way and none is queued, and reports whether it did (err is then r's
+// outcome). The caller holds s.qmu's read lock, so Close waits for this
+// write to end before it closes the database.
+func (s *Store) writeNow(r *writeReq) (err error, done bool) {
+	if len(s.queue) > 0 || !s.wmu.TryLock() {
+		return nil, false
+	}
+	defer s.wmu.Unlock()
+	if len(s.queue) > 0 {
+		// Queued meanwhile: keep the order (first queued, first written).
+		return nil, false
+	}
+	return s.writeBatch([]*writeReq{r}), true
+}
+
 // writeLoop commits queued appends in batches until the queue is closed and
 // drained.
 func (s *Store) writeLoop() {
@@ -192,6 +218,7 @@ func (s *Store) writeLoop() {
 	batch := make([]*writeReq, 0, maxBatch)
 	for r := range s.queue {
 		batch = append(batch[:0], r)
+		s.wmu.Lock() // wait for a caller's own write (writeNow) to end
 	fill:
 		for len(batch) < maxBatch {
 			select {
@@ -205,6 +232,7 @@ func (s *Store) writeLoop() {
 			}
 		}
 		err := s.writeBatch(batch)
+		s.wmu.Unlock()
 		for _, r := range batch {
 			r.done <- err
 		}
@@ -213,8 +241,16 @@ func (s *Store) writeLoop() {
 
 // writeBatch commits batch in one transaction. It deliberately ignores the
 // callers' contexts: a queued event must not be lost to a cancelled request.
+// The caller holds s.wmu.
 func (s *Store) writeBatch(batch []*writeReq) error {
 	ctx := context.Background()
+	if len(batch) == 1 && !s.pg {
+		// One append is one statement: SQLite commits it on its own
+		// (autocommit), with the same atomicity and durability as a
+		// transaction around it, and without preparing and running a
+		// BEGIN and a COMMIT (the driver prepares those anew each time).
+		return s.writeOne(ctx, batch[0])
+	}
 	if s.pg {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, pgTimeout)
@@ -232,31 +268,45 @@ func (s *Store) writeBatch(batch []*writeReq) error {
 	}
 	var ins, insConn *sql.Stmt
 	for _, r := range batch {
-		if r.audit {
-			if ins == nil {
-				ins = tx.StmtContext(ctx, s.insAudit)
-			}
-			e := &r.ev
-			var detail any
-			if len(e.Detail) > 0 {
-				detail = string(e.Detail)
-			}
-			if _, err := ins.ExecContext(ctx, r.time, e.KeyID, e.SandboxID, e.Action, detail); err != nil {
-				return fmt.Errorf("insert: %w", err)
-			}
-			continue
+		if r.audit && ins == nil {
+			ins = tx.StmtContext(ctx, s.insAudit)
 		}
-		if insConn == nil {
+		if !r.audit && insConn == nil {
 			insConn = tx.StmtContext(ctx, s.insConn)
 		}
-		c := &r.conn
-		if _, err := insConn.ExecContext(ctx, c.SandboxID, r.time, c.Host, c.Port, c.Allowed,
-			c.Reason, c.BytesUp, c.BytesDown, c.Duration.Milliseconds()); err != nil {
-			return fmt.Errorf("insert: %w", err)
+		if err := r.insert(ctx, ins, insConn); err != nil {
+			return err
 		}
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+// writeOne commits r alone as one autocommit statement.
+func (s *Store) writeOne(ctx context.Context, r *writeReq) error {
+	return r.insert(ctx, s.insAudit, s.insConn)
+}
+
+// insert runs r's INSERT: ins for an audit event, insConn for a
+// connection.
+func (r *writeReq) insert(ctx context.Context, ins, insConn *sql.Stmt) error {
+	if r.audit {
+		e := &r.ev
+		var detail any
+		if len(e.Detail) > 0 {
+			detail = string(e.Detail)
+		}
+		if _, err := ins.ExecContext(ctx, r.time, e.KeyID, e.SandboxID, e.Action, detail); err != nil {
+			return fmt.Errorf("insert: %w", err)
+		}
+		return nil
+	}
+	c := &r.conn
+	if _, err := insConn.ExecContext(ctx, c.SandboxID, r.time, c.Host, c.Port, c.Allowed,
+		c.Reason, c.BytesUp, c.BytesDown, c.Duration.Milliseconds()); err != nil {
+		return fmt.Errorf("insert: %w", err)
 	}
 	return nil
 }

@@ -71,6 +71,7 @@ type Store struct {
 
 	// Write queue for audit and network-log appends (see audit.go).
 	qmu        sync.RWMutex // guards closed and sends on queue
+	wmu        sync.Mutex   // held while an append is written (writeNow, writeLoop)
 	closed     bool
 	queue      chan *writeReq
 	writerDone chan struct{}

@@ -31,13 +31,17 @@ func (s *Sandbox) ReserveAgent(spawnerTid int) error {
 	if spawnerTid <= 0 {
 		return errors.New("reserve agent: no spawner thread given")
 	}
-	// Twice: a thread created while the first pass ran is moved by the second.
+	// Twice: a thread created while the first pass ran is moved by the
+	// second. The second looks only at threads the first did not see (each
+	// thread's status is read to learn its namespace tid: most of the
+	// cost); those it saw are the spawner or already moved.
+	seen := map[int]bool{}
 	for pass := 0; pass < 2; pass++ {
-		tids, found, err := s.threadsExcept(spawnerTid)
+		tids, found, err := s.threadsExcept(spawnerTid, seen)
 		if err != nil {
 			return err
 		}
-		if !found {
+		if pass == 0 && !found {
 			return fmt.Errorf("reserve agent: thread %d is not a thread of the sandbox's init", spawnerTid)
 		}
 		if err := s.group.AddThreads(tids); err != nil {
@@ -48,8 +52,9 @@ func (s *Sandbox) ReserveAgent(spawnerTid int) error {
 }
 
 // threadsExcept lists the host tids of the init's threads whose tid in the
-// sandbox's pid namespace is not nsTid, and whether nsTid was seen.
-func (s *Sandbox) threadsExcept(nsTid int) ([]int, bool, error) {
+// sandbox's pid namespace is not nsTid, and whether nsTid was seen. Threads
+// in seen are skipped; every thread looked at is added to seen.
+func (s *Sandbox) threadsExcept(nsTid int, seen map[int]bool) ([]int, bool, error) {
 	dir := "/proc/" + strconv.Itoa(s.Pid) + "/task"
 	ents, err := os.ReadDir(dir)
 	if err != nil {
@@ -59,9 +64,10 @@ func (s *Sandbox) threadsExcept(nsTid int) ([]int, bool, error) {
 	found := false
 	for _, e := range ents {
 		tid, err := strconv.Atoi(e.Name())
-		if err != nil {
+		if err != nil || seen[tid] {
 			continue
 		}
+		seen[tid] = true
 		b, err := os.ReadFile(dir + "/" + e.Name() + "/status")
 		if err != nil {
 			continue // exited
