@@ -299,7 +299,7 @@ func (h *Handler) serveInterpreter(w http.ResponseWriter, r *http.Request, b *bo
 		if req.Language == "" {
 			req.Language = "python"
 		}
-		cwd, ok := toSandbox(req.Cwd)
+		cwd, ok := workDir(sb.UserName(), req.Cwd)
 		if !ok {
 			writePlain(w, http.StatusBadRequest, "bad cwd")
 			return

@@ -76,7 +76,8 @@ func (AgentInterpreter) Contexts(ctx context.Context, sb *manager.Sandbox) ([]Co
 		if c, ok := started[l]; ok {
 			out = append(out, c)
 		} else {
-			out = append(out, CodeContext{ID: l, Language: l, Cwd: sandboxHome})
+			home, _ := workDir(sb.UserName(), "")
+			out = append(out, CodeContext{ID: l, Language: l, Cwd: home})
 		}
 	}
 	for _, c := range list {
@@ -146,8 +147,9 @@ func (AgentInterpreter) Execute(ctx context.Context, sb *manager.Sandbox, req Ce
 			return CellEnd{}, fmt.Errorf("%w: %s", ErrContextNotFound, req.ContextID)
 		}
 	}
+	home, _ := workDir(sb.UserName(), "") // where a default context starts
 	cell, err := sb.Agent().RunCode(ctx, agent.CodeRequest{Code: req.Code, ContextID: req.ContextID,
-		Language: req.Language, Env: env})
+		Language: req.Language, Env: env, Cwd: home})
 	if err != nil {
 		return CellEnd{}, interpErr(err)
 	}

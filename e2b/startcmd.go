@@ -76,8 +76,9 @@ func (h *Handler) startSpecFor(owner, name string) (startSpec, bool) {
 // not ready; the caller kills it.
 func startTemplate(ctx context.Context, sb *manager.Sandbox, spec startSpec) error {
 	ag := sb.Agent()
+	home, _ := workDir(sb.UserName(), "") // as a command's (processStart)
 	if spec.StartCmd != "" {
-		p, err := ag.Exec(ctx, agent.ExecRequest{Shell: spec.StartCmd, Cwd: sandboxHome, Background: true, Tag: "e2b-start"})
+		p, err := ag.Exec(ctx, agent.ExecRequest{Shell: spec.StartCmd, Cwd: home, Background: true, Tag: "e2b-start"})
 		if err != nil {
 			return fmt.Errorf("start command: %w", err)
 		}
@@ -90,7 +91,7 @@ func startTemplate(ctx context.Context, sb *manager.Sandbox, spec startSpec) err
 	defer cancel()
 	var last string
 	for {
-		p, err := ag.Exec(ctx, agent.ExecRequest{Shell: spec.ReadyCmd, Cwd: sandboxHome, Tag: "e2b-ready"})
+		p, err := ag.Exec(ctx, agent.ExecRequest{Shell: spec.ReadyCmd, Cwd: home, Tag: "e2b-ready"})
 		if err == nil {
 			out, stderr, _, st, cerr := p.Collect(ctx, 4096)
 			p.Close()

@@ -70,7 +70,7 @@ func ImageLayout(p *policy.Policy, agentBinary string, img *ImageRoot) (*Layout,
 	if err != nil {
 		return nil, nil, err
 	}
-	t, err := cachedTree(base, &q, &Config{AgentBinary: agentBinary})
+	t, err := cachedTree(base, &q, &Config{AgentBinary: agentBinary}, true)
 	if err != nil {
 		return nil, nil, &SetupError{Step: "root filesystem", Err: err}
 	}

@@ -43,7 +43,7 @@ func RootLayout(p *policy.Policy, agentBinary string) (*Layout, error) {
 	if err != nil {
 		return nil, err
 	}
-	t, err := cachedTree(base, p, &Config{AgentBinary: agentBinary})
+	t, err := cachedTree(base, p, &Config{AgentBinary: agentBinary}, true)
 	if err != nil {
 		return nil, &SetupError{Step: "root filesystem", Err: err}
 	}
