@@ -53,6 +53,9 @@ type treeBuilder struct {
 	made    map[string]bool // mount points the child creates inside those
 	remount []op
 	rsteps  []string
+	// homeBind is /home/<user> when it is a mount point for a second
+	// mount of /workspace (bound after pivot_root), not a link.
+	homeBind string
 }
 
 func cstr(s string) *byte {
@@ -335,9 +338,10 @@ func buildTree(base string, p *policy.Policy, cfg *Config, homeLink bool) (*tree
 	// runtime mounts, it is a second mount of the workspace (bound after
 	// pivot_root, below), so that a process working there is in
 	// /home/<user> by getcwd(2), as E2B code expects; the same files,
-	// disk cap and Landlock rules (which hold on the inodes). A Layout
-	// for an OCI runtime cannot bind one of the sandbox's own mounts
-	// elsewhere: there it is a symbolic link.
+	// disk cap and Landlock rules (which hold on the inodes). An OCI
+	// runtime cannot bind one of the sandbox's own mounts elsewhere: a
+	// Layout leaves the bind to its caller (Layout.HomeBind) or has a
+	// symbolic link (homeLink).
 	home := ""
 	if p.User.Name != "" && !strings.ContainsAny(p.User.Name, "/\x00") && p.User.Name != "." && p.User.Name != ".." {
 		home = "/home/" + p.User.Name
@@ -415,6 +419,7 @@ func buildTree(base string, p *policy.Policy, cfg *Config, homeLink bool) (*tree
 		// source mounts' flags (nosuid, nodev, and those locked).
 		t.remount = append(t.remount, op{src: cstr("/workspace"), path: cstr(home), flags: unix.MS_BIND | unix.MS_REC})
 		t.rsteps = append(t.rsteps, "bind /workspace at "+home)
+		t.homeBind = home
 	}
 	if cfg.AgentBinary != "" {
 		if err := t.bind(cfg.AgentBinary, AgentPath, false, false); err != nil {

@@ -463,10 +463,9 @@ async function runCodeSteps(sbx) {
     eq(out.logs.stdout, ['printed 41\n'], 'stdout')
   })
   await step('cwd: code contexts and commands work in /home/user, by getcwd(2) too (E2B\'s cwd tests)', async () => {
-    // On gVisor /home/user is a link to /workspace, so getcwd says
-    // /workspace there (docs/gvisor.md), and so do the kernels' shells; a
-    // command's shell says /home/user (PWD) on both.
-    const real = runtime === 'gvisor' ? '/workspace' : '/home/user'
+    // /home/user is a second mount of the workspace (on gVisor, made by
+    // the agent), not a link, which getcwd would resolve to /workspace.
+    const real = '/home/user'
     eq((await sbx.runCode('from pathlib import Path; print(Path.cwd())', { language: 'python' })).logs.stdout.join().trim(),
       real, 'python Path.cwd()')
     eq((await sbx.runCode('process.cwd()', { language: 'js' })).text, real, 'javascript process.cwd()')
