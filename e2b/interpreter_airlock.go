@@ -76,8 +76,7 @@ func (AgentInterpreter) Contexts(ctx context.Context, sb *manager.Sandbox) ([]Co
 		if c, ok := started[l]; ok {
 			out = append(out, c)
 		} else {
-			home, _ := workDir(sb.UserName(), "")
-			out = append(out, CodeContext{ID: l, Language: l, Cwd: home})
+			out = append(out, CodeContext{ID: l, Language: l, Cwd: sandboxHome})
 		}
 	}
 	for _, c := range list {
@@ -147,9 +146,8 @@ func (AgentInterpreter) Execute(ctx context.Context, sb *manager.Sandbox, req Ce
 			return CellEnd{}, fmt.Errorf("%w: %s", ErrContextNotFound, req.ContextID)
 		}
 	}
-	home, _ := workDir(sb.UserName(), "") // where a default context starts
 	cell, err := sb.Agent().RunCode(ctx, agent.CodeRequest{Code: req.Code, ContextID: req.ContextID,
-		Language: req.Language, Env: env, Cwd: home})
+		Language: req.Language, Env: env, Cwd: req.Cwd})
 	if err != nil {
 		return CellEnd{}, interpErr(err)
 	}

@@ -84,20 +84,16 @@ func fromSandbox(p string) string {
 	return p
 }
 
-// e2bUser is the sandbox user E2B code runs as.
-const e2bUser = "user"
-
 // workDir maps an E2B working directory (a command's or a code context's;
-// "" is the home) to the one the process starts in, given the name of the
-// sandbox's user. A sandbox of "user" has /home/user as a second mount of
-// the workspace (runtime/native; a link to it in a gVisor sandbox), and a
-// process started there is in /home/user by getcwd(2), as E2B code
-// expects: the directory is named under /home/user. A sandbox of another
-// user (root) has no /home/user: the directory is named under the
-// workspace.
-func workDir(user, p string) (string, bool) {
+// "" is the home) to the one the process starts in, given where E2B's
+// home is in the sandbox (boxState.homeDir). Where /home/user is a
+// directory, the workspace mounted a second time (runtime/native, and the
+// gVisor agent), a process started there is in /home/user by getcwd(2), as
+// E2B code expects: the directory is named under /home/user. Elsewhere it
+// is named under the workspace.
+func workDir(home, p string) (string, bool) {
 	sp, ok := toSandbox(p)
-	if !ok || user != e2bUser {
+	if !ok || home != E2BHome {
 		return sp, ok
 	}
 	return fromSandbox(sp), true

@@ -293,13 +293,13 @@ func (h *Handler) processStart(ctx context.Context, c *rpcCall, b *boxState, bod
 	}
 	// E2B runs commands in the template's working directory (setWorkdir,
 	// an image's WORKDIR), else in the home (see workDir).
-	user := b.sb.UserName()
-	cwd, _ := workDir(user, "")
+	home := b.homeDir(ctx)
+	cwd, _ := workDir(home, "")
 	if wd := b.sb.WorkDir(); path.IsAbs(wd) && wd != sandboxHome {
 		cwd = wd
 	}
 	if req.Process.Cwd != nil && *req.Process.Cwd != "" {
-		sp, ok := workDir(user, *req.Process.Cwd)
+		sp, ok := workDir(home, *req.Process.Cwd)
 		if !ok {
 			return errorf(CodeInvalidArgument, "bad cwd")
 		}

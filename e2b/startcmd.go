@@ -71,12 +71,11 @@ func (h *Handler) startSpecFor(owner, name string) (startSpec, bool) {
 	return spec, spec.StartCmd != "" || spec.ReadyCmd != ""
 }
 
-// startTemplate runs a new sandbox's start command in the background and
-// waits for its ready command to succeed. An error means the sandbox is
+// startTemplate runs a new sandbox's start command in the background, in
+// home (boxState.homeDir), and waits for its ready command to succeed. An error means the sandbox is
 // not ready; the caller kills it.
-func startTemplate(ctx context.Context, sb *manager.Sandbox, spec startSpec) error {
+func startTemplate(ctx context.Context, sb *manager.Sandbox, home string, spec startSpec) error {
 	ag := sb.Agent()
-	home, _ := workDir(sb.UserName(), "") // as a command's (processStart)
 	if spec.StartCmd != "" {
 		p, err := ag.Exec(ctx, agent.ExecRequest{Shell: spec.StartCmd, Cwd: home, Background: true, Tag: "e2b-start"})
 		if err != nil {
