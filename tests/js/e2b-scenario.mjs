@@ -481,6 +481,9 @@ async function runCodeSteps(sbx) {
     await sbx.files.write('/home/user/sub2/seen.txt', 'through the files API')
     eq((await sbx.commands.run('cat sub2/seen.txt; cat /workspace/sub2/seen.txt')).stdout,
       'through the files API'.repeat(2), '/home/user and /workspace are the same files')
+    // The workload cannot take the second mount away.
+    eq((await sbx.commands.run('umount /home/user 2>/dev/null && echo unmounted || echo refused; cat /home/user/sub2/seen.txt')).stdout,
+      'refused\nthrough the files API', 'umount /home/user')
   })
   await step('runCode: matplotlib chart as PNG', async () => {
     const r = await sbx.runCode(
