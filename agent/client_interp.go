@@ -158,6 +158,10 @@ type CodeRequest struct {
 	// environment and the processes the cell starts); the previous values
 	// are back afterwards.
 	Env []string
+	// Cwd is the working directory of the default context this cell
+	// starts, if it starts one (relative to the agent's home, which is
+	// also the default); a context already running keeps its own.
+	Cwd string
 }
 
 // CodeResult is how a cell ended.
@@ -193,6 +197,7 @@ type (
 		TimeoutMs int64    `json:"timeout_ms,omitempty"`
 		MaxOutput int      `json:"max_output,omitempty"`
 		Env       []string `json:"env,omitempty"`
+		Cwd       string   `json:"cwd,omitempty"`
 	}
 )
 
@@ -301,7 +306,7 @@ func (c *Client) RunCode(ctx context.Context, req CodeRequest) (*Cell, error) {
 		return nil, &Error{Code: CodeInvalidArgument, Message: fmt.Sprintf("bad execution id %q", req.ID)}
 	}
 	m := runCodeMsg{ID: req.ID, Code: req.Code, ContextID: req.ContextID, Language: req.Language,
-		TimeoutMs: req.Timeout.Milliseconds(), MaxOutput: req.MaxOutput, Env: req.Env}
+		TimeoutMs: req.Timeout.Milliseconds(), MaxOutput: req.MaxOutput, Env: req.Env, Cwd: req.Cwd}
 	if req.Timeout > 0 && m.TimeoutMs == 0 {
 		m.TimeoutMs = 1
 	}

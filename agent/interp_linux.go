@@ -248,7 +248,7 @@ func (c *hostConn) resolveCell(req *runCodeMsg) (*codeContext, error) {
 	if cc, err := cs.lookup(id); err == nil {
 		return cc, nil
 	}
-	return c.startContext(id, ContextRequest{Language: id})
+	return c.startContext(id, ContextRequest{Language: id, Cwd: req.Cwd})
 }
 
 func (c *hostConn) handleRunCode(s *astream, payload []byte) (any, error) {

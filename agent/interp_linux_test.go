@@ -3,6 +3,7 @@ package agent_test
 import (
 	"context"
 	"errors"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -145,4 +146,27 @@ func TestAgentCodeContexts(t *testing.T) {
 func isAgentCode(err error, code string) bool {
 	var ae *agent.Error
 	return errors.As(err, &ae) && ae.Code == code
+}
+
+// TestDefaultContextCwd: a cell that starts a language's default context
+// starts it in the request's Cwd (relative to the home), which the context
+// keeps; a context already running keeps its own directory.
+func TestDefaultContextCwd(t *testing.T) {
+	ta := startAgent(t)
+	sub := ta.home + "/sub"
+	if err := os.Mkdir(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out := cell(t, ta.c, agent.CodeRequest{Code: "import os\nos.getcwd()", Language: "python", Cwd: "sub"})
+	if got := mainText(out); got != "'"+sub+"'" {
+		t.Fatalf("a default context started with Cwd sub is in %s, want %s (%+v)", got, sub, out)
+	}
+	out = cell(t, ta.c, agent.CodeRequest{Code: "os.getcwd()", Language: "python", Cwd: "elsewhere"})
+	if got := mainText(out); got != "'"+sub+"'" || out.Error != nil {
+		t.Fatalf("the running default context moved to %s (%+v)", got, out)
+	}
+	list, err := ta.c.Contexts(ctxT(t))
+	if err != nil || len(list) != 1 || list[0].Cwd != sub {
+		t.Fatalf("contexts: %+v %v", list, err)
+	}
 }

@@ -16,7 +16,8 @@ var tmpfsFlags = map[string]uintptr{"nosuid": unix.MS_NOSUID, "nodev": unix.MS_N
 
 // mountTmpfs mounts a tmpfs for every "--tmpfs=TARGET=OPT,OPT,..." in args
 // (flags such as nosuid, and the filesystem's own key=value options such
-// as size and nr_inodes), then becomes the workload's user ("--user
+// as size and nr_inodes), binds /workspace at "--workspace-bind=DST", then
+// becomes the workload's user ("--user
 // UID:GID") with no capabilities at all. The gvisor runtime asks for it:
 // runsc passes only mode, size, uid and gid of an OCI tmpfs mount to
 // gVisor, whose tmpfs has nr_inodes too, so the agent starts as root
@@ -55,6 +56,22 @@ func mountTmpfs(args []string) error {
 		}
 		if err := unix.Mount("tmpfs", target, "tmpfs", flags, strings.Join(data, ",")); err != nil {
 			return fmt.Errorf("mount tmpfs at %s (%s): %w", target, opts, err)
+		}
+	}
+	// "--workspace-bind=DST": /workspace mounted a second time at DST
+	// (/home/<user>, a directory of the read-only root), with the mounts
+	// under it, as the native runtime does after pivot_root.
+	for _, arg := range args {
+		dst, ok := strings.CutPrefix(arg, "--workspace-bind=")
+		if !ok {
+			continue
+		}
+		n++
+		if !strings.HasPrefix(dst, "/") {
+			return fmt.Errorf("bad --workspace-bind %q (want an absolute path)", dst)
+		}
+		if err := unix.Mount("/workspace", dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return fmt.Errorf("bind /workspace at %s: %w", dst, err)
 		}
 	}
 	if n == 0 && !withID {

@@ -6,8 +6,9 @@ import (
 )
 
 // TestMountTmpfsRefusesBadArguments: without "--tmpfs" nothing happens;
-// a malformed one or an unknown option is an error before anything is
-// mounted (the agent then exits: no sandbox without its limits).
+// a malformed one, an unknown option or a relative "--workspace-bind" is
+// an error before anything is mounted (the agent then exits: no sandbox
+// without its limits or its layout).
 func TestMountTmpfsRefusesBadArguments(t *testing.T) {
 	if err := mountTmpfs([]string{"__agent", "--user", "1000:1000"}); err != nil {
 		t.Fatalf("no --tmpfs: %v", err)
@@ -16,6 +17,8 @@ func TestMountTmpfsRefusesBadArguments(t *testing.T) {
 		"--tmpfs=workspace=size=1k":          "want TARGET=OPTIONS",
 		"--tmpfs=/workspace":                 "want TARGET=OPTIONS",
 		"--tmpfs=/workspace=size=1k,suid_ok": "unknown option",
+		"--workspace-bind=home/user":         "want an absolute path",
+		"--workspace-bind=":                  "want an absolute path",
 	} {
 		if err := mountTmpfs([]string{"__agent", arg}); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v, want an error with %q", arg, err, want)

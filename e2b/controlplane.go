@@ -373,7 +373,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, defTimeout floa
 		if spec, ok := h.startSpecFor(c.id, image); ok {
 			sb, err := h.m.Lookup(c.id, info.ID)
 			if err == nil {
-				err = startTemplate(r.Context(), sb, spec)
+				err = startTemplate(r.Context(), sb, h.box(sb).homeDir(r.Context()), spec)
 			}
 			if err != nil {
 				if kerr := h.m.Kill(context.WithoutCancel(r.Context()), c.id, info.ID); kerr != nil {

@@ -41,6 +41,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlock-dev/airlock/agent"
 	"github.com/airlock-dev/airlock/manager"
 	"github.com/airlock-dev/airlock/policy"
 	"github.com/airlock-dev/airlock/store"
@@ -364,6 +365,37 @@ type boxState struct {
 	watchers map[string]*watcher
 	// metrics are the samples getMetrics has taken, oldest first.
 	metrics []metricSample
+	// home is homeDir's answer once known.
+	home string
+}
+
+// homeDir is where E2B code's home is in the sandbox: /home/user where it
+// is a directory (a second mount of the workspace: the native runtime's
+// roots, and gVisor's with an agent), else the workspace (a sandbox of
+// root, or a runtime whose root has no /home/user). Looked up once, through
+// the agent; a failed look-up is not kept.
+func (b *boxState) homeDir(ctx context.Context) string {
+	b.mu.Lock()
+	home := b.home
+	b.mu.Unlock()
+	if home != "" {
+		return home
+	}
+	home = sandboxHome
+	if b.sb.UserName() == "user" {
+		fi, err := b.sb.Agent().Stat(ctx, E2BHome)
+		var ae *agent.Error
+		switch {
+		case err == nil && fi.Type == agent.TypeDir:
+			home = E2BHome
+		case err != nil && !(errors.As(err, &ae) && ae.Code == agent.CodeNotFound):
+			return sandboxHome
+		}
+	}
+	b.mu.Lock()
+	b.home = home
+	b.mu.Unlock()
+	return home
 }
 
 // box returns the state of a running sandbox, creating it on first use.

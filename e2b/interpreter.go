@@ -79,6 +79,9 @@ type CellRequest struct {
 	Code string
 	// Env holds environment variables for this cell only.
 	Env map[string]string
+	// Cwd is where a default context that this cell starts works (a
+	// sandbox path; "" is the workspace).
+	Cwd string
 	// Started, if set, is called once the cell has been accepted (its
 	// context exists and its kernel runs), before its first output: the
 	// response can begin then, so that a client's request timer stops
@@ -299,7 +302,7 @@ func (h *Handler) serveInterpreter(w http.ResponseWriter, r *http.Request, b *bo
 		if req.Language == "" {
 			req.Language = "python"
 		}
-		cwd, ok := toSandbox(req.Cwd)
+		cwd, ok := workDir(b.homeDir(ctx), req.Cwd)
 		if !ok {
 			writePlain(w, http.StatusBadRequest, "bad cwd")
 			return
@@ -444,7 +447,7 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request, b *boxState) {
 		return
 	}
 	end, err := h.cfg.Interpreter.Execute(r.Context(), b.sb, CellRequest{ContextID: req.ContextID,
-		Language: req.Language, Code: req.Code, Env: req.EnvVars, Started: started}, emit)
+		Language: req.Language, Code: req.Code, Env: req.EnvVars, Cwd: b.homeDir(r.Context()), Started: started}, emit)
 	if err != nil {
 		audit["error"] = err.Error()
 	} else {

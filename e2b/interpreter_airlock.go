@@ -147,7 +147,7 @@ func (AgentInterpreter) Execute(ctx context.Context, sb *manager.Sandbox, req Ce
 		}
 	}
 	cell, err := sb.Agent().RunCode(ctx, agent.CodeRequest{Code: req.Code, ContextID: req.ContextID,
-		Language: req.Language, Env: env})
+		Language: req.Language, Env: env, Cwd: req.Cwd})
 	if err != nil {
 		return CellEnd{}, interpErr(err)
 	}

@@ -84,10 +84,17 @@ func fromSandbox(p string) string {
 	return p
 }
 
-// orHome returns p, or the sandbox home if p is empty.
-func orHome(p string) string {
-	if p == "" {
-		return sandboxHome
+// workDir maps an E2B working directory (a command's or a code context's;
+// "" is the home) to the one the process starts in, given where E2B's
+// home is in the sandbox (boxState.homeDir). Where /home/user is a
+// directory, the workspace mounted a second time (runtime/native, and the
+// gVisor agent), a process started there is in /home/user by getcwd(2), as
+// E2B code expects: the directory is named under /home/user. Elsewhere it
+// is named under the workspace.
+func workDir(home, p string) (string, bool) {
+	sp, ok := toSandbox(p)
+	if !ok || home != E2BHome {
+		return sp, ok
 	}
-	return p
+	return fromSandbox(sp), true
 }

@@ -292,24 +292,25 @@ func (h *Handler) processStart(ctx context.Context, c *rpcCall, b *boxState, bod
 		return err
 	}
 	// E2B runs commands in the template's working directory (setWorkdir,
-	// an image's WORKDIR); airlock's default is the workspace.
-	cwd := ""
+	// an image's WORKDIR), else in the home (see workDir).
+	home := b.homeDir(ctx)
+	cwd, _ := workDir(home, "")
 	if wd := b.sb.WorkDir(); path.IsAbs(wd) && wd != sandboxHome {
 		cwd = wd
 	}
 	if req.Process.Cwd != nil && *req.Process.Cwd != "" {
-		sp, ok := toSandbox(*req.Process.Cwd)
+		sp, ok := workDir(home, *req.Process.Cwd)
 		if !ok {
 			return errorf(CodeInvalidArgument, "bad cwd")
 		}
 		cwd = sp
 	}
 	if _, set := req.Process.Envs["PWD"]; !set {
-		// The process runs in the workspace; PWD names it as E2B code
-		// knows it (/home/user links to it), and shells take PWD for their
-		// working directory when it names the same directory, so that
-		// `pwd` says /home/user.
-		env = append(env, "PWD="+fromSandbox(orHome(cwd)))
+		// PWD names the directory as E2B code knows it (where it is the
+		// workspace, /home/user), and shells take PWD for their working
+		// directory when it names the same directory, so that `pwd` says
+		// /home/user even where getcwd(2) says /workspace.
+		env = append(env, "PWD="+fromSandbox(cwd))
 	}
 	tag := ""
 	if req.Tag != nil {

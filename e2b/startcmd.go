@@ -71,13 +71,13 @@ func (h *Handler) startSpecFor(owner, name string) (startSpec, bool) {
 	return spec, spec.StartCmd != "" || spec.ReadyCmd != ""
 }
 
-// startTemplate runs a new sandbox's start command in the background and
-// waits for its ready command to succeed. An error means the sandbox is
+// startTemplate runs a new sandbox's start command in the background, in
+// home (boxState.homeDir), and waits for its ready command to succeed. An error means the sandbox is
 // not ready; the caller kills it.
-func startTemplate(ctx context.Context, sb *manager.Sandbox, spec startSpec) error {
+func startTemplate(ctx context.Context, sb *manager.Sandbox, home string, spec startSpec) error {
 	ag := sb.Agent()
 	if spec.StartCmd != "" {
-		p, err := ag.Exec(ctx, agent.ExecRequest{Shell: spec.StartCmd, Cwd: sandboxHome, Background: true, Tag: "e2b-start"})
+		p, err := ag.Exec(ctx, agent.ExecRequest{Shell: spec.StartCmd, Cwd: home, Background: true, Tag: "e2b-start"})
 		if err != nil {
 			return fmt.Errorf("start command: %w", err)
 		}
@@ -90,7 +90,7 @@ func startTemplate(ctx context.Context, sb *manager.Sandbox, spec startSpec) err
 	defer cancel()
 	var last string
 	for {
-		p, err := ag.Exec(ctx, agent.ExecRequest{Shell: spec.ReadyCmd, Cwd: sandboxHome, Tag: "e2b-ready"})
+		p, err := ag.Exec(ctx, agent.ExecRequest{Shell: spec.ReadyCmd, Cwd: home, Tag: "e2b-ready"})
 		if err == nil {
 			out, stderr, _, st, cerr := p.Collect(ctx, 4096)
 			p.Close()

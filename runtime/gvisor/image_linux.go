@@ -28,7 +28,7 @@ import (
 // tier.Caps.UnmappedIDs). Volumes are bound read-write (nosuid, nodev) at
 // their targets. The returned image, if any, is the caller's to start
 // (Started), to unmount (Unmount) or to abort.
-func rootLayout(p *policy.Policy, cfg *native.Config) (*native.Layout, *native.MountedImage, error) {
+func rootLayout(p *policy.Policy, cfg *native.Config, homeBind bool) (*native.Layout, *native.MountedImage, error) {
 	q := *p
 	if len(cfg.Volumes) > 0 {
 		n := len(q.Filesystem.Mounts) // never append into the caller's array
@@ -41,10 +41,10 @@ func rootLayout(p *policy.Policy, cfg *native.Config) (*native.Layout, *native.M
 		}
 	}
 	if cfg.Image == nil {
-		l, err := native.RootLayout(&q, cfg.AgentBinary)
+		l, err := native.RootLayout(&q, cfg.AgentBinary, homeBind)
 		return l, nil, err
 	}
-	return native.ImageLayout(&q, cfg.AgentBinary, cfg.Image)
+	return native.ImageLayout(&q, cfg.AgentBinary, cfg.Image, homeBind)
 }
 
 // imageSpec makes the spec's root the image overlay, writable.

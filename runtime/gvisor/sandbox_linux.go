@@ -138,7 +138,11 @@ func start(cfg native.Config, image string) (*Sandbox, error) {
 	if err != nil {
 		return nil, err
 	}
-	layout, img, err := rootLayout(&p, &cfg) // image root, volumes: image_linux.go
+	// /home/<user> is a second mount of the workspace, as on the native
+	// runtime, which the agent makes while it is privileged (below); a
+	// sandbox without one has a link there instead.
+	homeBind := cfg.Agent && p.User.UID != 0
+	layout, img, err := rootLayout(&p, &cfg, homeBind) // image root, volumes: image_linux.go
 	if err != nil {
 		unstageHostDirs(id)
 		return nil, err
@@ -166,6 +170,9 @@ func start(cfg native.Config, image string) (*Sandbox, error) {
 			inodes = rt.Layer{Name: "inodes", State: rt.StateOK, Detail: fmt.Sprintf("tmpfs %s mounted by the agent inside gVisor with nr_inodes (%d for /workspace and /tmp; runsc drops it from OCI mounts) before it drops its privileges", strings.Join(targets, ", "), p.Limits.Inodes)}
 		}
 		cfg.Args = append(append([]string{}, cfg.Args...), mounts...)
+		if layout.HomeBind != "" {
+			cfg.Args = append(cfg.Args, "--workspace-bind="+layout.HomeBind)
+		}
 		if privileged {
 			cfg.Args = append(cfg.Args, fmt.Sprintf("--agent-id=%d", native.AgentUID))
 		}

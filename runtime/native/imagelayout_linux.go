@@ -60,7 +60,7 @@ func (m *MountedImage) Unmount() {
 // policy without its host-derived parts, as for a native image sandbox.
 // p is not changed. The caller calls Started once the runtime has the
 // root, Unmount once it is gone, or Abort if it never started.
-func ImageLayout(p *policy.Policy, agentBinary string, img *ImageRoot) (*Layout, *MountedImage, error) {
+func ImageLayout(p *policy.Policy, agentBinary string, img *ImageRoot, homeBind bool) (*Layout, *MountedImage, error) {
 	if img == nil {
 		return nil, nil, errors.New("image layout without an image root")
 	}
@@ -70,7 +70,7 @@ func ImageLayout(p *policy.Policy, agentBinary string, img *ImageRoot) (*Layout,
 	if err != nil {
 		return nil, nil, err
 	}
-	t, err := cachedTree(base, &q, &Config{AgentBinary: agentBinary})
+	t, err := cachedTree(base, &q, &Config{AgentBinary: agentBinary}, !homeBind)
 	if err != nil {
 		return nil, nil, &SetupError{Step: "root filesystem", Err: err}
 	}

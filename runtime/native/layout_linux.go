@@ -19,6 +19,12 @@ type Layout struct {
 	Root string
 	// Mounts are applied in order on top of Root.
 	Mounts []LayoutMount
+	// HomeBind, when set, is a directory of Root (/home/<user>) that must
+	// become a second mount of /workspace after Mounts, which an OCI
+	// runtime's own mounts cannot make (they bind host paths, not one of
+	// the sandbox's mounts): the gvisor runtime's agent binds it. Empty
+	// when /home/<user> is a symbolic link to /workspace.
+	HomeBind string
 }
 
 // LayoutMount is one mount of a Layout.
@@ -37,13 +43,15 @@ type LayoutMount struct {
 
 // RootLayout returns the root tree the native runtime would build for p
 // (and an agent binary bound at AgentPath when agentBinary is set). It
-// shares the template cache with native sandboxes.
-func RootLayout(p *policy.Policy, agentBinary string) (*Layout, error) {
+// shares the template cache with native sandboxes. With homeBind,
+// /home/<user> is a directory that the caller binds the workspace onto
+// (Layout.HomeBind); without, a symbolic link to /workspace.
+func RootLayout(p *policy.Policy, agentBinary string, homeBind bool) (*Layout, error) {
 	base, err := stagingDir()
 	if err != nil {
 		return nil, err
 	}
-	t, err := cachedTree(base, p, &Config{AgentBinary: agentBinary})
+	t, err := cachedTree(base, p, &Config{AgentBinary: agentBinary}, !homeBind)
 	if err != nil {
 		return nil, &SetupError{Step: "root filesystem", Err: err}
 	}
@@ -58,7 +66,7 @@ var flagOptions = []struct {
 
 // layout converts the mount steps of t (after the root bind) to a Layout.
 func (t *treeBuilder) layout() (*Layout, error) {
-	l := &Layout{Root: t.root}
+	l := &Layout{Root: t.root, HomeBind: t.homeBind}
 	ops := t.ops[len(t.ops)-len(t.opPaths):] // the steps before are the root's own bind
 	for i, o := range ops {
 		at := t.opPaths[i]

@@ -53,6 +53,9 @@ type treeBuilder struct {
 	made    map[string]bool // mount points the child creates inside those
 	remount []op
 	rsteps  []string
+	// homeBind is /home/<user> when it is a mount point for a second
+	// mount of /workspace (bound after pivot_root), not a link.
+	homeBind string
 }
 
 func cstr(s string) *byte {
@@ -307,7 +310,9 @@ func etcFiles(p *policy.Policy) map[string]string {
 }
 
 // buildTree computes every mount step of the sandbox root for policy p.
-func buildTree(base string, p *policy.Policy, cfg *Config) (*treeBuilder, error) {
+// homeLink makes /home/<user> a symbolic link to /workspace instead of a
+// second mount of it (for a Layout: see below).
+func buildTree(base string, p *policy.Policy, cfg *Config, homeLink bool) (*treeBuilder, error) {
 	t := &treeBuilder{dirs: map[string]bool{}, tmpfs: map[string]bool{}, made: map[string]bool{}}
 	fs := &p.Filesystem
 
@@ -329,9 +334,22 @@ func buildTree(base string, p *policy.Policy, cfg *Config) (*treeBuilder, error)
 		}
 	}
 
-	// E2B-style home: /home/<user> is the workspace too.
+	// E2B-style home: /home/<user> is the workspace too. In a root this
+	// runtime mounts, it is a second mount of the workspace (bound after
+	// pivot_root, below), so that a process working there is in
+	// /home/<user> by getcwd(2), as E2B code expects; the same files,
+	// disk cap and Landlock rules (which hold on the inodes). An OCI
+	// runtime cannot bind one of the sandbox's own mounts elsewhere: a
+	// Layout leaves the bind to its caller (Layout.HomeBind) or has a
+	// symbolic link (homeLink).
+	home := ""
 	if p.User.Name != "" && !strings.ContainsAny(p.User.Name, "/\x00") && p.User.Name != "." && p.User.Name != ".." {
-		t.symlink("/workspace", "/home/"+p.User.Name)
+		home = "/home/" + p.User.Name
+		if homeLink {
+			t.symlink("/workspace", home)
+		} else {
+			t.mkdirAll(home)
+		}
 	}
 	// `python` as E2B's images have it, for hosts whose /usr has only
 	// python3: a link in a directory of the root template, last on the
@@ -395,6 +413,13 @@ func buildTree(base string, p *policy.Policy, cfg *Config) (*treeBuilder, error)
 		if err != nil {
 			return nil, fmt.Errorf("mount %s: %w", m.Source, err)
 		}
+	}
+	if home != "" && !homeLink {
+		// After the workspace and the mounts into it; a bind keeps the
+		// source mounts' flags (nosuid, nodev, and those locked).
+		t.remount = append(t.remount, op{src: cstr("/workspace"), path: cstr(home), flags: unix.MS_BIND | unix.MS_REC})
+		t.rsteps = append(t.rsteps, "bind /workspace at "+home)
+		t.homeBind = home
 	}
 	if cfg.AgentBinary != "" {
 		if err := t.bind(cfg.AgentBinary, AgentPath, false, false); err != nil {
@@ -537,10 +562,10 @@ var treeCache = struct {
 // cachedTree returns the tree for p, building it on first use. The key
 // covers the filesystem policy, the tmpfs sizes, the user, the agent binary
 // and the size and mtime of every host file the tree copies or binds.
-func cachedTree(base string, p *policy.Policy, cfg *Config) (*treeBuilder, error) {
+func cachedTree(base string, p *policy.Policy, cfg *Config, homeLink bool) (*treeBuilder, error) {
 	h := sha256.New()
 	enc := json.NewEncoder(h)
-	_ = enc.Encode([]any{p.Filesystem, p.Limits.DiskBytes, p.Limits.Inodes, p.User, cfg.AgentBinary})
+	_ = enc.Encode([]any{p.Filesystem, p.Limits.DiskBytes, p.Limits.Inodes, p.User, cfg.AgentBinary, homeLink})
 	for _, f := range append(append([]string{}, p.Filesystem.EtcFiles...), p.Filesystem.Hidden...) {
 		if fi, err := os.Lstat(f); err == nil {
 			fmt.Fprintf(h, "%s %d %d\n", f, fi.Size(), fi.ModTime().UnixNano())
@@ -555,7 +580,7 @@ func cachedTree(base string, p *policy.Policy, cfg *Config) (*treeBuilder, error
 			return t, nil
 		}
 	}
-	t, err := buildTree(base, p, cfg)
+	t, err := buildTree(base, p, cfg, homeLink)
 	if err != nil {
 		return nil, err
 	}

@@ -151,11 +151,29 @@ func TestTemplateFollowsHost(t *testing.T) {
 	}
 }
 
-// TestHomeUser: /home/user is the workspace (E2B's home directory).
+// TestHomeUser: /home/user is the workspace (E2B's home directory): the
+// same files, and a process working there is in /home/user by getcwd(2)
+// (E2B's code-interpreter tests print Python's and node's cwd), not in
+// /workspace through a link; the second mount keeps the workspace's
+// nosuid and nodev and its disk cap. The same with a host directory as the
+// workspace.
 func TestHomeUser(t *testing.T) {
-	res := sh(t, nil, "cd /home/user && echo hi > f && cat /workspace/f")
-	if res.Stdout != "hi\n" {
-		t.Fatalf("got %q %q", res.Stdout, res.Stderr)
+	const script = `cd /home/user && echo hi > f && cat /workspace/f && pwd -P && python3 -c 'import os; print(os.getcwd())'
+grep ' /home/user ' /proc/self/mountinfo | grep -q 'nosuid,nodev' && echo flags-kept
+if head -c 3000000 /dev/zero > /home/user/big 2>/dev/null; then echo over-the-cap; fi; rm -f /home/user/big`
+	const want = "hi\n/home/user\n/home/user\nflags-kept\n"
+	res := sh(t, func(p *policy.Policy) { p.Limits.DiskBytes = 1 << 20 }, script)
+	if res.Stdout != want {
+		t.Fatalf("tmpfs workspace: got %q, want %q (stderr %q)", res.Stdout, want, res.Stderr)
+	}
+	dir := t.TempDir()
+	os.Chmod(dir, 0o777)
+	res = sh(t, func(p *policy.Policy) { p.Filesystem.Workspace = dir }, strings.Split(script, "\nif")[0])
+	if res.Stdout != want {
+		t.Fatalf("host workspace: got %q, want %q (stderr %q)", res.Stdout, want, res.Stderr)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "f")); err != nil || string(b) != "hi\n" {
+		t.Fatalf("host workspace: the file written through /home/user: %q %v", b, err)
 	}
 }
 

@@ -234,7 +234,7 @@ func Start(cfg Config) (*Sandbox, error) {
 	if cfg.Image != nil {
 		imagePolicy(&p)
 	}
-	tree, err := cachedTree(root, &p, &cfg)
+	tree, err := cachedTree(root, &p, &cfg, false)
 	if err != nil {
 		return nil, &SetupError{Step: "root filesystem", Err: err}
 	}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
@@ -25,9 +26,35 @@ type Engine struct {
 	cache    wazero.CompilationCache
 	cacheDir string
 
+	// stop, when set, replaces wazero's context checks (see
+	// WithoutContextChecks).
+	stop func()
+
 	mu       sync.Mutex
 	compiled map[[32]byte]wazero.CompiledModule
 	order    [][32]byte
+}
+
+// An EngineOption changes how an Engine compiles and runs modules.
+type EngineOption func(*Engine)
+
+// stopGrace is how long a run whose context has ended may go on before an
+// engine without context checks calls its stop function: long enough for
+// code that reaches a host call (which sees the end) to return by itself.
+const stopGrace = 2 * time.Second
+
+// WithoutContextChecks compiles modules without wazero's context checks
+// (WithCloseOnContextDone), which call out of the module's code at every
+// loop iteration so that a run whose context ends stops at once: QuickJS's
+// bytecode interpreter is one loop, and those calls made it about ten times
+// slower (docs/wasm.md). Without them, module code cannot be stopped inside
+// the process: when a run's context ends (wall-time limit, output limit,
+// cancellation) and the run has not returned stopGrace later, the engine
+// calls stop, which must end the code by other means and not return (the
+// QuickJS kernel, alone in its process, exits). A kernel waiting in the
+// bridge's poll sees the end and returns by itself.
+func WithoutContextChecks(stop func()) EngineOption {
+	return func(e *Engine) { e.stop = stop }
 }
 
 // DefaultCacheDir is where `airlock run --runtime wasm` keeps compiled
@@ -48,9 +75,14 @@ func DefaultCacheDir() (string, error) {
 // (created 0700 if missing); empty means no disk cache. The cache holds
 // machine code that is mapped executable, so a directory that is not
 // owned by this user or that others can write is refused.
-func NewEngine(ctx context.Context, cacheDir string) (*Engine, error) {
-	cfg := wazero.NewRuntimeConfigCompiler().WithCloseOnContextDone(true)
+func NewEngine(ctx context.Context, cacheDir string, opts ...EngineOption) (*Engine, error) {
 	e := &Engine{cacheDir: cacheDir, compiled: map[[32]byte]wazero.CompiledModule{}}
+	for _, o := range opts {
+		o(e)
+	}
+	// The compilation cache keys code by this flag too (wazero's module
+	// ID), so engines with and without checks may share a cache directory.
+	cfg := wazero.NewRuntimeConfigCompiler().WithCloseOnContextDone(e.stop == nil)
 	if cacheDir != "" {
 		if err := checkCacheDir(cacheDir); err != nil {
 			return nil, err

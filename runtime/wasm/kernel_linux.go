@@ -88,10 +88,19 @@ func ServeKernel(ctx context.Context, module string, memory int64) int {
 	if heap := p.Limits.MemoryBytes - kernelMemoryMargin; heap > 0 {
 		args = append(args, "--memory-limit", strconv.FormatInt(heap, 10))
 	}
-	e, err := NewEngine(ctx, kernelCacheDir())
+	// QuickJS polls its own interrupt handler for the cells' timeouts and
+	// interrupts, and interp kills this process when a cell stuck in a C
+	// built-in does not stop: wazero's context checks only slowed every
+	// cell down (WithoutContextChecks). Should the run's context end all
+	// the same, the process exits.
+	stop := WithoutContextChecks(func() {
+		fmt.Fprintln(os.Stderr, "airlock: the QuickJS kernel did not stop at the end of its run: exiting")
+		os.Exit(exitKilled)
+	})
+	e, err := NewEngine(ctx, kernelCacheDir(), stop)
 	if err != nil {
 		// A cache directory someone else made: compile without one.
-		e, err = NewEngine(ctx, "")
+		e, err = NewEngine(ctx, "", stop)
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "airlock: %v\n", err)

@@ -129,6 +129,26 @@ func (e *Engine) Run(ctx context.Context, m Module, cfg native.Config, opts nati
 	runCtx, cancelT := context.WithTimeoutCause(runCtx, p.Limits.WallTime, errTimeout)
 	defer cancelT()
 
+	if e.stop != nil {
+		// No context checks in the module's code (WithoutContextChecks).
+		ended := make(chan struct{})
+		defer close(ended)
+		go func() {
+			select {
+			case <-ended:
+				return
+			case <-runCtx.Done():
+			}
+			t := time.NewTimer(stopGrace)
+			defer t.Stop()
+			select {
+			case <-ended:
+			case <-t.C:
+				e.stop()
+			}
+		}()
+	}
+
 	sink := &sink{limit: p.Limits.OutputBytes, capture: opts.Capture, onOver: func() { cancel(errOutputLimit) }}
 	mem := &memAllocator{limit: limit}
 	fsc := wazero.NewFSConfig()
@@ -146,11 +166,22 @@ func (e *Engine) Run(ctx context.Context, m Module, cfg native.Config, opts nati
 		mc = mc.WithEnv(k, v)
 	}
 
-	goruntime.LockOSThread()
-	cpu0 := threadCPU()
+	// A run's CPU time is its thread's, so its goroutine keeps one thread.
+	// A kernel's run (one with a Bridge) is not measured (CPUMS 0; its
+	// process's CPU time is its sandbox's): it waits in host calls between
+	// cells, and a locked thread made every wake-up a hand-off between
+	// threads.
+	account := bridgeOf(ctx) == nil
+	var cpu0, cpu time.Duration
+	if account {
+		goruntime.LockOSThread()
+		cpu0 = threadCPU()
+	}
 	inst, ierr := instantiate(experimental.WithMemoryAllocator(runCtx, mem), e.rt, compiled, mc)
-	cpu := threadCPU() - cpu0
-	goruntime.UnlockOSThread()
+	if account {
+		cpu = threadCPU() - cpu0
+		goruntime.UnlockOSThread()
+	}
 	if inst != nil {
 		_ = inst.Close(ctx)
 	}

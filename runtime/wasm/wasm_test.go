@@ -33,6 +33,11 @@ func TestMain(m *testing.M) {
 		// This binary is the kernel process of a QuickJS test (quickjs_test.go).
 		os.Exit(ServeKernel(context.Background(), os.Getenv(kernelEnv), 96<<20))
 	}
+	if os.Getenv(stuckEnv) != "" {
+		// This binary runs a module that never returns on an engine without
+		// context checks (nocheck_linux_test.go).
+		os.Exit(runStuck(os.Getenv(stuckEnv)))
+	}
 	d, err := os.MkdirTemp("", "airlock-wasm-test-")
 	if err != nil {
 		panic(err)

@@ -462,6 +462,29 @@ async function runCodeSteps(sbx) {
     const out = await sbx.runCode('print("printed", x)')
     eq(out.logs.stdout, ['printed 41\n'], 'stdout')
   })
+  await step('cwd: code contexts and commands work in /home/user, by getcwd(2) too (E2B\'s cwd tests)', async () => {
+    // /home/user is a second mount of the workspace (on gVisor, made by
+    // the agent), not a link, which getcwd would resolve to /workspace.
+    const real = '/home/user'
+    eq((await sbx.runCode('from pathlib import Path; print(Path.cwd())', { language: 'python' })).logs.stdout.join().trim(),
+      real, 'python Path.cwd()')
+    eq((await sbx.runCode('process.cwd()', { language: 'js' })).text, real, 'javascript process.cwd()')
+    eq((await sbx.runCode('process.cwd()', { language: 'ts' })).text, real, 'typescript process.cwd()')
+    eq((await sbx.runCode('pwd', { language: 'bash' })).logs.stdout.join().trim(), real, 'bash pwd')
+    eq((await sbx.runCode('!pwd')).logs.stdout.join().trim(), real, 'python !pwd')
+    const ctx = await sbx.createCodeContext({ language: 'python' })
+    eq(ctx.cwd, '/home/user', 'a new context\'s cwd')
+    eq((await sbx.runCode('import os; print(os.getcwd())', { context: ctx })).logs.stdout.join().trim(), real, 'its os.getcwd()')
+    eq((await sbx.commands.run('pwd -P')).stdout.trim(), real, 'a command\'s pwd -P')
+    await sbx.commands.run('mkdir -p sub2')
+    eq((await sbx.commands.run('pwd -P', { cwd: 'sub2' })).stdout.trim(), real + '/sub2', 'pwd -P with a relative cwd')
+    await sbx.files.write('/home/user/sub2/seen.txt', 'through the files API')
+    eq((await sbx.commands.run('cat sub2/seen.txt; cat /workspace/sub2/seen.txt')).stdout,
+      'through the files API'.repeat(2), '/home/user and /workspace are the same files')
+    // The workload cannot take the second mount away.
+    eq((await sbx.commands.run('umount /home/user 2>/dev/null && echo unmounted || echo refused; cat /home/user/sub2/seen.txt')).stdout,
+      'refused\nthrough the files API', 'umount /home/user')
+  })
   await step('runCode: matplotlib chart as PNG', async () => {
     const r = await sbx.runCode(
       'import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [1, 4, 9])\nplt.title("squares")\nplt.show()')
