@@ -278,7 +278,9 @@ func (b *Backend) createPooled(ctx context.Context, spec manager.RemoteSpec, poo
 			WarmPoolRef: extv1.SandboxWarmPoolRef{Name: pool},
 			Lifecycle: &extv1.Lifecycle{ShutdownTime: ptr.To(metav1.NewTime(spec.ExpiresAt)),
 				ShutdownPolicy: extv1.ShutdownPolicyDelete},
-			AdditionalPodMetadata: sandboxv1.PodMetadata{Labels: map[string]string{LabelOwner: labels[LabelOwner]}},
+			// No AdditionalPodMetadata: agent-sandbox accepts only labels
+			// of its allowlisted domains there, and the pod needs none (the
+			// claim is the record; the pod is known by its controllers).
 		},
 	}
 	if err := b.c.Create(ctx, claim); err != nil {
