@@ -130,7 +130,7 @@ func KubernetesFigures(o KubeOptions) []Figure {
 	o.defaults()
 	c := client.New(o.URL, o.Key)
 	pooled := Figure{Name: "kubernetes: pooled claim to first exec", Unit: "ms", Command: []string{"sh", "-c", "true"},
-		Note: fmt.Sprintf("a create served by the warm pool %s (SandboxClaim, enrollment of the claimed pod's agent) until `true` has run in it; each claim starts with the pool full (not timed); kill not timed", o.Pool),
+		Note:   fmt.Sprintf("a create served by the warm pool %s (SandboxClaim, enrollment of the claimed pod's agent) until `true` has run in it; each claim starts with the pool full (not timed); kill not timed", o.Pool),
 		Rounds: o.Claims}
 	res := PeerResult{Peer: Reference, Note: "airlock serve --backend kubernetes --pool N"}
 	for i := range o.Claims {
