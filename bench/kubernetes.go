@@ -152,7 +152,7 @@ func KubernetesFigures(o KubeOptions) []Figure {
 		Note:   "airlock: a create with custom limits (a Sandbox of its own, pod started then) until `true` has run in it; kubectl run: a pod of the same image running `true` until it has Succeeded; alternating",
 		Rounds: o.Runs}
 	air := PeerResult{Peer: Reference, Note: "airlock serve --backend kubernetes, create with limits.memory_bytes 256 MiB"}
-	kr := PeerResult{Peer: "kubectl run", Note: "kubectl run --restart=Never --image " + o.Image + " -n " + o.RunNamespace}
+	kr := PeerResult{Peer: "kubectl run", Note: "kubectl run --restart=Never --image-pull-policy=IfNotPresent --image " + o.Image + " -n " + o.RunNamespace}
 	for i := range o.Runs {
 		o.Progress("kubernetes: unpooled create and kubectl run %d/%d", i+1, o.Runs)
 		ms, err := o.unpooledRound(c)
@@ -249,7 +249,7 @@ func (o *KubeOptions) kubectlRunRound(i int) (float64, error) {
 	name := "airlock-bench-" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36) + "-" + strconv.Itoa(i)
 	defer o.kubectl(context.WithoutCancel(ctx), "delete", "pod", name, "-n", o.RunNamespace, "--wait=false", "--grace-period=0")
 	t0 := time.Now()
-	if _, err := o.kubectl(ctx, "run", name, "-n", o.RunNamespace, "--image", o.Image, "--restart=Never", "--command", "--", "/bin/sh", "-c", "true"); err != nil {
+	if _, err := o.kubectl(ctx, "run", name, "-n", o.RunNamespace, "--image", o.Image, "--image-pull-policy=IfNotPresent", "--restart=Never", "--command", "--", "/bin/sh", "-c", "true"); err != nil {
 		return nan(), err
 	}
 	if _, err := o.kubectl(ctx, "wait", "pod/"+name, "-n", o.RunNamespace, "--for=jsonpath={.status.phase}=Succeeded",
