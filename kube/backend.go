@@ -18,6 +18,10 @@
 // Sandbox say whose it is and what it was made with, so any number of
 // servers share the sandboxes, and a server that has no connection to a
 // sandbox's agent dials it when first asked (Connect).
+//
+// With Config.Pool, creates of a pooled profile are SandboxClaims on a
+// SandboxWarmPool instead, whose pods' agents the server enrolls after the
+// claim (pool.go); the claim is then the sandbox's record.
 package kube
 
 import (
