@@ -121,8 +121,9 @@ type Backend struct {
 	enrCA    *agenttls.CA       // the CA enr is of
 	enrUntil time.Time          // when enr expires
 
-	stop     chan struct{} // closed by Close: stops the sweeper
-	stopOnce sync.Once
+	stop       chan struct{} // closed by Close: stops the sweeper
+	stopOnce   sync.Once
+	sweepGrace time.Duration // sweepGrace (tests change it)
 
 	mu    sync.Mutex
 	conns map[string]*conn // sandbox id -> agent connection of this process
@@ -175,7 +176,8 @@ func New(cfg Config) (*Backend, error) {
 			}
 		}
 	}
-	return &Backend{cfg: cfg, c: cfg.Client, port: AgentPort, conns: map[string]*conn{}, stop: make(chan struct{})}, nil
+	return &Backend{cfg: cfg, c: cfg.Client, port: AgentPort, conns: map[string]*conn{}, stop: make(chan struct{}),
+		sweepGrace: sweepGrace}, nil
 }
 
 // Name implements manager.Backend.

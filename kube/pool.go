@@ -446,7 +446,7 @@ func (b *Backend) claim(ctx context.Context, id string) (*sandboxv1.Sandbox, err
 		if apierrors.IsNotFound(err) {
 			return nil, nil
 		}
-		if b.cfg.Pool <= 0 && meta.IsNoMatchError(err) {
+		if b.cfg.Pool <= 0 && noClaims(err) {
 			return nil, nil
 		}
 		return nil, fmt.Errorf("kube: get SandboxClaim %s: %w", id, err)
@@ -454,12 +454,18 @@ func (b *Backend) claim(ctx context.Context, id string) (*sandboxv1.Sandbox, err
 	return claimSandbox(&c), nil
 }
 
+// noClaims reports whether err means that this server cannot have claims
+// to read: a cluster without agent-sandbox's extensions, or a Role of a
+// version before warm pools (the rbac.yaml of a server without --pool).
+func noClaims(err error) bool {
+	return meta.IsNoMatchError(err) || apierrors.IsNotFound(err) || apierrors.IsForbidden(err)
+}
+
 // claims lists airlock's SandboxClaims as sandbox records.
 func (b *Backend) claims(ctx context.Context, sel client.MatchingLabels) ([]sandboxv1.Sandbox, error) {
 	var l extv1.SandboxClaimList
 	if err := b.c.List(ctx, &l, client.InNamespace(b.cfg.Namespace), sel); err != nil {
-		if b.cfg.Pool <= 0 && (meta.IsNoMatchError(err) || apierrors.IsNotFound(err)) {
-			// A cluster without agent-sandbox's extensions: no pools.
+		if b.cfg.Pool <= 0 && noClaims(err) {
 			return nil, nil
 		}
 		return nil, fmt.Errorf("kube: list SandboxClaims: %w", err)
@@ -521,7 +527,7 @@ func (b *Backend) SweepClaims(ctx context.Context) (int, error) {
 	var errs []error
 	for i := range items {
 		sb := &items[i]
-		if enrolled(sb) || !ours(sb) || time.Since(sb.CreationTimestamp.Time) < b.cfg.ReadyTimeout+sweepGrace {
+		if enrolled(sb) || !ours(sb) || time.Since(sb.CreationTimestamp.Time) < b.cfg.ReadyTimeout+b.sweepGrace {
 			continue
 		}
 		if err := b.releaseClaim(ctx, sb.Name); err != nil {

@@ -304,6 +304,7 @@ func TestWarmPoolObjects(t *testing.T) {
 //     confused controller) cannot have it: the enrollment is refused, the
 //     create fails, its claim and Sandbox are released, and the first
 //     owner's sandbox keeps working;
+//   - a sweep releases no enrolled claim;
 //   - the server never lowers the pool's size on a claim (the controller
 //     refills it; that is for the real-node e2e to show).
 func TestWarmPoolClaim(t *testing.T) {
@@ -413,6 +414,19 @@ func TestWarmPoolClaim(t *testing.T) {
 		}
 	}
 	hostile("claimed")
+	// A sweep that would release any unenrolled claim at once leaves the
+	// enrolled one alone.
+	sweeper := newReplica(t, func(c *Config) { c.ReadyTimeout = time.Millisecond })
+	sweeper.b.sweepGrace = 0
+	if _, err := sweeper.b.SweepClaims(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if gone(t, &extv1.SandboxClaim{ObjectMeta: metav1.ObjectMeta{Namespace: sandboxNS, Name: idA}}) {
+		t.Fatal("the sweep released an enrolled claim")
+	}
+	if got := execOut(t, sbA.Agent(), pa.work, "cat f"); got != "mine\n" {
+		t.Errorf("after the sweep: %q", got)
+	}
 	if _, err := r.m.Pause(ctx, "key-wp-a", idA); !errors.Is(err, manager.ErrPolicy) {
 		t.Errorf("pause of a pooled sandbox: %v, want refused", err)
 	}
