@@ -543,11 +543,14 @@ func (b *Backend) sandbox(ctx context.Context, owner, id string) (*sandboxv1.San
 		return nil, manager.ErrNotFound
 	}
 	sb := &sandboxv1.Sandbox{}
-	if err := b.c.Get(ctx, client.ObjectKey{Namespace: b.cfg.Namespace, Name: id}, sb); err != nil {
-		if !apierrors.IsNotFound(err) {
-			return nil, fmt.Errorf("kube: get Sandbox %s: %w", id, err)
-		}
-		// A pooled sandbox's record is its SandboxClaim (pool.go).
+	err := b.c.Get(ctx, client.ObjectKey{Namespace: b.cfg.Namespace, Name: id}, sb)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("kube: get Sandbox %s: %w", id, err)
+	}
+	if err != nil || !ours(sb) {
+		// A pooled sandbox's record is its SandboxClaim (pool.go). The
+		// claim controller names the Sandbox it makes when the pool is
+		// empty after the claim: such a Sandbox is not airlock's record.
 		if sb, err = b.claim(ctx, id); err != nil {
 			return nil, err
 		}

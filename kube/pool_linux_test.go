@@ -110,29 +110,37 @@ func startPooledAgent(t *testing.T, ip string) *podAgent {
 // warm-pool controller and the kubelet would.
 func publishPoolSandbox(t *testing.T, pool, ip string) *sandboxv1.Sandbox {
 	t.Helper()
+	var wp extv1.SandboxWarmPool
+	if err := admin.Get(context.Background(), client.ObjectKey{Namespace: sandboxNS, Name: pool}, &wp); err != nil {
+		t.Fatal(err)
+	}
+	return publishSandbox(t, pool, ip, metav1.ObjectMeta{GenerateName: pool + "-", Labels: map[string]string{sandboxv1.SandboxWarmPoolLabel: "h"},
+		OwnerReferences: controlledBy(extv1.GroupVersion.String(), "SandboxWarmPool", &wp)})
+}
+
+// controlledBy is a controller owner reference to obj.
+func controlledBy(apiVersion, kind string, obj metav1.Object) []metav1.OwnerReference {
+	return []metav1.OwnerReference{{APIVersion: apiVersion, Kind: kind, Name: obj.GetName(), UID: obj.GetUID(), Controller: ptr.To(true)}}
+}
+
+// publishSandbox makes a Sandbox of pool's template with meta, and its pod
+// Running at ip.
+func publishSandbox(t *testing.T, pool, ip string, meta metav1.ObjectMeta) *sandboxv1.Sandbox {
+	t.Helper()
 	ctx := context.Background()
 	var tmpl extv1.SandboxTemplate
-	var wp extv1.SandboxWarmPool
 	if err := admin.Get(ctx, client.ObjectKey{Namespace: sandboxNS, Name: pool}, &tmpl); err != nil {
 		t.Fatal(err)
 	}
-	if err := admin.Get(ctx, client.ObjectKey{Namespace: sandboxNS, Name: pool}, &wp); err != nil {
-		t.Fatal(err)
-	}
-	ctrl := func(apiVersion, kind, name string, uid metav1.Object) []metav1.OwnerReference {
-		return []metav1.OwnerReference{{APIVersion: apiVersion, Kind: kind, Name: name, UID: uid.GetUID(), Controller: ptr.To(true)}}
-	}
-	sb := &sandboxv1.Sandbox{ObjectMeta: metav1.ObjectMeta{GenerateName: pool + "-", Namespace: sandboxNS,
-		Labels:          map[string]string{sandboxv1.SandboxWarmPoolLabel: "h"},
-		OwnerReferences: ctrl(extv1.GroupVersion.String(), "SandboxWarmPool", wp.Name, &wp)},
-		Spec: sandboxv1.SandboxSpec{SandboxBlueprint: *tmpl.Spec.SandboxBlueprint.DeepCopy()}}
+	meta.Namespace = sandboxNS
+	sb := &sandboxv1.Sandbox{ObjectMeta: meta, Spec: sandboxv1.SandboxSpec{SandboxBlueprint: *tmpl.Spec.SandboxBlueprint.DeepCopy()}}
 	if err := admin.Create(ctx, sb); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { admin.Delete(context.Background(), sb) })
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: sb.Name, Namespace: sandboxNS, Labels: sb.Spec.PodTemplate.ObjectMeta.Labels,
 		Annotations:     sb.Spec.PodTemplate.ObjectMeta.Annotations,
-		OwnerReferences: ctrl(sandboxv1.GroupVersion.String(), "Sandbox", sb.Name, sb)},
+		OwnerReferences: controlledBy(sandboxv1.GroupVersion.String(), "Sandbox", sb)},
 		Spec: *sb.Spec.PodTemplate.Spec.DeepCopy()}
 	// Admitted under the namespace's Pod Security level (restricted).
 	if err := admin.Create(ctx, pod); err != nil {
@@ -461,6 +469,44 @@ func TestWarmPoolClaim(t *testing.T) {
 	if err := admin.Get(ctx, client.ObjectKey{Namespace: sandboxNS, Name: pool}, &wp); err != nil || *wp.Spec.Replicas != 1 {
 		t.Errorf("warm pool after claims: %v %v", wp.Spec.Replicas, err)
 	}
+	// Tenant C's claim finds the pool empty: the claim controller makes
+	// a Sandbox of the template named by the claim (its cold path) and
+	// records it in the claim's status only.
+	resC := create("key-wp-c")
+	idC := waitClaim(t, "key-wp-c")
+	t.Cleanup(func() { r.b.releaseClaim(context.Background(), idC) })
+	ipC := randomLoopback()
+	paC := startPooledAgent(t, ipC)
+	var claimC extv1.SandboxClaim
+	if err := admin.Get(ctx, client.ObjectKey{Namespace: sandboxNS, Name: idC}, &claimC); err != nil {
+		t.Fatal(err)
+	}
+	sbC := publishSandbox(t, pool, ipC, metav1.ObjectMeta{Name: idC,
+		OwnerReferences: controlledBy(extv1.GroupVersion.String(), "SandboxClaim", &claimC)})
+	claimC.Status.SandboxStatus.Name = sbC.Name
+	if err := admin.Status().Update(ctx, &claimC); err != nil {
+		t.Fatal(err)
+	}
+	if c := <-resC; c.err != nil || c.in.ID != idC {
+		t.Fatalf("pooled create served cold: %+v %v", c.in, c.err)
+	}
+	sbCc, err := r2.m.Lookup("key-wp-c", idC)
+	if err != nil {
+		t.Fatalf("lookup of the cold-served claim (its Sandbox has its name): %v", err)
+	}
+	if got := execOut(t, sbCc.Agent(), paC.work, "echo cold"); got != "cold\n" {
+		t.Errorf("exec in the cold-served claim: %q", got)
+	}
+	if _, err := r2.m.Lookup("key-wp-a", idC); !errors.Is(err, manager.ErrNotFound) {
+		t.Errorf("another key's lookup of the cold-served claim: %v", err)
+	}
+	if err := r.m.Kill(ctx, "key-wp-c", idC); err != nil {
+		t.Fatal(err)
+	}
+	if !gone(t, &sandboxv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: sandboxNS, Name: idC}}) {
+		t.Error("the cold-served claim's Sandbox left after kill")
+	}
+
 	// Kill: the claim, its Sandbox and Secret go.
 	if err := r2.m.Kill(ctx, "key-wp-a", idA); err != nil {
 		t.Fatal(err)
