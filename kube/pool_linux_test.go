@@ -532,7 +532,9 @@ func TestServePoolKilledBeforeEnrollment(t *testing.T) {
 	needEnv(t)
 	testserver.NeedRoot(t)
 	kc := writeKubeconfig(t, serverCfg)
-	a := startServe(t, kc, "--pool", "1")
+	// Its create waits for the enrollment far longer than this test needs
+	// to kill it (under any load).
+	a := startServe(t, kc, "--pool", "1", "--kube-ready-timeout", "10m")
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	errc := make(chan error, 1)
