@@ -112,8 +112,19 @@ func cmdBench(args []string) int {
 			Progress: os.Stderr,
 		})
 	}
+	// The kubernetes figures are run on purpose, on a cluster made for
+	// them (scripts/kubernetes-e2e.sh): a failed round fails the command.
+	var kubeFailed []string
 	if kube {
-		rep.Figures = append(rep.Figures, bench.KubernetesFigures(ko)...)
+		figs := bench.KubernetesFigures(ko)
+		for _, f := range figs {
+			for _, r := range f.Results {
+				if r.Failures > 0 || len(r.Samples) == 0 {
+					kubeFailed = append(kubeFailed, fmt.Sprintf("%s, %s: %d failed rounds (%s)", f.Name, r.Peer, r.Failures, r.Error))
+				}
+			}
+		}
+		rep.Figures = append(rep.Figures, figs...)
 		rep.LoadAfter = bench.LoadAverage()
 		rep.DurationS = time.Since(rep.Started).Seconds()
 	}
@@ -123,8 +134,14 @@ func cmdBench(args []string) int {
 			fmt.Fprintf(os.Stderr, "airlock bench: %v\n", err)
 			return 1
 		}
-		return 0
+	} else {
+		rep.Print(os.Stdout)
 	}
-	rep.Print(os.Stdout)
+	for _, f := range kubeFailed {
+		fmt.Fprintf(os.Stderr, "airlock bench: %s\n", f)
+	}
+	if len(kubeFailed) > 0 {
+		return 1
+	}
 	return 0
 }
