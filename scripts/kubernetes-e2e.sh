@@ -799,10 +799,14 @@ log "pooled sandbox $PID: created, exec, file and Python cell ($(($(date +%s) - 
 kc get sandboxclaims.extensions.agents.x-k8s.io "$PID" -n "$NS" >/dev/null || die "pooled sandbox $PID has no SandboxClaim"
 PSB=$(kc get sandboxclaims.extensions.agents.x-k8s.io "$PID" -n "$NS" -o jsonpath='{.metadata.annotations.agents\.x-k8s\.io/sandbox-name}')
 case " $WARM " in *" $PSB "*) ;; *) die "pooled sandbox $PID got Sandbox '$PSB', not one of the warm pool's ($WARM)" ;; esac
-# The controller refills the pool: a new warm Sandbox, 2 ready again.
-wait_for "warm pool refilled" 300 pool_ready || die "the warm pool $POOL did not refill after a claim"
-NEW=$(kc get sandboxes.agents.x-k8s.io -n "$NS" -l agents.x-k8s.io/warm-pool-sandbox -o jsonpath='{.items[*].metadata.name}')
-[ "$NEW" != "$WARM" ] && case " $NEW " in *" $PSB "*) false ;; *) true ;; esac || die "the pool did not replace the claimed Sandbox $PSB (before: $WARM, after: $NEW)"
+# The controller refills the pool: two warm Sandboxes again, none of them
+# the claimed one, both ready.
+refilled() {
+	NEW=$("$BIN/kubectl" --kubeconfig "$S/admin.kubeconfig" get sandboxes.agents.x-k8s.io -n "$NS" -l agents.x-k8s.io/warm-pool-sandbox -o jsonpath='{.items[*].metadata.name}')
+	set -- $NEW
+	[ $# = 2 ] && case " $NEW " in *" $PSB "*) false ;; *) true ;; esac && pool_ready
+}
+wait_for "warm pool refilled" 300 refilled || die "the warm pool $POOL did not refill after a claim (warm Sandboxes: $NEW; claimed: $PSB)"
 # Another key cannot reach the claimed sandbox.
 mkdir -p "$S/keys2"
 KEY2=$("$S/airlock" keys create --state-dir "$S/keys2" --name kubernetes-e2e-other 2>>"$S/logs/keys.log") || die "a second key: $(cat "$S/logs/keys.log")"
