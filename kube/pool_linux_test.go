@@ -527,7 +527,8 @@ func TestWarmPoolClaim(t *testing.T) {
 // Secret written, before the enrollment (the claimed pod's agent does not
 // answer yet): the claim is left unmarked and serves nothing; another
 // server started afterwards releases it (claim, Secret and the Sandbox it
-// was given), so nothing is left half-enrolled.
+// was given), so nothing is left half-enrolled. Then a server serves a
+// pooled create, exec and kill through its API.
 func TestServePoolKilledBeforeEnrollment(t *testing.T) {
 	needEnv(t)
 	testserver.NeedRoot(t)
@@ -577,5 +578,39 @@ func TestServePoolKilledBeforeEnrollment(t *testing.T) {
 	}
 	if !strings.Contains(b.logs(), "released SandboxClaim "+id) {
 		t.Errorf("the restarted server did not log the release:\n%s", b.logs())
+	}
+
+	// A server serves a pooled create through its API: 201 once the
+	// claimed pod's agent is enrolled and answers its token. (Not b: its
+	// 2 s ready timeout, and so its sweep, are too short for a loaded
+	// machine.)
+	b.kill()
+	c := startServe(t, kc, "--pool", "1")
+	ip := randomLoopback()
+	pa := startPooledAgent(t, ip)
+	warm := publishPoolSandbox(t, PoolName(""), ip)
+	cb := alclient.New(c.url, "")
+	res := make(chan error, 1)
+	var made *alclient.Sandbox
+	go func() {
+		var err error
+		made, err = cb.Create(ctx, alclient.CreateRequest{})
+		res <- err
+	}()
+	id2 := waitClaim(t, "", id)
+	t.Cleanup(func() { newReplica(t, nil).b.releaseClaim(context.Background(), id2) })
+	bindClaim(t, id2, warm)
+	if err := <-res; err != nil || made.ID != id2 {
+		t.Fatalf("pooled create through serve: %+v %v\n%s", made, err, c.logs())
+	}
+	r, err := cb.Exec(ctx, id2, alclient.ExecRequest{Shell: "echo pooled; id -u", Cwd: pa.work})
+	if err != nil || r.ExitCode != 0 || r.Stdout != "pooled\n1000\n" {
+		t.Errorf("exec in the pooled sandbox: %+v %v", r, err)
+	}
+	if err := cb.Kill(ctx, id2); err != nil {
+		t.Fatal(err)
+	}
+	if !gone(t, &extv1.SandboxClaim{ObjectMeta: metav1.ObjectMeta{Namespace: sandboxNS, Name: id2}}) {
+		t.Error("the claim left after kill")
 	}
 }
