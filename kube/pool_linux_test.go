@@ -313,6 +313,8 @@ func TestWarmPoolObjects(t *testing.T) {
 //     create fails, its claim and Sandbox are released, and the first
 //     owner's sandbox keeps working;
 //   - a sweep releases no enrolled claim;
+//   - a pod the API records in place of the enrolled one is not served as
+//     the sandbox;
 //   - the server never lowers the pool's size on a claim (the controller
 //     refills it; that is for the real-node e2e to show).
 func TestWarmPoolClaim(t *testing.T) {
@@ -505,6 +507,33 @@ func TestWarmPoolClaim(t *testing.T) {
 	}
 	if !gone(t, &sandboxv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: sandboxNS, Name: idC}}) {
 		t.Error("the cold-served claim's Sandbox left after kill")
+	}
+
+	// The API records a new pod for A's Sandbox (the first one died and
+	// the controller made another): it is an unenrolled pooled agent in a
+	// real cluster, so no replica may take it for A's, even where the old
+	// agent still answers at its address.
+	var oldPod corev1.Pod
+	if err := admin.Get(ctx, client.ObjectKey{Namespace: sandboxNS, Name: sb1.Name}, &oldPod); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Delete(ctx, &oldPod, client.GracePeriodSeconds(0)); err != nil {
+		t.Fatal(err)
+	}
+	for !gone(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: sandboxNS, Name: sb1.Name}}) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	newPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: oldPod.Name, Namespace: sandboxNS, Labels: oldPod.Labels,
+		Annotations: oldPod.Annotations, OwnerReferences: oldPod.OwnerReferences}, Spec: oldPod.Spec}
+	if err := admin.Create(ctx, newPod); err != nil {
+		t.Fatal(err)
+	}
+	newPod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}}}
+	if err := admin.Status().Update(ctx, newPod); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := newReplica(t, nil).m.Lookup("key-wp-a", idA); !errors.Is(err, manager.ErrNotRunning) || !strings.Contains(err.Error(), "replaced since its enrollment") {
+		t.Errorf("lookup of a pooled sandbox whose pod was replaced: %v, want not running", err)
 	}
 
 	// Kill: the claim, its Sandbox and Secret go.
