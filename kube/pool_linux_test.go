@@ -312,6 +312,8 @@ func TestWarmPoolObjects(t *testing.T) {
 //     confused controller) cannot have it: the enrollment is refused, the
 //     create fails, its claim and Sandbox are released, and the first
 //     owner's sandbox keeps working;
+//   - a claim that names a Sandbox another claim controls is refused and
+//     released without touching that Sandbox;
 //   - a sweep releases no enrolled claim;
 //   - a pod the API records in place of the enrolled one is not served as
 //     the sandbox;
@@ -471,6 +473,33 @@ func TestWarmPoolClaim(t *testing.T) {
 	if err := admin.Get(ctx, client.ObjectKey{Namespace: sandboxNS, Name: pool}, &wp); err != nil || *wp.Spec.Replicas != 1 {
 		t.Errorf("warm pool after claims: %v %v", wp.Spec.Replicas, err)
 	}
+	// Tenant D's claim names A's Sandbox (a stale or forged assignment)
+	// while the Sandbox stays A's claim's: refused at once by the chain of
+	// controllers, D's claim released, A's Sandbox kept.
+	resD := create("key-wp-d")
+	idD := waitClaim(t, "key-wp-d")
+	t.Cleanup(func() { r.b.releaseClaim(context.Background(), idD) })
+	var claimD extv1.SandboxClaim
+	if err := admin.Get(ctx, client.ObjectKey{Namespace: sandboxNS, Name: idD}, &claimD); err != nil {
+		t.Fatal(err)
+	}
+	claimD.Annotations[extv1.AssignedSandboxNameAnnotation] = sb1.Name
+	if err := admin.Update(ctx, &claimD); err != nil {
+		t.Fatal(err)
+	}
+	if d := <-resD; d.err == nil || !errors.Is(d.err, errNotOurs) {
+		t.Fatalf("create of tenant d on A's Sandbox: %+v %v, want refused (not the claim's)", d.in, d.err)
+	}
+	if !gone(t, &extv1.SandboxClaim{ObjectMeta: metav1.ObjectMeta{Namespace: sandboxNS, Name: idD}}) {
+		t.Error("tenant d's claim left")
+	}
+	if gone(t, &sandboxv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: sandboxNS, Name: sb1.Name}}) {
+		t.Fatal("releasing tenant d's claim deleted A's Sandbox")
+	}
+	if got := execOut(t, sbA.Agent(), pa.work, "cat f"); got != "mine\n" {
+		t.Errorf("owner a after tenant d's attempt: %q", got)
+	}
+
 	// Tenant C's claim finds the pool empty: the claim controller makes
 	// a Sandbox of the template named by the claim (its cold path) and
 	// records it in the claim's status only.
