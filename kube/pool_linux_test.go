@@ -1,19 +1,16 @@
 package kube
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -69,40 +66,7 @@ func startPooledAgent(t *testing.T, ip string) *podAgent {
 	if err := os.WriteFile(filepath.Join(caDir, agenttls.CACertKey), sec.Data[agenttls.CACertKey], 0o444); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(testserver.KubernetesBinary(t), "agent", "--listen", net.JoinHostPort(ip, strconv.Itoa(AgentPort)), "--pool-ca", caDir)
-	cmd.Dir = work
-	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + work, "LC_ALL=C"}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: sandboxUID, Gid: sandboxUID, Groups: []uint32{}}}
-	pipe, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	pa := &podAgent{cmd: cmd, work: work, done: make(chan struct{}), port: AgentPort}
-	up := make(chan struct{}, 1)
-	var log strings.Builder
-	go func() {
-		sc := bufio.NewScanner(pipe)
-		for sc.Scan() {
-			log.WriteString(sc.Text() + "\n")
-			if strings.Contains(sc.Text(), "listening on ") {
-				up <- struct{}{}
-			}
-		}
-		cmd.Wait()
-		close(pa.done)
-	}()
-	t.Cleanup(pa.stop)
-	select {
-	case <-up:
-	case <-pa.done:
-		t.Fatalf("pooled agent exited: %s", log.String())
-	case <-time.After(60 * time.Second):
-		t.Fatalf("pooled agent did not start: %s", log.String())
-	}
-	return pa
+	return runPodAgent(t, work, "--listen", net.JoinHostPort(ip, strconv.Itoa(AgentPort)), "--pool-ca", caDir)
 }
 
 // publishPoolSandbox makes a Sandbox of pool (from its SandboxTemplate,
