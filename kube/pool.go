@@ -307,17 +307,35 @@ func (b *Backend) createPooled(ctx context.Context, spec manager.RemoteSpec, poo
 	if err != nil {
 		return release(fmt.Errorf("kube: sandbox %s from warm pool %s: %w", spec.ID, pool, err))
 	}
-	data, err := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": claim.ResourceVersion,
-		"annotations": map[string]string{AnnotationEnrolledPod: string(pod.UID), AnnotationEnrolledPodName: pod.Name}}})
-	if err != nil {
-		return release(err)
-	}
-	// Guarded by the resourceVersion read when the claim was bound: a
-	// claim changed since (given another Sandbox) is not marked.
-	if err := b.c.Patch(ctx, claim, client.RawPatch(types.MergePatchType, data)); err != nil {
+	if err := b.markEnrolled(wctx, claim, pod); err != nil {
 		return release(fmt.Errorf("kube: mark SandboxClaim %s enrolled: %w", spec.ID, err))
 	}
 	return claimSandbox(claim), nil
+}
+
+// markEnrolled records pod, just enrolled, on claim (as read when pod was
+// found), guarded by the claim's resourceVersion. The claim controller
+// writes the claim too (its status): on a conflict the claim is read
+// again, and marked only if it still leads to the same pod.
+func (b *Backend) markEnrolled(ctx context.Context, claim *extv1.SandboxClaim, pod *corev1.Pod) error {
+	for {
+		data, err := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": claim.ResourceVersion,
+			"annotations": map[string]string{AnnotationEnrolledPod: string(pod.UID), AnnotationEnrolledPodName: pod.Name}}})
+		if err != nil {
+			return err
+		}
+		err = b.c.Patch(ctx, claim, client.RawPatch(types.MergePatchType, data))
+		if err == nil || !apierrors.IsConflict(err) {
+			return err
+		}
+		now, err := b.claimedPod(ctx, claim)
+		if err != nil {
+			return fmt.Errorf("the claim changed during the enrollment: %w", err)
+		}
+		if now.UID != pod.UID {
+			return fmt.Errorf("%w: the claim now leads to pod %s (%s), not the enrolled %s (%s)", errNotOurs, now.Name, now.UID, pod.Name, pod.UID)
+		}
+	}
 }
 
 // enroller returns this process's enroller of ca's pooled agents.

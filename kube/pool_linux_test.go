@@ -636,3 +636,60 @@ func TestServePoolKilledBeforeEnrollment(t *testing.T) {
 		t.Error("the claim left after kill")
 	}
 }
+
+// TestWarmPoolMarkEnrolledConflict: the mark "enrolled" is written on the
+// claim as read when its pod was found; when the claim controller has
+// written the claim since (its status), the server reads it again and
+// marks it if it still leads to the same pod, and refuses if it now leads
+// to another.
+func TestWarmPoolMarkEnrolledConflict(t *testing.T) {
+	needEnv(t)
+	ctx := context.Background()
+	r := newReplica(t, func(c *Config) { c.Pool = 1 })
+	if err := r.b.EnsurePools(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pool := PoolName("")
+	id := "sb-" + fmt.Sprintf("%016x", rand.Uint64())
+	claim := &extv1.SandboxClaim{ObjectMeta: metav1.ObjectMeta{Name: id, Namespace: sandboxNS,
+		Labels: map[string]string{LabelSandbox: id, LabelManagedBy: ManagedBy}}, Spec: extv1.SandboxClaimSpec{WarmPoolRef: extv1.SandboxWarmPoolRef{Name: pool}}}
+	if err := admin.Create(ctx, claim); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.b.releaseClaim(context.Background(), id) })
+	sb1 := publishPoolSandbox(t, pool, randomLoopback())
+	bindClaim(t, id, sb1)
+	stale := &extv1.SandboxClaim{ObjectMeta: metav1.ObjectMeta{Name: id, Namespace: sandboxNS}}
+	pod, err := r.b.claimedPod(ctx, stale)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The controller writes the claim's status meanwhile.
+	var fresh extv1.SandboxClaim
+	if err := admin.Get(ctx, client.ObjectKeyFromObject(claim), &fresh); err != nil {
+		t.Fatal(err)
+	}
+	fresh.Status.SandboxStatus.Name = sb1.Name
+	if err := admin.Status().Update(ctx, &fresh); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.b.markEnrolled(ctx, stale.DeepCopy(), pod); err != nil {
+		t.Fatalf("mark after a status write: %v", err)
+	}
+	if err := admin.Get(ctx, client.ObjectKeyFromObject(claim), &fresh); err != nil || fresh.Annotations[AnnotationEnrolledPod] != string(pod.UID) {
+		t.Fatalf("claim not marked: %v %v", fresh.Annotations, err)
+	}
+	// Given another Sandbox meanwhile: refused.
+	sb2 := publishPoolSandbox(t, pool, randomLoopback())
+	if err := admin.Get(ctx, client.ObjectKeyFromObject(claim), &fresh); err != nil {
+		t.Fatal(err)
+	}
+	fresh.Status.SandboxStatus.Name = ""
+	if err := admin.Status().Update(ctx, &fresh); err != nil {
+		t.Fatal(err)
+	}
+	bindClaim(t, id, sb2)
+	if err := r.b.markEnrolled(ctx, stale.DeepCopy(), pod); !errors.Is(err, errNotOurs) {
+		t.Fatalf("mark of a claim now given another pod: %v, want refused", err)
+	}
+}
