@@ -405,8 +405,14 @@ func (b *Backend) claimedPod(ctx context.Context, claim *extv1.SandboxClaim) (*c
 	if err := b.c.Get(ctx, client.ObjectKey{Namespace: b.cfg.Namespace, Name: name}, &sb); err != nil {
 		return nil, fmt.Errorf("read the claim's Sandbox %s: %w", name, err)
 	}
-	if ref := metav1.GetControllerOf(&sb); ref == nil || ref.UID != claim.UID {
-		return nil, fmt.Errorf("%w: Sandbox %s is controlled by %v", errNotOurs, name, ref)
+	switch ref := metav1.GetControllerOf(&sb); {
+	case ref != nil && ref.UID == claim.UID:
+	case ref == nil || ref.Kind == "SandboxWarmPool":
+		// The claim controller names the Sandbox on the claim first and
+		// then moves the Sandbox from the pool to the claim: wait.
+		return nil, fmt.Errorf("Sandbox %s is not adopted by the claim yet", name)
+	default:
+		return nil, fmt.Errorf("%w: Sandbox %s is controlled by %s %s", errNotOurs, name, ref.Kind, ref.Name)
 	}
 	podName := sb.Name
 	if n := sb.Annotations[sandboxv1.SandboxPodNameAnnotation]; n != "" {
@@ -417,7 +423,7 @@ func (b *Backend) claimedPod(ctx context.Context, claim *extv1.SandboxClaim) (*c
 		return nil, fmt.Errorf("read the pod %s: %w", podName, err)
 	}
 	if ref := metav1.GetControllerOf(&pod); ref == nil || ref.UID != sb.UID {
-		return nil, fmt.Errorf("%w: pod %s is controlled by %v, not Sandbox %s", errNotOurs, podName, ref, name)
+		return nil, fmt.Errorf("%w: pod %s is not controlled by Sandbox %s (%v)", errNotOurs, podName, name, ref)
 	}
 	if pod.Status.Phase != corev1.PodRunning || pod.Status.PodIP == "" || !pod.DeletionTimestamp.IsZero() {
 		return nil, fmt.Errorf("pod %s is %s", podName, pod.Status.Phase)
