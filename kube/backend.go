@@ -18,6 +18,10 @@
 // Sandbox say whose it is and what it was made with, so any number of
 // servers share the sandboxes, and a server that has no connection to a
 // sandbox's agent dials it when first asked (Connect).
+//
+// With Config.Pool, creates of a pooled profile are SandboxClaims on a
+// SandboxWarmPool instead, whose pods' agents the server enrolls after the
+// claim (pool.go); the claim is then the sandbox's record.
 package kube
 
 import (
@@ -97,6 +101,12 @@ type Config struct {
 	ReadyTimeout time.Duration
 	// Logf logs operational events; nil discards them.
 	Logf func(format string, args ...any)
+	// Pool is how many pooled pods to keep warm per pooled profile
+	// (pool.go; EnsurePools makes the pools); 0: no warm pool.
+	Pool int
+	// PoolProfiles are the pooled profiles; empty means the default
+	// profile (strict).
+	PoolProfiles []string
 }
 
 // Backend is a manager.Backend on a Kubernetes cluster.
@@ -105,8 +115,15 @@ type Backend struct {
 	c    client.Client
 	port int // the agents' port (AgentPort; tests change it)
 
-	caMu sync.Mutex
-	ca   *agenttls.CA
+	caMu     sync.Mutex
+	ca       *agenttls.CA
+	enr      *agenttls.Enroller // enrolls pooled agents (pool.go)
+	enrCA    *agenttls.CA       // the CA enr is of
+	enrUntil time.Time          // when enr expires
+
+	stop       chan struct{} // closed by Close: stops the sweeper
+	stopOnce   sync.Once
+	sweepGrace time.Duration // sweepGrace (tests change it)
 
 	mu    sync.Mutex
 	conns map[string]*conn // sandbox id -> agent connection of this process
@@ -146,7 +163,21 @@ func New(cfg Config) (*Backend, error) {
 	if cfg.Logf == nil {
 		cfg.Logf = func(string, ...any) {}
 	}
-	return &Backend{cfg: cfg, c: cfg.Client, port: AgentPort, conns: map[string]*conn{}}, nil
+	if cfg.Pool < 0 {
+		return nil, errors.New("kube: negative pool size")
+	}
+	if len(cfg.PoolProfiles) == 0 {
+		cfg.PoolProfiles = []string{""}
+	}
+	if cfg.Pool > 0 {
+		for _, pr := range cfg.PoolProfiles {
+			if _, err := poolPolicy(pr); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return &Backend{cfg: cfg, c: cfg.Client, port: AgentPort, conns: map[string]*conn{}, stop: make(chan struct{}),
+		sweepGrace: sweepGrace}, nil
 }
 
 // Name implements manager.Backend.
@@ -180,14 +211,17 @@ var _ manager.BackendCaps = (*Backend)(nil)
 // through the CRI, and airlock's volumes are this host's directories, not
 // PersistentVolumeClaims yet), as is taking over a sandbox's processes
 // (every replica dials the agent: AdoptRunning is the cluster's, not a
-// restart's) and the warm pool.
+// restart's). The native tier is pooled when the server keeps warm pools
+// (pool.go).
 func (b *Backend) Caps(runtime string) tier.Caps {
-	return tier.Caps{ImageRoots: true, Pause: PauseRestart, Network: b.cfg.EgressProxy != ""}
+	return tier.Caps{ImageRoots: true, Pause: PauseRestart, Network: b.cfg.EgressProxy != "",
+		Pooled: b.cfg.Pool > 0 && runtime == RuntimeNative}
 }
 
 // Close implements manager.Backend: it closes this process's agent
 // connections; the sandboxes keep running.
 func (b *Backend) Close() error {
+	b.stopOnce.Do(func() { close(b.stop) })
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for id, c := range b.conns {
@@ -432,6 +466,13 @@ func (b *Backend) Create(ctx context.Context, spec manager.RemoteSpec) (manager.
 	labels := map[string]string{LabelSandbox: spec.ID, LabelOwner: OwnerLabel(spec.Owner), LabelManagedBy: ManagedBy}
 	ann := map[string]string{AnnotationOwner: spec.Owner, AnnotationNetwork: string(network),
 		AnnotationPolicy: string(pol), AnnotationMetadata: string(md), AnnotationRuntime: spec.Runtime}
+	if pool := b.poolFor(spec, env); pool != "" && egressData == nil {
+		sb, err := b.createPooled(ctx, spec, pool, labels, ann)
+		if err != nil {
+			return manager.Info{}, err
+		}
+		return b.waitReady(ctx, sb, spec)
+	}
 	sb := &sandboxv1.Sandbox{
 		ObjectMeta: metav1.ObjectMeta{Name: spec.ID, Namespace: b.cfg.Namespace, Labels: labels, Annotations: ann},
 		Spec: sandboxv1.SandboxSpec{
@@ -470,16 +511,30 @@ func (b *Backend) Create(ctx context.Context, spec manager.RemoteSpec) (manager.
 			return manager.Info{}, fmt.Errorf("kube: create the egress Secret of %s: %w", spec.ID, err)
 		}
 	}
+	return b.waitReady(ctx, sb, spec)
+}
+
+// waitReady is the end of Create: with WaitReady, until the agent of
+// sandbox sb answers (or it is removed).
+func (b *Backend) waitReady(ctx context.Context, sb *sandboxv1.Sandbox, spec manager.RemoteSpec) (manager.Info, error) {
 	if b.cfg.WaitReady {
 		wctx, cancel := context.WithTimeout(ctx, b.cfg.ReadyTimeout)
 		_, err := b.Connect(wctx, spec.Owner, spec.ID)
 		cancel()
 		if err != nil {
-			b.deleteObjects(context.WithoutCancel(ctx), spec.ID)
+			b.remove(context.WithoutCancel(ctx), sb)
 			return manager.Info{}, fmt.Errorf("kube: sandbox %s did not become ready: %w", spec.ID, err)
 		}
 	}
 	return info(sb), nil
+}
+
+// remove deletes what belongs to sandbox sb, pooled or not.
+func (b *Backend) remove(ctx context.Context, sb *sandboxv1.Sandbox) error {
+	if pooled(sb) {
+		return b.releaseClaim(ctx, sb.Name)
+	}
+	return b.deleteObjects(ctx, sb.Name)
 }
 
 // sandbox reads the Sandbox id and checks that it is airlock's and owner's.
@@ -487,17 +542,27 @@ func (b *Backend) sandbox(ctx context.Context, owner, id string) (*sandboxv1.San
 	if !validID(id) {
 		return nil, manager.ErrNotFound
 	}
-	var sb sandboxv1.Sandbox
-	if err := b.c.Get(ctx, client.ObjectKey{Namespace: b.cfg.Namespace, Name: id}, &sb); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, manager.ErrNotFound
-		}
+	sb := &sandboxv1.Sandbox{}
+	err := b.c.Get(ctx, client.ObjectKey{Namespace: b.cfg.Namespace, Name: id}, sb)
+	if err != nil && !apierrors.IsNotFound(err) {
 		return nil, fmt.Errorf("kube: get Sandbox %s: %w", id, err)
 	}
-	if !ours(&sb) || sb.Annotations[AnnotationOwner] != owner || !sb.DeletionTimestamp.IsZero() {
+	if err != nil || !ours(sb) {
+		// A pooled sandbox's record is its SandboxClaim (pool.go). The
+		// claim controller names the Sandbox it makes when the pool is
+		// empty after the claim: such a Sandbox is not airlock's record.
+		if sb, err = b.claim(ctx, id); err != nil {
+			return nil, err
+		}
+		if sb == nil {
+			return nil, manager.ErrNotFound
+		}
+	}
+	// A pooled sandbox still being enrolled serves nothing to anyone.
+	if !ours(sb) || !enrolled(sb) || sb.Annotations[AnnotationOwner] != owner || !sb.DeletionTimestamp.IsZero() {
 		return nil, manager.ErrNotFound
 	}
-	return &sb, nil
+	return sb, nil
 }
 
 // validID accepts the ids airlock gives sandboxes (sb- and hex digits).
@@ -619,6 +684,11 @@ func (b *Backend) list(ctx context.Context, owner string, byOwner bool) ([]sandb
 	if err := b.c.List(ctx, &l, client.InNamespace(b.cfg.Namespace), sel); err != nil {
 		return nil, fmt.Errorf("kube: list Sandboxes: %w", err)
 	}
+	claimed, err := b.claims(ctx, sel)
+	if err != nil {
+		return nil, err
+	}
+	l.Items = append(l.Items, claimed...)
 	out := l.Items[:0]
 	for _, sb := range l.Items {
 		if ours(&sb) && sb.DeletionTimestamp.IsZero() && (!byOwner || sb.Annotations[AnnotationOwner] == owner) {
@@ -637,6 +707,9 @@ func (b *Backend) List(ctx context.Context, owner string, opts manager.ListOptio
 	}
 	out := []manager.Info{}
 	for i := range items {
+		if !enrolled(&items[i]) {
+			continue
+		}
 		in := info(&items[i])
 		if in.ID <= opts.After || !slices.Contains(states, in.State) {
 			continue
@@ -675,10 +748,11 @@ func (b *Backend) Count(ctx context.Context, owner string) (all, owned int, err 
 // Kill implements manager.Backend: the Sandbox (and with it its pod) and
 // its Secret are deleted.
 func (b *Backend) Kill(ctx context.Context, owner, id string) error {
-	if _, err := b.sandbox(ctx, owner, id); err != nil {
+	sb, err := b.sandbox(ctx, owner, id)
+	if err != nil {
 		return err
 	}
-	return b.deleteObjects(ctx, id)
+	return b.remove(ctx, sb)
 }
 
 // deleteObjects deletes sandbox id's Sandbox and Secret and drops this
@@ -735,7 +809,17 @@ func (b *Backend) SetExpiry(ctx context.Context, owner, id string, at time.Time)
 	if in := info(sb); in.State != store.StateRunning {
 		return manager.Info{}, fmt.Errorf("%w: %s", manager.ErrNotRunning, in.State)
 	}
-	if err := b.patch(ctx, sb, map[string]any{"shutdownTime": metav1.NewTime(at.UTC().Truncate(time.Second))}); err != nil {
+	at = at.UTC().Truncate(time.Second)
+	if pooled(sb) {
+		// The claim's lifecycle: agent-sandbox deletes the claim, and with
+		// it its Sandbox, then.
+		if err := b.patchClaim(ctx, sb.Name, map[string]any{"spec": map[string]any{"lifecycle": map[string]any{"shutdownTime": metav1.NewTime(at)}}}); err != nil {
+			return manager.Info{}, err
+		}
+		sb.Spec.ShutdownTime = ptr.To(metav1.NewTime(at))
+		return info(sb), nil
+	}
+	if err := b.patch(ctx, sb, map[string]any{"shutdownTime": metav1.NewTime(at)}); err != nil {
 		return manager.Info{}, err
 	}
 	return info(sb), nil
@@ -751,6 +835,11 @@ func (b *Backend) SetPaused(ctx context.Context, owner, id string, paused bool) 
 	}
 	if in := info(sb); in.State != store.StateRunning {
 		return manager.Info{}, fmt.Errorf("%w: %s", manager.ErrNotRunning, in.State)
+	}
+	if pooled(sb) {
+		// Suspended deletes the pod and Running makes a new one from the
+		// pool's template: an agent nobody would enroll.
+		return manager.Info{}, fmt.Errorf("%w: %w: a sandbox from the warm pool cannot pause on kubernetes (its new pod would not be enrolled); create it with custom limits to get an unpooled one", manager.ErrPolicy, manager.ErrBackend)
 	}
 	mode := sandboxv1.SandboxOperatingModeRunning
 	if paused {
@@ -840,7 +929,11 @@ func (b *Backend) runningPod(ctx context.Context, sb *sandboxv1.Sandbox) (*corev
 		var pod corev1.Pod
 		err := b.c.Get(ctx, client.ObjectKey{Namespace: b.cfg.Namespace, Name: name}, &pod)
 		switch {
-		case err == nil && pod.Labels[LabelSandbox] != sb.Name:
+		case err == nil && pooled(sb) && string(pod.UID) != sb.Annotations[AnnotationEnrolledPod]:
+			// Only the pod enrolled for the claim is the sandbox's; a pod
+			// made since (the first one died) is an unenrolled pooled agent.
+			return nil, fmt.Errorf("%w: pod %s of pooled sandbox %s was replaced since its enrollment (its processes and files are lost)", manager.ErrNotRunning, name, sb.Name)
+		case err == nil && !pooled(sb) && pod.Labels[LabelSandbox] != sb.Name:
 			return nil, fmt.Errorf("kube: pod %s is not sandbox %s's", name, sb.Name)
 		case err == nil && pod.Status.Phase == corev1.PodRunning && pod.Status.PodIP != "" && pod.DeletionTimestamp.IsZero():
 			return &pod, nil

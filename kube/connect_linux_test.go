@@ -64,9 +64,29 @@ func startPodAgent(t *testing.T, id, ip string, port int) *podAgent {
 		}
 		os.Chown(f, sandboxUID, sandboxUID)
 	}
+	pa := runPodAgent(t, work, "--listen", net.JoinHostPort(ip, strconv.Itoa(port)), "--tls-dir", tlsDir)
+
+	sb := getSandbox(t, id)
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: id, Namespace: sandboxNS, Labels: sb.Spec.PodTemplate.ObjectMeta.Labels},
+		Spec: *sb.Spec.PodTemplate.Spec.DeepCopy()}
+	if err := admin.Create(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Delete(context.Background(), pod, client.GracePeriodSeconds(0)) })
+	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}}}
+	if err := admin.Status().Update(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	return pa
+}
+
+// runPodAgent runs `airlock agent args...` as the pod's uid in work and
+// returns once it listens.
+func runPodAgent(t *testing.T, work string, args ...string) *podAgent {
+	t.Helper()
 	// The tagged build, which TestServeBackendKubernetes needs anyway: one
 	// airlock build for the package.
-	cmd := exec.Command(testserver.KubernetesBinary(t), "agent", "--listen", net.JoinHostPort(ip, strconv.Itoa(port)), "--tls-dir", tlsDir)
+	cmd := exec.Command(testserver.KubernetesBinary(t), append([]string{"agent"}, args...)...)
 	cmd.Dir = work
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + work, "LC_ALL=C"}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: sandboxUID, Gid: sandboxUID, Groups: []uint32{}}}
@@ -100,18 +120,6 @@ func startPodAgent(t *testing.T, id, ip string, port int) *podAgent {
 		t.Fatalf("agent exited: %s", log.String())
 	case <-time.After(60 * time.Second):
 		t.Fatalf("agent did not start: %s", log.String())
-	}
-
-	sb := getSandbox(t, id)
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: id, Namespace: sandboxNS, Labels: sb.Spec.PodTemplate.ObjectMeta.Labels},
-		Spec: *sb.Spec.PodTemplate.Spec.DeepCopy()}
-	if err := admin.Create(ctx, pod); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { admin.Delete(context.Background(), pod, client.GracePeriodSeconds(0)) })
-	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}}}
-	if err := admin.Status().Update(ctx, pod); err != nil {
-		t.Fatal(err)
 	}
 	return pa
 }

@@ -261,6 +261,7 @@ func TestHelmChartInstalls(t *testing.T) {
 	objs := renderChart(t, "helmt", "helmt-system", map[string]any{
 		"sandboxNamespace": "helmt-sandboxes",
 		"database.url":     "postgres://airlock@db/airlock",
+		"server.pool":      3,
 		"runtimeClasses": []any{
 			map[string]any{"tier": "gvisor", "name": "helmt-gvisor", "handler": "runsc", "create": true},
 			map[string]any{"tier": "microvm", "name": "helmt-kata", "handler": "kata", "create": true},
@@ -297,7 +298,7 @@ func TestHelmChartInstalls(t *testing.T) {
 	cs, _, _ := unstructured.NestedSlice(dep.Object, "spec", "template", "spec", "containers")
 	args := fmt.Sprint(cs)
 	for _, want := range []string{"--runtime-class=gvisor=helmt-gvisor,microvm=helmt-kata", "--kube-egress-proxy=helmt-egress.helmt-system.svc:3128",
-		"--namespace=helmt-sandboxes", "--agent-image=registry.example.com/airlock:latest"} {
+		"--namespace=helmt-sandboxes", "--agent-image=registry.example.com/airlock:latest", "--pool=3"} {
 		if !strings.Contains(args, want) {
 			t.Errorf("server arguments lack %s: %s", want, args)
 		}

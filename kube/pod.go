@@ -77,6 +77,10 @@ type podParams struct {
 	runtimeClass string // "" for the cluster's default
 	env          []string
 	egressCA     bool // mount the egress Secret's CA and bundle at EgressCADir
+	// pooled makes the pod of a warm pool (pool.go): the Secret PoolCASecret
+	// (the CA certificate alone) instead of the sandbox's own, and the
+	// agent started with --pool-ca, to be enrolled after the claim.
+	pooled bool
 }
 
 // The egress Secret's files in the pod (only these keys: never ca.key).
@@ -135,6 +139,14 @@ func podSpec(pp podParams) (corev1.PodSpec, error) {
 		}
 		return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{EmptyDir: ed}}
 	}
+	tlsVolume := corev1.Volume{Name: TLSVolume, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+		SecretName: agenttls.SecretName(pp.id), DefaultMode: ptr.To(int32(0o440))}}}
+	agentCmd := []string{BinDir + "/airlock", "agent", "--listen", fmt.Sprintf(":%d", AgentPort), "--tls-dir", TLSDir}
+	if pp.pooled {
+		tlsVolume.Secret = &corev1.SecretVolumeSource{SecretName: PoolCASecret, DefaultMode: ptr.To(int32(0o444)),
+			Items: []corev1.KeyToPath{{Key: agenttls.CACertKey, Path: agenttls.CACertKey}}}
+		agentCmd = []string{BinDir + "/airlock", "agent", "--listen", fmt.Sprintf(":%d", AgentPort), "--pool-ca", TLSDir}
+	}
 	spec := corev1.PodSpec{
 		// The agent is PID 1 and, as on a single node, ignores SIGTERM:
 		// a deleted pod would only wait out the grace period.
@@ -154,8 +166,7 @@ func podSpec(pp podParams) (corev1.PodSpec, error) {
 		},
 		Volumes: []corev1.Volume{
 			emptyDir(BinVolume, 256<<20),
-			{Name: TLSVolume, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
-				SecretName: agenttls.SecretName(pp.id), DefaultMode: ptr.To(int32(0o440))}}},
+			tlsVolume,
 			emptyDir("workspace", lim.DiskBytes),
 			emptyDir("tmp", lim.DiskBytes),
 		},
@@ -172,7 +183,7 @@ func podSpec(pp podParams) (corev1.PodSpec, error) {
 		Containers: []corev1.Container{{
 			Name:            SandboxContainer,
 			Image:           pp.image,
-			Command:         []string{BinDir + "/airlock", "agent", "--listen", fmt.Sprintf(":%d", AgentPort), "--tls-dir", TLSDir},
+			Command:         agentCmd,
 			WorkingDir:      "/workspace",
 			Env:             env,
 			Ports:           []corev1.ContainerPort{{Name: "agent", ContainerPort: AgentPort, Protocol: corev1.ProtocolTCP}},

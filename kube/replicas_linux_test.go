@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	sandboxv1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
+	extv1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/airlock-dev/airlock/kube/agenttls"
@@ -130,6 +131,16 @@ func TestRBACLeastPrivilege(t *testing.T) {
 		"update a Sandbox (only patch)": func() error {
 			sb := getSandbox(t, in.ID)
 			return c.Update(ctx, sb)
+		},
+		"delete a SandboxWarmPool": func() error {
+			return c.Delete(ctx, &extv1.SandboxWarmPool{ObjectMeta: metav1.ObjectMeta{Namespace: sandboxNS, Name: "airlock-pool-strict"}})
+		},
+		"list SandboxTemplates": func() error {
+			return c.List(ctx, &extv1.SandboxTemplateList{}, client.InNamespace(sandboxNS))
+		},
+		"create a SandboxClaim in another namespace": func() error {
+			return c.Create(ctx, &extv1.SandboxClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "sb-00"},
+				Spec: extv1.SandboxClaimSpec{WarmPoolRef: extv1.SandboxWarmPoolRef{Name: "p"}}})
 		},
 		"delete the server's own namespace": func() error {
 			return c.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "airlock"}})

@@ -61,11 +61,14 @@ type serveReplica struct {
 	mu   sync.Mutex
 }
 
-func startServe(t *testing.T, kubeconfig string) *serveReplica {
+// startServe starts `airlock serve --backend kubernetes` with kubeconfig;
+// extra flags come last (and so override the defaults here).
+func startServe(t *testing.T, kubeconfig string, extra ...string) *serveReplica {
 	t.Helper()
-	cmd := exec.Command(testserver.KubernetesBinary(t), "serve", "--listen", "127.0.0.1:0", "--state-dir", t.TempDir(), "--no-auth",
+	args := []string{"serve", "--listen", "127.0.0.1:0", "--state-dir", t.TempDir(), "--no-auth",
 		"--backend", "kubernetes", "--kubeconfig", kubeconfig, "--namespace", sandboxNS,
-		"--agent-image", "registry.test/airlock:1", "--default-image", "registry.test/python:3", "--kube-ready-timeout", "90s")
+		"--agent-image", "registry.test/airlock:1", "--default-image", "registry.test/python:3", "--kube-ready-timeout", "90s"}
+	cmd := exec.Command(testserver.KubernetesBinary(t), append(args, extra...)...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -212,6 +212,13 @@ func (m *Manager) createRemote(ctx context.Context, req CreateRequest) (Info, er
 	return info, nil
 }
 
+// DefaultPolicy is the policy of a create naming only profile, as a
+// Backend receives it in RemoteSpec.Policy: what a backend's warm pool
+// (kube) makes its pods from, so that such creates match them.
+func DefaultPolicy(profile string) (policy.Policy, error) {
+	return buildPolicy(&CreateRequest{Profile: profile})
+}
+
 // remoteDialTimeout bounds finding a remote sandbox and dialing its agent.
 const remoteDialTimeout = 30 * time.Second
 

@@ -19,8 +19,13 @@
 # cgroup limits); one replica SIGKILLed, the other still serves the sandbox
 # (file and Python variable intact); pause (pod gone) and resume (new pod);
 # the sandbox killed and its Sandbox, pod and process gone; the shared audit
-# log has both replicas' events. Takes about 1-3 minutes warm; see
-# docs/kubernetes-e2e.md for the cold build times.
+# log has both replicas' events. Then a third replica with a warm pool
+# (`--pool 2`): a create is a SandboxClaim on the pool's SandboxWarmPool, the
+# claimed pod's agent enrolled by the server, exec/files/code, the pool
+# refilled by agent-sandbox's controller, another key refused; and
+# `airlock bench --only kubernetes` (50 pooled claims, unpooled creates
+# against kubectl run; KUBE_E2E_BENCH_CLAIMS=N for fewer). Takes a few
+# minutes warm; see docs/kubernetes-e2e.md for the cold build times.
 #
 #   sudo scripts/kubernetes-e2e.sh            # everything; exit 0 only if all passed
 #   KUBE_E2E_SMOKE_ONLY=1 scripts/kubernetes-e2e.sh   # the cluster and a plain pod only
@@ -768,6 +773,62 @@ for a in sandbox.create file.write exec sandbox.kill; do
 	echo "$AUDIT" | grep -q "\"$a\"" || die "the shared audit log lacks $a for $ID: $AUDIT"
 done
 log "shared audit log: $(echo "$AUDIT" | grep -c '"'"$ID"'"') events of $ID, from both replicas"
+
+# ---------------------------------------------------------------- warm pool
+# A third replica keeps a warm pool of 2 (`--pool 2`: a SandboxTemplate and
+# a SandboxWarmPool of the default profile, whose pods agent-sandbox's
+# controller starts with the agent in --pool-ca mode). A default create is
+# then a SandboxClaim: the controller hands it one of the pool's Sandboxes
+# and refills the pool; the server enrolls the claimed pod's agent and
+# serves it to its owner only.
+POOL=airlock-pool-strict
+SWP=sandboxwarmpools.extensions.agents.x-k8s.io
+pool_ready() { [ "$("$BIN/kubectl" --kubeconfig "$S/admin.kubeconfig" get "$SWP" "$POOL" -n "$NS" -o jsonpath='{.status.readyReplicas}')" = 2 ]; }
+port=$(free_port)
+start airlock-pool "$S/airlock" serve --backend kubernetes --kubeconfig "$S/airlock.kubeconfig" \
+	--namespace "$NS" --agent-image "$AGENT_IMAGE" --default-image "$SANDBOX_IMAGE" \
+	--listen "127.0.0.1:$port" --state-dir "$S/airlock-pool" --pool 2
+URL3=http://127.0.0.1:$port
+wait_for airlock-pool 60 curl -sf -H "Authorization: Bearer $KEY" "$URL3/v1/info" ||
+	die "airlock serve --pool 2 did not answer: $(tail -n 3 "$S/logs/airlock-pool.log")"
+wait_for "warm pool $POOL full" 300 pool_ready || die "the warm pool $POOL never had 2 ready pods: $(kc get "$SWP" "$POOL" -n "$NS" -o yaml)"
+WARM=$(kc get sandboxes.agents.x-k8s.io -n "$NS" -l agents.x-k8s.io/warm-pool-sandbox -o jsonpath='{.items[*].metadata.name}')
+T_SB=$(date +%s)
+PID=$("$S/kube-e2e" drive create -url "$URL3" -key "$KEY" -state "$S/drive-pool.json") || die "pooled create/exec/files/code failed"
+log "pooled sandbox $PID: created, exec, file and Python cell ($(($(date +%s) - T_SB))s)"
+kc get sandboxclaims.extensions.agents.x-k8s.io "$PID" -n "$NS" >/dev/null || die "pooled sandbox $PID has no SandboxClaim"
+PSB=$(kc get sandboxclaims.extensions.agents.x-k8s.io "$PID" -n "$NS" -o jsonpath='{.metadata.annotations.agents\.x-k8s\.io/sandbox-name}')
+case " $WARM " in *" $PSB "*) ;; *) die "pooled sandbox $PID got Sandbox '$PSB', not one of the warm pool's ($WARM)" ;; esac
+# The controller refills the pool: two warm Sandboxes again, none of them
+# the claimed one, both ready.
+refilled() {
+	NEW=$("$BIN/kubectl" --kubeconfig "$S/admin.kubeconfig" get sandboxes.agents.x-k8s.io -n "$NS" -l agents.x-k8s.io/warm-pool-sandbox -o jsonpath='{.items[*].metadata.name}')
+	set -- $NEW
+	[ $# = 2 ] && case " $NEW " in *" $PSB "*) false ;; *) true ;; esac && pool_ready
+}
+wait_for "warm pool refilled" 300 refilled || die "the warm pool $POOL did not refill after a claim (warm Sandboxes: $NEW; claimed: $PSB)"
+# Another key cannot reach the claimed sandbox.
+mkdir -p "$S/keys2"
+KEY2=$("$S/airlock" keys create --state-dir "$S/keys2" --name kubernetes-e2e-other 2>>"$S/logs/keys.log") || die "a second key: $(cat "$S/logs/keys.log")"
+code=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $KEY2" -H 'Content-Type: application/json' \
+	-X POST -d '{"shell":"true"}' "$URL3/v1/sandboxes/$PID/exec")
+[ "$code" = 404 ] || die "another key's exec in pooled sandbox $PID answered $code, want 404"
+"$S/kube-e2e" drive kill -url "$URL3" -key "$KEY" -state "$S/drive-pool.json" || die "kill of pooled sandbox $PID failed"
+kc wait --for=delete "sandboxclaims.extensions.agents.x-k8s.io/$PID" -n "$NS" --timeout=120s >/dev/null 2>&1 || die "SandboxClaim $PID still exists after kill"
+kc wait --for=delete "pod/$PSB" -n "$NS" --timeout=120s >/dev/null 2>&1 || die "pod $PSB of pooled sandbox $PID still exists after kill"
+log "warm pool: sandbox $PID claimed pod $PSB, pool refilled ($NEW), another key refused (404), killed (claim and pod gone)"
+
+# airlock bench --only kubernetes: pooled claim to first exec over 50
+# claims (each with the pool full again), and create without a pool
+# against kubectl run of the same image.
+T_B=$(date +%s)
+kc create namespace airlock-e2e-bench >/dev/null
+"$S/airlock" bench --only kubernetes --kube-url "$URL3" --kube-key "$KEY" --kubectl "$BIN/kubectl" \
+	--kubeconfig "$S/admin.kubeconfig" --kube-namespace "$NS" --kube-image "$SANDBOX_IMAGE" \
+	--kube-run-namespace airlock-e2e-bench --kube-claims "${KUBE_E2E_BENCH_CLAIMS:-50}" --runs 10 \
+	>"$S/bench-kubernetes.txt" 2>"$S/logs/bench.log" || die "airlock bench --only kubernetes failed: $(tail -n 5 "$S/logs/bench.log")"
+cat "$S/bench-kubernetes.txt" >&2
+log "airlock bench --only kubernetes: $(($(date +%s) - T_B))s"
 log "PASS: build $((T_BUILT - T0))s, cluster+e2e $(($(date +%s) - T_BUILT))s, total $(($(date +%s) - T0))s"
 exit 0
 }

@@ -61,7 +61,7 @@ func cmdServe(args []string) int {
 	maxFile := sizeFlag(server.MaxFileBody)
 	fs.Var(&maxFile, "max-file-bytes", "largest file upload, e.g. 512M, 1G")
 	mcpIdle := fs.Duration("mcp-idle", mcp.DefaultSessionTimeout, "end an MCP-over-HTTP session (/mcp), and kill its sandbox, after this long without a request; a client that comes back sooner with its Mcp-Session-Id keeps both")
-	poolSize := fs.Int("pool", 0, "ready sandboxes kept warm for creates that ask for no custom limits, env, secrets or network (counted in --max-sandboxes)")
+	poolSize := fs.Int("pool", 0, "ready sandboxes kept warm for creates that ask for no custom limits, env, secrets or network (counted in --max-sandboxes); with --backend kubernetes, the pods of each pooled profile's SandboxWarmPool in the cluster")
 	poolPython := fs.Bool("pool-python", false, "pooled sandboxes' default Python context has run 'import numpy as np' and 'import pandas as pd' (contexts created later start empty)")
 	e2bDomain := fs.String("e2b-domain", "", "route requests for PORT-SANDBOXID.DOMAIN to that port of that sandbox, and give DOMAIN to E2B SDKs as the sandboxes' domain (getHost); the DNS name *.DOMAIN must reach this server")
 	e2bMaxNet := fs.String("e2b-max-network", "open", "the most network an E2B create may ask for: none, allowlist or open (older E2B SDKs, such as e2b 2.45, ask for open by default; more is refused with a 403)")
@@ -212,9 +212,9 @@ func cmdServe(args []string) int {
 		fmt.Fprintf(os.Stderr, "airlock serve: %v\n", err)
 		return 1
 	}
-	backend, err := kf.open(logger.Printf)
-	if err == nil && backend != nil && *poolSize > 0 {
-		err = errors.New("--pool: not available with --backend kubernetes")
+	backend, err := kf.open(logger.Printf, *poolSize)
+	if err == nil && backend != nil && *poolPython {
+		err = errors.New("--pool-python: not available with --backend kubernetes")
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "airlock serve: %v\n", err)
@@ -229,7 +229,11 @@ func cmdServe(args []string) int {
 		fmt.Fprintf(os.Stderr, "airlock serve: %v\n", err)
 		return 1
 	}
-	if err := m.StartPool(manager.PoolConfig{Size: *poolSize, WarmPython: *poolPython}); err != nil {
+	pool := manager.PoolConfig{Size: *poolSize, WarmPython: *poolPython}
+	if backend != nil {
+		pool.Size = 0 // the cluster keeps the warm pool (kube.Backend.EnsurePools)
+	}
+	if err := m.StartPool(pool); err != nil {
 		m.Close()
 		fmt.Fprintf(os.Stderr, "airlock serve: %v\n", err)
 		return 1

@@ -14,8 +14,9 @@ import (
 )
 
 // open returns the Kubernetes backend, nil (as a manager.Backend) for
-// --backend native.
-func (k *kubeFlags) open(logf func(string, ...any)) (manager.Backend, error) {
+// --backend native. pool is --pool: that many pooled pods per pooled
+// profile in the cluster's warm pools.
+func (k *kubeFlags) open(logf func(string, ...any), pool int) (manager.Backend, error) {
 	switch *k.backend {
 	case "native", "":
 		return nil, nil
@@ -56,10 +57,22 @@ func (k *kubeFlags) open(logf func(string, ...any)) (manager.Backend, error) {
 		return nil, err
 	}
 	b, err := kube.New(kube.Config{Client: c, Namespace: ns, AgentImage: *k.agentImage, DefaultImage: *k.defaultImage,
-		RuntimeClasses: classes, EgressProxy: *k.egressProxy, WaitReady: true, ReadyTimeout: *k.readyTimeout, Logf: logf})
+		RuntimeClasses: classes, EgressProxy: *k.egressProxy, WaitReady: true, ReadyTimeout: *k.readyTimeout, Logf: logf,
+		Pool: pool})
 	if err != nil {
 		return nil, err
 	}
+	pctx, pcancel := context.WithTimeout(context.Background(), time.Minute)
+	err = b.EnsurePools(pctx)
+	pcancel()
+	if err != nil {
+		b.Close()
+		return nil, fmt.Errorf("--pool: %w", err)
+	}
+	// Claims of a server that died between a claim and its enrollment are
+	// released (kube/pool.go), now and then every half ready-timeout (1 s
+	// to 1 min).
+	b.StartSweeper(min(max(*k.readyTimeout/2, time.Second), time.Minute))
 	// Sandboxes of servers built with agent-sandbox v0.2.1 are stored as
 	// v1alpha1 and readable only through agent-sandbox's conversion
 	// webhook until rewritten. A failure leaves them so (still served).

@@ -13,7 +13,7 @@ import (
 // controller-runtime) would add their package initialisation to every
 // airlock process, the CLI's cold start and each sandbox's agent; a server
 // image is built with -tags kubernetes instead (docs/kubernetes.md).
-func (k *kubeFlags) open(logf func(string, ...any)) (manager.Backend, error) {
+func (k *kubeFlags) open(logf func(string, ...any), _ int) (manager.Backend, error) {
 	switch *k.backend {
 	case "native", "":
 		return nil, nil

@@ -61,6 +61,11 @@ const maxEnrollment = 64 << 10
 // (the server dials again with the token).
 var ErrEnrolled = errors.New("enrolled")
 
+// ErrEnrollRefused is what Enroller.Enroll wraps when the pooled agent
+// answered the enrollment with a refusal (it is enrolled already, or the
+// bundle is not of its CA): trying again will not help.
+var ErrEnrollRefused = errors.New("the agent refused the enrollment")
+
 // ErrAlreadyEnrolled reports an enrollment of an agent that has one.
 var ErrAlreadyEnrolled = errors.New("the agent is already enrolled")
 
@@ -147,10 +152,10 @@ func (e *Enroller) Enroll(ctx context.Context, addr string, b *Bundle) error {
 	}
 	var reply [1]byte
 	if _, err := io.ReadFull(conn, reply[:]); err != nil {
-		return fail(fmt.Errorf("the agent refused the enrollment (closed: %v)", err))
+		return fail(fmt.Errorf("%w (closed: %v)", ErrEnrollRefused, err))
 	}
 	if reply[0] != replyOK {
-		return fail(errors.New("the agent refused the enrollment"))
+		return fail(ErrEnrollRefused)
 	}
 	return nil
 }
