@@ -90,12 +90,12 @@ type pool struct {
 	m   *Manager
 	cfg PoolConfig
 
-	mu   sync.Mutex
-	idle   map[string][]*Sandbox // by pool key (profile, or imageKeyPrefix+name), oldest first
-	digest map[*Sandbox]string   // the image of each idle image sandbox
-	wake map[string]chan struct{} // one per filler: a take wakes them all
-	stop chan struct{}
-	wg   sync.WaitGroup
+	mu     sync.Mutex
+	idle   map[string][]*Sandbox    // by pool key (profile, or imageKeyPrefix+name), oldest first
+	digest map[*Sandbox]string      // the image of each idle image sandbox
+	wake   map[string]chan struct{} // one per filler: a take wakes them all
+	stop   chan struct{}
+	wg     sync.WaitGroup
 }
 
 // StartPool starts a warm pool (see the package's pool documentation). It
