@@ -18,7 +18,7 @@ func cmdBench(args []string) int {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	asJSON := fs.Bool("json", false, "print the report as JSON instead of a table")
-	only := fs.String("only", "", "comma-separated figures to run: cold, pooled, exec, cell, throughput, density, wasm, gvisor, image, microvm (default: all)")
+	only := fs.String("only", "", "comma-separated figures to run: cold, pooled, exec, cell, throughput, density, wasm, gvisor, image, concurrent, microvm, desktop (default: all)")
 	runs := fs.Int("runs", 10, "measured rounds per timed figure")
 	runsc := fs.String("runsc", "", "path of gVisor's runsc (default: runsc on PATH)")
 	srt := fs.String("srt", "", "path of sandbox-runtime's srt (default: srt on PATH)")
@@ -27,6 +27,7 @@ func cmdBench(args []string) int {
 	densityBudget := fs.String("density-budget", "2G", "most memory the idle sandboxes of one peer may cost, e.g. 512M, 4G")
 	densityTime := fs.Duration("density-time", 10*time.Second, "most time spent starting one peer's idle sandboxes")
 	scratch := fs.String("scratch", "", "directory for OCI bundles and runtime state (default: $TMPDIR)")
+	desktopCache := fs.String("desktop-cache", "/var/cache/airlock/images", "cache of the desktop image's build for the desktop figures (go run ./debimage/mkimage -cache DIR desktop builds it; a missing one is built, taking minutes)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(os.Stdout)
@@ -65,13 +66,14 @@ func cmdBench(args []string) int {
 		return exitSetup
 	}
 	rep := bench.Run(bench.Config{
-		Only:     keys,
-		Runs:     *runs,
-		Airlock:  exe,
-		Peers:    bench.Options{Runsc: *runsc, Srt: *srt, ScratchDir: *scratch},
-		Python:   *python,
-		Density:  bench.DensityOptions{Max: *densityMax, Budget: budget, StartTime: *densityTime},
-		Progress: os.Stderr,
+		Only:         keys,
+		Runs:         *runs,
+		Airlock:      exe,
+		Peers:        bench.Options{Runsc: *runsc, Srt: *srt, ScratchDir: *scratch},
+		Python:       *python,
+		Density:      bench.DensityOptions{Max: *densityMax, Budget: budget, StartTime: *densityTime},
+		DesktopCache: *desktopCache,
+		Progress:     os.Stderr,
 	})
 	rep.Command = append([]string{"airlock"}, os.Args[1:]...)
 	if *asJSON {
