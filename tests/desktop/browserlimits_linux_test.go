@@ -2,41 +2,22 @@ package desktop_test
 
 import (
 	"context"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/airlock-dev/airlock/client"
-	"github.com/airlock-dev/airlock/debimage"
-	it "github.com/airlock-dev/airlock/imagestore/imagetest"
 	"github.com/airlock-dev/airlock/internal/testserver"
 )
 
-// TestBrowserTabOOM: in a sandbox of the browser image with a 1 GiB memory
-// limit, a tab that allocates memory without end is an out-of-memory kill
-// of that tab's renderer, not of the sandbox: playwright-core sees the tab
-// crash, while the browser, another tab (its DOM read and typed into) and
-// a new tab work on; the sandbox counts the kill (oom_kills), still runs
-// commands, and Chromium's browser process is the same one. Under native
-// and gVisor (where the agent, not the kernel, does the killing:
-// agent/memguard_linux.go).
-func TestBrowserTabOOM(t *testing.T) {
-	testserver.NeedRoot(t)
-	state := testserver.StateDir(t)
-	it.StoreDebImage(t, state, debimage.Browser())
-	s := testserver.Start(t, state)
-	key := testserver.NewKey(t, state, "browseroom")
-	for _, runtime := range []string{"native", "gvisor"} {
-		t.Run(runtime, func(t *testing.T) {
-			if _, err := os.Stat("/usr/local/bin/runsc"); err != nil && runtime == "gvisor" {
-				t.Skipf("no runsc (scripts/setup.sh installs it): %v", err)
-			}
-			testBrowserTabOOM(t, s, key, runtime)
-		})
-	}
-}
-
+// testBrowserTabOOM (TestBrowserSandbox): in a sandbox of the browser
+// image with a 1 GiB memory limit, a tab that allocates memory without end
+// is an out-of-memory kill of that tab's renderer, not of the sandbox:
+// playwright-core sees the tab crash, while the browser, another tab (its
+// DOM read and typed into) and a new tab work on; the sandbox counts the
+// kill (oom_kills), still runs commands, and Chromium's browser process is
+// the same one. Under native and gVisor (where the agent, not the kernel,
+// does the killing: agent/memguard_linux.go).
 func testBrowserTabOOM(t *testing.T, s *testserver.Server, key, runtime string) {
 	c := client.New(s.URL, key)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)

@@ -28,7 +28,7 @@ import (
 // secret.test: it must reach the outside server and never the sandbox.
 const browserSecret = "Bearer sk-browser-9f3c1e7a5d2b"
 
-// outside is the "internet" of TestBrowserNetwork: a plain HTTP server
+// outside is the "internet" of TestBrowserSandbox: a plain HTTP server
 // and an HTTPS server (certificate for secret.test from a test CA that
 // the server's egress proxy trusts with --upstream-ca) on 127.0.0.1,
 // which record what reached them.
@@ -101,7 +101,12 @@ func startOutside(t *testing.T, dir string) *outside {
 	return o
 }
 
-// TestBrowserNetwork: headless Chromium in a sandbox of the browser image,
+// TestBrowserSandbox runs the browser image's network and memory
+// scenarios, under native and gVisor, on one server (importing the image
+// takes a minute): network-RUNTIME (testBrowserNetwork) and
+// tab-oom-RUNTIME (testBrowserTabOOM).
+//
+// network: headless Chromium in a sandbox of the browser image,
 // with an allowlist and a credential for secret.test, driven by
 // playwright-core on the host over CDP through the ports relay:
 //
@@ -119,9 +124,7 @@ func startOutside(t *testing.T, dir string) *outside {
 //     while the value is nowhere inside: not in the page, Chromium's
 //     profile, the home directory, or any process's environment or
 //     command line.
-//
-// Under native and gVisor.
-func TestBrowserNetwork(t *testing.T) {
+func TestBrowserSandbox(t *testing.T) {
 	testserver.NeedRoot(t)
 	state := testserver.StateDir(t)
 	it.StoreDebImage(t, state, debimage.Browser())
@@ -131,13 +134,21 @@ func TestBrowserNetwork(t *testing.T) {
 		args = append(args, "--resolve", n+"=127.0.0.1")
 	}
 	s := testserver.Start(t, state, args...)
-	key := testserver.NewKey(t, state, "browsernet")
+	key := testserver.NewKey(t, state, "browser")
 	for _, runtime := range []string{"native", "gvisor"} {
-		t.Run(runtime, func(t *testing.T) {
+		t.Run("network-"+runtime, func(t *testing.T) {
 			if _, err := os.Stat("/usr/local/bin/runsc"); err != nil && runtime == "gvisor" {
 				t.Skipf("no runsc (scripts/setup.sh installs it): %v", err)
 			}
 			testBrowserNetwork(t, s, key, runtime, o)
+		})
+	}
+	for _, runtime := range []string{"native", "gvisor"} {
+		t.Run("tab-oom-"+runtime, func(t *testing.T) {
+			if _, err := os.Stat("/usr/local/bin/runsc"); err != nil && runtime == "gvisor" {
+				t.Skipf("no runsc (scripts/setup.sh installs it): %v", err)
+			}
+			testBrowserTabOOM(t, s, key, runtime)
 		})
 	}
 	if log := s.ReadLog(); strings.Contains(log, browserSecret) || strings.Contains(log, strings.TrimPrefix(browserSecret, "Bearer ")) {
