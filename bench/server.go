@@ -32,6 +32,13 @@ type apiServer struct {
 // authentication, with its state in a fresh directory under scratch, and
 // waits until it listens.
 func startServer(exe, scratch string, maxSandboxes int, timeout time.Duration, extra ...string) (*apiServer, error) {
+	return startServerPrepared(exe, scratch, maxSandboxes, timeout, nil, extra...)
+}
+
+// startServerPrepared is startServer with prepare, if not nil, run on the
+// server's fresh state directory before the server starts (to put images
+// in its image store).
+func startServerPrepared(exe, scratch string, maxSandboxes int, timeout time.Duration, prepare func(dir string) error, extra ...string) (*apiServer, error) {
 	if exe == "" {
 		return nil, errors.New("airlock binary unknown")
 	}
@@ -41,6 +48,12 @@ func startServer(exe, scratch string, maxSandboxes int, timeout time.Duration, e
 	dir, err := os.MkdirTemp(scratch, "airlock-bench-serve-")
 	if err != nil {
 		return nil, err
+	}
+	if prepare != nil {
+		if err := prepare(dir); err != nil {
+			os.RemoveAll(dir)
+			return nil, err
+		}
 	}
 	errf, err := os.Create(filepath.Join(dir, "serve.log"))
 	if err != nil {

@@ -18,9 +18,11 @@ import (
 // exec in a live gvisor sandbox, against a native one and runsc exec),
 // image (create from an image against the default root), concurrent (1, 10
 // and 50 clients creating a sandbox and running a command at once: native,
-// native from an image and gVisor against crun, runc and runsc) and microvm
-// (the microvm tier's cold start, against QEMU booting the same kernel).
-var Keys = []string{"cold", "pooled", "exec", "cell", "throughput", "density", "wasm", "gvisor", "image", "concurrent", "microvm"}
+// native from an image and gVisor against crun, runc and runsc), microvm
+// (the microvm tier's cold start, against QEMU booting the same kernel) and
+// desktop (the desktop image: create from the warm pool to the first
+// screenshot, and a screenshot's latency; DesktopFigures).
+var Keys = []string{"cold", "pooled", "exec", "cell", "throughput", "density", "wasm", "gvisor", "image", "concurrent", "microvm", "desktop"}
 
 // ParseOnly splits a comma-separated --only value into keys, checking each
 // against Keys. Empty means every key.
@@ -67,6 +69,10 @@ type Config struct {
 	// Window is how long each throughput sample runs; zero means one
 	// second.
 	Window time.Duration
+	// DesktopCache is the build cache of the desktop image (package
+	// debimage) for the desktop figures; empty means
+	// /var/cache/airlock/images.
+	DesktopCache string
 	// Progress, if set, receives a line as each figure starts.
 	Progress io.Writer
 }
@@ -179,6 +185,16 @@ func Run(cfg Config) *Report {
 		case "density":
 			progress("density: up to %d sandboxes per peer", cfg.Density.Max)
 			rep.Figures = append(rep.Figures, Density(withAPI(AirlockNativeIdle()), cfg.Idle, cfg.Density))
+		case "desktop":
+			scratch := cfg.Peers.ScratchDir
+			if scratch == "" {
+				scratch = os.TempDir()
+			}
+			cache := cfg.DesktopCache
+			if cache == "" {
+				cache = "/var/cache/airlock/images"
+			}
+			rep.Figures = append(rep.Figures, DesktopFigures(cfg.Airlock, scratch, cache, cfg.Runs, cfg.Peers.Timeout, progress)...)
 		case "microvm":
 			progress("microvm cold start: %d rounds of /bin/true", cfg.Runs)
 			scratch := cfg.Peers.ScratchDir

@@ -68,6 +68,19 @@ func Do(ctx context.Context, sb *manager.Sandbox, a agent.ComputerAction) (*agen
 	return sb.Agent().Computer(ctx, a)
 }
 
+// Warm starts the desktop of sb if its image has one (StartScript) and
+// waits for its display: what a warm pool does to a desktop image's
+// sandboxes before handing them out, so that the first action does not
+// wait for X and the session to start. A sandbox whose image has no
+// desktop is left as it is.
+func Warm(ctx context.Context, sb *manager.Sandbox) error {
+	if _, err := sb.Agent().Stat(ctx, StartScript); err != nil {
+		return nil
+	}
+	_, err, _ := starting.Do(sb.ID, func() (any, error) { return nil, start(ctx, sb) })
+	return err
+}
+
 func noDisplay(err error) bool {
 	var ae *agent.Error
 	return errors.As(err, &ae) && ae.Code == agent.CodeNoDisplay

@@ -43,11 +43,26 @@ fi
 exec startxfce4 >/tmp/xfce.log 2>&1
 `
 
-// browserScript starts headless Chromium with its DevTools port.
+// browserScript starts headless Chromium with its DevTools port. With
+// an allowlist, Chromium goes through the sandbox's egress proxy (named
+// explicitly, not left to Chromium's reading of the environment); with
+// credential injection, it trusts the sandbox's egress CA: Chromium on
+// Linux takes added roots from the user's NSS database, not from
+// /etc/ssl/certs, so the script adds the CA there (the CA's name
+// constraints still hold: it vouches only for the secrets' hosts).
 const browserScript = `#!/bin/sh
 # airlock-browser: headless Chromium with the DevTools protocol on
 # 127.0.0.1:${AIRLOCK_CDP_PORT:-9222}, for Playwright/CDP clients through
 # airlock's ports relay.
+set -eu
+if [ -r /etc/airlock/egress-ca.pem ]; then
+  db="$HOME/.pki/nssdb"
+  mkdir -p "$db"
+  [ -e "$db/cert9.db" ] || certutil -d "sql:$db" -N --empty-password
+  certutil -d "sql:$db" -A -t C,, -n airlock-egress -i /etc/airlock/egress-ca.pem
+fi
+proxy="${https_proxy:-${HTTPS_PROXY:-}}"
+if [ -n "$proxy" ]; then set -- --proxy-server="$proxy" "$@"; fi
 exec chromium --headless=new --no-sandbox --disable-dev-shm-usage --no-first-run --disable-gpu \
   --remote-debugging-address=127.0.0.1 --remote-debugging-port="${AIRLOCK_CDP_PORT:-9222}" \
   --user-data-dir=/tmp/chromium-profile "$@" about:blank
@@ -74,13 +89,14 @@ func Desktop() *Spec {
 	}
 }
 
-// Browser is the browser image: headless Chromium, fonts, and python3
-// (to serve pages from inside the sandbox).
+// Browser is the browser image: headless Chromium, fonts, python3 (to
+// serve pages from inside the sandbox) and NSS's certutil (to trust the
+// sandbox's egress CA).
 func Browser() *Spec {
 	return &Spec{
 		Name:     "browser",
 		Suite:    Suite,
-		Packages: []string{"chromium", "fonts-dejavu-core", "ca-certificates", "procps", "python3"},
+		Packages: []string{"chromium", "fonts-dejavu-core", "ca-certificates", "procps", "python3", "libnss3-tools"},
 		Files: map[string]string{
 			"/usr/local/bin/airlock-browser": browserScript,
 			"/etc/chromium.d/airlock":        chromiumFlags,

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -37,6 +39,17 @@ import (
 // running plus pooled never exceeds the limit; a Create that finds the
 // server full while the pool holds idle sandboxes evicts one to make room.
 // The pool refills in the background after each hand-out.
+//
+// Image pools (PoolConfig.Images) keep Size ready sandboxes of each named
+// image of the image store, with the default profile, warmed by
+// PoolConfig.WarmImage (the server starts a desktop image's desktop there,
+// so that a computer-use client's first screenshot does not wait for X and
+// XFCE to start). A Create naming the image is served from its pool under
+// the same conditions as above (and no User), and only when the image the
+// name means for the request's owner is the very image (by digest) the
+// pooled sandbox runs: a key's own image of the same name, or a public
+// image imported again since, gets a fresh sandbox (a stale pooled one is
+// replaced).
 
 // PoolConfig configures a warm pool.
 type PoolConfig struct {
@@ -50,7 +63,17 @@ type PoolConfig struct {
 	// imports numpy as np and pandas as pd in it. Contexts created later
 	// start empty.
 	WarmPython bool
+	// Images names published images of the server's image store whose
+	// sandboxes are pooled too, Size of each, with the default profile.
+	Images []string
+	// WarmImage, if set, is called on each pooled image sandbox once it
+	// runs, with the image's name; an error drops the sandbox.
+	WarmImage func(ctx context.Context, sb *Sandbox, image string) error
 }
+
+// imageKeyPrefix starts the pool key of an image pool (profile names
+// never hold a NUL).
+const imageKeyPrefix = "image\x00"
 
 // poolOwner owns idle pooled sandboxes; it is not a valid API key id.
 const poolOwner = "\x00pool"
@@ -67,11 +90,12 @@ type pool struct {
 	m   *Manager
 	cfg PoolConfig
 
-	mu   sync.Mutex
-	idle map[string][]*Sandbox // by profile, oldest first
-	wake chan struct{}
-	stop chan struct{}
-	wg   sync.WaitGroup
+	mu     sync.Mutex
+	idle   map[string][]*Sandbox    // by pool key (profile, or imageKeyPrefix+name), oldest first
+	digest map[*Sandbox]string      // the image of each idle image sandbox
+	wake   map[string]chan struct{} // one per filler: a take wakes them all
+	stop   chan struct{}
+	wg     sync.WaitGroup
 }
 
 // StartPool starts a warm pool (see the package's pool documentation). It
@@ -89,7 +113,22 @@ func (m *Manager) StartPool(cfg PoolConfig) error {
 		}
 		cfg.Profiles[i] = poolKey(pr)
 	}
-	p := &pool{m: m, cfg: cfg, idle: map[string][]*Sandbox{}, wake: make(chan struct{}, 1), stop: make(chan struct{})}
+	keys := slices.Clone(cfg.Profiles)
+	for _, name := range cfg.Images {
+		if m.cfg.Images == nil {
+			return fmt.Errorf("manager: pool image %q: this server has no image store", name)
+		}
+		// Only a published image: the pool builds as nobody's key.
+		if _, err := m.cfg.Images.As(poolOwner).Get(name); err != nil {
+			return fmt.Errorf("manager: pool image %q: not a published image of the store: %w", name, err)
+		}
+		keys = append(keys, imageKeyPrefix+name)
+	}
+	p := &pool{m: m, cfg: cfg, idle: map[string][]*Sandbox{}, digest: map[*Sandbox]string{},
+		wake: map[string]chan struct{}{}, stop: make(chan struct{})}
+	for _, k := range keys {
+		p.wake[k] = make(chan struct{}, 1)
+	}
 	m.mu.Lock()
 	if m.pool != nil || m.closed {
 		m.mu.Unlock()
@@ -97,9 +136,9 @@ func (m *Manager) StartPool(cfg PoolConfig) error {
 	}
 	m.pool = p
 	m.mu.Unlock()
-	for _, pr := range cfg.Profiles {
+	for _, k := range keys {
 		p.wg.Add(1)
-		go p.fill(pr)
+		go p.fill(k)
 	}
 	return nil
 }
@@ -132,7 +171,8 @@ func poolKey(profile string) string {
 
 // poolable reports whether req can be served by a pooled sandbox.
 func poolable(req *CreateRequest) bool {
-	return req.Limits == (Limits{}) && len(req.Env) == 0 && len(req.Secrets) == 0 && req.Image == "" && len(req.Volumes) == 0 &&
+	return req.Limits == (Limits{}) && len(req.Env) == 0 && len(req.Secrets) == 0 && len(req.Volumes) == 0 &&
+		req.User == "" && req.Snapshot == "" && (req.Image == "" || poolKey(req.Profile) == poolKey("")) &&
 		(req.Network.Mode == "" || req.Network.Mode == policy.NetNone) &&
 		pooledTier(req.Runtime)
 
@@ -177,21 +217,28 @@ func (p *pool) fill(profile string) {
 		case <-p.stop:
 			t.Stop()
 			return
-		case <-p.wake:
+		case <-p.wake[profile]:
 		case <-t.C:
 		}
 		t.Stop()
 	}
 }
 
-// build starts one pooled sandbox, holding a slot for it.
-func (p *pool) build(profile string) (*Sandbox, error) {
+// build starts one pooled sandbox for pool key, holding a slot for it.
+func (p *pool) build(key string) (*Sandbox, error) {
 	m := p.m
 	if err := m.reserve(poolOwner, 0); err != nil {
 		return nil, err
 	}
-	req := CreateRequest{Owner: poolOwner, Profile: profile}
+	req := CreateRequest{Owner: poolOwner, Profile: key}
+	image, isImage := strings.CutPrefix(key, imageKeyPrefix)
+	if isImage {
+		req = CreateRequest{Owner: poolOwner, Image: image}
+	}
 	pol, err := buildPolicy(&req)
+	if err == nil && isImage {
+		req.image, err = m.resolveImage(&req, &pol)
+	}
 	if err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
@@ -203,10 +250,18 @@ func (p *pool) build(profile string) (*Sandbox, error) {
 			if berr := sb.background(true); berr != nil {
 				m.cfg.Logf("pool: sandbox %s: %v (warming at normal CPU weight)", sb.ID, berr)
 			}
-			if p.cfg.WarmPython {
+			if p.cfg.WarmPython && !isImage {
 				err = warmPython(ctx, sb)
 			}
+			if isImage && p.cfg.WarmImage != nil {
+				err = p.cfg.WarmImage(ctx, sb, image)
+			}
 			if err == nil {
+				if isImage {
+					p.mu.Lock()
+					p.digest[sb] = req.image.Digest
+					p.mu.Unlock()
+				}
 				return sb, nil
 			}
 			m.finish(sb, store.StateKilled, "pool: warming failed")
@@ -253,6 +308,7 @@ func (p *pool) remove(profile string, sb *Sandbox) bool {
 	for i, s := range l {
 		if s == sb {
 			p.idle[profile] = append(l[:i:i], l[i+1:]...)
+			delete(p.digest, sb)
 			return true
 		}
 	}
@@ -274,23 +330,34 @@ func (p *pool) watchIdle(profile string, sb *Sandbox) {
 }
 
 func (p *pool) kick() {
-	select {
-	case p.wake <- struct{}{}:
-	default:
+	for _, w := range p.wake {
+		select {
+		case w <- struct{}{}:
+		default:
+		}
 	}
 }
 
-// take pops an idle sandbox of profile.
-func (p *pool) take(profile string) *Sandbox {
+// take pops an idle sandbox of pool key. For an image pool, digest is the
+// image the request means: idle sandboxes of another image (imported
+// again since they were built) are popped into stale, for the caller to
+// finish.
+func (p *pool) take(key, digest string) (sb *Sandbox, stale []*Sandbox) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	l := p.idle[profile]
-	if len(l) == 0 {
-		return nil
+	l := p.idle[key]
+	for len(l) > 0 && p.digest[l[0]] != digest {
+		stale = append(stale, l[0])
+		delete(p.digest, l[0])
+		l = l[1:]
 	}
-	sb := l[0]
-	p.idle[profile] = l[1:]
-	return sb
+	if len(l) > 0 {
+		sb = l[0]
+		delete(p.digest, sb)
+		l = l[1:]
+	}
+	p.idle[key] = l
+	return sb, stale
 }
 
 // evict kills one idle sandbox to free its slot; it reports whether it did.
@@ -301,6 +368,7 @@ func (p *pool) evict() bool {
 		if len(l) > 0 {
 			sb = l[len(l)-1]
 			p.idle[pr] = l[:len(l)-1]
+			delete(p.digest, sb)
 			break
 		}
 	}
@@ -362,8 +430,28 @@ func (m *Manager) createPooled(ctx context.Context, req *CreateRequest, ttl time
 	if p == nil || !poolable(req) {
 		return Info{}, false, nil
 	}
-	key := poolKey(req.Profile)
-	sb := p.take(key)
+	key, digest := poolKey(req.Profile), ""
+	if req.Image != "" {
+		// The image the name means for this owner must be the published
+		// one the pool builds (not the owner's own of the same name).
+		if m.cfg.Images == nil || !slices.Contains(p.cfg.Images, req.Image) {
+			return Info{}, false, nil
+		}
+		mine, err1 := m.cfg.Images.As(req.Owner).Get(req.Image)
+		pub, err2 := m.cfg.Images.As(poolOwner).Get(req.Image)
+		if err1 != nil || err2 != nil || mine.Digest != pub.Digest {
+			return Info{}, false, nil
+		}
+		key, digest = imageKeyPrefix+req.Image, pub.Digest
+	}
+	sb, stale := p.take(key, digest)
+	for _, s := range stale {
+		m.finish(s, store.StateKilled, "pool: its image was imported again")
+		p.release()
+	}
+	if len(stale) > 0 {
+		p.kick()
+	}
 	if sb == nil {
 		return Info{}, false, nil
 	}
@@ -391,6 +479,9 @@ func (m *Manager) createPooled(ctx context.Context, req *CreateRequest, ttl time
 		m.mu.Unlock()
 		p.mu.Lock()
 		p.idle[key] = append([]*Sandbox{sb}, p.idle[key]...)
+		if digest != "" {
+			p.digest[sb] = digest
+		}
 		p.mu.Unlock()
 		return Info{}, true, fmt.Errorf("%w: this API key may run at most %d sandboxes", ErrLimit, req.OwnerLimit)
 	}
@@ -417,7 +508,7 @@ func (m *Manager) createPooled(ctx context.Context, req *CreateRequest, ttl time
 	m.count(func(c *Counters) { c.Created++ })
 	m.Audit(ctx, req.Owner, sb.ID, store.ActionSandboxCreate, map[string]any{
 		"profile": rec.Profile, "metadata": req.Metadata, "timeout_s": ttl.Seconds(), "pooled": true,
-		"warm_python": p.cfg.WarmPython})
+		"warm_python": p.cfg.WarmPython && req.Image == "", "image": req.Image})
 	return sb.info(), true, nil
 }
 

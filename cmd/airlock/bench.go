@@ -20,7 +20,7 @@ func cmdBench(args []string) int {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	asJSON := fs.Bool("json", false, "print the report as JSON instead of a table")
-	only := fs.String("only", "", "comma-separated figures to run: cold, pooled, exec, cell, throughput, density, wasm, gvisor, image, concurrent, microvm (default: all), and kubernetes (only when named: needs a real cluster, see --kube-*)")
+	only := fs.String("only", "", "comma-separated figures to run: cold, pooled, exec, cell, throughput, density, wasm, gvisor, image, concurrent, microvm, desktop (default: all), and kubernetes (only when named: needs a real cluster, see --kube-*)")
 	runs := fs.Int("runs", 10, "measured rounds per timed figure")
 	runsc := fs.String("runsc", "", "path of gVisor's runsc (default: runsc on PATH)")
 	srt := fs.String("srt", "", "path of sandbox-runtime's srt (default: srt on PATH)")
@@ -38,6 +38,7 @@ func cmdBench(args []string) int {
 	fs.StringVar(&ko.RunNamespace, "kube-run-namespace", "default", "with --only kubernetes: namespace of the kubectl run pods")
 	fs.StringVar(&ko.Image, "kube-image", "", "with --only kubernetes: the server's default image, which kubectl run starts too")
 	fs.IntVar(&ko.Claims, "kube-claims", 50, "with --only kubernetes: pooled claims measured")
+	desktopCache := fs.String("desktop-cache", "/var/cache/airlock/images", "cache of the desktop image's build for the desktop figures (go run ./debimage/mkimage -cache DIR desktop builds it; a missing one is built, taking minutes)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(os.Stdout)
@@ -103,13 +104,14 @@ func cmdBench(args []string) int {
 		rep = &bench.Report{Machine: bench.DescribeMachine(), Started: time.Now(), LoadBefore: bench.LoadAverage()}
 	} else {
 		rep = bench.Run(bench.Config{
-			Only:     keys,
-			Runs:     *runs,
-			Airlock:  exe,
-			Peers:    bench.Options{Runsc: *runsc, Srt: *srt, ScratchDir: *scratch},
-			Python:   *python,
-			Density:  bench.DensityOptions{Max: *densityMax, Budget: budget, StartTime: *densityTime},
-			Progress: os.Stderr,
+			Only:         keys,
+			Runs:         *runs,
+			Airlock:      exe,
+			Peers:        bench.Options{Runsc: *runsc, Srt: *srt, ScratchDir: *scratch},
+			Python:       *python,
+			Density:      bench.DensityOptions{Max: *densityMax, Budget: budget, StartTime: *densityTime},
+			DesktopCache: *desktopCache,
+			Progress:     os.Stderr,
 		})
 	}
 	// The kubernetes figures are run on purpose, on a cluster made for

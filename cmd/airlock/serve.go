@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/airlock-dev/airlock/computer"
 	"github.com/airlock-dev/airlock/e2b"
 	"github.com/airlock-dev/airlock/internal/config"
 	"github.com/airlock-dev/airlock/internal/connlimit"
@@ -62,6 +63,8 @@ func cmdServe(args []string) int {
 	fs.Var(&maxFile, "max-file-bytes", "largest file upload, e.g. 512M, 1G")
 	mcpIdle := fs.Duration("mcp-idle", mcp.DefaultSessionTimeout, "end an MCP-over-HTTP session (/mcp), and kill its sandbox, after this long without a request; a client that comes back sooner with its Mcp-Session-Id keeps both")
 	poolSize := fs.Int("pool", 0, "ready sandboxes kept warm for creates that ask for no custom limits, env, secrets or network (counted in --max-sandboxes); with --backend kubernetes, the pods of each pooled profile's SandboxWarmPool in the cluster")
+	var poolImages listFlag
+	fs.Var(&poolImages, "pool-image", "also keep --pool ready sandboxes of this published image of the image store (repeatable); a desktop image's are warmed with their desktop started (docs/computer-use.md)")
 	poolPython := fs.Bool("pool-python", false, "pooled sandboxes' default Python context has run 'import numpy as np' and 'import pandas as pd' (contexts created later start empty)")
 	e2bDomain := fs.String("e2b-domain", "", "route requests for PORT-SANDBOXID.DOMAIN to that port of that sandbox, and give DOMAIN to E2B SDKs as the sandboxes' domain (getHost); the DNS name *.DOMAIN must reach this server")
 	e2bMaxNet := fs.String("e2b-max-network", "open", "the most network an E2B create may ask for: none, allowlist or open (older E2B SDKs, such as e2b 2.45, ask for open by default; more is refused with a 403)")
@@ -229,7 +232,18 @@ func cmdServe(args []string) int {
 		fmt.Fprintf(os.Stderr, "airlock serve: %v\n", err)
 		return 1
 	}
-	pool := manager.PoolConfig{Size: *poolSize, WarmPython: *poolPython}
+	if len(poolImages) > 0 && *poolSize <= 0 {
+		m.Close()
+		fmt.Fprintln(os.Stderr, "airlock serve: --pool-image needs --pool N (how many of each to keep)")
+		return exitUsage
+	}
+	if len(poolImages) > 0 && backend != nil {
+		m.Close()
+		fmt.Fprintln(os.Stderr, "airlock serve: --pool-image is not available with --backend kubernetes (the cluster's warm pool holds the default image only)")
+		return exitUsage
+	}
+	warmImage := func(ctx context.Context, sb *manager.Sandbox, _ string) error { return computer.Warm(ctx, sb) }
+	pool := manager.PoolConfig{Size: *poolSize, WarmPython: *poolPython, Images: poolImages, WarmImage: warmImage}
 	if backend != nil {
 		pool.Size = 0 // the cluster keeps the warm pool (kube.Backend.EnsurePools)
 	}

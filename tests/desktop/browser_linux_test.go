@@ -49,19 +49,36 @@ func testBrowserCDP(t *testing.T, s *testserver.Server, key, runtime string) {
 		t.Fatal(err)
 	}
 	defer c.Kill(context.Background(), sb.ID)
+	ws := startBrowser(t, ctx, s, c, key, sb.ID)
+	sum := node(t, ctx, []string{"AIRLOCK_KEY=" + key, "CDP_URL=" + ws}, "browser-cdp.mjs")
+	t.Logf("playwright-core over CDP: %v", sum)
+	waitFor(t, "the page's log", time.Minute, func() bool {
+		b, err := c.ReadFile(ctx, sb.ID, "/tmp/page.log")
+		return err == nil && string(b) == "c\nd\np\nEnter\n"
+	})
+}
+
+// startBrowser serves testdata/page.py on 127.0.0.1:8000 inside sandbox id
+// (of the browser image), starts airlock-browser there, waits for
+// Chromium's DevTools endpoint through the ports relay, checks that the
+// relay refuses it without the API key, and returns the browser's
+// DevTools WebSocket URL through the relay. It skips the test when
+// tests/desktop/node_modules lacks playwright-core.
+func startBrowser(t *testing.T, ctx context.Context, s *testserver.Server, c *client.Client, key, id string) string {
+	t.Helper()
 	src, err := os.ReadFile("testdata/page.py")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.WriteFile(ctx, sb.ID, "/tmp/page.py", bytes.NewReader(src), 0o644); err != nil {
+	if _, err := c.WriteFile(ctx, id, "/tmp/page.py", bytes.NewReader(src), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	for _, argv := range [][]string{{"python3", "/tmp/page.py"}, {"airlock-browser"}} {
-		if _, err := c.Start(ctx, sb.ID, client.ExecRequest{Argv: argv, Background: true}); err != nil {
+		if _, err := c.Start(ctx, id, client.ExecRequest{Argv: argv, Background: true}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	relay := s.URL + "/v1/sandboxes/" + sb.ID + "/ports/9222"
+	relay := s.URL + "/v1/sandboxes/" + id + "/ports/9222"
 	get := func(auth string) (int, []byte) {
 		req, _ := http.NewRequestWithContext(ctx, "GET", relay+"/json/version", nil)
 		if auth != "" {
@@ -93,10 +110,5 @@ func testBrowserCDP(t *testing.T, s *testserver.Server, key, runtime string) {
 	if _, err := os.Stat("node_modules/playwright-core"); err != nil {
 		t.Skipf("tests/desktop/node_modules lacks playwright-core (scripts/setup.sh --tests runs npm ci there): %v", err)
 	}
-	sum := node(t, ctx, []string{"AIRLOCK_KEY=" + key, "CDP_URL=" + ws}, "browser-cdp.mjs")
-	t.Logf("playwright-core over CDP: %v", sum)
-	waitFor(t, "the page's log", time.Minute, func() bool {
-		b, err := c.ReadFile(ctx, sb.ID, "/tmp/page.log")
-		return err == nil && string(b) == "c\nd\np\nEnter\n"
-	})
+	return ws
 }
