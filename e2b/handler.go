@@ -121,6 +121,10 @@ type Config struct {
 	SnapshotBytes int64
 	// Logf logs operational problems; log.Printf if nil.
 	Logf func(format string, args ...any)
+	// NoteKey, if set, is told the ID (never the secret) of the API key
+	// each control-plane request authenticated with, for the server's
+	// request log.
+	NoteKey func(r *http.Request, keyID string)
 }
 
 // Handler serves the E2B protocol. It is safe for concurrent use.

@@ -141,7 +141,8 @@ func New(cfg Config) (*Server, error) {
 	// E2B's protocol (package e2b) on the same listener: the E2B SDKs work
 	// against this server with E2B_API_URL and E2B_SANDBOX_URL.
 	if s.e2b, err = e2b.NewHandler(e2b.Config{Manager: cfg.Manager, Store: cfg.Store, NoAuth: cfg.NoAuth,
-		MaxFileBytes: cfg.MaxFileBytes, MaxNetwork: cfg.E2BMaxNetwork, Domain: cfg.E2BDomain, Interpreter: e2b.AgentInterpreter{}}); err != nil {
+		MaxFileBytes: cfg.MaxFileBytes, MaxNetwork: cfg.E2BMaxNetwork, Domain: cfg.E2BDomain, Interpreter: e2b.AgentInterpreter{},
+		NoteKey: noteKey}); err != nil {
 		return nil, err
 	}
 	s.routes()
@@ -157,6 +158,8 @@ func New(cfg Config) (*Server, error) {
 type keyInfo struct {
 	id           string
 	maxSandboxes int
+	// admin keys may manage keys (server/keys.go).
+	admin bool
 }
 
 type ctxKey struct{}
@@ -215,6 +218,7 @@ func (s *Server) routes() {
 	s.imageRoutes(authed)
 	s.codeRoutes(authed)
 	s.approvalRoutes(authed)
+	s.keyRoutes(authed)
 	// MCP clients probe OAuth discovery before sending a token: tell
 	// them a bearer key is the way in (mcp.OAuthDiscovery).
 	for _, p := range []string{"/.well-known/oauth-protected-resource", "/.well-known/oauth-authorization-server",
@@ -334,7 +338,7 @@ func (s *Server) authenticate(r *http.Request) (keyInfo, error) {
 		}
 		return keyInfo{}, errors.New("invalid or revoked API key")
 	}
-	return keyInfo{id: k.ID, maxSandboxes: k.MaxSandboxes}, nil
+	return keyInfo{id: k.ID, maxSandboxes: k.MaxSandboxes, admin: k.Admin}, nil
 }
 
 // apiError is an error with an explicit HTTP status and code.

@@ -13,11 +13,12 @@ import (
 
 	"github.com/airlock-dev/airlock/approval"
 	"github.com/airlock-dev/airlock/e2b"
+	"github.com/airlock-dev/airlock/store"
 )
 
 const keysUsage = `usage:
   airlock keys create --name NAME [--max-sandboxes N] [--max-memory SIZE] [--max-cpus N]
-                      [--max-pids N] [--max-disk SIZE] [--max-timeout DURATION] [--approval-policy FILE] [--e2b]
+                      [--max-pids N] [--max-disk SIZE] [--max-timeout DURATION] [--approval-policy FILE] [--e2b] [--admin]
                       --state-dir DIR
   airlock keys list --state-dir DIR
   airlock keys revoke --state-dir DIR KEY_ID
@@ -29,7 +30,9 @@ servers sharing that PostgreSQL database (airlock serve --database-url).
 server's --max-sandboxes applies to it. A revoked key is refused (401) from
 its next request on, by a server that is already running too.
 --approval-policy adds the key's own approval rules to the server's
-(docs/approvals.md).
+(docs/approvals.md). --admin makes a key that may manage every key through
+the server (GET/POST /v1/keys, DELETE /v1/keys/ID, PUT /v1/keys/ID/limits;
+docs/api.md); the last live admin key cannot be revoked.
 `
 
 func init() { hidden["keys"] = cmdKeys }
@@ -55,6 +58,7 @@ func cmdKeys(args []string) int {
 	cf.register(fs, "only the server's ceiling (create)")
 	maxTimeout := fs.Duration("max-timeout", 0, "largest sandbox TTL the key may ask for, e.g. 1h (0: only the server's --max-timeout) (create)")
 	approvalFile := fs.String("approval-policy", "", "JSON or YAML file of the key's own approval rules, added to the server's (docs/approvals.md) (create)")
+	admin := fs.Bool("admin", false, "make an admin key, which may manage every key through the server's /v1/keys (create)")
 	e2bForm := fs.Bool("e2b", false, "print the key as e2b_ and hex, the form E2B SDKs accept with key validation on; the E2B endpoints accept either form (create)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -91,7 +95,7 @@ func cmdKeys(args []string) int {
 				return exitUsage
 			}
 		}
-		k, secret, err := st.CreateKeyLimits(ctx, *name, *maxSB, cf.keyLimits(*maxTimeout))
+		k, secret, err := st.CreateKeySpec(ctx, store.KeySpec{Name: *name, MaxSandboxes: *maxSB, Limits: cf.keyLimits(*maxTimeout), Admin: *admin})
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "airlock keys create: %v\n", err)
 			return 1
@@ -120,7 +124,7 @@ func cmdKeys(args []string) int {
 			return 1
 		}
 		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tNAME\tCREATED\tMAX_SANDBOXES\tREVOKED\tLIMITS")
+		fmt.Fprintln(tw, "ID\tNAME\tCREATED\tADMIN\tMAX_SANDBOXES\tREVOKED\tLIMITS")
 		for _, k := range keys {
 			rev := "-"
 			if k.RevokedAt != nil {
@@ -130,7 +134,7 @@ func cmdKeys(args []string) int {
 			if k.MaxSandboxes == 0 {
 				limit = "0 (no own cap: the server's --max-sandboxes)"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, k.Name, k.CreatedAt.Format(time.RFC3339), limit, rev, keyLimitsText(k.Limits))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, k.Name, k.CreatedAt.Format(time.RFC3339), yesNo(k.Admin), limit, rev, keyLimitsText(k.Limits))
 		}
 		tw.Flush()
 	case "revoke":
@@ -148,4 +152,12 @@ func cmdKeys(args []string) int {
 		return exitUsage
 	}
 	return 0
+}
+
+// yesNo shows a flag in a table.
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
 }

@@ -1,0 +1,329 @@
+package server_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlock-dev/airlock/e2b"
+	"github.com/airlock-dev/airlock/store"
+)
+
+// keyCall sends an API call with a bearer key and returns the status and
+// body.
+func keyCall(t *testing.T, method, u, secret, body string) (int, string) {
+	t.Helper()
+	return tenantCall(t, method, u, "Authorization", secret, body)
+}
+
+// dashLogin logs a dashboard session in with secret and returns its
+// cookie and CSRF token.
+func dashLogin(t *testing.T, base, secret string) (cookie, csrf string) {
+	t.Helper()
+	code, body, resp := dashReq(t, "POST", base+"/ui/session", "", "x", base, `{"key":"`+secret+`"}`)
+	if code != 200 {
+		t.Fatalf("dashboard login: %d %s", code, body)
+	}
+	var sess struct{ CSRF string }
+	json.Unmarshal([]byte(body), &sess)
+	for _, c := range resp.Cookies() {
+		if c.Name == "airlock_session" {
+			cookie = c.Value
+		}
+	}
+	if cookie == "" || sess.CSRF == "" {
+		t.Fatalf("dashboard login: no session in %s", body)
+	}
+	return cookie, sess.CSRF
+}
+
+// TestKeysAdminAPI: only admin keys manage keys. A non-admin key cannot
+// list, read, create (an admin or any key), revoke or re-limit keys, its own
+// included, and each attempt is audited; an admin creates a key (its secret
+// shown once, never again: no listing or read holds it), changes its limits
+// (never its admin flag) and revokes it, which every surface refuses from
+// the next request on: the native API, the E2B API (both key forms), an
+// MCP session opened before, and a dashboard session logged in before. The
+// last live admin key cannot be revoked. Every admin action is in the audit
+// log, and no response but the create's nor any log line holds a secret.
+func TestKeysAdminAPI(t *testing.T) {
+	needRoot(t)
+	state := stateDir(t)
+	adminSecret, adminID := keyWithID(t, "--name", "ops", "--admin", "--state-dir", state)
+	userSecret, userID := keyWithID(t, "--name", "agent", "--state-dir", state, "--max-sandboxes", "1")
+	s := startServer(t, state, "--log-format", "json")
+	base := s.URL
+	secrets := []string{adminSecret, userSecret}
+
+	// A non-admin key: 403 everywhere under /v1/keys, nothing changes.
+	for _, c := range []struct{ method, path, body string }{
+		{"GET", "/v1/keys", ""},
+		{"GET", "/v1/keys/" + adminID, ""},
+		{"GET", "/v1/keys/" + userID, ""},
+		{"POST", "/v1/keys", `{"name":"mine","admin":true}`},
+		{"POST", "/v1/keys", `{"name":"mine"}`},
+		{"DELETE", "/v1/keys/" + adminID, ""},
+		{"DELETE", "/v1/keys/" + userID, ""},
+		{"PUT", "/v1/keys/" + userID + "/limits", `{"max_sandboxes":100}`},
+	} {
+		code, body := keyCall(t, c.method, base+c.path, userSecret, c.body)
+		if code != 403 {
+			t.Errorf("non-admin key: %s %s: %d %s, want 403", c.method, c.path, code, body)
+		}
+		if strings.Contains(body, "al_") {
+			t.Errorf("non-admin key: %s %s answered a secret: %s", c.method, c.path, body)
+		}
+	}
+	// The same through the user's dashboard session and the E2B header.
+	ucookie, ucsrf := dashLogin(t, base, userSecret)
+	if code, body, _ := dashReq(t, "GET", base+"/v1/keys", ucookie, ucsrf, base, ""); code != 403 {
+		t.Errorf("non-admin dashboard session lists keys: %d %s", code, body)
+	}
+	// (an X-API-Key request is E2B's, which has no keys endpoint)
+	if code, body := tenantCall(t, "GET", base+"/v1/keys", "X-API-Key", userSecret, ""); code == 200 || strings.Contains(body, adminID) {
+		t.Errorf("X-API-Key on /v1/keys: %d %s", code, body)
+	}
+
+	// Admin: list shows both keys with their fields, and no secret.
+	code, body := keyCall(t, "GET", base+"/v1/keys", adminSecret, "")
+	if code != 200 {
+		t.Fatalf("admin list: %d %s", code, body)
+	}
+	var list struct{ Keys []map[string]any }
+	json.Unmarshal([]byte(body), &list)
+	byID := map[string]map[string]any{}
+	for _, k := range list.Keys {
+		byID[k["id"].(string)] = k
+	}
+	if byID[adminID]["admin"] != true || byID[userID]["admin"] != false || byID[userID]["max_sandboxes"] != 1.0 ||
+		byID[userID]["name"] != "agent" || byID[userID]["created_at"] == nil || byID[userID]["limits"] == nil {
+		t.Fatalf("admin list: %s", body)
+	}
+	// Create: the secret once; it works at once, and is not an admin.
+	code, body = keyCall(t, "POST", base+"/v1/keys", adminSecret, `{"name":"ci","max_sandboxes":2,"limits":{"pids":64}}`)
+	if code != 201 {
+		t.Fatalf("admin create: %d %s", code, body)
+	}
+	var created struct {
+		Key       map[string]any
+		Secret    string
+		E2BSecret string `json:"e2b_secret"`
+	}
+	json.Unmarshal([]byte(body), &created)
+	newID, _ := created.Key["id"].(string)
+	if !strings.HasPrefix(created.Secret, "al_") || !strings.HasPrefix(created.E2BSecret, "e2b_") || newID == "" || created.Key["admin"] != false {
+		t.Fatalf("create answer: %s", body)
+	}
+	secrets = append(secrets, created.Secret, created.E2BSecret)
+	for _, p := range []string{"/v1/keys", "/v1/keys/" + newID, "/v1/keys/" + adminID} {
+		code, body := keyCall(t, "GET", base+p, adminSecret, "")
+		if code != 200 {
+			t.Fatalf("admin GET %s: %d %s", p, code, body)
+		}
+		for _, sec := range secrets {
+			if strings.Contains(body, sec) || strings.Contains(body, strings.TrimPrefix(sec, "al_")) {
+				t.Errorf("GET %s holds a secret: %s", p, body)
+			}
+		}
+	}
+	if code, body := keyCall(t, "GET", base+"/v1/keys", created.Secret, ""); code != 403 {
+		t.Errorf("a key an admin made lists keys: %d %s", code, body)
+	}
+	// No escalation: the limits call takes no admin flag, from anyone.
+	for _, sec := range []string{adminSecret, created.Secret} {
+		if code, body := keyCall(t, "PUT", base+"/v1/keys/"+newID+"/limits", sec, `{"max_sandboxes":2,"admin":true}`); code != 400 && code != 403 {
+			t.Errorf("PUT limits with admin:true: %d %s", code, body)
+		}
+	}
+	// Limits: replaced whole, and shown.
+	code, body = keyCall(t, "PUT", base+"/v1/keys/"+newID+"/limits", adminSecret, `{"max_sandboxes":3,"limits":{"memory_bytes":268435456,"timeout_s":600}}`)
+	if code != 200 || !strings.Contains(body, `"max_sandboxes":3`) || !strings.Contains(body, `"memory_bytes":268435456`) ||
+		strings.Contains(body, `"pids"`) || !strings.Contains(body, `"admin":false`) {
+		t.Fatalf("PUT limits: %d %s", code, body)
+	}
+	if code, body := keyCall(t, "PUT", base+"/v1/keys/"+newID+"/limits", adminSecret, `{"limits":{"pids":-1}}`); code != 400 {
+		t.Errorf("negative limit: %d %s", code, body)
+	}
+
+	// The new key on every surface, before its revocation.
+	ctx := ctxT(t)
+	cs, err := sdk.NewClient(&sdk.Implementation{Name: "revoke", Version: "1"}, nil).Connect(ctx,
+		&sdk.StreamableClientTransport{Endpoint: base + "/mcp", HTTPClient: &http.Client{Transport: mcpBearer{created.Secret}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	if res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "list_sandboxes"}); err != nil || res.IsError {
+		t.Fatalf("MCP list_sandboxes before revocation: %v %v", err, res)
+	}
+	ncookie, ncsrf := dashLogin(t, base, created.Secret)
+	surfaces := func() map[string]int {
+		out := map[string]int{}
+		out["native"], _ = keyCall(t, "GET", base+"/v1/sandboxes", created.Secret, "")
+		out["e2b"], _ = tenantCall(t, "GET", base+"/sandboxes", "X-API-Key", created.Secret, "")
+		out["e2b form"], _ = tenantCall(t, "GET", base+"/sandboxes", "X-API-Key", created.E2BSecret, "")
+		out["dashboard"], _, _ = dashReq(t, "GET", base+"/v1/sandboxes", ncookie, ncsrf, base, "")
+		return out
+	}
+	for surface, code := range surfaces() {
+		if code != 200 {
+			t.Fatalf("new key on %s before revocation: %d", surface, code)
+		}
+	}
+	code, body = keyCall(t, "DELETE", base+"/v1/keys/"+newID, adminSecret, "")
+	if code != 200 || !strings.Contains(body, `"revoked_at"`) {
+		t.Fatalf("revoke: %d %s", code, body)
+	}
+	// From the very next request on: no waiting, no polling.
+	for surface, code := range surfaces() {
+		if code != 401 {
+			t.Errorf("revoked key on %s: %d, want 401", surface, code)
+		}
+	}
+	if _, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "list_sandboxes"}); err == nil {
+		t.Error("an MCP session of a revoked key still calls tools")
+	}
+	if _, body, _ := dashReq(t, "GET", base+"/ui/session", ncookie, "", "", ""); !strings.Contains(body, `"authenticated":false`) {
+		t.Errorf("a revoked key's dashboard session is still logged in: %s", body)
+	}
+	if code, body := keyCall(t, "PUT", base+"/v1/keys/"+newID+"/limits", adminSecret, `{"max_sandboxes":1}`); code != 409 {
+		t.Errorf("limits of a revoked key: %d %s", code, body)
+	}
+
+	// The last admin key: refused, and it keeps working.
+	if code, body := keyCall(t, "DELETE", base+"/v1/keys/"+adminID, adminSecret, ""); code != 409 {
+		t.Fatalf("revoking the last admin key: %d %s", code, body)
+	}
+	if code, body := keyCall(t, "GET", base+"/v1/keys", adminSecret, ""); code != 200 {
+		t.Fatalf("the last admin key after a refused revocation: %d %s", code, body)
+	}
+	// An admin may make another admin; then the first can go.
+	code, body = keyCall(t, "POST", base+"/v1/keys", adminSecret, `{"name":"ops2","admin":true}`)
+	if code != 201 {
+		t.Fatalf("admin creates an admin: %d %s", code, body)
+	}
+	var admin2 struct {
+		Key       map[string]any
+		Secret    string
+		E2BSecret string `json:"e2b_secret"`
+	}
+	json.Unmarshal([]byte(body), &admin2)
+	secrets = append(secrets, admin2.Secret, admin2.E2BSecret)
+	admin2ID, _ := admin2.Key["id"].(string)
+	if code, body := keyCall(t, "DELETE", base+"/v1/keys/"+adminID, admin2.Secret, ""); code != 200 {
+		t.Fatalf("second admin revokes the first: %d %s", code, body)
+	}
+	if code, _ := keyCall(t, "GET", base+"/v1/keys", adminSecret, ""); code != 401 {
+		t.Errorf("revoked admin key: %d, want 401", code)
+	}
+	s.stop(t)
+
+	// The audit log names every admin action and each refused attempt,
+	// with no secret.
+	st, err := store.Open(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	evs, err := st.AuditLog(context.Background(), store.AuditFilter{Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := map[string]int{}
+	for _, ev := range evs {
+		if !strings.HasPrefix(ev.Action, "key.") {
+			continue
+		}
+		count[ev.Action+" by "+ev.KeyID]++
+		for _, sec := range secrets {
+			if strings.Contains(string(ev.Detail), sec) {
+				t.Errorf("audit record %s holds a secret", ev.Action)
+			}
+		}
+	}
+	for what, n := range map[string]int{
+		"key.denied by " + userID:   9, // eight bearer calls and the dashboard's
+		"key.create by " + adminID:  2,
+		"key.limits by " + adminID:  1,
+		"key.revoke by " + adminID:  1,
+		"key.revoke by " + admin2ID: 1,
+		"key.denied by " + newID:    2, // its list and its limits call
+	} {
+		if count[what] != n {
+			t.Errorf("audit: %d × %s, want %d (all: %v)", count[what], what, n, count)
+		}
+	}
+
+	// The request log: key ids on /v1/keys lines, no secret anywhere.
+	log := s.ReadLog()
+	for _, sec := range secrets {
+		if strings.Contains(log, sec) || strings.Contains(log, strings.TrimPrefix(sec, "al_")) {
+			t.Errorf("the server log holds a secret")
+		}
+	}
+	seen := false
+	sc := bufio.NewScanner(strings.NewReader(log))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var m map[string]any
+		if json.Unmarshal(sc.Bytes(), &m) != nil || m["msg"] != "request" {
+			continue
+		}
+		if m["route"] == "POST /v1/keys" && m["status"] == 201.0 && m["key_id"] == adminID {
+			seen = true
+		}
+	}
+	if !seen {
+		t.Errorf("no request line for the admin's create with its key id:\n%s", log)
+	}
+}
+
+// TestE2BRequestLogKeyID: an E2B control-plane call authenticated with
+// X-API-Key (either form of the key) logs the key's id, like a native
+// call, and never the key.
+func TestE2BRequestLogKeyID(t *testing.T) {
+	needRoot(t)
+	state := stateDir(t)
+	secret, id := keyWithID(t, "--name", "e2b", "--state-dir", state)
+	s := startServer(t, state, "--log-format", "json")
+	e2bForm, err := e2b.E2BKey(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sec := range []string{secret, e2bForm} {
+		for _, hdr := range []string{"X-API-Key", "Authorization"} {
+			if code, body := tenantCall(t, "GET", s.URL+"/sandboxes", hdr, sec, ""); code != 200 {
+				t.Fatalf("E2B list with %s: %d %s", hdr, code, body)
+			}
+		}
+	}
+	code, body := keyCall(t, "GET", s.URL+"/v1/sandboxes", secret, "")
+	if code != 200 {
+		t.Fatalf("native list: %d %s", code, body)
+	}
+	s.stop(t)
+	log := s.ReadLog()
+	if strings.Contains(log, secret) || strings.Contains(log, strings.TrimPrefix(secret, "al_")) || strings.Contains(log, strings.TrimPrefix(e2bForm, "e2b_")) {
+		t.Fatal("the server log holds the key")
+	}
+	found := map[string]bool{}
+	sc := bufio.NewScanner(strings.NewReader(log))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var m map[string]any
+		if json.Unmarshal(sc.Bytes(), &m) != nil || m["msg"] != "request" {
+			continue
+		}
+		if m["key_id"] == id {
+			found[m["route"].(string)] = true
+		}
+	}
+	if !found["e2b GET /sandboxes"] || !found["GET /v1/sandboxes"] {
+		t.Fatalf("request lines with key_id %s: %v\n%s", id, found, log)
+	}
+}
