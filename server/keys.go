@@ -175,6 +175,7 @@ func (s *Server) revokeKey(w http.ResponseWriter, r *http.Request) error {
 		if err := s.cfg.Store.RevokeKey(r.Context(), id); err != nil {
 			return keyErr(err)
 		}
+		defer s.cutKey(id) // after the answer: an admin may revoke its own key
 		s.m.Audit(r.Context(), caller(r).id, "", ActionKeyRevoke, map[string]any{"key": id, "name": k.Name, "admin": k.Admin})
 	}
 	if k, err = s.cfg.Store.GetKey(r.Context(), id); err != nil {

@@ -5,11 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/airlock-dev/airlock/client"
 	"github.com/airlock-dev/airlock/e2b"
 	"github.com/airlock-dev/airlock/store"
 )
@@ -326,4 +329,90 @@ func TestE2BRequestLogKeyID(t *testing.T) {
 	if !found["e2b GET /sandboxes"] || !found["GET /v1/sandboxes"] {
 		t.Fatalf("request lines with key_id %s: %v\n%s", id, found, log)
 	}
+}
+
+// TestRevokedKeyCutsOpenStreams: requests of a key that are already
+// running when it is revoked end too: a streamed exec and a terminal
+// (PTY WebSocket) end at once when an admin revokes the key through the
+// server, and a streamed exec ends within seconds when the key is revoked
+// by the CLI on the state directory (another process). The sandboxes'
+// commands are the key's business: only the requests are cut.
+func TestRevokedKeyCutsOpenStreams(t *testing.T) {
+	needRoot(t)
+	state := stateDir(t)
+	adminSecret, _ := keyWithID(t, "--name", "ops", "--admin", "--state-dir", state)
+	otherSecret, otherID := keyWithID(t, "--name", "cli-revoked", "--state-dir", state)
+	s := startServer(t, state)
+	ctx := ctxT(t)
+	admin := client.New(s.URL, adminSecret)
+	made, err := admin.CreateKey(ctx, client.CreateKeyRequest{Name: "streamer"})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// ended reports (on done) when next returns an error.
+	ended := func(next func() error) <-chan error {
+		done := make(chan error, 1)
+		go func() {
+			for {
+				if err := next(); err != nil {
+					done <- err
+					return
+				}
+			}
+		}()
+		return done
+	}
+	open := func(secret string) (exec, term <-chan error) {
+		c := client.New(s.URL, secret)
+		sb, err := c.Create(ctx, client.CreateRequest{Timeout: 600})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := c.ExecStream(ctx, sb.ID, client.ExecRequest{Shell: "echo up; sleep 600", Timeout: 600})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		if ev, err := st.Next(); err != nil || ev.Type != "start" {
+			t.Fatalf("exec stream: %+v %v", ev, err)
+		}
+		tm, err := c.Terminal(ctx, sb.ID, client.TerminalRequest{Argv: []string{"sleep", "600"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { tm.Close() })
+		buf := make([]byte, 256)
+		return ended(func() error { _, err := st.Next(); return err }), ended(func() error { _, err := tm.Read(buf); return err })
+	}
+	const deadline = 60 * time.Second
+	wait := func(what string, ch <-chan error) {
+		t.Helper()
+		select {
+		case <-ch:
+		case <-time.After(deadline):
+			t.Fatalf("%s still open %s after its key was revoked", what, deadline)
+		}
+	}
+
+	execA, termA := open(made.Secret)
+	select {
+	case err := <-execA:
+		t.Fatalf("the exec stream ended before the revocation: %v", err)
+	case err := <-termA:
+		t.Fatalf("the terminal ended before the revocation: %v", err)
+	case <-time.After(3 * time.Second): // past a re-check: the live key keeps them
+	}
+	if _, err := admin.RevokeKey(ctx, made.Key.ID); err != nil {
+		t.Fatal(err)
+	}
+	wait("a streamed exec", execA)
+	wait("a terminal", termA)
+
+	execB, termB := open(otherSecret)
+	if out, err := exec.Command(airlockBin(t), "keys", "revoke", "--state-dir", state, otherID).CombinedOutput(); err != nil {
+		t.Fatalf("keys revoke: %v %s", err, out)
+	}
+	wait("a streamed exec (CLI revocation)", execB)
+	wait("a terminal (CLI revocation)", termB)
 }
