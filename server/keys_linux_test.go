@@ -24,6 +24,28 @@ func keyCall(t *testing.T, method, u, secret, body string) (int, string) {
 	return tenantCall(t, method, u, "Authorization", secret, body)
 }
 
+// createdKey is POST /v1/keys's answer.
+type createdKey struct {
+	Key       map[string]any
+	Secret    string
+	E2BSecret string `json:"e2b_secret"`
+}
+
+// createKeyCall creates a key through POST /v1/keys with an admin's
+// secret, which must answer 201.
+func createKeyCall(t *testing.T, base, admin, body string) (createdKey, string) {
+	t.Helper()
+	code, answer := keyCall(t, "POST", base+"/v1/keys", admin, body)
+	if code != 201 {
+		t.Fatalf("POST /v1/keys %s: %d %s", body, code, answer)
+	}
+	var k createdKey
+	if err := json.Unmarshal([]byte(answer), &k); err != nil {
+		t.Fatalf("POST /v1/keys answer %s: %v", answer, err)
+	}
+	return k, answer
+}
+
 // dashLogin logs a dashboard session in with secret and returns its
 // cookie and CSRF token.
 func dashLogin(t *testing.T, base, secret string) (cookie, csrf string) {
@@ -108,16 +130,7 @@ func TestKeysAdminAPI(t *testing.T) {
 		t.Fatalf("admin list: %s", body)
 	}
 	// Create: the secret once; it works at once, and is not an admin.
-	code, body = keyCall(t, "POST", base+"/v1/keys", adminSecret, `{"name":"ci","max_sandboxes":2,"limits":{"pids":64}}`)
-	if code != 201 {
-		t.Fatalf("admin create: %d %s", code, body)
-	}
-	var created struct {
-		Key       map[string]any
-		Secret    string
-		E2BSecret string `json:"e2b_secret"`
-	}
-	json.Unmarshal([]byte(body), &created)
+	created, body := createKeyCall(t, base, adminSecret, `{"name":"ci","max_sandboxes":2,"limits":{"pids":64}}`)
 	newID, _ := created.Key["id"].(string)
 	if !strings.HasPrefix(created.Secret, "al_") || !strings.HasPrefix(created.E2BSecret, "e2b_") || newID == "" || created.Key["admin"] != false {
 		t.Fatalf("create answer: %s", body)
@@ -206,16 +219,7 @@ func TestKeysAdminAPI(t *testing.T) {
 		t.Fatalf("the last admin key after a refused revocation: %d %s", code, body)
 	}
 	// An admin may make another admin; then the first can go.
-	code, body = keyCall(t, "POST", base+"/v1/keys", adminSecret, `{"name":"ops2","admin":true}`)
-	if code != 201 {
-		t.Fatalf("admin creates an admin: %d %s", code, body)
-	}
-	var admin2 struct {
-		Key       map[string]any
-		Secret    string
-		E2BSecret string `json:"e2b_secret"`
-	}
-	json.Unmarshal([]byte(body), &admin2)
+	admin2, _ := createKeyCall(t, base, adminSecret, `{"name":"ops2","admin":true}`)
 	secrets = append(secrets, admin2.Secret, admin2.E2BSecret)
 	admin2ID, _ := admin2.Key["id"].(string)
 	if code, body := keyCall(t, "DELETE", base+"/v1/keys/"+adminID, admin2.Secret, ""); code != 200 {
