@@ -72,8 +72,9 @@ func dashLogin(t *testing.T, base, secret string) (cookie, csrf string) {
 // included, and each attempt is audited; an admin creates a key (its secret
 // shown once, never again: no listing or read holds it), changes its limits
 // (never its admin flag) and revokes it, which every surface refuses from
-// the next request on: the native API, the E2B API (both key forms), an
-// MCP session opened before, and a dashboard session logged in before. The
+// the next request on: the native API, the E2B API (both key forms, and the
+// envd access token of an E2B sandbox the key made), an MCP session opened
+// before, and a dashboard session logged in before. The
 // last live admin key cannot be revoked. Every admin action is in the audit
 // log, and no response but the create's nor any log line holds a secret.
 func TestKeysAdminAPI(t *testing.T) {
@@ -157,8 +158,8 @@ func TestKeysAdminAPI(t *testing.T) {
 		}
 	}
 	// Limits: replaced whole, and shown.
-	code, body = keyCall(t, "PUT", base+"/v1/keys/"+newID+"/limits", adminSecret, `{"max_sandboxes":3,"limits":{"memory_bytes":268435456,"timeout_s":600}}`)
-	if code != 200 || !strings.Contains(body, `"max_sandboxes":3`) || !strings.Contains(body, `"memory_bytes":268435456`) ||
+	code, body = keyCall(t, "PUT", base+"/v1/keys/"+newID+"/limits", adminSecret, `{"max_sandboxes":3,"limits":{"memory_bytes":2147483648,"timeout_s":600}}`)
+	if code != 200 || !strings.Contains(body, `"max_sandboxes":3`) || !strings.Contains(body, `"memory_bytes":2147483648`) ||
 		strings.Contains(body, `"pids"`) || !strings.Contains(body, `"admin":false`) {
 		t.Fatalf("PUT limits: %d %s", code, body)
 	}
@@ -178,8 +179,21 @@ func TestKeysAdminAPI(t *testing.T) {
 		t.Fatalf("MCP list_sandboxes before revocation: %v %v", err, res)
 	}
 	ncookie, ncsrf := dashLogin(t, base, created.Secret)
+	// An E2B sandbox of the key: its envd access token stands for the key.
+	code, sbody := send(t, "POST", base+"/v2/sandboxes", map[string]string{"X-API-Key": created.E2BSecret, "Content-Type": "application/json"},
+		[]byte(`{"templateID":"base","timeout":600}`))
+	var e2bBox struct{ SandboxID, EnvdAccessToken string }
+	if code != 201 || json.Unmarshal([]byte(sbody), &e2bBox) != nil || e2bBox.EnvdAccessToken == "" {
+		t.Fatalf("E2B create: %d %s", code, sbody)
+	}
+	envd := map[string]string{"E2b-Sandbox-Id": e2bBox.SandboxID, "E2b-Sandbox-Port": "49983", "X-Access-Token": e2bBox.EnvdAccessToken}
 	surfaces := func() map[string]int {
 		out := map[string]int{}
+		if code, _ := send(t, "GET", base+"/health", envd, nil); code/100 == 2 {
+			out["e2b envd"] = 200
+		} else {
+			out["e2b envd"] = code
+		}
 		out["native"], _ = keyCall(t, "GET", base+"/v1/sandboxes", created.Secret, "")
 		out["e2b"], _ = tenantCall(t, "GET", base+"/sandboxes", "X-API-Key", created.Secret, "")
 		out["e2b form"], _ = tenantCall(t, "GET", base+"/sandboxes", "X-API-Key", created.E2BSecret, "")
