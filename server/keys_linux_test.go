@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/airlock-dev/airlock/client"
 	"github.com/airlock-dev/airlock/e2b"
+	"github.com/airlock-dev/airlock/internal/testserver"
 	"github.com/airlock-dev/airlock/store"
 )
 
@@ -433,4 +435,72 @@ func TestRevokedKeyCutsOpenStreams(t *testing.T) {
 	}
 	wait("a streamed exec (CLI revocation)", execB)
 	wait("a terminal (CLI revocation)", termB)
+}
+
+// TestKeysFullDisk: with the state directory's file system full, key
+// changes fail closed: a create answers no secret and leaves no live key,
+// a limits change is refused and changes nothing, and a revocation either
+// happens (and is audited once there is room) or is refused and the key
+// stays as it was; once there is room again, all of them work.
+func TestKeysFullDisk(t *testing.T) {
+	needRoot(t)
+	state := stateDir(t)
+	testserver.MountTmpfs(t, state, "24m")
+	adminSecret, _ := keyWithID(t, "--name", "ops", "--admin", "--state-dir", state)
+	s := startServer(t, state)
+	base := s.URL
+	victim, _ := createKeyCall(t, base, adminSecret, `{"name":"victim","max_sandboxes":2}`)
+	victimID := victim.Key["id"].(string)
+	filler := testserver.FillDisk(t, state)
+
+	code, body := keyCall(t, "POST", base+"/v1/keys", adminSecret, `{"name":"during-full"}`)
+	if code < 500 || strings.Contains(body, "al_") || strings.Contains(body, "e2b_") {
+		t.Fatalf("create on a full disk: %d %s", code, body)
+	}
+	if code, body := keyCall(t, "PUT", base+"/v1/keys/"+victimID+"/limits", adminSecret, `{"max_sandboxes":9}`); code < 500 {
+		t.Fatalf("limits on a full disk: %d %s", code, body)
+	}
+	revCode, revBody := keyCall(t, "DELETE", base+"/v1/keys/"+victimID, adminSecret, "")
+	if revCode != 200 && revCode < 500 {
+		t.Fatalf("revoke on a full disk: %d %s", revCode, revBody)
+	}
+	t.Logf("on a full disk: create %d, revoke %d %s", code, revCode, revBody)
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+
+	admin := client.New(base, adminSecret)
+	ctx := ctxT(t)
+	k, err := keyByID(ctx, admin, victimID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k.MaxSandboxes != 2 {
+		t.Errorf("a limits change refused on a full disk happened: %+v", k)
+	}
+	if (revCode == 200) != (k.RevokedAt != nil) {
+		t.Fatalf("revoke answered %d on a full disk, and the key is %+v", revCode, k)
+	}
+	keys, err := admin.Keys(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		if k.Name == "during-full" && k.RevokedAt == nil {
+			t.Fatalf("a create refused on a full disk left a live key: %+v", k)
+		}
+	}
+	if revCode != 200 {
+		if _, err := admin.RevokeKey(ctx, victimID); err != nil {
+			t.Fatalf("revoke once there is room: %v", err)
+		}
+	}
+	// The revocation's record reaches the log (retried until written).
+	eventually(t, 60*time.Second, "the key.revoke record", func() bool {
+		_, body := keyCall(t, "GET", base+"/v1/audit?action=key.revoke", adminSecret, "")
+		return strings.Contains(body, victimID)
+	})
+	if _, err := admin.CreateKey(ctx, client.CreateKeyRequest{Name: "after-full"}); err != nil {
+		t.Fatalf("create once there is room: %v", err)
+	}
 }

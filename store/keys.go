@@ -157,7 +157,7 @@ func (s *Store) CreateKeySpec(ctx context.Context, spec KeySpec) (*APIKey, strin
 	if _, err := s.kw.ExecContext(ctx,
 		s.q(`INSERT INTO api_keys (id, name, hash, created_at, max_sandboxes, max_limits, admin) VALUES (?, ?, ?, ?, ?, ?, ?)`),
 		k.ID, k.Name, h[:], k.CreatedAt.UnixNano(), k.MaxSandboxes, string(limJSON), boolInt(k.Admin)); err != nil {
-		return nil, "", fmt.Errorf("store: create key %q: %w", name, err)
+		return nil, "", fmt.Errorf("store: create key %q: %w", name, s.sharedErr(err))
 	}
 	return k, secret, nil
 }
@@ -298,6 +298,9 @@ func (s *Store) ListKeys(ctx context.Context) ([]*APIKey, error) {
 func (s *Store) RevokeKey(ctx context.Context, id string) error {
 	n, err := s.revoke(ctx, id)
 	if err != nil {
+		if !s.pg {
+			err = s.spaceErr(err)
+		}
 		return fmt.Errorf("store: revoke key %q: %w", id, err)
 	}
 	s.forget(id)
