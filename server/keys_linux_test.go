@@ -15,6 +15,7 @@ import (
 
 	"github.com/airlock-dev/airlock/client"
 	"github.com/airlock-dev/airlock/e2b"
+	"github.com/airlock-dev/airlock/internal/pgtest"
 	"github.com/airlock-dev/airlock/internal/testserver"
 	"github.com/airlock-dev/airlock/store"
 )
@@ -502,5 +503,90 @@ func TestKeysFullDisk(t *testing.T) {
 	})
 	if _, err := admin.CreateKey(ctx, client.CreateKeyRequest{Name: "after-full"}); err != nil {
 		t.Fatalf("create once there is room: %v", err)
+	}
+}
+
+// TestKeysAdminSharedDatabase: two servers on one PostgreSQL database. A
+// key an admin makes through one works on the other; revoked through one,
+// the other refuses it at its next request and cuts its running stream;
+// two admins revoking each other through the two servers at once cannot
+// both succeed (exactly one live admin stays).
+func TestKeysAdminSharedDatabase(t *testing.T) {
+	needRoot(t)
+	dbURL := pgtest.Shared(t).NewDatabase(t)
+	stateA, stateB := stateDir(t), stateDir(t)
+	adminSecret, adminID := keyWithID(t, "--name", "ops", "--admin", "--state-dir", stateA, "--database-url", dbURL)
+	a := startServer(t, stateA, "--database-url", dbURL)
+	b := startServer(t, stateB, "--database-url", dbURL)
+	ctx := ctxT(t)
+
+	made, _ := createKeyCall(t, a.URL, adminSecret, `{"name":"shared"}`)
+	id := made.Key["id"].(string)
+	cb := client.New(b.URL, made.Secret)
+	sb, err := cb.Create(ctx, client.CreateRequest{Timeout: 600})
+	if err != nil {
+		t.Fatalf("a key made through one server, on the other: %v", err)
+	}
+	st, err := cb.ExecStream(ctx, sb.ID, client.ExecRequest{Shell: "sleep 600", Timeout: 600})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if ev, err := st.Next(); err != nil || ev.Type != "start" {
+		t.Fatalf("exec stream: %+v %v", ev, err)
+	}
+	streamEnded := make(chan error, 1)
+	go func() {
+		for {
+			if _, err := st.Next(); err != nil {
+				streamEnded <- err
+				return
+			}
+		}
+	}()
+	if code, body := keyCall(t, "DELETE", a.URL+"/v1/keys/"+id, adminSecret, ""); code != 200 {
+		t.Fatalf("revoke through A: %d %s", code, body)
+	}
+	if code, _ := keyCall(t, "GET", b.URL+"/v1/sandboxes", made.Secret, ""); code != 401 {
+		t.Fatalf("B after the revocation through A: %d, want 401", code)
+	}
+	select {
+	case <-streamEnded:
+	case <-time.After(60 * time.Second):
+		t.Fatal("B's stream of a key revoked through A is still open after 60 s")
+	}
+
+	admin2, _ := createKeyCall(t, b.URL, adminSecret, `{"name":"ops2","admin":true}`)
+	admin2ID := admin2.Key["id"].(string)
+	codes := make(chan int, 2)
+	revoke := func(base, secret, id string) {
+		_, err := client.New(base, secret).RevokeKey(ctx, id)
+		codes <- map[bool]int{true: 200, false: client.StatusOf(err)}[err == nil]
+	}
+	go revoke(a.URL, admin2.Secret, adminID)
+	go revoke(b.URL, adminSecret, admin2ID)
+	c1, c2 := <-codes, <-codes
+	// The loser is refused by the guard (409), or, if the winner's
+	// revocation came first, as a revoked key (401).
+	if c1 != 200 {
+		c1, c2 = c2, c1
+	}
+	if c1 != 200 || c2 != 409 && c2 != 401 {
+		t.Fatalf("two admins revoking each other through two servers: %d and %d, want one 200", c1, c2)
+	}
+	live := 0
+	for _, sec := range []string{adminSecret, admin2.Secret} {
+		keys, err := client.New(a.URL, sec).Keys(ctx)
+		if err != nil {
+			continue // the revoked one
+		}
+		for _, k := range keys {
+			if k.Admin && k.RevokedAt == nil {
+				live++
+			}
+		}
+	}
+	if live != 1 {
+		t.Fatalf("%d live admin keys after two admins revoked each other, want 1", live)
 	}
 }
