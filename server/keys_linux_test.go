@@ -21,10 +21,12 @@ import (
 )
 
 // keyCall sends an API call with a bearer key and returns the status and
-// body.
+// body, failing t if api/openapi.yaml does not list the status.
 func keyCall(t *testing.T, method, u, secret, body string) (int, string) {
 	t.Helper()
-	return tenantCall(t, method, u, "Authorization", secret, body)
+	code, answer := tenantCall(t, method, u, "Authorization", secret, body)
+	checkDocumented(t, method, u, code)
+	return code, answer
 }
 
 // createdKey is POST /v1/keys's answer.
