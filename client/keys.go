@@ -25,6 +25,8 @@ type Key struct {
 	MaxSandboxes int        `json:"max_sandboxes"`
 	Limits       KeyLimits  `json:"limits"`
 	Admin        bool       `json:"admin"`
+	// LastUsedAt is the key's last use, to within a minute (nil: never).
+	LastUsedAt *time.Time `json:"last_used_at,omitempty"`
 }
 
 // CreateKeyRequest is the body of POST /v1/keys.

@@ -36,6 +36,7 @@ func TestDashboardKeysInBrowser(t *testing.T) {
 	b.run(t, "keys page", chromedp.Click(chromedp.ID("nav-keys")))
 	b.waitText(t, "#keys", "agent")
 	b.waitText(t, `#keys tr[data-id="`+userID+`"]`, "live")
+	b.waitText(t, `#keys tr[data-id="`+userID+`"]`, "never") // its last use: the user key has not logged in yet
 
 	// Create: the secret is shown once.
 	b.run(t, "create a key", chromedp.SendKeys(chromedp.ID("key-name"), "from-dash"), chromedp.SendKeys(chromedp.ID("key-pids"), "64"),

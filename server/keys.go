@@ -51,11 +51,14 @@ type KeyView struct {
 	Limits store.KeyLimits `json:"limits"`
 	// Admin keys may call these endpoints.
 	Admin bool `json:"admin"`
+	// LastUsedAt is the key's last authentication, to within a minute;
+	// absent if never (or not since this was tracked).
+	LastUsedAt *time.Time `json:"last_used_at,omitempty"`
 }
 
 func viewKey(k *store.APIKey) KeyView {
 	return KeyView{ID: k.ID, Name: k.Name, CreatedAt: k.CreatedAt, RevokedAt: k.RevokedAt,
-		MaxSandboxes: k.MaxSandboxes, Limits: k.Limits, Admin: k.Admin}
+		MaxSandboxes: k.MaxSandboxes, Limits: k.Limits, Admin: k.Admin, LastUsedAt: k.LastUsedAt}
 }
 
 // admin lets only admin keys through to h. Others get a 403 and an audit

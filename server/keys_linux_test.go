@@ -131,7 +131,7 @@ func TestKeysAdminAPI(t *testing.T) {
 	for _, k := range list.Keys {
 		byID[k["id"].(string)] = k
 	}
-	if byID[adminID]["admin"] != true || byID[userID]["admin"] != false || byID[userID]["max_sandboxes"] != 1.0 ||
+	if byID[adminID]["admin"] != true || byID[adminID]["last_used_at"] == nil || byID[userID]["admin"] != false || byID[userID]["max_sandboxes"] != 1.0 ||
 		byID[userID]["name"] != "agent" || byID[userID]["created_at"] == nil || byID[userID]["limits"] == nil {
 		t.Fatalf("admin list: %s", body)
 	}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 )
 
 // Admin keys: the flag round-trips through every read, and the last live
@@ -31,8 +32,11 @@ func testAdminKeys(t *testing.T, b backend) {
 	if k, err := s.Authenticate(ctx, adminSecret); err != nil || !k.Admin {
 		t.Fatalf("Authenticate(admin) = %+v, %v", k, err)
 	}
-	if k, err := s.GetKey(ctx, user.ID); err != nil || k.Admin {
-		t.Fatalf("GetKey(user) = %+v, %v", k, err)
+	if k, err := s.GetKey(ctx, user.ID); err != nil || k.Admin || k.LastUsedAt != nil {
+		t.Fatalf("GetKey(user) = %+v, %v (never used)", k, err)
+	}
+	if k, err := s.GetKey(ctx, admin.ID); err != nil || k.LastUsedAt == nil || time.Since(*k.LastUsedAt) > time.Minute {
+		t.Fatalf("GetKey(admin) after its use = %+v, %v: want its last use", k, err)
 	}
 	keys, err := s.ListKeys(ctx)
 	if err != nil || len(keys) != 2 || !keys[0].Admin || keys[1].Admin {

@@ -61,7 +61,16 @@ type APIKey struct {
 	// creation sets it: no call changes it later, so no key can make itself
 	// (or another existing key) an admin.
 	Admin bool
+	// LastUsedAt is when the key last authenticated, to within
+	// LastUsedEvery (nil: not since it was made, or before this was
+	// tracked). Recording it is best effort: a failed write never fails
+	// the request.
+	LastUsedAt *time.Time
 }
+
+// LastUsedEvery is how often a key's last use is written: at most once per
+// key and period, so that a busy key costs one write a minute.
+const LastUsedEvery = time.Minute
 
 // KeySpec describes a key to create (CreateKeySpec).
 type KeySpec struct {
@@ -106,7 +115,7 @@ type cachedKey struct {
 }
 
 // keyColumns are the api_keys columns scanKey reads, in its order.
-const keyColumns = `id, name, hash, created_at, revoked_at, max_sandboxes, max_limits, admin`
+const keyColumns = `id, name, hash, created_at, revoked_at, max_sandboxes, max_limits, admin, last_used_at`
 
 const sqlKeyByHash = `SELECT ` + keyColumns + ` FROM api_keys WHERE hash = ?`
 
@@ -195,13 +204,40 @@ func (s *Store) Authenticate(ctx context.Context, secret string) (*APIKey, error
 		return nil, ErrUnauthorized
 	}
 	h := sha256.Sum256([]byte(secret))
+	var k *APIKey
+	var err error
 	if s.pg {
 		// An unreachable database fails the request instead of holding it.
 		ctx, cancel := context.WithTimeout(ctx, pgTimeout)
 		defer cancel()
-		return s.keyByHash(ctx, h)
+		k, err = s.keyByHash(ctx, h)
+	} else {
+		k, err = s.authenticateCached(ctx, h)
 	}
-	return s.authenticateCached(ctx, h)
+	if err == nil {
+		s.touchKey(ctx, k.ID)
+	}
+	return k, err
+}
+
+// touchKey records that key id was used now, if its last recorded use
+// (by this Store) is LastUsedEvery old. A failed write is not an error of
+// the request: the next use after LastUsedEvery tries again.
+func (s *Store) touchKey(ctx context.Context, id string) {
+	now := time.Now()
+	s.usedMu.Lock()
+	if last, ok := s.usedAt[id]; ok && now.Sub(last) < LastUsedEvery {
+		s.usedMu.Unlock()
+		return
+	}
+	if s.usedAt == nil {
+		s.usedAt = map[string]time.Time{}
+	}
+	s.usedAt[id] = now
+	s.usedMu.Unlock()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	s.kw.ExecContext(ctx, s.q(`UPDATE api_keys SET last_used_at = ? WHERE id = ?`), now.UnixNano(), id)
 }
 
 // keyByHash reads the live key with hash h from the database.
@@ -427,11 +463,16 @@ func scanKey(sc scanner) (*APIKey, []byte, error) {
 		revoked sql.NullInt64
 		limits  string
 		admin   int64
+		used    sql.NullInt64
 	)
-	if err := sc.Scan(&k.ID, &k.Name, &hash, &created, &revoked, &k.MaxSandboxes, &limits, &admin); err != nil {
+	if err := sc.Scan(&k.ID, &k.Name, &hash, &created, &revoked, &k.MaxSandboxes, &limits, &admin, &used); err != nil {
 		return nil, nil, err
 	}
 	k.Admin = admin != 0
+	if used.Valid {
+		t := fromNanos(used.Int64)
+		k.LastUsedAt = &t
+	}
 	if err := json.Unmarshal([]byte(limits), &k.Limits); err != nil {
 		return nil, nil, fmt.Errorf("key %q: decode limits: %w", k.ID, err)
 	}

@@ -135,11 +135,12 @@ CREATE INDEX pending_approvals_expires ON pending_approvals(expires_at);
 	`
 CREATE INDEX audit_creates ON audit(key_id, sandbox_id) WHERE action = 'sandbox.create';
 `,
-	// 7: admin keys (APIKey.Admin), as SQLite's migration 3: an INTEGER
-	// like SQLite's, so that one SQL text serves both. Every key made
-	// before is not one.
+	// 7: admin keys (APIKey.Admin) and last use (APIKey.LastUsedAt), as
+	// SQLite's migration 3: admin an INTEGER like SQLite's, so that one SQL
+	// text serves both. Every key made before is not an admin.
 	`
 ALTER TABLE api_keys ADD COLUMN admin INTEGER NOT NULL DEFAULT 0 CHECK (admin IN (0, 1));
+ALTER TABLE api_keys ADD COLUMN last_used_at BIGINT;
 `,
 }
 

@@ -174,7 +174,7 @@ func keysLocal(st *store.Store, stateDir string, o keysOpts) int {
 		rows := make([]client.Key, len(keys))
 		for i, k := range keys {
 			rows[i] = client.Key{ID: k.ID, Name: k.Name, CreatedAt: k.CreatedAt, RevokedAt: k.RevokedAt, MaxSandboxes: k.MaxSandboxes,
-				Limits: client.KeyLimits(k.Limits), Admin: k.Admin}
+				Limits: client.KeyLimits(k.Limits), Admin: k.Admin, LastUsedAt: k.LastUsedAt}
 		}
 		printKeys(rows)
 	case "revoke":
@@ -246,7 +246,7 @@ func printSecret(id, name, secret string, e2bForm bool) int {
 // printKeys is keys list's table.
 func printKeys(keys []client.Key) {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tNAME\tCREATED\tMAX_SANDBOXES\tREVOKED\tLIMITS\tADMIN")
+	fmt.Fprintln(tw, "ID\tNAME\tCREATED\tMAX_SANDBOXES\tREVOKED\tLIMITS\tADMIN\tLAST_USED")
 	for _, k := range keys {
 		rev := "-"
 		if k.RevokedAt != nil {
@@ -256,8 +256,12 @@ func printKeys(keys []client.Key) {
 		if k.MaxSandboxes == 0 {
 			limit = "0 (no own cap: the server's --max-sandboxes)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, k.Name, k.CreatedAt.Format(time.RFC3339), limit, rev,
-			keyLimitsText(store.KeyLimits(k.Limits)), yesNo(k.Admin))
+		used := "-"
+		if k.LastUsedAt != nil {
+			used = k.LastUsedAt.Format(time.RFC3339)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, k.Name, k.CreatedAt.Format(time.RFC3339), limit, rev,
+			keyLimitsText(store.KeyLimits(k.Limits)), yesNo(k.Admin), used)
 	}
 	tw.Flush()
 }

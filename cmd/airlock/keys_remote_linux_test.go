@@ -33,7 +33,7 @@ func TestKeysServerMode(t *testing.T) {
 		t.Fatalf("a key made through the server: %v", err)
 	}
 	out = admin.must("", "keys", "list")
-	if !regexp.MustCompile(id[1]+`\s+ci\s+\S+\s+2\s+-\s+pids 64\s+no`).MatchString(out) || !regexp.MustCompile(`ops\s.*\syes\n`).MatchString(out) {
+	if !regexp.MustCompile(id[1]+`\s+ci\s+\S+\s+2\s+-\s+pids 64\s+no`).MatchString(out) || !regexp.MustCompile(`ops\s.*\syes\s+20\d\d-\S+\n`).MatchString(out) {
 		t.Fatalf("server-mode list:\n%s", out)
 	}
 	for _, s := range []string{secret, adminKey, userKey} {

@@ -65,10 +65,10 @@ export async function keysPage(ui, session) {
     el("label", { class: "check" }, el("span", {}, admin, " admin (may manage keys)")), create);
   const editor = el("div", { id: "key-editor" });
   const tbody = el("tbody", { id: "keys" });
-  placeholder(tbody, 8, "loading", "loading");
+  placeholder(tbody, 9, "loading", "loading");
   m.append(el("p", { class: "muted" }, "Keys authenticate the API, the E2B API, MCP and this dashboard. A new key's secret is shown once; revoking a key refuses it from its next request on."),
     form, secretBox, el("div", { class: "toolbar" }, status), editor,
-    table(["ID", "Name", "Admin", "~Created", "State", "~Max sandboxes", "~Limits", ""], tbody));
+    table(["ID", "Name", "Admin", "~Created", "State", "~Max sandboxes", "~Limits", "~Last used", ""], tbody));
 
   form.addEventListener("submit", async (ev) => {
     ev.preventDefault();
@@ -115,18 +115,19 @@ export async function keysPage(ui, session) {
   const load = async () => {
     try {
       const keys = (await api("GET", "/v1/keys")).keys || [];
-      if (!keys.length) { placeholder(tbody, 8, "no keys"); return; }
+      if (!keys.length) { placeholder(tbody, 9, "no keys"); return; }
       tbody.replaceChildren(...keys.map((k) => el("tr", { "data-id": k.id, class: k.revoked_at ? "revoked" : "" },
         el("td", {}, el("code", {}, k.id)), el("td", {}, k.name), el("td", {}, k.admin ? "admin" : ""),
         el("td", { class: "hide-narrow" }, new Date(k.created_at).toLocaleString()),
         el("td", { class: k.revoked_at ? "state-revoked" : "state-running" }, k.revoked_at ? "revoked " + new Date(k.revoked_at).toLocaleString() : "live"),
         el("td", { class: "hide-narrow" }, k.max_sandboxes || "server's"), el("td", { class: "hide-narrow" }, limitsText(k)),
+        el("td", { class: "hide-narrow" }, k.last_used_at ? new Date(k.last_used_at).toLocaleString() : "never"),
         el("td", {}, k.revoked_at ? "" : [
           el("button", { class: "limits", onclick: () => edit(k) }, "Limits"), " ",
           confirmButton("Revoke", "revoke", async () => {
             try { await api("DELETE", "/v1/keys/" + encodeURIComponent(k.id)); status.textContent = "revoked " + k.id; load(); } catch (e) { status.textContent = e.message; }
           })]))));
-    } catch (e) { placeholder(tbody, 8, e.message, "error"); }
+    } catch (e) { placeholder(tbody, 9, e.message, "error"); }
   };
   load();
 }
