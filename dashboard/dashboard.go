@@ -376,7 +376,6 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, 200, map[string]any{"authenticated": true, "key_id": info.ID, "key": info, "csrf": s.csrf})
 }
 
-// logout answers DELETE /ui/session.
 // drop ends session id.
 func (h *Handler) drop(id string) {
 	h.mu.Lock()
@@ -384,6 +383,7 @@ func (h *Handler) drop(id string) {
 	h.mu.Unlock()
 }
 
+// logout answers DELETE /ui/session.
 func (h *Handler) logout(w http.ResponseWriter, r *http.Request) {
 	if _, _, err := h.Key(r); err != nil {
 		fail(w, 403, "forbidden", err.Error())
