@@ -630,7 +630,8 @@ async function route() {
   if (!csrf) { who.textContent = ""; out.hidden = true; loginPage(); return; }
   who.textContent = session.no_auth ? "no auth (loopback)" : "key " + session.key_id;
   out.hidden = !!session.no_auth;
-  document.getElementById("nav-keys").hidden = !(session.key && session.key.admin);
+  const navKeys = document.getElementById("nav-keys"); // keys.js's page: admin sessions only
+  if (navKeys) navKeys.hidden = !(session.key && session.key.admin);
   const h = location.hash.replace(/^#/, "") || "/";
   for (const a of document.querySelectorAll("header nav a")) a.classList.toggle("active", a.getAttribute("href") === "#" + (h.startsWith("/sb/") ? "/" : h));
   if (h.startsWith("/sb/")) sandboxPage(decodeURIComponent(h.slice(4)));
