@@ -29,6 +29,20 @@ func keyCall(t *testing.T, method, u, secret, body string) (int, string) {
 	return code, answer
 }
 
+// requestLines are the request-log lines of a JSON server log.
+func requestLines(log string) []map[string]any {
+	var out []map[string]any
+	sc := bufio.NewScanner(strings.NewReader(log))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var m map[string]any
+		if json.Unmarshal(sc.Bytes(), &m) == nil && m["msg"] == "request" {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
 // createdKey is POST /v1/keys's answer.
 type createdKey struct {
 	Key       map[string]any
@@ -293,13 +307,7 @@ func TestKeysAdminAPI(t *testing.T) {
 		}
 	}
 	seen := false
-	sc := bufio.NewScanner(strings.NewReader(log))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		var m map[string]any
-		if json.Unmarshal(sc.Bytes(), &m) != nil || m["msg"] != "request" {
-			continue
-		}
+	for _, m := range requestLines(log) {
 		if m["route"] == "POST /v1/keys" && m["status"] == 201.0 && m["key_id"] == adminID {
 			seen = true
 		}
@@ -338,13 +346,7 @@ func TestE2BRequestLogKeyID(t *testing.T) {
 		t.Fatal("the server log holds the key")
 	}
 	found := map[string]bool{}
-	sc := bufio.NewScanner(strings.NewReader(log))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		var m map[string]any
-		if json.Unmarshal(sc.Bytes(), &m) != nil || m["msg"] != "request" {
-			continue
-		}
+	for _, m := range requestLines(log) {
 		if m["key_id"] == id {
 			found[m["route"].(string)] = true
 		}
