@@ -70,6 +70,8 @@ type KeyInfo struct {
 	MaxSandboxes int    `json:"max_sandboxes"`
 	// Limits are the key's own caps on each sandbox (store.KeyLimits).
 	Limits any `json:"limits,omitempty"`
+	// Admin keys see the Keys page (they may call /v1/keys).
+	Admin bool `json:"admin,omitempty"`
 }
 
 // Handler serves the dashboard and its sessions.
@@ -306,7 +308,19 @@ func (h *Handler) current(w http.ResponseWriter, r *http.Request) {
 	}
 	if c, err := r.Cookie(CookieName); err == nil {
 		if s := h.lookup(c.Value); s != nil {
-			writeJSON(w, 200, map[string]any{"authenticated": true, "key_id": s.info.ID, "key": s.info, "csrf": s.csrf})
+			// The key is checked again: a revoked key's session ends here
+			// (the page shows the login form instead of failing every
+			// call), and the info shown is the key's current one.
+			info, err := h.cfg.Authenticate(r.Context(), s.key)
+			if err != nil {
+				h.drop(c.Value)
+				writeJSON(w, 200, map[string]any{"authenticated": false})
+				return
+			}
+			h.mu.Lock()
+			s.info = info
+			h.mu.Unlock()
+			writeJSON(w, 200, map[string]any{"authenticated": true, "key_id": info.ID, "key": info, "csrf": s.csrf})
 			return
 		}
 	}
@@ -362,6 +376,13 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, 200, map[string]any{"authenticated": true, "key_id": info.ID, "key": info, "csrf": s.csrf})
 }
 
+// drop ends session id.
+func (h *Handler) drop(id string) {
+	h.mu.Lock()
+	delete(h.sessions, id)
+	h.mu.Unlock()
+}
+
 // logout answers DELETE /ui/session.
 func (h *Handler) logout(w http.ResponseWriter, r *http.Request) {
 	if _, _, err := h.Key(r); err != nil {
@@ -369,9 +390,7 @@ func (h *Handler) logout(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if c, err := r.Cookie(CookieName); err == nil {
-		h.mu.Lock()
-		delete(h.sessions, c.Value)
-		h.mu.Unlock()
+		h.drop(c.Value)
 	}
 	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: "", Path: "/", HttpOnly: true,
 		SameSite: http.SameSiteStrictMode, Secure: isHTTPS(r), MaxAge: -1})

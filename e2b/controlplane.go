@@ -145,6 +145,9 @@ func (h *Handler) authenticate(r *http.Request) (caller, error) {
 	if err != nil {
 		return caller{}, errors.New("invalid or revoked API key")
 	}
+	if h.cfg.NoteKey != nil {
+		h.cfg.NoteKey(r, k.ID)
+	}
 	return caller{id: k.ID, maxSandboxes: k.MaxSandboxes}, nil
 }
 

@@ -122,6 +122,10 @@ type Config struct {
 	SnapshotBytes int64
 	// Logf logs operational problems; log.Printf if nil.
 	Logf func(format string, args ...any)
+	// NoteKey, if set, is told the ID (never the secret) of the API key
+	// each control-plane request authenticated with, for the server's
+	// request log.
+	NoteKey func(r *http.Request, keyID string)
 }
 
 // Handler serves the E2B protocol. It is safe for concurrent use.
@@ -354,6 +358,24 @@ func (h *Handler) ownerOf(ctx context.Context, id string) (string, bool) {
 	return rec.Owner, true
 }
 
+// ownerLive refuses a request to sandbox id whose owner key was revoked
+// (401) or cannot be checked (503): its access tokens stand for the key
+// that created it, and stop working with it. It returns 0 to let the
+// request through (no auth: owner "").
+func (h *Handler) ownerLive(ctx context.Context, owner, id string) (int, string) {
+	if owner == "" || h.cfg.NoAuth || h.cfg.Store == nil {
+		return 0, ""
+	}
+	k, err := h.cfg.Store.GetKey(ctx, owner)
+	switch {
+	case errors.Is(err, store.ErrNotFound) || err == nil && k.RevokedAt != nil:
+		return http.StatusUnauthorized, "the API key that created sandbox " + id + " was revoked: its access tokens no longer work"
+	case err != nil:
+		return http.StatusServiceUnavailable, "the API key behind sandbox " + id + " cannot be checked now: the key store is unavailable; retry later"
+	}
+	return 0, ""
+}
+
 // boxState is what the handler keeps per running sandbox: the processes
 // started through envd and the directory watchers.
 type boxState struct {
@@ -480,6 +502,10 @@ func (h *Handler) serveSandbox(w http.ResponseWriter, r *http.Request, id string
 		// SDKs turn it into their "sandbox timed out or was killed" error.
 		writeJSON(w, http.StatusBadGateway, map[string]any{"code": http.StatusBadGateway,
 			"message": "The sandbox " + id + " was not found or is not running", "sandboxId": id})
+		return
+	}
+	if status, msg := h.ownerLive(r.Context(), owner, id); status != 0 {
+		writeAPIError(w, status, msg)
 		return
 	}
 	switch port {

@@ -17,7 +17,7 @@ func (s *Server) dashboardRoutes() error {
 		if err != nil {
 			return dashboard.KeyInfo{}, err
 		}
-		return dashboard.KeyInfo{ID: k.ID, Name: k.Name, MaxSandboxes: k.MaxSandboxes, Limits: k.Limits}, nil
+		return dashboard.KeyInfo{ID: k.ID, Name: k.Name, MaxSandboxes: k.MaxSandboxes, Limits: k.Limits, Admin: k.Admin}, nil
 	}})
 	if err != nil {
 		return err

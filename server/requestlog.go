@@ -122,7 +122,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (s *Server) logRequest(r *http.Request, rec *reqRecord, e2bReq bool, status int, bytes int64, d time.Duration, panicked bool) {
 	route := r.Pattern
 	sandbox := rec.sandboxID
-	if route != "" && sandbox == "" {
+	if sandbox == "" && strings.Contains(route, "/sandboxes/{id}") {
+		// Other routes' {id} (a key's, an approval's) is no sandbox.
 		sandbox = r.PathValue("id")
 	}
 	if e2bReq {

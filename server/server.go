@@ -109,6 +109,9 @@ type Server struct {
 
 	execs, errors5xx, errors4xx, requests atomic.Int64
 
+	// keyReqs are the running requests of each key (keywatch.go).
+	keyReqs keyRequests
+
 	// log is Config.Logger; prom and promHandler serve /metrics
 	// (server/metrics.go).
 	log         *slog.Logger
@@ -141,7 +144,8 @@ func New(cfg Config) (*Server, error) {
 	// E2B's protocol (package e2b) on the same listener: the E2B SDKs work
 	// against this server with E2B_API_URL and E2B_SANDBOX_URL.
 	if s.e2b, err = e2b.NewHandler(e2b.Config{Manager: cfg.Manager, Store: cfg.Store, NoAuth: cfg.NoAuth,
-		MaxFileBytes: cfg.MaxFileBytes, MaxNetwork: cfg.E2BMaxNetwork, Domain: cfg.E2BDomain, Interpreter: e2b.AgentInterpreter{}}); err != nil {
+		MaxFileBytes: cfg.MaxFileBytes, MaxNetwork: cfg.E2BMaxNetwork, Domain: cfg.E2BDomain, Interpreter: e2b.AgentInterpreter{},
+		NoteKey: noteKey}); err != nil {
 		return nil, err
 	}
 	s.routes()
@@ -157,6 +161,8 @@ func New(cfg Config) (*Server, error) {
 type keyInfo struct {
 	id           string
 	maxSandboxes int
+	// admin keys may manage keys (server/keys.go).
+	admin bool
 }
 
 type ctxKey struct{}
@@ -215,6 +221,7 @@ func (s *Server) routes() {
 	s.imageRoutes(authed)
 	s.codeRoutes(authed)
 	s.approvalRoutes(authed)
+	s.keyRoutes(authed)
 	// MCP clients probe OAuth discovery before sending a token: tell
 	// them a bearer key is the way in (mcp.OAuthDiscovery).
 	for _, p := range []string{"/.well-known/oauth-protected-resource", "/.well-known/oauth-authorization-server",
@@ -284,7 +291,7 @@ func (s *Server) count(code int) {
 func (s *Server) wrap(h handler, auth bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if auth {
-			k, err := s.authenticate(r)
+			k, secret, err := s.authenticateSecret(r)
 			var unavailable *apiError
 			if errors.As(err, &unavailable) {
 				s.count(unavailable.status)
@@ -298,7 +305,15 @@ func (s *Server) wrap(h handler, auth bool) http.Handler {
 				return
 			}
 			noteKey(r, k.id)
-			r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, k))
+			ctx := context.WithValue(r.Context(), ctxKey{}, k)
+			if secret != "" {
+				// A revoked key's running request (a terminal, a
+				// stream) ends too, not only its next one.
+				var stop func()
+				ctx, stop = s.watchKey(ctx, k.id, secret)
+				defer stop()
+			}
+			r = r.WithContext(ctx)
 		}
 		if err := h(w, r); err != nil {
 			status, code, msg := classify(err)
@@ -309,32 +324,40 @@ func (s *Server) wrap(h handler, auth bool) http.Handler {
 }
 
 func (s *Server) authenticate(r *http.Request) (keyInfo, error) {
+	k, _, err := s.authenticateSecret(r)
+	return k, err
+}
+
+// authenticateSecret is authenticate that also returns the key's secret
+// ("" without auth), for watchKey: never to be logged or answered.
+func (s *Server) authenticateSecret(r *http.Request) (keyInfo, string, error) {
 	if s.cfg.NoAuth {
-		return keyInfo{}, nil
+		return keyInfo{}, "", nil
 	}
 	h := r.Header.Get("Authorization")
 	if key, ok, err := s.sessionKey(r); ok {
 		if err != nil {
-			return keyInfo{}, err
+			return keyInfo{}, "", err
 		}
 		h = "Bearer " + key
 	}
 	const prefix = "Bearer "
 	if len(h) < len(prefix) || subtle.ConstantTimeCompare([]byte(strings.ToLower(h[:len(prefix)])), []byte("bearer ")) != 1 {
-		return keyInfo{}, errors.New("missing bearer token (Authorization: Bearer al_...)")
+		return keyInfo{}, "", errors.New("missing bearer token (Authorization: Bearer al_...)")
 	}
-	k, err := s.cfg.Store.Authenticate(r.Context(), strings.TrimSpace(h[len(prefix):]))
+	secret := strings.TrimSpace(h[len(prefix):])
+	k, err := s.cfg.Store.Authenticate(r.Context(), secret)
 	if err != nil {
 		if !errors.Is(err, store.ErrUnauthorized) {
 			// Fail closed, but say why: the key store (a shared
 			// database) is unreachable, not the key wrong. Its address
 			// is not for unauthenticated callers.
-			return keyInfo{}, errf(http.StatusServiceUnavailable, "key_store_unavailable",
+			return keyInfo{}, "", errf(http.StatusServiceUnavailable, "key_store_unavailable",
 				"the API key cannot be checked now: the key store is unavailable; retry later")
 		}
-		return keyInfo{}, errors.New("invalid or revoked API key")
+		return keyInfo{}, "", errors.New("invalid or revoked API key")
 	}
-	return keyInfo{id: k.ID, maxSandboxes: k.MaxSandboxes}, nil
+	return keyInfo{id: k.ID, maxSandboxes: k.MaxSandboxes, admin: k.Admin}, secret, nil
 }
 
 // apiError is an error with an explicit HTTP status and code.

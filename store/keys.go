@@ -57,7 +57,37 @@ type APIKey struct {
 	// Limits caps what each sandbox of the key may ask for, below the
 	// server's own ceilings. The store records it; the caller enforces it.
 	Limits KeyLimits
+	// Admin keys may manage every key (the server's /v1/keys). Only a key's
+	// creation sets it: no call changes it later, so no key can make itself
+	// (or another existing key) an admin.
+	Admin bool
+	// LastUsedAt is when the key last authenticated, to within
+	// LastUsedEvery (nil: not since it was made, or before this was
+	// tracked). Recording it is best effort: a failed write never fails
+	// the request.
+	LastUsedAt *time.Time
 }
+
+// LastUsedEvery is how often a key's last use is written: at most once per
+// key and period, so that a busy key costs one write a minute.
+const LastUsedEvery = time.Minute
+
+// KeySpec describes a key to create (CreateKeySpec).
+type KeySpec struct {
+	// Name is a human label; required.
+	Name string
+	// MaxSandboxes is the key's cap on running sandboxes; 0 means none of
+	// its own.
+	MaxSandboxes int
+	// Limits are the key's own ceilings on each sandbox.
+	Limits KeyLimits
+	// Admin makes an admin key.
+	Admin bool
+}
+
+// ErrLastAdmin is returned (wrapped) by RevokeKey for the last live admin
+// key: revoking it would leave no key that can manage keys.
+var ErrLastAdmin = errors.New("the last live admin key cannot be revoked (create another admin key first)")
 
 // KeyLimits are per-key maximums on a sandbox's resources. A zero field
 // means the key adds no cap of its own (the server's ceiling applies).
@@ -84,7 +114,10 @@ type cachedKey struct {
 	checked time.Time
 }
 
-const sqlKeyByHash = `SELECT id, name, hash, created_at, revoked_at, max_sandboxes, max_limits FROM api_keys WHERE hash = ?`
+// keyColumns are the api_keys columns scanKey reads, in its order.
+const keyColumns = `id, name, hash, created_at, revoked_at, max_sandboxes, max_limits, admin, last_used_at`
+
+const sqlKeyByHash = `SELECT ` + keyColumns + ` FROM api_keys WHERE hash = ?`
 
 // CreateKey creates an API key and returns it with its secret, formatted
 // "al_" followed by 32 random bytes in unpadded base64url. The secret is not
@@ -95,6 +128,13 @@ func (s *Store) CreateKey(ctx context.Context, name string, maxSandboxes int) (*
 
 // CreateKeyLimits is CreateKey with per-sandbox maximums for the key.
 func (s *Store) CreateKeyLimits(ctx context.Context, name string, maxSandboxes int, lim KeyLimits) (*APIKey, string, error) {
+	return s.CreateKeySpec(ctx, KeySpec{Name: name, MaxSandboxes: maxSandboxes, Limits: lim})
+}
+
+// CreateKeySpec creates the key spec describes (an admin key with
+// spec.Admin) and returns it with its secret, as CreateKey.
+func (s *Store) CreateKeySpec(ctx context.Context, spec KeySpec) (*APIKey, string, error) {
+	name, maxSandboxes, lim := spec.Name, spec.MaxSandboxes, spec.Limits
 	if maxSandboxes < 0 {
 		return nil, "", fmt.Errorf("store: create key %q: negative sandbox limit %d", name, maxSandboxes)
 	}
@@ -120,12 +160,13 @@ func (s *Store) CreateKeyLimits(ctx context.Context, name string, maxSandboxes i
 		CreatedAt:    time.Now().UTC(),
 		MaxSandboxes: maxSandboxes,
 		Limits:       lim,
+		Admin:        spec.Admin,
 	}
 	h := sha256.Sum256([]byte(secret))
 	if _, err := s.kw.ExecContext(ctx,
-		s.q(`INSERT INTO api_keys (id, name, hash, created_at, max_sandboxes, max_limits) VALUES (?, ?, ?, ?, ?, ?)`),
-		k.ID, k.Name, h[:], k.CreatedAt.UnixNano(), k.MaxSandboxes, string(limJSON)); err != nil {
-		return nil, "", fmt.Errorf("store: create key %q: %w", name, err)
+		s.q(`INSERT INTO api_keys (id, name, hash, created_at, max_sandboxes, max_limits, admin) VALUES (?, ?, ?, ?, ?, ?, ?)`),
+		k.ID, k.Name, h[:], k.CreatedAt.UnixNano(), k.MaxSandboxes, string(limJSON), boolInt(k.Admin)); err != nil {
+		return nil, "", fmt.Errorf("store: create key %q: %w", name, s.sharedErr(err))
 	}
 	return k, secret, nil
 }
@@ -163,13 +204,40 @@ func (s *Store) Authenticate(ctx context.Context, secret string) (*APIKey, error
 		return nil, ErrUnauthorized
 	}
 	h := sha256.Sum256([]byte(secret))
+	var k *APIKey
+	var err error
 	if s.pg {
 		// An unreachable database fails the request instead of holding it.
 		ctx, cancel := context.WithTimeout(ctx, pgTimeout)
 		defer cancel()
-		return s.keyByHash(ctx, h)
+		k, err = s.keyByHash(ctx, h)
+	} else {
+		k, err = s.authenticateCached(ctx, h)
 	}
-	return s.authenticateCached(ctx, h)
+	if err == nil {
+		s.touchKey(ctx, k.ID)
+	}
+	return k, err
+}
+
+// touchKey records that key id was used now, if its last recorded use
+// (by this Store) is LastUsedEvery old. A failed write is not an error of
+// the request: the next use after LastUsedEvery tries again.
+func (s *Store) touchKey(ctx context.Context, id string) {
+	now := time.Now()
+	s.usedMu.Lock()
+	if last, ok := s.usedAt[id]; ok && now.Sub(last) < LastUsedEvery {
+		s.usedMu.Unlock()
+		return
+	}
+	if s.usedAt == nil {
+		s.usedAt = map[string]time.Time{}
+	}
+	s.usedAt[id] = now
+	s.usedMu.Unlock()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	s.kw.ExecContext(ctx, s.q(`UPDATE api_keys SET last_used_at = ? WHERE id = ?`), now.UnixNano(), id)
 }
 
 // keyByHash reads the live key with hash h from the database.
@@ -225,7 +293,7 @@ func (s *Store) authenticateCached(ctx context.Context, h [32]byte) (*APIKey, er
 // wrapping ErrNotFound.
 func (s *Store) GetKey(ctx context.Context, id string) (*APIKey, error) {
 	k, _, err := scanKey(s.kr.QueryRowContext(ctx,
-		s.q(`SELECT id, name, hash, created_at, revoked_at, max_sandboxes, max_limits FROM api_keys WHERE id = ?`), id))
+		s.q(`SELECT `+keyColumns+` FROM api_keys WHERE id = ?`), id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("store: key %q: %w", id, ErrNotFound)
 	}
@@ -239,7 +307,7 @@ func (s *Store) GetKey(ctx context.Context, id string) (*APIKey, error) {
 // result is never nil.
 func (s *Store) ListKeys(ctx context.Context) ([]*APIKey, error) {
 	rows, err := s.kr.QueryContext(ctx,
-		`SELECT id, name, hash, created_at, revoked_at, max_sandboxes, max_limits FROM api_keys ORDER BY created_at, id`)
+		`SELECT `+keyColumns+` FROM api_keys ORDER BY created_at, id`)
 	if err != nil {
 		return nil, fmt.Errorf("store: list keys: %w", err)
 	}
@@ -261,27 +329,17 @@ func (s *Store) ListKeys(ctx context.Context) ([]*APIKey, error) {
 // RevokeKey revokes the key with the given ID; it stops authenticating
 // through this Store immediately. Revoking a revoked key is a no-op that
 // keeps the first revocation time. It returns an error wrapping ErrNotFound
-// for an unknown ID.
+// for an unknown ID, and one wrapping ErrLastAdmin for the last live admin
+// key (which stays live).
 func (s *Store) RevokeKey(ctx context.Context, id string) error {
-	res, err := s.kw.ExecContext(ctx,
-		s.q(`UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL`), time.Now().UnixNano(), id)
+	n, err := s.revoke(ctx, id)
 	if err != nil {
-		return fmt.Errorf("store: revoke key %q: %w", id, err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return fmt.Errorf("store: revoke key %q: %w", id, err)
-	}
-	// Evict after the update committed, and bump the generation so an
-	// Authenticate that read the key before the update does not cache it.
-	s.keyMu.Lock()
-	s.keyGen++
-	for h, e := range s.keyCache {
-		if e.key.ID == id {
-			delete(s.keyCache, h)
+		if !s.pg {
+			err = s.spaceErr(err)
 		}
+		return fmt.Errorf("store: revoke key %q: %w", id, err)
 	}
-	s.keyMu.Unlock()
+	s.forget(id)
 	if n > 0 && !s.pg {
 		// Tell the other processes on this state directory.
 		stamp := []byte(strconv.FormatInt(time.Now().UnixNano(), 10) + " " + id + "\n")
@@ -291,11 +349,109 @@ func (s *Store) RevokeKey(ctx context.Context, id string) error {
 		}
 	}
 	if n == 0 {
-		if _, err := s.GetKey(ctx, id); err != nil {
+		k, err := s.GetKey(ctx, id)
+		if err != nil {
 			return fmt.Errorf("store: revoke key: %w", err)
+		}
+		if k.RevokedAt == nil {
+			// Live, yet not revoked: the guard kept the last admin.
+			return fmt.Errorf("store: revoke key %q: %w", id, ErrLastAdmin)
 		}
 	}
 	return nil
+}
+
+// revoke marks key id revoked unless it is revoked already or is the last
+// live admin key, and returns how many rows it changed (0 or 1). One
+// statement checks and revokes, which SQLite's single writer makes atomic;
+// with PostgreSQL, whose concurrent transactions could each see the other's
+// admin still live, an advisory lock serializes revocations first.
+func (s *Store) revoke(ctx context.Context, id string) (int64, error) {
+	const sqlRevoke = `UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL
+AND (admin = 0 OR EXISTS (SELECT 1 FROM api_keys o WHERE o.admin <> 0 AND o.revoked_at IS NULL AND o.id <> ?))`
+	now := time.Now().UnixNano()
+	if !s.pg {
+		res, err := s.kw.ExecContext(ctx, sqlRevoke, now, id, id)
+		if err != nil {
+			return 0, err
+		}
+		return res.RowsAffected()
+	}
+	ctx, cancel := context.WithTimeout(ctx, pgTimeout)
+	defer cancel()
+	tx, err := s.kw.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, s.sharedErr(err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, pgLockKeys); err != nil {
+		return 0, s.sharedErr(err)
+	}
+	res, err := tx.ExecContext(ctx, s.q(sqlRevoke), now, id, id)
+	if err != nil {
+		return 0, s.sharedErr(err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, err
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, s.sharedErr(err)
+	}
+	return n, nil
+}
+
+// forget evicts key id from the cache once a change to it committed, and
+// bumps the generation so that an Authenticate that read the key before
+// the change does not cache what it read.
+func (s *Store) forget(id string) {
+	s.keyMu.Lock()
+	s.keyGen++
+	for h, e := range s.keyCache {
+		if e.key.ID == id {
+			delete(s.keyCache, h)
+		}
+	}
+	s.keyMu.Unlock()
+}
+
+// SetKeyLimits replaces the live key id's own ceilings: its cap on running
+// sandboxes (0: none of its own) and on each sandbox. The change applies
+// from the key's next request through this Store (and, through another
+// process, within keyCacheTTL; at once on a shared PostgreSQL database).
+// It returns the updated key, or an error wrapping ErrNotFound for an
+// unknown or revoked key.
+func (s *Store) SetKeyLimits(ctx context.Context, id string, maxSandboxes int, lim KeyLimits) (*APIKey, error) {
+	if maxSandboxes < 0 {
+		return nil, fmt.Errorf("store: key %q: negative sandbox limit %d", id, maxSandboxes)
+	}
+	if err := lim.validate(); err != nil {
+		return nil, fmt.Errorf("store: key %q: %w", id, err)
+	}
+	limJSON, err := json.Marshal(lim)
+	if err != nil {
+		return nil, fmt.Errorf("store: key %q: limits: %w", id, err)
+	}
+	res, err := s.kw.ExecContext(ctx, s.q(`UPDATE api_keys SET max_sandboxes = ?, max_limits = ? WHERE id = ? AND revoked_at IS NULL`),
+		maxSandboxes, string(limJSON), id)
+	if err != nil {
+		return nil, fmt.Errorf("store: set limits of key %q: %w", id, s.sharedErr(err))
+	}
+	s.forget(id)
+	if n, err := res.RowsAffected(); err != nil {
+		return nil, fmt.Errorf("store: set limits of key %q: %w", id, err)
+	} else if n == 0 {
+		return nil, fmt.Errorf("store: no live key %q: %w", id, ErrNotFound)
+	}
+	return s.GetKey(ctx, id)
+}
+
+// boolInt is b as the 0 or 1 the admin column holds.
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // scanKey reads one api_keys row and returns the key and its stored hash.
@@ -306,9 +462,16 @@ func scanKey(sc scanner) (*APIKey, []byte, error) {
 		created int64
 		revoked sql.NullInt64
 		limits  string
+		admin   int64
+		used    sql.NullInt64
 	)
-	if err := sc.Scan(&k.ID, &k.Name, &hash, &created, &revoked, &k.MaxSandboxes, &limits); err != nil {
+	if err := sc.Scan(&k.ID, &k.Name, &hash, &created, &revoked, &k.MaxSandboxes, &limits, &admin, &used); err != nil {
 		return nil, nil, err
+	}
+	k.Admin = admin != 0
+	if used.Valid {
+		t := fromNanos(used.Int64)
+		k.LastUsedAt = &t
 	}
 	if err := json.Unmarshal([]byte(limits), &k.Limits); err != nil {
 		return nil, nil, fmt.Errorf("key %q: decode limits: %w", k.ID, err)

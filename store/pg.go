@@ -34,6 +34,9 @@ const (
 	// that ids are assigned in commit order: a reader paging by id never
 	// misses an event that committed later with a smaller id.
 	pgLockAudit int64 = 0x61697266_00000002
+	// pgLockKeys serializes revocations of admin keys across servers, so
+	// that two at once cannot revoke the last two admin keys.
+	pgLockKeys int64 = 0x61697266_00000003
 )
 
 // pgTimeout bounds every batch written to PostgreSQL: an unreachable server
@@ -131,6 +134,13 @@ CREATE INDEX pending_approvals_expires ON pending_approvals(expires_at);
 	// Kubernetes backend's: their records are the cluster's objects).
 	`
 CREATE INDEX audit_creates ON audit(key_id, sandbox_id) WHERE action = 'sandbox.create';
+`,
+	// 7: admin keys (APIKey.Admin) and last use (APIKey.LastUsedAt), as
+	// SQLite's migration 3: admin an INTEGER like SQLite's, so that one SQL
+	// text serves both. Every key made before is not an admin.
+	`
+ALTER TABLE api_keys ADD COLUMN admin INTEGER NOT NULL DEFAULT 0 CHECK (admin IN (0, 1));
+ALTER TABLE api_keys ADD COLUMN last_used_at BIGINT;
 `,
 }
 

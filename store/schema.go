@@ -102,6 +102,13 @@ CREATE INDEX network_log_sandbox ON network_log(sandbox_id, id);
 ALTER TABLE sandboxes ADD COLUMN uid_base INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE api_keys ADD COLUMN max_limits TEXT NOT NULL DEFAULT '{}';
 `,
+	// 3: admin keys (APIKey.Admin), which manage the other keys through
+	// /v1/keys (every key made before is not one), and when each key was
+	// last used (APIKey.LastUsedAt; unknown for keys before).
+	`
+ALTER TABLE api_keys ADD COLUMN admin INTEGER NOT NULL DEFAULT 0 CHECK (admin IN (0, 1));
+ALTER TABLE api_keys ADD COLUMN last_used_at INTEGER;
+`,
 }
 
 // migrate brings the database up to the latest schema version. Each migration runs in its

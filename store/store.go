@@ -83,6 +83,10 @@ type Store struct {
 	keyTTL   time.Duration
 	revSeen  revStamp // RevokedFile as last seen (keys.go)
 
+	// When each key's last use was last written (touchKey).
+	usedMu sync.Mutex
+	usedAt map[string]time.Time
+
 	closeOnce sync.Once
 	closeErr  error
 }

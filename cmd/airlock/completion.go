@@ -40,7 +40,7 @@ var verbSummaries = map[string]string{
 
 // verbSubcommands are the verbs that take a subcommand first.
 var verbSubcommands = map[string][]string{
-	"keys":       {"create", "list", "revoke"},
+	"keys":       {"create", "list", "revoke", "limits"},
 	"image":      {"pull", "import", "ls", "inspect", "rm", "publish", "unpublish"},
 	"template":   {"build"},
 	"images":     {"ls", "pull", "inspect", "rm"},

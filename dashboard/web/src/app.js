@@ -3,6 +3,7 @@
 // on the server (HttpOnly session cookie). All untrusted text is inserted
 // with textContent, never as HTML.
 import { Terminal } from "@xterm/xterm";
+import { keysPage } from "./keys.js";
 
 let csrf = "";
 let timers = [];
@@ -629,6 +630,8 @@ async function route() {
   if (!csrf) { who.textContent = ""; out.hidden = true; loginPage(); return; }
   who.textContent = session.no_auth ? "no auth (loopback)" : "key " + session.key_id;
   out.hidden = !!session.no_auth;
+  const navKeys = document.getElementById("nav-keys"); // keys.js's page: admin sessions only
+  if (navKeys) navKeys.hidden = !(session.key && session.key.admin);
   const h = location.hash.replace(/^#/, "") || "/";
   for (const a of document.querySelectorAll("header nav a")) a.classList.toggle("active", a.getAttribute("href") === "#" + (h.startsWith("/sb/") ? "/" : h));
   if (h.startsWith("/sb/")) sandboxPage(decodeURIComponent(h.slice(4)));
@@ -637,6 +640,7 @@ async function route() {
   else if (h === "/templates") templatesPage();
   else if (h === "/volumes") volumesPage();
   else if (h === "/approvals") approvalsPage();
+  else if (h === "/keys") keysPage({ el, api, clear, table, placeholder, confirmButton }, session);
   else sandboxesPage();
 }
 
