@@ -85,6 +85,14 @@ func (s *Service) computer(ctx context.Context, req *sdk.CallToolRequest, in com
 	if err != nil {
 		return toolError(err, ""), nil, nil
 	}
+	if s.cfg.Approvals != nil {
+		// Held like run_command (docs/approvals.md).
+		act := computer.ApprovalAction(sb, &a)
+		act.Via, act.Owner = "mcp", callerOf(req).Owner
+		if err := s.cfg.Approvals.Check(ctx, act, elicitor(req.Session)); err != nil {
+			return toolError(err, note), nil, nil
+		}
+	}
 	if err := s.auditFirst(ctx, sb, computer.Action(a), computer.Detail("mcp", a)); err != nil {
 		return toolError(err, note), nil, nil
 	}

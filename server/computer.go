@@ -45,6 +45,10 @@ func (s *Server) computer(w http.ResponseWriter, r *http.Request) error {
 	if err := a.Validate(); err != nil {
 		return computerErr(err)
 	}
+	// Held for approval first, like a command (docs/approvals.md).
+	if err := s.approve(r, computer.ApprovalAction(sb, &a)); err != nil {
+		return err
+	}
 	// Fail closed like exec: no action without its audit record.
 	if err := s.m.AuditFirst(r.Context(), caller(r).id, sb.ID, computer.Action(a), computer.Detail("api", a)); err != nil {
 		return err
@@ -70,6 +74,9 @@ func computerErr(err error) error {
 	}
 	if errors.As(err, &ae) && ae.Code == agent.CodeInvalidArgument {
 		return errf(400, "bad_request", "%s", ae.Message)
+	}
+	if errors.As(err, &ae) && ae.Code == agent.CodeWindowChanged {
+		return errf(409, "window_changed", "%s", ae.Message)
 	}
 	if errors.As(err, &ae) && ae.Code == agent.CodeIO {
 		return errf(502, "computer_failed", "%s", ae.Message)
