@@ -28,6 +28,8 @@ type ComputerResponse struct {
 	// Cursor is the pointer's position after the action, in the
 	// request's scale.
 	Cursor *agent.Point `json:"cursor,omitempty"`
+	// Window is the focused window (action active_window).
+	Window *agent.Window `json:"window,omitempty"`
 	// Image is the screenshot (action screenshot).
 	Image *ComputerImage `json:"image,omitempty"`
 }
@@ -57,7 +59,7 @@ func (s *Server) computer(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return computerErr(err)
 	}
-	out := ComputerResponse{Action: a.Action, Screen: res.Screen, Cursor: res.Cursor}
+	out := ComputerResponse{Action: a.Action, Screen: res.Screen, Cursor: res.Cursor, Window: res.Window}
 	if res.Image != nil {
 		out.Image = &ComputerImage{MediaType: "image/png", Width: res.Image.Width, Height: res.Image.Height, Data: res.PNG}
 	}
