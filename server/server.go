@@ -225,6 +225,7 @@ func (s *Server) routes() {
 	authed("POST /v1/sandboxes/{id}/files/move", s.move)
 	authed("POST /v1/sandboxes/{id}/computer", s.computer)
 	authed("POST /v1/sandboxes/{id}/stream", s.stream)
+	authed("POST /v1/sandboxes/{id}/links", s.link)
 	s.networkRoutes(authed)
 	s.imageRoutes(authed)
 	s.codeRoutes(authed)

@@ -12,7 +12,7 @@ import (
 	"github.com/airlock-dev/airlock/store"
 )
 
-// StreamLinkTTL is how long a desktop stream's links work.
+// StreamLinkTTL is how long a link (a desktop stream's too) works.
 const StreamLinkTTL = time.Hour
 
 // StreamResponse is the body of POST /v1/sandboxes/{id}/stream.
@@ -31,7 +31,7 @@ type StreamResponse struct {
 // sandbox's page cannot script the dashboard that frames it.
 func (s *Server) stream(w http.ResponseWriter, r *http.Request) error {
 	if s.links == nil {
-		return errf(409, "no_relay_domain", "this server has no origin for sandbox pages: start it with --relay-domain DOMAIN (*.DOMAIN must reach it)")
+		return errNoRelayDomain
 	}
 	sb, err := s.sandbox(r)
 	if err != nil {
@@ -45,28 +45,82 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) error {
 	}); err != nil {
 		return computerErr(err)
 	}
-	link, err := s.links.Mint(k.id, sb.ID, computer.NoVNCPort, StreamLinkTTL)
+	base, link, err := s.mintLink(r, sb.ID, computer.NoVNCPort)
 	if err != nil {
 		return err
 	}
-	if err := s.m.AuditFirst(r.Context(), k.id, sb.ID, "computer.stream", map[string]any{"via": "api", "port": computer.NoVNCPort, "expires_at": link.Expires}); err != nil {
+	page := func(viewOnly string) string {
+		q := url.Values{"autoconnect": {"1"}, "reconnect": {"1"}, "resize": {"scale"}, "view_only": {viewOnly},
+			"path": {link.Secret + "/websockify"}}
+		return base + "vnc.html?" + q.Encode()
+	}
+	writeJSON(w, 200, StreamResponse{ViewURL: page("1"), ControlURL: page("0"), ExpiresAt: link.Expires.UTC()})
+	return nil
+}
+
+// LinkRequest is the body of POST /v1/sandboxes/{id}/links.
+type LinkRequest struct {
+	// Port is the sandbox's port (on its loopback) the link reaches.
+	Port int `json:"port"`
+}
+
+// LinkResponse is the answer of POST /v1/sandboxes/{id}/links.
+type LinkResponse struct {
+	// URL is the link: the port's root on the link's own origin.
+	URL string `json:"url"`
+	// ExpiresAt is when it stops working.
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// link answers a capability link to a port of a sandbox on an origin of
+// its own (package portlink): for a browser, unlike the ports relay on
+// the API's origin, which serves sandboxed documents.
+func (s *Server) link(w http.ResponseWriter, r *http.Request) error {
+	if s.links == nil {
+		return errNoRelayDomain
+	}
+	var req LinkRequest
+	if err := decode(w, r, &req); err != nil {
+		return errf(400, "bad_request", "%v", err)
+	}
+	if req.Port < 1 || req.Port > 65535 {
+		return errf(400, "bad_request", "bad port %d: give a number from 1 to 65535", req.Port)
+	}
+	sb, err := s.sandbox(r)
+	if err != nil {
 		return err
+	}
+	base, link, err := s.mintLink(r, sb.ID, req.Port)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, 200, LinkResponse{URL: base, ExpiresAt: link.Expires.UTC()})
+	return nil
+}
+
+var errNoRelayDomain = errf(409, "no_relay_domain", "this server has no origin for sandbox pages: start it with --relay-domain DOMAIN (*.DOMAIN must reach it)")
+
+// mintLink makes a link to port of sandbox for the caller, audited
+// (sandbox.link) before it exists, and returns its URL (ending in /).
+func (s *Server) mintLink(r *http.Request, sandbox string, port int) (string, *portlink.Link, error) {
+	k := caller(r)
+	expires := time.Now().Add(StreamLinkTTL).UTC()
+	if err := s.m.AuditFirst(r.Context(), k.id, sandbox, "sandbox.link", map[string]any{"port": port, "expires_at": expires}); err != nil {
+		return "", nil, err
+	}
+	link, err := s.links.Mint(k.id, sandbox, port, StreamLinkTTL)
+	if err != nil {
+		return "", nil, err
 	}
 	scheme := "http"
 	if r.TLS != nil || r.Header.Get("X-Forwarded-Proto") == "https" {
 		scheme = "https"
 	}
 	host := s.links.Host(link)
-	if _, port, err := net.SplitHostPort(r.Host); err == nil {
-		host = net.JoinHostPort(host, port)
+	if _, p, err := net.SplitHostPort(r.Host); err == nil {
+		host = net.JoinHostPort(host, p)
 	}
-	page := func(viewOnly string) string {
-		q := url.Values{"autoconnect": {"1"}, "reconnect": {"1"}, "resize": {"scale"}, "view_only": {viewOnly},
-			"path": {link.Secret + "/websockify"}}
-		return scheme + "://" + host + "/" + link.Secret + "/vnc.html?" + q.Encode()
-	}
-	writeJSON(w, 200, StreamResponse{ViewURL: page("1"), ControlURL: page("0"), ExpiresAt: link.Expires.UTC()})
-	return nil
+	return scheme + "://" + host + "/" + link.Secret + "/", link, nil
 }
 
 // serveLink relays a request addressed to a link's host (portlink) to its
