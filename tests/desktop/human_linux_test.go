@@ -101,6 +101,27 @@ func (e *env) window(t *testing.T, ctx context.Context, id, title, log string) {
 	e.windowRect(t, ctx, id, "^"+title+"$")
 }
 
+// desktopWith creates a native desktop sandbox, starts its desktop and
+// opens a key-logging xterm (window) for each title, logging to
+// logName(title).
+func (e *env) desktopWith(t *testing.T, ctx context.Context, titles ...string) string {
+	t.Helper()
+	id := e.desktop(t, ctx, "native")
+	e.do(t, ctx, id, client.ComputerAction{Action: "screen_size"}) // starts the desktop
+	e.sh(t, ctx, id, waitPanel)
+	for _, title := range titles {
+		e.window(t, ctx, id, title, logName(title))
+	}
+	return id
+}
+
+// logName is the key log of the window titled title: /tmp/ and its last
+// word in lower case, .log.
+func logName(title string) string {
+	f := strings.Fields(title)
+	return "/tmp/" + strings.ToLower(f[len(f)-1]) + ".log"
+}
+
 // focus gives the window titled title the focus and waits until the
 // computer-use API reports it focused.
 func (e *env) focus(t *testing.T, ctx context.Context, id, title string) {
@@ -144,6 +165,12 @@ func (h *humanEnv) answer(t *testing.T, ctx context.Context, id, decision string
 // api calls the server with the human's key.
 func (h *humanEnv) api(t *testing.T, ctx context.Context, method, path string, in, out any) int {
 	t.Helper()
+	return h.asKey(t, ctx, h.human, method, path, in, out)
+}
+
+// asKey calls the server with key.
+func (h *humanEnv) asKey(t *testing.T, ctx context.Context, key, method, path string, in, out any) int {
+	t.Helper()
 	var body bytes.Buffer
 	if in != nil {
 		json.NewEncoder(&body).Encode(in)
@@ -152,7 +179,7 @@ func (h *humanEnv) api(t *testing.T, ctx context.Context, method, path string, i
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set("Authorization", "Bearer "+h.human)
+	req.Header.Set("Authorization", "Bearer "+key)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -181,11 +208,7 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 func testComputerApprovals(t *testing.T, h *humanEnv) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	id := h.desktop(t, ctx, "native")
-	h.do(t, ctx, id, client.ComputerAction{Action: "screen_size"}) // starts the desktop
-	h.sh(t, ctx, id, waitPanel)
-	h.window(t, ctx, id, "My Bank", "/tmp/bank.log")
-	h.window(t, ctx, id, "Notes", "/tmp/notes.log")
+	id := h.desktopWith(t, ctx, "My Bank", "Notes")
 
 	// API: held, denied, nothing typed.
 	h.focus(t, ctx, id, "My Bank")
@@ -282,6 +305,8 @@ func toolText(res *sdk.CallToolResult) string {
 // one server: approvals of computer-use actions, and the dashboard's live
 // desktop view.
 func TestDesktopHuman(t *testing.T) {
-	h := startHuman(t)
+	h := startHuman(t, "--relay-domain", "localhost")
 	t.Run("Approvals", func(t *testing.T) { testComputerApprovals(t, h) })
+	t.Run("Links", func(t *testing.T) { testLinkCredentials(t, h) })
+	t.Run("DesktopView", func(t *testing.T) { testDesktopView(t, h) })
 }
