@@ -108,8 +108,9 @@ func testDesktopView(t *testing.T, h *humanEnv) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	id := h.desktopWith(t, ctx, "Notes")
-	// The xterm covers the screen: a click anywhere in the view lands on it.
-	h.sh(t, ctx, id, `xdotool search --name '^Notes$' windowmove 0 0 windowsize 1024 768`)
+	// The xterm covers the screen's middle: a click in the view's centre
+	// lands on it.
+	h.sh(t, ctx, id, `xdotool search --name '^Notes$' windowmove 112 84 windowsize 800 600`)
 	h.focus(t, ctx, id, "Notes")
 
 	c := newChromium(t)
