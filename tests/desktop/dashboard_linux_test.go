@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/airlock-dev/airlock/client"
 	"github.com/airlock-dev/airlock/internal/testbrowser"
+	"github.com/airlock-dev/airlock/internal/testserver"
 )
 
 // chromium is a headless Chromium (package testbrowser).
@@ -107,7 +109,7 @@ const frameState = `document.documentElement.className + " " + ((document.getEle
 func testDesktopView(t *testing.T, h *humanEnv) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	id := h.desktopWith(t, ctx, "Notes")
+	id := h.desktopWith(t, ctx, "native", "Notes")
 	// The xterm covers the screen's middle: a click in the view's centre
 	// lands on it.
 	h.sh(t, ctx, id, `xdotool search --name '^Notes$' windowmove 112 84 windowsize 800 600`)
@@ -213,7 +215,7 @@ func other(secret string) string {
 // the viewer's to the sandbox (no cookie, API key, CSRF token, nor the
 // Referer that holds its secret, which is not in the path the sandbox
 // sees either), answers only its own secret on its own host, refuses
-// pages of other origins, and ends with its sandbox.
+// pages of other origins, and ends with its sandbox and with its key.
 func testLinkCredentials(t *testing.T, h *humanEnv) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -291,5 +293,31 @@ func testLinkCredentials(t *testing.T, h *humanEnv) {
 	}
 	if st, _, _ := get(link.URL+"page", nil); st != 404 {
 		t.Errorf("after the kill: HTTP %d, want 404", st)
+	}
+
+	// A link ends with its key: another key's sandbox and link, then the
+	// key revoked.
+	viewer := testserver.NewKey(t, h.state, "viewer")
+	vc := client.New(h.s.URL, viewer)
+	sb, err := vc.Create(ctx, client.CreateRequest{Image: "desktop", Timeout: 600})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Killed with the server (its key is revoked below).
+	if _, err := vc.WriteFile(ctx, sb.ID, "/tmp/echo.py", strings.NewReader(echoServer), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := vc.Start(ctx, sb.ID, client.ExecRequest{Argv: []string{"python3", "/tmp/echo.py"}, Background: true}); err != nil {
+		t.Fatal(err)
+	}
+	if st := h.asKey(t, ctx, viewer, "POST", "/v1/sandboxes/"+sb.ID+"/links", map[string]int{"port": 8000}, &link); st != 200 {
+		t.Fatalf("POST links as the viewer: HTTP %d", st)
+	}
+	waitFor(t, "the viewer's link to answer", time.Minute, func() bool { st, _, _ := get(link.URL+"page", nil); return st == 200 })
+	if out, err := exec.Command(testserver.Binary(t), "keys", "revoke", "--state-dir", h.state, keyIDIn(t, h.state, "viewer")).CombinedOutput(); err != nil {
+		t.Fatalf("keys revoke: %v %s", err, out)
+	}
+	if st, body, _ := get(link.URL+"page", nil); st != 403 {
+		t.Errorf("the link of a revoked key: HTTP %d %v, want 403", st, body)
 	}
 }

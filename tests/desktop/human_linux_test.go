@@ -47,6 +47,7 @@ with open(sys.argv[1], "ab", buffering=0) as f:
 type humanEnv struct {
 	*env
 	human string // the human's (approver) key
+	state string // the server's state directory
 }
 
 func startHuman(t *testing.T, args ...string) *humanEnv {
@@ -64,7 +65,7 @@ func startHuman(t *testing.T, args ...string) *humanEnv {
 	s := testserver.Start(t, state, append([]string{"--approval-policy", policy, "--approver-key", keyIDIn(t, state, "human"),
 		"--approval-no-elicitation"}, args...)...)
 	key := testserver.NewKey(t, state, "desktop")
-	return &humanEnv{env: &env{s: s, key: key, c: client.New(s.URL, key)}, human: human}
+	return &humanEnv{env: &env{s: s, key: key, c: client.New(s.URL, key)}, human: human, state: state}
 }
 
 func keyIDIn(t *testing.T, state, name string) string {
@@ -101,12 +102,12 @@ func (e *env) window(t *testing.T, ctx context.Context, id, title, log string) {
 	e.windowRect(t, ctx, id, "^"+title+"$")
 }
 
-// desktopWith creates a native desktop sandbox, starts its desktop and
+// desktopWith creates a desktop sandbox on runtime, starts its desktop and
 // opens a key-logging xterm (window) for each title, logging to
 // logName(title).
-func (e *env) desktopWith(t *testing.T, ctx context.Context, titles ...string) string {
+func (e *env) desktopWith(t *testing.T, ctx context.Context, runtime string, titles ...string) string {
 	t.Helper()
-	id := e.desktop(t, ctx, "native")
+	id := e.desktop(t, ctx, runtime)
 	e.do(t, ctx, id, client.ComputerAction{Action: "screen_size"}) // starts the desktop
 	e.sh(t, ctx, id, waitPanel)
 	for _, title := range titles {
@@ -205,10 +206,10 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 // they do; a type into another window passes at once; and an action
 // approved for one window does nothing when another has the focus by the
 // time it acts.
-func testComputerApprovals(t *testing.T, h *humanEnv) {
+func testComputerApprovals(t *testing.T, h *humanEnv, runtime string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	id := h.desktopWith(t, ctx, "My Bank", "Notes")
+	id := h.desktopWith(t, ctx, runtime, "My Bank", "Notes")
 
 	// API: held, denied, nothing typed.
 	h.focus(t, ctx, id, "My Bank")
@@ -306,7 +307,13 @@ func toolText(res *sdk.CallToolResult) string {
 // desktop view.
 func TestDesktopHuman(t *testing.T) {
 	h := startHuman(t, "--relay-domain", "localhost")
-	t.Run("Approvals", func(t *testing.T) { testComputerApprovals(t, h) })
+	t.Run("Approvals", func(t *testing.T) { testComputerApprovals(t, h, "native") })
+	t.Run("Approvals-gvisor", func(t *testing.T) {
+		if _, err := os.Stat("/usr/local/bin/runsc"); err != nil {
+			t.Skipf("no runsc (scripts/setup.sh installs it): %v", err)
+		}
+		testComputerApprovals(t, h, "gvisor")
+	})
 	t.Run("Links", func(t *testing.T) { testLinkCredentials(t, h) })
 	t.Run("DesktopView", func(t *testing.T) { testDesktopView(t, h) })
 }
