@@ -315,5 +315,11 @@ func TestDesktopHuman(t *testing.T) {
 		testComputerApprovals(t, h, "gvisor")
 	})
 	t.Run("Links", func(t *testing.T) { testLinkCredentials(t, h) })
-	t.Run("DesktopView", func(t *testing.T) { testDesktopView(t, h) })
+	t.Run("DesktopView", func(t *testing.T) { testDesktopView(t, h, "native") })
+	t.Run("DesktopView-gvisor", func(t *testing.T) {
+		if _, err := os.Stat("/usr/local/bin/runsc"); err != nil {
+			t.Skipf("no runsc (scripts/setup.sh installs it): %v", err)
+		}
+		testDesktopView(t, h, "gvisor")
+	})
 }
