@@ -40,16 +40,18 @@ func StreamRunning(ctx context.Context, sb *manager.Sandbox) bool {
 
 // StartStream starts the desktop (as Do) and then its stream
 // (StreamArgv) unless noVNC already listens; it returns once noVNC
-// answers. audit is called before anything starts in the sandbox, and an
-// error from it starts nothing.
+// answers. audit is called before the stream's processes start, and an
+// error from it starts none.
 func StartStream(ctx context.Context, sb *manager.Sandbox, audit func(argv []string) error) error {
 	if StreamRunning(ctx, sb) {
 		return nil
 	}
-	if err := audit(StreamArgv); err != nil {
+	// The display first: an image without one refuses (no_display)
+	// before anything is recorded as started.
+	if _, err := Do(ctx, sb, agent.ComputerAction{Action: agent.ActionScreenSize}); err != nil {
 		return err
 	}
-	if _, err := Do(ctx, sb, agent.ComputerAction{Action: agent.ActionScreenSize}); err != nil {
+	if err := audit(StreamArgv); err != nil {
 		return err
 	}
 	_, err, _ := starting.Do(sb.ID+"/stream", func() (any, error) {
