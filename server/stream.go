@@ -38,8 +38,12 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	k := caller(r)
-	// The processes it starts are commands like any other: audited first
-	// and held by the approval policy's exec rules.
+	// Recorded first (it may start the desktop, as any computer-use
+	// action does); the processes of the stream are then commands like
+	// any other: audited and held by the approval policy's exec rules.
+	if err := s.m.AuditFirst(r.Context(), k.id, sb.ID, "computer.stream", map[string]any{"via": "api"}); err != nil {
+		return err
+	}
 	if err := computer.StartStream(r.Context(), sb, func(argv []string) error {
 		return s.m.AuditFirst(r.Context(), k.id, sb.ID, store.ActionExec, map[string]any{"argv": argv, "background": true, "via": "stream"})
 	}); err != nil {
