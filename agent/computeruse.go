@@ -36,12 +36,16 @@ const (
 	ActionHoldKey        = "hold_key"
 	ActionWait           = "wait"
 	ActionScreenSize     = "screen_size"
+	// ActionActiveWindow answers the focused window's X id and title
+	// (what the approval policy matches keyboard actions against).
+	ActionActiveWindow = "active_window"
 )
 
 // ComputerActions lists every action FrameComputer accepts.
 var ComputerActions = []string{ActionScreenshot, ActionCursorPosition, ActionMouseMove, ActionLeftClick,
 	ActionRightClick, ActionMiddleClick, ActionDoubleClick, ActionTripleClick, ActionLeftMouseDown,
-	ActionLeftMouseUp, ActionDrag, ActionScroll, ActionType, ActionKey, ActionHoldKey, ActionWait, ActionScreenSize}
+	ActionLeftMouseUp, ActionDrag, ActionScroll, ActionType, ActionKey, ActionHoldKey, ActionWait, ActionScreenSize,
+	ActionActiveWindow}
 
 // Computer-use caps. A screenshot is decoded and scaled inside the
 // sandbox (the host never decodes an image the sandbox made) and costs
@@ -68,6 +72,17 @@ const (
 // CodeNoDisplay is the error code of an action on a sandbox whose X
 // display is not running (or has no xdotool/scrot).
 const CodeNoDisplay = "no_display"
+
+// CodeWindowChanged is the error code of an action whose ExpectWindow is
+// no longer the focused window: nothing was done.
+const CodeWindowChanged = "window_changed"
+
+// Window is an X window: its id (decimal, as xdotool prints it) and title.
+// The zero Window is "no window has the focus".
+type Window struct {
+	ID    string `json:"id"`
+	Title string `json:"title"`
+}
 
 // Point is a position on the screen, in pixels from the top left.
 type Point struct {
@@ -108,6 +123,11 @@ type ComputerAction struct {
 	Scale *ScreenSize `json:"scale,omitempty"`
 	// Display is the X display (default ":0").
 	Display string `json:"display,omitempty"`
+	// ExpectWindow, if set, must still be the focused window (same id and
+	// title) when the action is about to act, or nothing is done
+	// (CodeWindowChanged): an action approved for one window never acts
+	// on another.
+	ExpectWindow *Window `json:"expect_window,omitempty"`
 }
 
 // ComputerResult is the answer to a ComputerAction.
@@ -117,6 +137,8 @@ type ComputerResult struct {
 	// Cursor is the pointer's position after the action (scaled like
 	// coordinates).
 	Cursor *Point `json:"cursor,omitempty"`
+	// Window is the focused window (active_window only).
+	Window *Window `json:"window,omitempty"`
 	// Image is the screenshot's size (a screenshot only).
 	Image *ScreenSize `json:"image,omitempty"`
 	// PNG is the screenshot (a screenshot only; not part of the JSON
@@ -125,6 +147,13 @@ type ComputerResult struct {
 }
 
 var displayRe = regexp.MustCompile(`^:[0-9]{1,3}(\.[0-9]{1,2})?$`)
+
+// windowIDRe is an X window id as xdotool prints it.
+var windowIDRe = regexp.MustCompile(`^[0-9]{1,10}$`)
+
+// MaxWindowTitle bounds the window title active_window answers (bytes;
+// a longer one is cut).
+const MaxWindowTitle = 1024
 
 // keyTokenRe is one xdotool key combination: key names joined by '+'.
 // Letters, digits and the names of keysyms only: no option-like or empty
@@ -159,6 +188,9 @@ func (a *ComputerAction) Validate() error {
 	}
 	if strings.IndexByte(a.Text, 0) >= 0 {
 		return bad("text contains a NUL byte")
+	}
+	if w := a.ExpectWindow; w != nil && (!windowIDRe.MatchString(w.ID) && w.ID != "" || len(w.Title) > MaxWindowTitle) {
+		return bad("expect_window: id must be decimal digits and the title at most %d bytes", MaxWindowTitle)
 	}
 	switch a.Action {
 	case ActionMouseMove:

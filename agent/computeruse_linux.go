@@ -229,6 +229,34 @@ func truncate(b []byte) string {
 	return string(b)
 }
 
+// activeWindow reads the focused window's id and title (xdotool
+// getactivewindow, getwindowname); the zero Window when none has the focus.
+func (c *hostConn) activeWindow(ctx context.Context, env []string) (Window, error) {
+	r, err := c.runTool(ctx, env, nil, toolTimeout, "xdotool", "getactivewindow")
+	if err != nil {
+		return Window{}, err
+	}
+	if !r.ok() {
+		if ferr := r.failure("xdotool getactivewindow"); errors.As(ferr, new(*Error)) && ferr.(*Error).Code == CodeNoDisplay {
+			return Window{}, ferr
+		}
+		return Window{}, nil // no window has the focus
+	}
+	id := strings.TrimSpace(string(r.stdout))
+	if !windowIDRe.MatchString(id) {
+		return Window{}, &Error{Code: CodeIO, Message: fmt.Sprintf("xdotool getactivewindow printed %q", truncate(r.stdout))}
+	}
+	n, err := c.xdotool(ctx, env, nil, "getwindowname", id)
+	if err != nil {
+		return Window{}, err
+	}
+	title := strings.TrimSuffix(string(n.stdout), "\n")
+	if len(title) > MaxWindowTitle {
+		title = strings.ToValidUTF8(title[:MaxWindowTitle], "")
+	}
+	return Window{ID: id, Title: title}, nil
+}
+
 // cursor asks the pointer's position.
 func (c *hostConn) cursor(ctx context.Context, env []string) (Point, error) {
 	r, err := c.xdotool(ctx, env, nil, "getmouselocation", "--shell")
@@ -318,8 +346,24 @@ func (c *hostConn) handleComputer(s *astream, payload []byte) (any, error) {
 		sp := toScreen(*p, screen, view)
 		return []string{"mousemove", itoa(sp.X), itoa(sp.Y)}
 	}
+	if want := a.ExpectWindow; want != nil {
+		// Checked last thing before acting: the window an approval was
+		// asked for, not whatever took the focus while a human answered.
+		w, err := c.activeWindow(ctx, env)
+		if err != nil {
+			return nil, err
+		}
+		if w != *want {
+			return nil, &Error{Code: CodeWindowChanged, Message: fmt.Sprintf("the focused window is now %s %q, not %s %q: nothing done", w.ID, w.Title, want.ID, want.Title)}
+		}
+	}
 	var shot []byte
 	switch a.Action {
+	case ActionActiveWindow:
+		var w Window
+		if w, err = c.activeWindow(ctx, env); err == nil {
+			res.Window = &w
+		}
 	case ActionScreenshot:
 		if shot, err = c.screenshot(ctx, env, screen, view); err != nil {
 			return nil, err

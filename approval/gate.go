@@ -261,6 +261,11 @@ func (g *Gate) Check(ctx context.Context, a Action, el Elicitor) error {
 		}
 		policies = append(policies, sp)
 	}
+	if err := resolveWindow(ctx, &a, policies); err != nil {
+		g.cfg.Audit(ctx, a.Owner, a.Sandbox, AuditDecided, map[string]any{"action": a,
+			"decision": Decision{Decision: Deny, By: "policy", Reason: err.Error(), At: time.Now().UTC()}})
+		return err
+	}
 	v := judge(&a, policies...)
 	switch {
 	case v.deny != nil:

@@ -42,6 +42,9 @@ const (
 	// /contexts): its kernel runs with the environment and working
 	// directory the caller gives, which is code of that language too.
 	KindCode = "code"
+	// KindComputer is a computer-use action on a sandbox's desktop (API
+	// /computer, the MCP computer tool).
+	KindComputer = "computer"
 )
 
 // Audit actions the exec gate (manager.ExecGate) puts to the rules besides
@@ -51,7 +54,7 @@ const (
 	auditCodeContext = "code.context"
 )
 
-var kinds = []string{KindExec, KindNetwork, KindReadFile, KindCreate, KindTool, KindCode}
+var kinds = []string{KindExec, KindNetwork, KindReadFile, KindCreate, KindTool, KindCode, KindComputer}
 
 // Limits are a sandbox's resources, as asked for at creation. In a rule,
 // a non-zero field is a threshold: asking for more needs approval.
@@ -85,6 +88,17 @@ type Rule struct {
 	// language: python, javascript, typescript or bash, or an alias the
 	// API accepts (sh, js, ts...), which the rule then means.
 	Language string `json:"language,omitempty"`
+	// ComputerAction (computer) limits the rule to one computer-use
+	// action (type, key, left_click...; agent.ComputerActions).
+	ComputerAction string `json:"computer_action,omitempty"`
+	// WindowTitle (computer) is a regular expression (RE2) searched for
+	// in the title of the window that has the focus when a keyboard
+	// action (type, key, hold_key) is asked; the rule then matches
+	// keyboard actions only.
+	WindowTitle string `json:"window_title,omitempty"`
+	// WindowTitleGlob (computer) is a glob the whole title must match,
+	// as WindowTitle.
+	WindowTitleGlob string `json:"window_title_glob,omitempty"`
 	// Reason is shown to the human and the caller.
 	Reason string `json:"reason,omitempty"`
 
@@ -193,6 +207,9 @@ func (r *Rule) compile() error {
 		}
 		r.Language = l
 	}
+	if err := r.compileComputer(); err != nil {
+		return err
+	}
 	if r.Action == KindTool && r.Tool == "" {
 		return errors.New(`action mcp_tool needs tool (a tool name, or "*")`)
 	}
@@ -205,6 +222,15 @@ func (r *Rule) compile() error {
 	}
 	if err != nil {
 		return fmt.Errorf("bad argv pattern: %w", err)
+	}
+	switch {
+	case r.WindowTitle != "":
+		r.re, err = regexp.Compile(r.WindowTitle)
+	case r.WindowTitleGlob != "":
+		r.re, err = regexp.Compile(globRegexp(r.WindowTitleGlob))
+	}
+	if err != nil {
+		return fmt.Errorf("bad window title pattern: %w", err)
 	}
 	return nil
 }
@@ -255,6 +281,22 @@ type Action struct {
 	Language string `json:"language,omitempty"`
 	// NewContext marks a code context about to start (code).
 	NewContext bool `json:"new_context,omitempty"`
+	// ComputerAction is the computer-use action (computer): type, key,
+	// left_click...
+	ComputerAction string `json:"computer_action,omitempty"`
+	// TextBytes is the length of the text a type action types (never the
+	// text: it may be a secret).
+	TextBytes int `json:"text_bytes,omitempty"`
+	// Keys are the key combinations of a key or hold_key action.
+	Keys string `json:"keys,omitempty"`
+	// WindowTitle is the focused window's title (computer, keyboard
+	// actions), read through WindowOf only when a rule looks at it;
+	// WindowKnown says it was.
+	WindowTitle string `json:"window_title,omitempty"`
+	WindowKnown bool   `json:"window_known,omitempty"`
+	// WindowOf reads the focused window's title (computer): called by
+	// Gate.Check only when a rule looks at it.
+	WindowOf func(ctx context.Context) (string, error) `json:"-"`
 }
 
 // Summary is a one-line description of a for a human.
@@ -280,6 +322,8 @@ func (a *Action) Summary() string {
 			return fmt.Sprintf("start a %s code context%s", codeLanguage(a.Language), on)
 		}
 		return fmt.Sprintf("run a %s code cell%s", codeLanguage(a.Language), on)
+	case KindComputer:
+		return computerSummary(a, on)
 	}
 	return a.Kind + on
 }
@@ -316,6 +360,8 @@ func (r *Rule) Matches(a *Action) bool {
 		return r.Tool == "*" || r.Tool == a.Tool
 	case KindCode:
 		return r.Language == "" || r.Language == codeLanguage(a.Language)
+	case KindComputer:
+		return r.matchComputer(a)
 	}
 	return false
 }

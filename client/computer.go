@@ -37,7 +37,13 @@ type ComputerResult struct {
 	Action string `json:"action"`
 	Screen Size   `json:"screen"`
 	Cursor *Point `json:"cursor,omitempty"`
-	Image  *struct {
+	// Window is the focused window (action active_window): its X id and
+	// title; both empty when no window has the focus.
+	Window *struct {
+		ID    string `json:"id"`
+		Title string `json:"title"`
+	} `json:"window,omitempty"`
+	Image *struct {
 		MediaType string `json:"media_type"`
 		Width     int    `json:"width"`
 		Height    int    `json:"height"`

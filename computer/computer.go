@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/airlock-dev/airlock/agent"
+	"github.com/airlock-dev/airlock/approval"
 	"github.com/airlock-dev/airlock/manager"
 )
 
@@ -111,4 +112,33 @@ func start(ctx context.Context, sb *manager.Sandbox) error {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// ApprovalAction describes a for the approval policy (package approval)
+// on sb. A rule that looks at the focused window's title has it read
+// (action active_window) and a then made to expect that very window
+// (agent.ComputerAction.ExpectWindow): an action approved, or let
+// through, for one window does nothing if another has the focus by the
+// time it acts. The caller sets Owner and Via.
+func ApprovalAction(sb *manager.Sandbox, a *agent.ComputerAction) approval.Action {
+	act := approval.Action{Kind: approval.KindComputer, Sandbox: sb.ID, ComputerAction: a.Action}
+	switch a.Action {
+	case agent.ActionType:
+		act.TextBytes = len(a.Text)
+	case agent.ActionKey, agent.ActionHoldKey:
+		act.Keys = a.Text
+	}
+	act.WindowOf = func(ctx context.Context) (string, error) {
+		res, err := Do(ctx, sb, agent.ComputerAction{Action: agent.ActionActiveWindow, Display: a.Display})
+		if err != nil {
+			return "", err
+		}
+		if res.Window == nil {
+			return "", errors.New("the agent answered no window")
+		}
+		w := *res.Window
+		a.ExpectWindow = &w
+		return w.Title, nil
+	}
+	return act
 }

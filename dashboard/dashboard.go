@@ -60,6 +60,10 @@ type Config struct {
 	Authenticate func(ctx context.Context, key string) (KeyInfo, error)
 	// NoAuth opens the dashboard without logging in (loopback --no-auth).
 	NoAuth bool
+	// FrameSrc, if set, is the CSP source list the page may frame (the
+	// origins of sandbox pages, e.g. "http://*.relay.example:*", for the
+	// desktop view); without it the page frames nothing.
+	FrameSrc string
 }
 
 // KeyInfo is what the dashboard shows of the logged-in key (never its
@@ -138,6 +142,9 @@ func securityHeaders(w http.ResponseWriter) {
 
 func (h *Handler) file(w http.ResponseWriter, name string) {
 	securityHeaders(w)
+	if h.cfg.FrameSrc != "" && name == "index.html" {
+		w.Header().Set("Content-Security-Policy", CSP+"; frame-src "+h.cfg.FrameSrc)
+	}
 	ct, ok := types[path.Ext(name)]
 	b, err := fs.ReadFile(h.assets, name)
 	if !ok || err != nil {

@@ -14,7 +14,7 @@ import (
 // computerIn is the input of the computer tool: the common computer-use
 // tool schema's actions and fields, coordinates as [x, y].
 type computerIn struct {
-	Action          string  `json:"action" jsonschema:"What to do: screenshot, cursor_position, screen_size, mouse_move, left_click, right_click, middle_click, double_click, triple_click, left_mouse_down, left_mouse_up, left_click_drag, scroll, type, key, hold_key or wait."`
+	Action          string  `json:"action" jsonschema:"What to do: screenshot, cursor_position, screen_size, mouse_move, left_click, right_click, middle_click, double_click, triple_click, left_mouse_down, left_mouse_up, left_click_drag, scroll, type, key, hold_key, wait or active_window (the focused window's title)."`
 	Coordinate      []int   `json:"coordinate,omitempty" jsonschema:"[x, y] in the screenshot's pixels: where to move, click or scroll (clicks and scroll without it act at the pointer), or where left_click_drag ends."`
 	StartCoordinate []int   `json:"start_coordinate,omitempty" jsonschema:"[x, y] where left_click_drag starts."`
 	Text            string  `json:"text,omitempty" jsonschema:"type: the text to type. key and hold_key: key combinations in xdotool names (ctrl+s, Return, alt+Tab; several separated by spaces). Clicks and scroll: modifier keys to hold meanwhile (shift)."`
@@ -85,6 +85,14 @@ func (s *Service) computer(ctx context.Context, req *sdk.CallToolRequest, in com
 	if err != nil {
 		return toolError(err, ""), nil, nil
 	}
+	if s.cfg.Approvals != nil {
+		// Held like run_command (docs/approvals.md).
+		act := computer.ApprovalAction(sb, &a)
+		act.Via, act.Owner = "mcp", callerOf(req).Owner
+		if err := s.cfg.Approvals.Check(ctx, act, elicitor(req.Session)); err != nil {
+			return toolError(err, note), nil, nil
+		}
+	}
 	if err := s.auditFirst(ctx, sb, computer.Action(a), computer.Detail("mcp", a)); err != nil {
 		return toolError(err, note), nil, nil
 	}
@@ -100,6 +108,9 @@ func (s *Service) computer(ctx context.Context, req *sdk.CallToolRequest, in com
 		text := fmt.Sprintf("%s done; screen %dx%d", a.Action, res.Screen.Width, res.Screen.Height)
 		if res.Cursor != nil {
 			text += fmt.Sprintf("; pointer at [%d, %d]", res.Cursor.X, res.Cursor.Y)
+		}
+		if res.Window != nil {
+			text += fmt.Sprintf("; focused window %q (id %s)", res.Window.Title, res.Window.ID)
 		}
 		r.Content = append(r.Content, &sdk.TextContent{Text: text})
 	}

@@ -28,6 +28,8 @@ type ComputerResponse struct {
 	// Cursor is the pointer's position after the action, in the
 	// request's scale.
 	Cursor *agent.Point `json:"cursor,omitempty"`
+	// Window is the focused window (action active_window).
+	Window *agent.Window `json:"window,omitempty"`
 	// Image is the screenshot (action screenshot).
 	Image *ComputerImage `json:"image,omitempty"`
 }
@@ -45,6 +47,10 @@ func (s *Server) computer(w http.ResponseWriter, r *http.Request) error {
 	if err := a.Validate(); err != nil {
 		return computerErr(err)
 	}
+	// Held for approval first, like a command (docs/approvals.md).
+	if err := s.approve(r, computer.ApprovalAction(sb, &a)); err != nil {
+		return err
+	}
 	// Fail closed like exec: no action without its audit record.
 	if err := s.m.AuditFirst(r.Context(), caller(r).id, sb.ID, computer.Action(a), computer.Detail("api", a)); err != nil {
 		return err
@@ -53,7 +59,7 @@ func (s *Server) computer(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return computerErr(err)
 	}
-	out := ComputerResponse{Action: a.Action, Screen: res.Screen, Cursor: res.Cursor}
+	out := ComputerResponse{Action: a.Action, Screen: res.Screen, Cursor: res.Cursor, Window: res.Window}
 	if res.Image != nil {
 		out.Image = &ComputerImage{MediaType: "image/png", Width: res.Image.Width, Height: res.Image.Height, Data: res.PNG}
 	}
@@ -70,6 +76,9 @@ func computerErr(err error) error {
 	}
 	if errors.As(err, &ae) && ae.Code == agent.CodeInvalidArgument {
 		return errf(400, "bad_request", "%s", ae.Message)
+	}
+	if errors.As(err, &ae) && ae.Code == agent.CodeWindowChanged {
+		return errf(409, "window_changed", "%s", ae.Message)
 	}
 	if errors.As(err, &ae) && ae.Code == agent.CodeIO {
 		return errf(502, "computer_failed", "%s", ae.Message)

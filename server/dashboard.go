@@ -12,7 +12,12 @@ import (
 // listener. Its session cookie authenticates API calls only together with
 // the session's CSRF token (sessionKey).
 func (s *Server) dashboardRoutes() error {
-	d, err := dashboard.New(dashboard.Config{NoAuth: s.cfg.NoAuth, Authenticate: func(ctx context.Context, key string) (dashboard.KeyInfo, error) {
+	frames := ""
+	if s.links != nil {
+		// The desktop view frames noVNC on its link's origin (stream.go).
+		frames = "http://*." + s.links.Domain + ":* https://*." + s.links.Domain + ":*"
+	}
+	d, err := dashboard.New(dashboard.Config{NoAuth: s.cfg.NoAuth, FrameSrc: frames, Authenticate: func(ctx context.Context, key string) (dashboard.KeyInfo, error) {
 		k, err := s.cfg.Store.Authenticate(ctx, key)
 		if err != nil {
 			return dashboard.KeyInfo{}, err

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,54 +15,20 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/airlock-dev/airlock/client"
+	"github.com/airlock-dev/airlock/internal/testbrowser"
 )
 
-// chromiumPath is Debian's chromium (scripts/setup.sh --tests installs it).
-const chromiumPath = "/usr/bin/chromium"
-
 // browser is a headless Chromium on a fresh profile that records console
-// errors, uncaught exceptions and CSP violations.
+// errors, uncaught exceptions and CSP violations (package testbrowser).
 type browser struct {
-	ctx    context.Context
-	mu     sync.Mutex
-	errors []string
+	ctx context.Context
+	tb  *testbrowser.Browser
 }
 
 func newBrowser(t *testing.T) *browser {
 	t.Helper()
-	if _, err := os.Stat(chromiumPath); err != nil {
-		t.Skipf("no %s (apt-get install chromium; scripts/setup.sh --tests does): %v", chromiumPath, err)
-	}
-	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(chromiumPath), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
-		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
-		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 900),
-	}
-	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancelB := chromedp.NewContext(actx)
-	ctx, cancelC := context.WithTimeout(ctx, 90*time.Second)
-	t.Cleanup(func() { cancelC(); cancelB(); cancelA() })
-	b := &browser{ctx: ctx}
-	if err := chromedp.Do(ctx); err != nil {
-		t.Fatalf("start chromium: %v", err)
-	}
-	msgs := chromedp.Console(ctx)
-	go func() {
-		for m, err := range msgs {
-			if err != nil {
-				return
-			}
-			// Failed fetches (a metrics poll racing a kill) are the page's
-			// business; exceptions, console.error and CSP violations are not.
-			if (m.Type == chromedp.ConsoleError || m.IsException()) && m.Source != "network" {
-				b.mu.Lock()
-				b.errors = append(b.errors, m.String()+" ("+m.Source+" "+m.URL+")")
-				b.mu.Unlock()
-			}
-		}
-	}()
-	return b
+	tb := testbrowser.Start(t, 90*time.Second)
+	return &browser{ctx: tb.Ctx, tb: tb}
 }
 
 func (b *browser) run(t *testing.T, what string, actions ...chromedp.Action[chromedp.Void]) {
@@ -141,9 +106,7 @@ func (b *browser) typeLine(line string) chromedp.Action[chromedp.Void] {
 
 func (b *browser) noErrors(t *testing.T) {
 	t.Helper()
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for _, e := range b.errors {
+	for _, e := range b.tb.Errors() {
 		t.Errorf("browser: %s", e)
 	}
 }

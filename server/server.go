@@ -30,6 +30,7 @@ import (
 	"github.com/airlock-dev/airlock/manager"
 	"github.com/airlock-dev/airlock/mcp"
 	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/portlink"
 	"github.com/airlock-dev/airlock/runtime"
 	"github.com/airlock-dev/airlock/store"
 )
@@ -82,6 +83,11 @@ type Config struct {
 	// E2BDomain routes requests for PORT-SANDBOXID.E2BDomain to sandbox
 	// ports (e2b.Config.Domain); empty means header routing only.
 	E2BDomain string
+	// RelayDomain gives sandbox pages origins of their own: links to a
+	// sandbox's port (POST /v1/sandboxes/{id}/stream) are served at
+	// l-ID.RelayDomain, which must resolve to this server (package
+	// portlink); empty: no such links.
+	RelayDomain string
 	// Logger writes the request log (one line per request) and the
 	// server's other lines; nil means slog.Default().
 	Logger *slog.Logger
@@ -101,6 +107,10 @@ type Server struct {
 	e2b *e2b.Handler
 	// dash serves the web UI and its sessions (server/dashboard.go).
 	dash *dashboard.Handler
+
+	// links are the capability links of Config.RelayDomain
+	// (server/stream.go); nil without one.
+	links *portlink.Links
 
 	// gate holds actions for approval (Config.Approvals).
 	gate *approval.Gate
@@ -146,6 +156,9 @@ func New(cfg Config) (*Server, error) {
 	if s.e2b, err = e2b.NewHandler(e2b.Config{Manager: cfg.Manager, Store: cfg.Store, NoAuth: cfg.NoAuth,
 		MaxFileBytes: cfg.MaxFileBytes, MaxNetwork: cfg.E2BMaxNetwork, Domain: cfg.E2BDomain, Interpreter: e2b.AgentInterpreter{},
 		NoteKey: noteKey}); err != nil {
+		return nil, err
+	}
+	if err := s.relayRoutes(); err != nil {
 		return nil, err
 	}
 	s.routes()
@@ -217,6 +230,8 @@ func (s *Server) routes() {
 	authed("POST /v1/sandboxes/{id}/files/mkdir", s.mkdir)
 	authed("POST /v1/sandboxes/{id}/files/move", s.move)
 	authed("POST /v1/sandboxes/{id}/computer", s.computer)
+	authed("POST /v1/sandboxes/{id}/stream", s.stream)
+	authed("POST /v1/sandboxes/{id}/links", s.link)
 	s.networkRoutes(authed)
 	s.imageRoutes(authed)
 	s.codeRoutes(authed)
@@ -240,6 +255,11 @@ func (s *Server) routes() {
 // route serves a request (ServeHTTP logs it).
 func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 	s.requests.Add(1)
+	if s.links != nil && s.links.Match(r.Host) {
+		// A sandbox page's own origin: not the API (server/stream.go).
+		s.serveLink(w, r)
+		return
+	}
 	guarded := r
 	if s.sandboxOwnOrigin(r) {
 		guarded = r.Clone(r.Context())

@@ -66,6 +66,7 @@ func cmdServe(args []string) int {
 	var poolImages listFlag
 	fs.Var(&poolImages, "pool-image", "also keep --pool ready sandboxes of this published image of the image store (repeatable); a desktop image's are warmed with their desktop started (docs/computer-use.md)")
 	poolPython := fs.Bool("pool-python", false, "pooled sandboxes' default Python context has run 'import numpy as np' and 'import pandas as pd' (contexts created later start empty)")
+	relayDomain := fs.String("relay-domain", "", "serve sandbox pages the dashboard shows (a desktop's noVNC) on origins of their own, l-ID.DOMAIN: the DNS name *.DOMAIN must reach this server; best a registrable domain of its own (docs/computer-use.md). \"localhost\" works for a browser on this machine")
 	e2bDomain := fs.String("e2b-domain", "", "route requests for PORT-SANDBOXID.DOMAIN to that port of that sandbox, and give DOMAIN to E2B SDKs as the sandboxes' domain (getHost); the DNS name *.DOMAIN must reach this server")
 	e2bMaxNet := fs.String("e2b-max-network", "open", "the most network an E2B create may ask for: none, allowlist or open (older E2B SDKs, such as e2b 2.45, ask for open by default; more is refused with a 403)")
 	var cl connFlags
@@ -260,7 +261,7 @@ func cmdServe(args []string) int {
 	}
 	srv, err := server.New(server.Config{Manager: m, Store: st, NoAuth: *noAuth, Version: version,
 		Images: images, ImageRegistries: registries, Approvals: gate, Approvers: af.approvers, WebhookSecret: af.secret,
-		MaxFileBytes: int64(maxFile), MCPIdle: *mcpIdle, E2BMaxNetwork: e2bNet, E2BDomain: *e2bDomain, Logger: slogger, Metrics: metrics, Layers: func() rt.Enforced { l, _ := doctor(); return l }})
+		MaxFileBytes: int64(maxFile), MCPIdle: *mcpIdle, E2BMaxNetwork: e2bNet, E2BDomain: *e2bDomain, RelayDomain: *relayDomain, Logger: slogger, Metrics: metrics, Layers: func() rt.Enforced { l, _ := doctor(); return l }})
 	if err != nil {
 		m.Close()
 		fmt.Fprintf(os.Stderr, "airlock serve: %v\n", err)

@@ -4,6 +4,7 @@
 // with textContent, never as HTML.
 import { Terminal } from "@xterm/xterm";
 import { keysPage } from "./keys.js";
+import { desktopPage } from "./desktop.js";
 
 let csrf = "";
 let timers = [];
@@ -251,6 +252,7 @@ async function sandboxPage(id) {
   let info;
   try { info = await api("GET", base); } catch (e) { showError(m, e); return; }
   head.append(el("span", { class: "state-" + info.state }, info.state), el("span", { class: "muted" }, (info.runtime || "") + " · " + info.profile),
+    el("a", { href: "#/desktop/" + encodeURIComponent(id), id: "desktop-link" }, "Desktop"),
     info.state === "running" ? confirmButton("Kill", "kill", async () => { await api("DELETE", base); location.hash = "#/"; }, { id: "kill" }) : "");
   const sec = (title, id, ...kids) => el("section", { id }, el("h2", {}, title), ...kids);
 
@@ -633,8 +635,9 @@ async function route() {
   const navKeys = document.getElementById("nav-keys"); // keys.js's page: admin sessions only
   if (navKeys) navKeys.hidden = !(session.key && session.key.admin);
   const h = location.hash.replace(/^#/, "") || "/";
-  for (const a of document.querySelectorAll("header nav a")) a.classList.toggle("active", a.getAttribute("href") === "#" + (h.startsWith("/sb/") ? "/" : h));
+  for (const a of document.querySelectorAll("header nav a")) a.classList.toggle("active", a.getAttribute("href") === "#" + (h.startsWith("/sb/") || h.startsWith("/desktop/") ? "/" : h));
   if (h.startsWith("/sb/")) sandboxPage(decodeURIComponent(h.slice(4)));
+  else if (h.startsWith("/desktop/")) desktopPage(clear(), decodeURIComponent(h.slice(9)), { api, el });
   else if (h === "/server") serverPage();
   else if (h === "/images") imagesPage();
   else if (h === "/templates") templatesPage();
