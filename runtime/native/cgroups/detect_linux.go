@@ -326,7 +326,12 @@ func delegateV2(mount, own string) (*host, error) {
 			return nil, fmt.Errorf("cgroup v2 delegated subtree %s: move launcher into supervisor leaf: %w", dir, err)
 		}
 	}
-	return v2At(dir, filepath.Join(dir, airlockDir), true)
+	h, err := v2At(dir, filepath.Join(dir, airlockDir), true)
+	if err != nil {
+		return nil, err
+	}
+	h.info.Delegated, h.info.Delegation = true, dir
+	return h, nil
 }
 
 // v2At returns a host creating groups in root, a directory below parent in
