@@ -122,6 +122,10 @@ type Group struct {
 	// airlock's root, so Create need not write it.
 	swappinessInherited bool
 
+	// leaves are the v2 leaves a split group's processes live in
+	// (SplitV2): Kill lists them too.
+	leaves []string
+
 	mu        sync.Mutex
 	destroyed bool
 }

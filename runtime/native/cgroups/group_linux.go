@@ -525,7 +525,11 @@ func closeAll(fds []int) {
 // procs lists the processes in the group across all its hierarchies.
 func (g *Group) procs() ([]int, error) {
 	var all []int
-	for _, d := range g.dirs {
+	dirs := g.dirs
+	if len(g.leaves) > 0 {
+		dirs = append(append([]string(nil), g.dirs...), g.leaves...)
+	}
+	for _, d := range dirs {
 		pids, err := readPids(d + "/cgroup.procs")
 		if err != nil {
 			if errors.Is(err, os.ErrNotExist) {
