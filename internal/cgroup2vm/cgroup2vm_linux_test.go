@@ -39,7 +39,23 @@ type buildResult struct {
 // testBinary compiles the tests of pkg (go test -c) once per process.
 func testBinary(t *testing.T, pkg string) string {
 	t.Helper()
-	v, _ := builds.LoadOrStore(pkg, &buildResult{})
+	return goBuild(t, "test", pkg)
+}
+
+// goBuild runs go test -c (verb "test") or go build (verb "build") of
+// pkg once per process and returns the binary.
+func goBuild(t *testing.T, verb, pkg string) string {
+	t.Helper()
+	b := prebuild(verb, pkg)
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	return b.path // removed by TestMain
+}
+
+// prebuild is goBuild without a test: safe to call from any goroutine.
+func prebuild(verb, pkg string) *buildResult {
+	v, _ := builds.LoadOrStore(verb+" "+pkg, &buildResult{})
 	b := v.(*buildResult)
 	b.once.Do(func() {
 		goTool, err := exec.LookPath("go")
@@ -52,18 +68,19 @@ func testBinary(t *testing.T, pkg string) string {
 			b.err = err
 			return
 		}
-		b.path = filepath.Join(dir, filepath.Base(pkg)+".test")
-		cmd := exec.Command(goTool, "test", "-c", "-o", b.path, "github.com/airlock-dev/airlock/"+pkg)
+		b.path = filepath.Join(dir, filepath.Base(pkg))
+		args := []string{"build", "-o", b.path}
+		if verb == "test" {
+			b.path += ".test"
+			args = []string{"test", "-c", "-o", b.path}
+		}
+		cmd := exec.Command(goTool, append(args, "github.com/airlock-dev/airlock/"+pkg)...)
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			b.err = &buildError{pkg: pkg, out: string(out), err: err}
 		}
 	})
-	if b.err != nil {
-		t.Fatal(b.err)
-	}
-	t.Cleanup(func() {}) // the binaries live for the process; removed by TestMain
-	return b.path
+	return b
 }
 
 type buildError struct {
@@ -120,7 +137,7 @@ func runGuest(t *testing.T, files map[string]string, script string) *Result {
 // where a sandbox's init lands, no cgroupfs inside).
 const (
 	cgroupsTests = "TestDetect|TestCreateAppliesLimitsAndAccounts|TestMemoryLimitOOMKill|TestPidsLimitStopsForkLoop|TestKillForkBomb|TestDestroyEmptyAndChildGroups|TestCleanupStale|TestV2|TestFreezeThrottledGroup"
-	nativeTests  = "TestStartJoinsCgroups|TestForkBomb|TestMemoryBomb|TestCPUQuota|TestNoWritableCgroupfs|TestRunEcho|TestPython"
+	nativeTests  = "TestStartJoinsCgroups|TestForkBomb|TestMemoryBomb|TestCPUQuota|TestNoWritableCgroupfs|TestRunEcho|TestAgentReserveV2"
 )
 
 // TestCgroupV2Guest boots one guest with only cgroup2 mounted and runs,
@@ -133,9 +150,21 @@ const (
 // and a delegated subtree uid 1000 can use and not leave.
 func TestCgroupV2Guest(t *testing.T) {
 	needGuest(t)
+	// Linked in parallel: each link of a large binary takes a while.
+	var wg sync.WaitGroup
+	for _, b := range [][2]string{{"test", "runtime/native/cgroups"}, {"test", "runtime/native"}, {"build", "cmd/airlock"}, {"build", "cmd/airlock-agent"}} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			prebuild(b[0], b[1])
+		}()
+	}
+	wg.Wait()
 	files := map[string]string{
-		"cgroups.test": testBinary(t, "runtime/native/cgroups"),
-		"native.test":  testBinary(t, "runtime/native"),
+		"cgroups.test":  testBinary(t, "runtime/native/cgroups"),
+		"native.test":   testBinary(t, "runtime/native"),
+		"airlock":       goBuild(t, "build", "cmd/airlock"),
+		"airlock-agent": goBuild(t, "build", "cmd/airlock-agent"),
 	}
 	script := `
 phase layout sh -exc '
@@ -146,7 +175,8 @@ phase layout sh -exc '
 	grep -q "^0::/phase-1$" /proc/self/cgroup
 '
 phase cgroups ./cgroups.test -test.v -test.count=1 -test.timeout=4m -test.run '` + cgroupsTests + `'
-phase native ./native.test -test.v -test.count=1 -test.timeout=4m -test.run '` + nativeTests + `'
+phase native env AIRLOCK_TEST_AGENT=/t/airlock-agent ./native.test -test.v -test.count=1 -test.timeout=4m -test.run '` + nativeTests + `'
+phase doctor sh -c '/t/airlock doctor > /tmp/doctor.txt; cat /tmp/doctor.txt; grep -q "^cgroup  *ok  *cgroup v2 (memory,pids,cpu) at /sys/fs/cgroup/airlock$" /tmp/doctor.txt'
 as_user delegated-layout sh -exc '
 	test "$(id -u)" = 1000
 	grep -q "^0::/user.slice/user-1000.slice/user@1000.service/app.scope$" /proc/self/cgroup
@@ -155,9 +185,11 @@ as_user delegated-layout sh -exc '
 	! mkdir /sys/fs/cgroup/user.slice/escape 2>/dev/null
 '
 as_user delegated-cgroups /t/cgroups.test -test.v -test.count=1 -test.timeout=4m -test.run '` + cgroupsTests + `'
-as_user delegated-native /t/native.test -test.v -test.count=1 -test.timeout=4m -test.run '` + nativeTests + `'
+as_user delegated-native env AIRLOCK_TEST_AGENT=/t/airlock-agent /t/native.test -test.v -test.count=1 -test.timeout=4m -test.run '` + nativeTests + `'
+as_user delegated-doctor sh -c '/t/airlock doctor > /tmp/doctor-user.txt; cat /tmp/doctor-user.txt; grep -q "^cgroup  *ok  *cgroup v2 (memory,pids,cpu) in the delegated subtree /sys/fs/cgroup/user.slice/user-1000.slice/user@1000.service/app.scope, at " /tmp/doctor-user.txt'
+phase undelegated-doctor sh -c 'exec su -s /bin/sh -c "/t/airlock doctor > /tmp/doctor-nodelegation.txt; cat /tmp/doctor-nodelegation.txt; grep -q \"^cgroup  *missing .*delegated\" /tmp/doctor-nodelegation.txt" -- user'
 `
-	phases := []string{"layout", "cgroups", "native", "delegated-layout", "delegated-cgroups", "delegated-native"}
+	phases := []string{"layout", "cgroups", "native", "doctor", "delegated-layout", "delegated-cgroups", "delegated-native", "delegated-doctor", "undelegated-doctor"}
 	res := runGuest(t, files, script)
 	for _, name := range phases {
 		t.Run(name, func(t *testing.T) {

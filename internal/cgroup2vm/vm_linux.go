@@ -335,8 +335,10 @@ as_user() {
 		for c in memory pids cpu; do echo "+$c" > $d/cgroup.subtree_control || die "enable $c in $d"; done
 	done
 	chown 1000:1000 $U $U/cgroup.procs $U/cgroup.subtree_control $U/cgroup.threads || die "delegate $U"
+	# The user's manager enables the controllers down to a delegated scope.
+	for c in memory pids cpu; do echo "+$c" > $U/cgroup.subtree_control || die "enable $c in $U"; done
 	mkdir $U/app.scope && chown 1000:1000 $U/app.scope $U/app.scope/cgroup.procs $U/app.scope/cgroup.subtree_control $U/app.scope/cgroup.threads || die "app.scope"
-	(cd /home/user && HOME=/home/user exec sh -c 'echo $$ > "$0/cgroup.procs" && exec su -s /bin/sh user -c "exec \"\$0\" \"\$@\"" "$@"' $U/app.scope "$@")
+	(cd /home/user && HOME=/home/user exec sh -c 'echo $$ > "$0/cgroup.procs" && exec su -s /bin/sh -c "exec \"\$0\" \"\$@\"" -- user "$@"' $U/app.scope "$@")
 	echo "@@cgroup2vm-exit $name $?"
 	rmdir $U/app.scope/* 2>/dev/null; rmdir $U/app.scope 2>/dev/null
 }

@@ -213,21 +213,6 @@ func forkChild(p *plan) (pid int, err syscall.Errno) {
 		goto fail
 	}
 	syscall.RawSyscall(syscall.SYS_CLOSE, uintptr(p.syncFd), 0, 0)
-	// No namespace can be made in the sandbox's user namespace, whatever
-	// the system call (clone3's flags are out of seccomp's reach). The
-	// limits are the user namespace's own; only CAP_SYS_RESOURCE in it,
-	// which nothing in the sandbox keeps, could raise them.
-	for i := 0; i < len(p.nsLimits); i++ {
-		fd, _, e1 = syscall.RawSyscall6(syscall.SYS_OPENAT, atFDCWD, uintptr(unsafe.Pointer(p.nsLimits[i])), syscall.O_WRONLY|syscall.O_CLOEXEC, 0, 0, 0)
-		if e1 == 0 {
-			_, _, e1 = syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&p.zero[0])), 1)
-			syscall.RawSyscall(syscall.SYS_CLOSE, fd, 0, 0)
-		}
-		if e1 != 0 {
-			stage = stageNSLimits
-			goto fail
-		}
-	}
 	// Under host memory pressure the kernel should kill sandboxes before
 	// the server or the host's daemons: raise our OOM score (raising needs
 	// no privilege; children inherit it).
@@ -243,6 +228,22 @@ func forkChild(p *plan) (pid int, err syscall.Errno) {
 	if p.unshareCg {
 		if _, _, e1 = syscall.RawSyscall(syscall.SYS_UNSHARE, syscall.CLONE_NEWCGROUP, 0, 0); e1 != 0 {
 			stage = stageCgroupNS
+			goto fail
+		}
+	}
+	// From here on no namespace can be made in the sandbox's user
+	// namespace (its cgroup namespace is the last), whatever
+	// the system call (clone3's flags are out of seccomp's reach). The
+	// limits are the user namespace's own; only CAP_SYS_RESOURCE in it,
+	// which nothing in the sandbox keeps, could raise them.
+	for i := 0; i < len(p.nsLimits); i++ {
+		fd, _, e1 = syscall.RawSyscall6(syscall.SYS_OPENAT, atFDCWD, uintptr(unsafe.Pointer(p.nsLimits[i])), syscall.O_WRONLY|syscall.O_CLOEXEC, 0, 0, 0)
+		if e1 == 0 {
+			_, _, e1 = syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&p.zero[0])), 1)
+			syscall.RawSyscall(syscall.SYS_CLOSE, fd, 0, 0)
+		}
+		if e1 != 0 {
+			stage = stageNSLimits
 			goto fail
 		}
 	}

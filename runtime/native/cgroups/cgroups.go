@@ -122,8 +122,8 @@ type Group struct {
 	// airlock's root, so Create need not write it.
 	swappinessInherited bool
 
-	// leaves are the v2 leaves a split group's processes live in
-	// (SplitV2): Kill lists them too.
+	// leaves are where a split v2 group's processes live (SplitV2): Kill
+	// lists them too (missing ones are skipped).
 	leaves []string
 
 	mu        sync.Mutex

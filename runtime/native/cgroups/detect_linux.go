@@ -331,6 +331,13 @@ func delegateV2(mount, own string) (*host, error) {
 		return nil, err
 	}
 	h.info.Delegated, h.info.Delegation = true, dir
+	if len(h.info.Controllers) < len(v2Wanted) {
+		// Nothing airlock can do from inside: the controllers must be
+		// enabled above the subtree by whoever delegated it.
+		offered, _ := readControllers(filepath.Join(dir, "cgroup.controllers"))
+		h.info.Reason += fmt.Sprintf("; the delegated subtree %s offers [%s] (its cgroup.controllers): the manager that delegated it must enable memory, pids and cpu for it (systemd: Delegate=yes)",
+			dir, strings.Join(offered, " "))
+	}
 	return h, nil
 }
 

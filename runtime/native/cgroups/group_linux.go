@@ -114,6 +114,9 @@ func (h *host) group(name string) *Group {
 			return ""
 		}
 		g.memDir, g.pidsDir, g.cpuDir, g.acctDir, g.freezerDir = has("memory"), has("pids"), has("cpu"), d, d
+		// A split group's processes are in its leaves (SplitV2); a group
+		// looked up after a restart may be one.
+		g.leaves = []string{d + "/" + AgentLeafName, d + "/" + WorkloadName}
 		return g
 	}
 	dir := func(c string) string {

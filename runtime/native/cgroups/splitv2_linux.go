@@ -70,7 +70,6 @@ func (g *Group) SplitV2(workload Limits, reservePids, reserveMemory int64, owner
 			return fail(err)
 		}
 	}
-	g.leaves = []string{s.agentDir, w}
 	for _, f := range []string{d + "/cgroup.procs", w + "/cgroup.procs"} {
 		if err := os.Chown(f, owner, group); err != nil {
 			return fail(err)
