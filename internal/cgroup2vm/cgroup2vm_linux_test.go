@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"sync"
@@ -186,10 +187,11 @@ as_user delegated-layout sh -exc '
 '
 as_user delegated-cgroups /t/cgroups.test -test.v -test.count=1 -test.timeout=4m -test.run '` + cgroupsTests + `'
 as_user delegated-native env AIRLOCK_TEST_AGENT=/t/airlock-agent /t/native.test -test.v -test.count=1 -test.timeout=4m -test.run '` + nativeTests + `'
-as_user delegated-doctor sh -c '/t/airlock doctor > /tmp/doctor-user.txt; cat /tmp/doctor-user.txt; grep -q "^cgroup  *ok  *cgroup v2 (memory,pids,cpu) in the delegated subtree /sys/fs/cgroup/user.slice/user-1000.slice/user@1000.service/app.scope, at " /tmp/doctor-user.txt'
+as_user delegated-doctor /t/airlock doctor
+as_user shared-delegation-doctor sh -c '/t/airlock doctor > /tmp/doctor-shared.txt; cat /tmp/doctor-shared.txt; grep -q "^cgroup  *missing .*processes other than airlock are in that cgroup (start airlock alone" /tmp/doctor-shared.txt'
 phase undelegated-doctor sh -c 'exec su -s /bin/sh -c "/t/airlock doctor > /tmp/doctor-nodelegation.txt; cat /tmp/doctor-nodelegation.txt; grep -q \"^cgroup  *missing .*delegated\" /tmp/doctor-nodelegation.txt" -- user'
 `
-	phases := []string{"layout", "cgroups", "native", "doctor", "delegated-layout", "delegated-cgroups", "delegated-native", "delegated-doctor", "undelegated-doctor"}
+	phases := []string{"layout", "cgroups", "native", "doctor", "delegated-layout", "delegated-cgroups", "delegated-native", "delegated-doctor", "shared-delegation-doctor", "undelegated-doctor"}
 	res := runGuest(t, files, script)
 	for _, name := range phases {
 		t.Run(name, func(t *testing.T) {
@@ -204,6 +206,16 @@ phase undelegated-doctor sh -c 'exec su -s /bin/sh -c "/t/airlock doctor > /tmp/
 	}
 	if !strings.Contains(res.Console, "python 3") {
 		t.Errorf("python3 did not run in the guest")
+	}
+	// airlock doctor names the version and, as the delegated user, the
+	// subtree it was given.
+	for _, want := range []string{
+		`(?m)^cgroup +ok +cgroup v2 \(memory,pids,cpu\) at /sys/fs/cgroup/airlock$`,
+		`(?m)^cgroup +ok +cgroup v2 \(memory,pids,cpu\) in the delegated subtree /sys/fs/cgroup/user.slice/user-1000.slice/user@1000.service/app.scope, at /sys/fs/cgroup/user.slice/user-1000.slice/user@1000.service/app.scope/airlock$`,
+	} {
+		if !regexp.MustCompile(want).MatchString(res.Console) {
+			t.Errorf("doctor printed no line matching %s", want)
+		}
 	}
 }
 

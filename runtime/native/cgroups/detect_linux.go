@@ -331,10 +331,10 @@ func delegateV2(mount, own string) (*host, error) {
 		return nil, err
 	}
 	h.info.Delegated, h.info.Delegation = true, dir
-	if len(h.info.Controllers) < len(v2Wanted) {
+	offered, _ := readControllers(filepath.Join(dir, "cgroup.controllers"))
+	if len(intersect(v2Wanted, offered)) < len(v2Wanted) {
 		// Nothing airlock can do from inside: the controllers must be
 		// enabled above the subtree by whoever delegated it.
-		offered, _ := readControllers(filepath.Join(dir, "cgroup.controllers"))
 		h.info.Reason += fmt.Sprintf("; the delegated subtree %s offers [%s] (its cgroup.controllers): the manager that delegated it must enable memory, pids and cpu for it (systemd: Delegate=yes)",
 			dir, strings.Join(offered, " "))
 	}
@@ -394,7 +394,7 @@ func enableControllers(dir string) []string {
 		}
 		if err := writeFile(filepath.Join(dir, "cgroup.subtree_control"), "+"+c); err != nil {
 			if errors.Is(err, unix.EBUSY) {
-				notes = append(notes, fmt.Sprintf("cannot enable %s in %s: the cgroup has processes of its own", c, dir))
+				notes = append(notes, fmt.Sprintf("cannot enable %s in %s: processes other than airlock are in that cgroup (start airlock alone in its delegated cgroup, e.g. systemd-run --user --scope -p Delegate=yes airlock ...)", c, dir))
 			} else {
 				notes = append(notes, fmt.Sprintf("cannot enable %s: %v", c, err))
 			}
