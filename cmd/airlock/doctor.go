@@ -72,7 +72,7 @@ func doctor() (rt.Enforced, bool) {
 	info := cgroups.Detect()
 	cg := rt.Layer{Name: "cgroup", State: rt.StateOK, Detail: info.Describe()}
 	if info.Version == 0 || info.Reason != "" {
-		cg.State, cg.Detail, ok = rt.StateMissing, info.Reason, false
+		cg.State, cg.Detail, ok = rt.StateMissing, info.Reason+"; fix: "+hostcheck.CgroupFix(), false
 	}
 	out = append(out, cg)
 	// Start-up speed, not isolation: a slow join never fails the doctor.

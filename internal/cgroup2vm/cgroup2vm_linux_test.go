@@ -189,7 +189,7 @@ as_user delegated-cgroups /t/cgroups.test -test.v -test.count=1 -test.timeout=4m
 as_user delegated-native env AIRLOCK_TEST_AGENT=/t/airlock-agent /t/native.test -test.v -test.count=1 -test.timeout=4m -test.run '` + nativeTests + `'
 as_user delegated-doctor /t/airlock doctor
 as_user shared-delegation-doctor sh -c '/t/airlock doctor > /tmp/doctor-shared.txt; cat /tmp/doctor-shared.txt; grep -q "^cgroup  *missing .*processes other than airlock are in that cgroup (start airlock alone" /tmp/doctor-shared.txt'
-phase undelegated-doctor sh -c 'exec su -s /bin/sh -c "/t/airlock doctor > /tmp/doctor-nodelegation.txt; cat /tmp/doctor-nodelegation.txt; grep -q \"^cgroup  *missing .*delegated\" /tmp/doctor-nodelegation.txt" -- user'
+phase undelegated-doctor sh -c 'exec su -s /bin/sh -c "/t/airlock doctor > /tmp/doctor-nodelegation.txt; cat /tmp/doctor-nodelegation.txt; grep -q \"^cgroup  *missing .*fix: run airlock as root (sudo), or give it a delegated cgroup v2 subtree\" /tmp/doctor-nodelegation.txt" -- user'
 `
 	phases := []string{"layout", "cgroups", "native", "doctor", "delegated-layout", "delegated-cgroups", "delegated-native", "delegated-doctor", "shared-delegation-doctor", "undelegated-doctor"}
 	res := runGuest(t, files, script)

@@ -387,18 +387,21 @@ func enableControllers(dir string) []string {
 	if err != nil {
 		return []string{err.Error()}
 	}
-	var notes []string
+	var notes, busy []string
 	for _, c := range intersect(v2Wanted, avail) {
 		if contains(on, c) {
 			continue
 		}
 		if err := writeFile(filepath.Join(dir, "cgroup.subtree_control"), "+"+c); err != nil {
 			if errors.Is(err, unix.EBUSY) {
-				notes = append(notes, fmt.Sprintf("cannot enable %s in %s: processes other than airlock are in that cgroup (start airlock alone in its delegated cgroup, e.g. systemd-run --user --scope -p Delegate=yes airlock ...)", c, dir))
+				busy = append(busy, c)
 			} else {
 				notes = append(notes, fmt.Sprintf("cannot enable %s: %v", c, err))
 			}
 		}
+	}
+	if len(busy) > 0 {
+		notes = append(notes, fmt.Sprintf("cannot enable %s in %s: processes other than airlock are in that cgroup (start airlock alone in its delegated cgroup, e.g. systemd-run --user --scope -p Delegate=yes airlock ...)", strings.Join(busy, ","), dir))
 	}
 	return notes
 }
