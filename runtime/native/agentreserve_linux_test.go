@@ -129,6 +129,22 @@ func TestAgentReserveV2(t *testing.T) {
 	if out, st := exec("cat /proc/self/cgroup; sh -c 'cat /proc/self/cgroup'"); out != "0::/workload\n0::/workload\n" || st.Code != 0 {
 		t.Fatalf("workload's /proc/self/cgroup: %q (%+v), want 0::/workload twice", out, st)
 	}
+	// clone3 passes seccomp here (the agent needs it): no namespace can
+	// be made with it, the sandbox's user namespace allows none.
+	const clone3NewUser = `import ctypes, os, struct
+libc = ctypes.CDLL(None, use_errno=True)
+for name, flag in (("user", 0x10000000), ("net", 0x40000000), ("cgroup", 0x02000000)):
+    args = ctypes.create_string_buffer(struct.pack("11Q", flag, 0, 0, 0, 17, 0, 0, 0, 0, 0, 0))
+    r = libc.syscall(435, args, 88)
+    if r == 0:
+        os._exit(0)
+    if r > 0:
+        os.waitpid(r, 0)
+    print(name, r, ctypes.get_errno())
+`
+	if out, st := exec("python3 -c '" + clone3NewUser + "'"); st.Code != 0 || out != "user -1 28\nnet -1 1\ncgroup -1 1\n" {
+		t.Fatalf("clone3 with new namespaces in the workload: %q (%+v), want -1 with ENOSPC (user, refused by the namespace limit) or EPERM", out, st)
+	}
 	cgfs := "/sys/fs/cgroup" + group
 	readInt := func(f string) int64 {
 		b, err := os.ReadFile(cgfs + "/" + f)
