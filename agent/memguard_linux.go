@@ -39,6 +39,11 @@ type workloadGroup struct {
 	fd    int // the group's directory, for CLONE_INTO_CGROUP
 	limit int64
 	kills atomic.Int64
+	// native is set for the native runtime's workload leaf on cgroup v2
+	// (--workload-cgroup-fd): the host's kernel enforces its limits and
+	// its files are writable by the agent's own ids, so the agent only
+	// clones into it.
+	native bool
 }
 
 // theWorkload is set up once, before the agent serves; nil when the
@@ -81,10 +86,40 @@ func workloadCgroupArg(args []string) (mem int64, pids int64, ok bool, err error
 	return 0, 0, false, nil
 }
 
+// workloadLeafArg finds "--workload-cgroup-fd=N" in args: the native
+// runtime on cgroup v2 hands the agent its workload's cgroup leaf as fd N
+// (native.Start, cgroups.V2Split), and every process the agent starts is
+// cloned into it.
+func workloadLeafArg(args []string) (int, bool, error) {
+	for _, arg := range args {
+		v, found := strings.CutPrefix(arg, "--workload-cgroup-fd=")
+		if !found {
+			continue
+		}
+		fd, err := strconv.Atoi(v)
+		if err != nil || fd < 3 {
+			return 0, false, fmt.Errorf("bad --workload-cgroup-fd %q (want a descriptor above stderr)", v)
+		}
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
+			return 0, false, fmt.Errorf("--workload-cgroup-fd=%d: not an open directory (%v)", fd, err)
+		}
+		unix.CloseOnExec(fd)
+		return fd, true, nil
+	}
+	return 0, false, nil
+}
+
 // setupWorkloadCgroup makes the workload's group when args ask for it. It
 // must run while the agent is root inside gVisor, before mountTmpfs drops
 // its privileges.
 func setupWorkloadCgroup(args []string) error {
+	if fd, ok, err := workloadLeafArg(args); err != nil || ok {
+		if ok {
+			theWorkload = &workloadGroup{fd: fd, native: true}
+		}
+		return err
+	}
 	mem, pids, ok, err := workloadCgroupArg(args)
 	if err != nil || !ok {
 		return err
@@ -126,7 +161,7 @@ func setupWorkloadCgroup(args []string) error {
 // and setgid only, and the processes the spawner starts lose everything at
 // exec.
 func (w *workloadGroup) join() error {
-	if w == nil {
+	if w == nil || w.native {
 		return nil
 	}
 	// Raise dac_override, permitted to both agent identities (a workload

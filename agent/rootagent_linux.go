@@ -60,7 +60,7 @@ func becomeRootAgent(aid int, args []string) error {
 	// thread raises dac_override to clone into it (workloadGroup.join): it
 	// stays permitted, as for a workload user's agent.
 	permits := uint64(wantAgentCaps) | keep
-	if theWorkload != nil {
+	if theWorkload != nil && !theWorkload.native {
 		permits |= 1 << unix.CAP_DAC_OVERRIDE
 	}
 	hdr := [capUserHeadLen]uint32{linuxCapV3, 0}

@@ -139,7 +139,7 @@ const agentPermits = agentKeeps | 1<<unix.CAP_DAC_OVERRIDE
 // then clears every capability (no file capabilities, no ambient set).
 func becomeAgent(aid, uid, gid int) error {
 	permits := agentKeeps
-	if theWorkload != nil {
+	if theWorkload != nil && !theWorkload.native {
 		permits = agentPermits
 	}
 	// The bounding set only limits what an exec may gain: emptied, it

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 
 	"github.com/airlock-dev/airlock/internal/hostcheck"
 	"github.com/airlock-dev/airlock/policy"
@@ -71,9 +70,9 @@ func doctor() (rt.Enforced, bool) {
 	var out rt.Enforced
 	ok := true
 	info := cgroups.Detect()
-	cg := rt.Layer{Name: "cgroup", State: rt.StateOK, Detail: fmt.Sprintf("v%d, controllers %s, root %s", info.Version, strings.Join(info.Controllers, ","), info.Root)}
+	cg := rt.Layer{Name: "cgroup", State: rt.StateOK, Detail: info.Describe()}
 	if info.Version == 0 || info.Reason != "" {
-		cg.State, cg.Detail, ok = rt.StateMissing, info.Reason, false
+		cg.State, cg.Detail, ok = rt.StateMissing, info.Reason+"; fix: "+hostcheck.CgroupFix(), false
 	}
 	out = append(out, cg)
 	// Start-up speed, not isolation: a slow join never fails the doctor.

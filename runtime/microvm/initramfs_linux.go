@@ -271,6 +271,11 @@ type module struct{ name, path string }
 // first, from the kernel's modules.dep; a module built into the kernel
 // (absent from modules.dep) needs nothing.
 func moduleFiles(kernel string) ([]module, error) {
+	return modulesOf(kernel, guestModules)
+}
+
+// modulesOf is moduleFiles for the modules named.
+func modulesOf(kernel string, names []string) ([]module, error) {
 	ver, ok := strings.CutPrefix(filepath.Base(kernel), "vmlinuz-")
 	if !ok {
 		return nil, fmt.Errorf("microvm: kernel %s: want a /boot/vmlinuz-VERSION", kernel)
@@ -303,7 +308,7 @@ func moduleFiles(kernel string) ([]module, error) {
 		}
 		out = append(out, module{name: filepath.Base(file), path: filepath.Join(dir, file)})
 	}
-	for _, m := range guestModules {
+	for _, m := range names {
 		if d, ok := deps[m]; ok {
 			if strings.HasSuffix(d[0], ".ko.xz") || strings.HasSuffix(d[0], ".ko.zst") || strings.HasSuffix(d[0], ".ko.gz") {
 				return nil, fmt.Errorf("microvm: module %s is compressed; busybox insmod wants plain .ko", d[0])

@@ -283,7 +283,7 @@ func (Tier) Start(cfg native.Config) (tier.Instance, []net.Listener, error) {
 		// Under TCG on a loaded host the kernel cannot calibrate its
 		// clocks against the emulated PIT and stalls: give it the TSC
 		// rate and the delay loop instead of measuring them.
-		timing = " tsc_early_khz=2000000 lpj=4000000 no_timer_check"
+		timing = " " + TCGKernelArgs
 	}
 	appendLine := fmt.Sprintf("console=ttyS0 quiet loglevel=3 panic=-1 rdinit=/init%s AIRLOCK_USER=%s AIRLOCK_TMPFS=%d AIRLOCK_ROOT=%s%s%s -- %s",
 		timing, user, tmpfs, rootKind, egressEnv, filesEnv+volEnv, strings.Join(agentArgs, " "))

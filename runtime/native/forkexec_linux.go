@@ -93,8 +93,12 @@ type plan struct {
 	argv      []*byte // nil-terminated
 	envv      []*byte // nil-terminated
 	unshareCg bool
-	noPdeath  bool     // long-lived sandboxes survive a restart of the server
-	ifreqLo   [40]byte // struct ifreq{"lo", IFF_UP} to bring loopback up
+	noPdeath  bool // long-lived sandboxes survive a restart of the server
+
+	nsLimits []*byte  // /proc/sys/user/max_*_namespaces files the child sets to 0 (seccomp.Guards.Clone3)
+	zero     [1]byte  // "0"
+	leafFd   int      // >= 4: the workload's cgroup leaf, handed to the init as fd 3 (cgroups.V2Split); else -1
+	ifreqLo  [40]byte // struct ifreq{"lo", IFF_UP} to bring loopback up
 
 	oomPath  *byte  // "/proc/self/oom_score_adj"
 	oomScore []byte // the value written there
@@ -139,6 +143,8 @@ const (
 	stageAmbientRaise
 	stageCgroupJoin
 	stageCtty
+	stageNSLimits
+	stageLeafFd
 	stageOp      uint32 = 1000
 	stageRemount uint32 = 2000
 )
@@ -222,6 +228,22 @@ func forkChild(p *plan) (pid int, err syscall.Errno) {
 	if p.unshareCg {
 		if _, _, e1 = syscall.RawSyscall(syscall.SYS_UNSHARE, syscall.CLONE_NEWCGROUP, 0, 0); e1 != 0 {
 			stage = stageCgroupNS
+			goto fail
+		}
+	}
+	// From here on no namespace can be made in the sandbox's user
+	// namespace (its cgroup namespace is the last), whatever
+	// the system call (clone3's flags are out of seccomp's reach). The
+	// limits are the user namespace's own; only CAP_SYS_RESOURCE in it,
+	// which nothing in the sandbox keeps, could raise them.
+	for i := 0; i < len(p.nsLimits); i++ {
+		fd, _, e1 = syscall.RawSyscall6(syscall.SYS_OPENAT, atFDCWD, uintptr(unsafe.Pointer(p.nsLimits[i])), syscall.O_WRONLY|syscall.O_CLOEXEC, 0, 0, 0)
+		if e1 == 0 {
+			_, _, e1 = syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&p.zero[0])), 1)
+			syscall.RawSyscall(syscall.SYS_CLOSE, fd, 0, 0)
+		}
+		if e1 != 0 {
+			stage = stageNSLimits
 			goto fail
 		}
 	}
@@ -444,6 +466,12 @@ func forkChild(p *plan) (pid int, err syscall.Errno) {
 	if _, _, e1 = syscall.RawSyscall(unix.SYS_CLOSE_RANGE, 3, ^uintptr(0), unix.CLOSE_RANGE_CLOEXEC); e1 != 0 {
 		stage = stageCloseRange
 		goto fail
+	}
+	if p.leafFd >= 4 {
+		if _, _, e1 = syscall.RawSyscall(syscall.SYS_DUP3, uintptr(p.leafFd), 3, 0); e1 != 0 {
+			stage = stageLeafFd
+			goto fail
+		}
 	}
 	if _, _, e1 = syscall.RawSyscall(syscall.SYS_CHDIR, uintptr(unsafe.Pointer(p.workdir)), 0, 0); e1 != 0 {
 		stage = stageChdir

@@ -2,22 +2,27 @@ package native
 
 import (
 	"bytes"
+
 	"errors"
 	"fmt"
+	"github.com/airlock-dev/airlock/policy"
 	"os"
 	"strconv"
 	"strings"
 )
 
-// The agent's reserve beyond the workload's limits (Config.Agent, cgroup
-// v1): its threads and memory count against the sandbox's group, the
-// workload's against a child group with the policy's limits.
+// The agent's reserve beyond the workload's limits (Config.Agent): its
+// threads (v1) or process (v2) and memory count against the sandbox's
+// group, the workload's against a child group (v1) or sibling leaf (v2)
+// with the policy's limits.
 const (
 	AgentReservePids   = 64
 	AgentReserveMemory = 64 << 20
 )
 
-// ReserveAgent moves every thread of the init (the agent) but its spawning
+// ReserveAgent, on cgroup v2, moves the init (the agent) into its leaf
+// and turns the limits of the workload's leaf on (cgroups.V2Split.Reserve).
+// On cgroup v1 it moves every thread of the init (the agent) but its spawning
 // thread into the sandbox's own group, out of the workload's child group.
 // spawnerTid is that thread's id inside the sandbox's pid namespace, as the
 // agent reports it: workload processes are forked from it and so start in
@@ -25,6 +30,11 @@ const (
 // from the moved ones and stay in the agent's reserve. A no-op without a
 // workload group.
 func (s *Sandbox) ReserveAgent(spawnerTid int) error {
+	if s.split != nil {
+		// cgroup v2: the whole agent goes to its leaf; it clones workload
+		// processes into theirs.
+		return s.split.Reserve(s.Pid)
+	}
 	if s.workload == nil {
 		return nil
 	}
@@ -86,4 +96,18 @@ func (s *Sandbox) threadsExcept(nsTid int, seen map[int]bool) ([]int, bool, erro
 		tids = append(tids, tid)
 	}
 	return tids, found, nil
+}
+
+// agentIDs are the host uid and gid the sandbox's agent runs as: AgentUID
+// (and its gid, or a root workload's) in a leased range as root; the
+// workload's own, the caller's ids, otherwise.
+func agentIDs(p policy.Policy, ids idMap) (uid, gid int) {
+	uid, gid = p.User.UID, p.User.GID
+	if ids.setgroups {
+		uid, gid = AgentUID, AgentUID
+		if p.User.Root {
+			gid = p.User.GID
+		}
+	}
+	return ids.hostUID - p.User.UID + uid, ids.hostGID - p.User.GID + gid
 }

@@ -45,7 +45,8 @@ type Sandbox struct {
 
 	pidfd    int // the init's pidfd; -1 once closed (guarded by mu)
 	group    *cgroups.Group
-	workload *cgroups.Group // the workload's child group (Config.Agent, cgroup v1), or nil
+	workload *cgroups.Group   // the workload's child group (Config.Agent, cgroup v1), or nil
+	split    *cgroups.V2Split // the agent and workload leaves (Config.Agent, cgroup v2), or nil
 	enforced rt.Enforced
 
 	listeners []net.Listener
@@ -294,7 +295,27 @@ func Start(cfg Config) (*Sandbox, error) {
 		}
 	}
 	var workload *cgroups.Group
-	if group != nil && cfg.Agent {
+	var split *cgroups.V2Split
+	if group != nil && cfg.Agent && group.Version() == 2 {
+		// The agent keeps a reserve of pids and memory the workload cannot
+		// take: agent and workload get sibling leaves, and the agent clones
+		// every workload process into its leaf (CLONE_INTO_CGROUP).
+		auid, agid := agentIDs(p, ids)
+		sp, serr := group.SplitV2(cgroups.Limits{MemoryBytes: p.Limits.MemoryBytes, Pids: p.Limits.Pids}, AgentReservePids, AgentReserveMemory, auid, agid)
+		if serr == nil {
+			split = sp
+			guards.Clone3 = true
+			if filter, err = seccomp.BuildWith(string(p.Profile), guards); err != nil {
+				destroyGroup(group)
+				return nil, &SetupError{Step: "seccomp", Err: err}
+			}
+			enforced = append(enforced, rt.Layer{Name: "agent_reserve", State: rt.StateOK,
+				Detail: fmt.Sprintf("cgroup v2: the workload runs in its own leaf (cloned into it: CLONE_INTO_CGROUP) with the pids and memory limits; the agent's sibling leaf keeps %d pids and %d MiB", AgentReservePids, AgentReserveMemory>>20)})
+		} else {
+			enforced = append(enforced, rt.Layer{Name: "agent_reserve", State: rt.StateDegraded,
+				Detail: "the agent shares the workload's pids and memory limits: " + serr.Error()})
+		}
+	} else if group != nil && cfg.Agent {
 		// The agent keeps a reserve of pids and memory the workload cannot
 		// take: the workload lives in a child group with the policy's limits.
 		wl, serr := group.Split(cgroups.Limits{MemoryBytes: p.Limits.MemoryBytes, Pids: p.Limits.Pids}, AgentReservePids, AgentReserveMemory)
@@ -379,6 +400,26 @@ func Start(cfg Config) (*Sandbox, error) {
 	} else if cfg.Agent {
 		enforced = append(enforced, rt.Layer{Name: "agent", State: rt.StateDegraded,
 			Detail: "unprivileged: the agent shares the workload's uid (non-dumpable, signals caught, but prlimit/setpriority by the workload reach it)"})
+	}
+	pl.leafFd = -1
+	if split != nil {
+		// fd 3 of the agent is the workload's leaf; no new namespaces, as
+		// clone3 passes seccomp (seccomp.Guards.Clone3).
+		leaf, err := split.OpenWorkload()
+		if err == nil {
+			pl.leafFd, err = unix.FcntlInt(uintptr(leaf), unix.F_DUPFD_CLOEXEC, 4)
+			unix.Close(leaf)
+		}
+		if err != nil {
+			destroyGroup(group)
+			return nil, &SetupError{Step: "workload cgroup leaf", Err: err}
+		}
+		defer unix.Close(pl.leafFd)
+		pl.argv = cstrs(append(append([]string(nil), cfg.Args...), "--workload-cgroup-fd=3"))
+		for _, n := range []string{"user", "mnt", "pid", "net", "ipc", "uts", "cgroup", "time"} {
+			pl.nsLimits = append(pl.nsLimits, cstr("/proc/sys/user/max_"+n+"_namespaces"))
+		}
+		pl.zero[0] = '0'
 	}
 	pl.oomPath, pl.oomScore = cstr("/proc/self/oom_score_adj"), []byte(strconv.Itoa(OOMScoreAdj))
 	copy(pl.ifreqLo[:], "lo")
@@ -524,7 +565,7 @@ func Start(cfg Config) (*Sandbox, error) {
 		destroyGroup(group)
 		return nil, &SetupError{Step: "pidfd_open", Err: perr}
 	}
-	s := &Sandbox{ID: id, Pid: pid, pidfd: pidfd, group: group, enforced: enforced, waitDone: make(chan struct{}), detached: detached}
+	s := &Sandbox{ID: id, Pid: pid, pidfd: pidfd, group: group, split: split, enforced: enforced, waitDone: make(chan struct{}), detached: detached}
 	register(s)
 
 	fail := func(step string, err error) (*Sandbox, error) {
@@ -640,7 +681,8 @@ func stageName(st uint32, t *treeBuilder) string {
 		stagePdeath: "parent-death signal", stageNoNewPrivs: "no_new_privs", stageLandlock: "landlock",
 		stageDup: "stdio", stageCloseRange: "close descriptors", stageChdir: "chdir to workdir",
 		stageSeccomp: "seccomp", stageExec: "execve", stageLoopback: "bring up loopback", stageListen: "open listeners", stageOOMScore: "oom_score_adj", stageAmbientRaise: "raise the agent's ambient capabilities",
-		stageCgroupJoin: "join cgroup", stageCtty: "controlling terminal"}
+		stageCgroupJoin: "join cgroup", stageCtty: "controlling terminal", stageNSLimits: "limit namespaces (max_*_namespaces)",
+		stageLeafFd: "hand over the workload cgroup leaf"}
 	if n, ok := names[st]; ok {
 		return n
 	}

@@ -41,6 +41,25 @@ type Info struct {
 	Root string
 	// Reason says why cgroups are unusable or degraded; empty if fine.
 	Reason string
+	// Delegated is set on cgroup v2 when Root lies in a subtree delegated
+	// to the process (systemd's Delegate=yes, as a non-root user) rather
+	// than at the top of the hierarchy; Delegation then names that subtree.
+	Delegated  bool
+	Delegation string
+}
+
+// Describe says in one line what the host offers, for airlock doctor:
+// "cgroup v2 (memory,pids,cpu) at /sys/fs/cgroup/airlock" or, on a
+// delegated subtree, "cgroup v2 (...) in the delegated subtree D, at R".
+func (i Info) Describe() string {
+	s := describe(i.Version, i.Controllers)
+	switch {
+	case i.Version == 0:
+		return s
+	case i.Delegated:
+		return fmt.Sprintf("%s in the delegated subtree %s, at %s", s, i.Delegation, i.Root)
+	}
+	return s + " at " + i.Root
 }
 
 // Has reports whether controller c is usable.
@@ -102,6 +121,10 @@ type Group struct {
 	// swappinessInherited: v1 groups inherit memory.swappiness 0 from
 	// airlock's root, so Create need not write it.
 	swappinessInherited bool
+
+	// leaves are where a split v2 group's processes live (SplitV2): Kill
+	// lists them too (missing ones are skipped).
+	leaves []string
 
 	mu        sync.Mutex
 	destroyed bool

@@ -229,7 +229,7 @@ func TestCreateAppliesLimitsAndAccounts(t *testing.T) {
 		}
 	}
 	p.release(t)
-	eventually(t, 20*time.Second, "the child to use CPU and start sleeping", func() bool {
+	eventually(t, 90*time.Second, "the child to use CPU and start sleeping", func() bool {
 		st, err := g.Stats()
 		if err != nil {
 			t.Fatal(err)
@@ -511,7 +511,7 @@ func TestV2CreateStatsKillDestroy(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.release(t)
-	eventually(t, 20*time.Second, "cpu.stat usage and two sleeping children", func() bool {
+	eventually(t, 90*time.Second, "cpu.stat usage and two sleeping children", func() bool {
 		st, err := g.Stats()
 		if err != nil {
 			t.Fatal(err)

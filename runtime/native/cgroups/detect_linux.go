@@ -326,7 +326,19 @@ func delegateV2(mount, own string) (*host, error) {
 			return nil, fmt.Errorf("cgroup v2 delegated subtree %s: move launcher into supervisor leaf: %w", dir, err)
 		}
 	}
-	return v2At(dir, filepath.Join(dir, airlockDir), true)
+	h, err := v2At(dir, filepath.Join(dir, airlockDir), true)
+	if err != nil {
+		return nil, err
+	}
+	h.info.Delegated, h.info.Delegation = true, dir
+	offered, _ := readControllers(filepath.Join(dir, "cgroup.controllers"))
+	if len(intersect(v2Wanted, offered)) < len(v2Wanted) {
+		// Nothing airlock can do from inside: the controllers must be
+		// enabled above the subtree by whoever delegated it.
+		h.info.Reason += fmt.Sprintf("; the delegated subtree %s offers [%s] (its cgroup.controllers): the manager that delegated it must enable memory, pids and cpu for it (systemd: Delegate=yes)",
+			dir, strings.Join(offered, " "))
+	}
+	return h, nil
 }
 
 // v2At returns a host creating groups in root, a directory below parent in
@@ -375,18 +387,21 @@ func enableControllers(dir string) []string {
 	if err != nil {
 		return []string{err.Error()}
 	}
-	var notes []string
+	var notes, busy []string
 	for _, c := range intersect(v2Wanted, avail) {
 		if contains(on, c) {
 			continue
 		}
 		if err := writeFile(filepath.Join(dir, "cgroup.subtree_control"), "+"+c); err != nil {
 			if errors.Is(err, unix.EBUSY) {
-				notes = append(notes, fmt.Sprintf("cannot enable %s in %s: the cgroup has processes of its own", c, dir))
+				busy = append(busy, c)
 			} else {
 				notes = append(notes, fmt.Sprintf("cannot enable %s: %v", c, err))
 			}
 		}
+	}
+	if len(busy) > 0 {
+		notes = append(notes, fmt.Sprintf("cannot enable %s in %s: processes other than airlock are in that cgroup (start airlock alone in its delegated cgroup, e.g. systemd-run --user --scope -p Delegate=yes airlock ...)", strings.Join(busy, ","), dir))
 	}
 	return notes
 }

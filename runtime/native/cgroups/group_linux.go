@@ -114,6 +114,9 @@ func (h *host) group(name string) *Group {
 			return ""
 		}
 		g.memDir, g.pidsDir, g.cpuDir, g.acctDir, g.freezerDir = has("memory"), has("pids"), has("cpu"), d, d
+		// A split group's processes are in its leaves (SplitV2); a group
+		// looked up after a restart may be one.
+		g.leaves = []string{d + "/" + AgentLeafName, d + "/" + WorkloadName}
 		return g
 	}
 	dir := func(c string) string {
@@ -525,7 +528,11 @@ func closeAll(fds []int) {
 // procs lists the processes in the group across all its hierarchies.
 func (g *Group) procs() ([]int, error) {
 	var all []int
-	for _, d := range g.dirs {
+	dirs := g.dirs
+	if len(g.leaves) > 0 {
+		dirs = append(append([]string(nil), g.dirs...), g.leaves...)
+	}
+	for _, d := range dirs {
 		pids, err := readPids(d + "/cgroup.procs")
 		if err != nil {
 			if errors.Is(err, os.ErrNotExist) {

@@ -103,6 +103,14 @@ type Guards struct {
 	// native runtime gives such a sandbox's agent no group of its own
 	// (native.AgentUID).
 	ProtectID int
+	// Clone3 lets clone3 through instead of answering ENOSYS: a native
+	// agent on cgroup v2 clones every workload process straight into the
+	// workload's cgroup leaf (CLONE_INTO_CGROUP), which only clone3 can.
+	// clone3's flags sit in memory the filter cannot read, so the
+	// namespace flags refused for clone(2) are refused by the kernel
+	// instead: the launcher sets every max_*_namespaces limit of the
+	// sandbox's user namespace to 0 (native.Start).
+	Clone3 bool
 }
 
 // guarded caches the compiled filters of profiles with guards.
@@ -211,6 +219,9 @@ func compile(profile string, g Guards) (*Filter, error) {
 	}
 	if g.ProtectID != 0 {
 		desc += fmt.Sprintf("; set*id to %d refused", g.ProtectID)
+	}
+	if g.Clone3 {
+		desc += "; clone3 allowed (new namespaces refused by the user namespace's limits)"
 	}
 	return &Filter{Instructions: out, Profile: profile, Denied: rules.denied, guards: desc}, nil
 }

@@ -141,6 +141,9 @@ func profileRules(profile string, g Guards) (ruleSets, error) {
 		}
 	}
 	for _, nr := range enosysCalls {
+		if nr == unix.SYS_CLONE3 && g.Clone3 {
+			continue
+		}
 		enosys.Set(nr, gseccomp.MatchAll{})
 	}
 
