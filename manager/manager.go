@@ -324,6 +324,8 @@ type Manager struct {
 
 	snaps sync.Map // snapshot id -> *snapshot
 
+	starts *startGate // tiers that boot a kernel: starts at once (startgate.go)
+
 	mu       sync.Mutex
 	live     map[string]*Sandbox
 	pending  int            // creates in progress
@@ -397,7 +399,7 @@ func Open(cfg Config) (*Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("manager: state dir: %w", err)
 	}
-	m := &Manager{cfg: cfg, st: cfg.Store, dir: filepath.Join(abs, "sandboxes"),
+	m := &Manager{cfg: cfg, st: cfg.Store, starts: newStartGate(0), dir: filepath.Join(abs, "sandboxes"),
 		live: map[string]*Sandbox{}, perOwner: map[string]int{}, stop: make(chan struct{})}
 	// Every sandbox's agent listens on STATE/sandboxes/ID/agent.sock; a
 	// unix socket path has at most 107 bytes. Refuse a state dir too deep

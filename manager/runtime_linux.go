@@ -164,6 +164,13 @@ func (m *Manager) start(ctx context.Context, req *CreateRequest, p policy.Policy
 	cfg := native.Config{ID: id, Policy: p, Args: args, Stdin: stdin, Stdout: logf, Stderr: logf, Agent: true,
 		AgentBinary: m.agentBinary(&p), AllowDegraded: m.cfg.AllowDegraded, SurviveParent: !connected, Listen: ns.listen,
 		HostIDBase: ids.base(), Image: root, Volumes: vols}
+	if t.Name() != policy.RuntimeNative {
+		release, err := m.starts.enter(ctx, string(t.Name()))
+		if err != nil {
+			return fail(fmt.Errorf("manager: waiting to start a %s sandbox: %w", t.Name(), err))
+		}
+		defer release() // once its agent answered (or the create failed)
+	}
 	var inst tier.Instance
 	var listeners []net.Listener
 	if req.snap != nil {
