@@ -199,6 +199,7 @@ type ociPeer struct {
 	d    *detector
 	name string
 	b    *bundle
+	mu   sync.Mutex // guards n: startIdle runs concurrently
 	n    int
 }
 
@@ -242,20 +243,25 @@ func (o *ociPeer) startIdle(path string, start func(*exec.Cmd) error, globals, a
 	if o.b == nil {
 		return nil, errors.New("bundle not prepared")
 	}
+	o.mu.Lock()
 	o.n++
 	id := containerID(o.name, o.n)
+	o.mu.Unlock()
 	cgPath := ""
 	if o.d.root {
 		cgPath = "/" + densityCgroupParent() + "/" + id
 	}
-	if err := o.b.setSpec(argv, cgPath); err != nil {
+	dir, err := o.b.containerBundle(id, argv, cgPath)
+	if err != nil {
 		return nil, err
 	}
-	pidFile := filepath.Join(o.b.dir, id+".pid")
+	pidFile := filepath.Join(dir, "pid")
 	spec := runSpec{start: start, stderrFile: true}
-	args := append(append([]string{}, globals...), "run", "--detach", "--pid-file", pidFile, "--bundle", o.b.dir, id)
+	args := append(append([]string{}, globals...), "run", "--detach", "--pid-file", pidFile, "--bundle", dir, id)
 	del := func() error {
-		return runWith(o.d.opts.Timeout, runSpec{start: start}, path, append(append([]string{}, globals...), "delete", "--force", id)...)
+		err := runWith(o.d.opts.Timeout, runSpec{start: start}, path, append(append([]string{}, globals...), "delete", "--force", id)...)
+		os.RemoveAll(dir)
+		return err
 	}
 	if err := runWith(o.d.opts.Timeout, spec, path, args...); err != nil {
 		del()
