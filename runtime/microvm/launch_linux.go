@@ -51,8 +51,8 @@ type qemuProc struct {
 // Upper disk and snapshot file names.
 const (
 	upperDiskFile = "upper.ext4"
-	memoryFile    = "memory.mig"  // a VM's state (QEMU's migration stream), in a pause or snapshot image
-	rootDiskFile  = "upper.disk"  // a snapshot's copy of the upper disk
+	memoryFile    = "memory.mig" // a VM's state (QEMU's migration stream), in a pause or snapshot image
+	rootDiskFile  = "upper.disk" // a snapshot's copy of the upper disk
 )
 
 // spawn starts a QEMU: a guest booting, or, with incoming, one whose state

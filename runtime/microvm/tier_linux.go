@@ -7,8 +7,8 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	osuser "os/user"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -460,7 +460,6 @@ func waitReady(proc *qemuProc, br *bufio.Reader) error {
 	}
 }
 
-
 // netDetail describes the guest's network for enforced.
 func netDetail(cfg native.Config) string {
 	if len(cfg.Listen) == 0 {
@@ -490,4 +489,3 @@ func fsRootDetail(cfg native.Config, tmpfs int64) string {
 	size := max(cfg.Policy.Limits.DiskBytes, minUpperDisk)
 	return fmt.Sprintf("image root: an overlay (nosuid, nodev) in the guest of the image's %d layers, flattened into one read-only EROFS disk (QEMU opens it read-only), and a per-sandbox writable ext4 upper disk of %d bytes (QEMU gets it as a file descriptor; the host never mounts it), /workspace on it; tmpfs /tmp of %d bytes inside guest memory; no other host file", len(cfg.Image.Layers), size, tmpfs)
 }
-
