@@ -14,6 +14,7 @@ import (
 	"github.com/airlock-dev/airlock/policy"
 	"github.com/airlock-dev/airlock/runtime/launcher"
 	"github.com/airlock-dev/airlock/runtime/native/cgroups"
+	"github.com/airlock-dev/airlock/runtime/tier"
 )
 
 // launch is how to start a sandbox's QEMU: once at boot, and again for
@@ -51,8 +52,8 @@ type qemuProc struct {
 // Upper disk and snapshot file names.
 const (
 	upperDiskFile = "upper.ext4"
-	memoryFile    = "memory.mig" // a VM's state (QEMU's migration stream), in a pause or snapshot image
-	rootDiskFile  = "upper.disk" // a snapshot's copy of the upper disk
+	memoryFile    = "memory.mig"          // a VM's state (QEMU's migration stream), in a pause or snapshot image
+	rootDiskFile  = tier.SnapshotRootDisk // a snapshot's copy of the upper disk
 )
 
 // spawn starts a QEMU: a guest booting, or, with incoming, one whose state

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -166,7 +167,7 @@ func forkGuest(t *testing.T, image string, edit func(*native.Config)) (*VM, *age
 		t.Fatal(err)
 	}
 	defer logf.Close()
-	cfg := native.Config{ID: "mvf-" + filepath.Base(dir), Policy: testPolicy(t),
+	cfg := native.Config{ID: fmt.Sprintf("mvf-%d-%s", os.Getpid(), filepath.Base(dir)), Policy: testPolicy(t),
 		Args: []string{native.AgentPath, "__agent", "--user", "1000:1000"}, Stdin: stdin, Stdout: logf, Stderr: logf,
 		Agent: true, AgentBinary: agentBinary(t)}
 	if edit != nil {
@@ -280,5 +281,69 @@ func TestMicroVMForkImageRoot(t *testing.T) {
 	}
 	if out, _ := run(t, c, "cat /workspace/a"); out != "after\n" {
 		t.Fatalf("original: %q", out)
+	}
+}
+
+// TestMicroVMTamperedStateEndsOnlyItsVM: the saved state of a guest paused
+// to disk is QEMU's to read, never the host's: a stream altered on disk (as
+// a guest that took over its own QEMU could write it) makes the resume
+// fail, that VM ends with the reason, no QEMU of it is left, and another
+// guest goes on answering.
+func TestMicroVMTamperedStateEndsOnlyItsVM(t *testing.T) {
+	other, oc := bootGuest(t)
+	for i, tamper := range []func(f *os.File, size int64) error{
+		func(f *os.File, size int64) error { // garbage over the middle
+			junk := make([]byte, 64<<10)
+			for i := range junk {
+				junk[i] = byte(i*7 + 3)
+			}
+			_, err := f.WriteAt(junk, size/2)
+			return err
+		},
+		func(f *os.File, size int64) error { return f.Truncate(size / 3) }, // cut short
+		func(f *os.File, size int64) error { // a header that is not QEMU's
+			_, err := f.WriteAt([]byte("\x00\x00\x00\x00notqemu"), 0)
+			return err
+		},
+	} {
+		vm, c := bootGuest(t)
+		run(t, c, "echo x > /workspace/f")
+		image := filepath.Join(t.TempDir(), "checkpoint")
+		if err := vm.Suspend(image); err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.OpenFile(filepath.Join(image, memoryFile), os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fi, _ := f.Stat()
+		if err := tamper(f, fi.Size()); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		err = vm.Resume(image, nil)
+		if err == nil {
+			// Garbage in guest RAM pages is the guest's own business: QEMU
+			// loads it, and the guest may run on or crash; only this VM.
+			t.Logf("case %d: the altered state loaded (the change was inside guest memory)", i)
+		} else {
+			t.Logf("case %d: resume refused: %v", i, err)
+			vm.End()
+			select {
+			case <-vm.Done():
+			default:
+				t.Fatalf("case %d: the VM does not count as ended after a failed resume", i)
+			}
+		}
+		vm.Destroy()
+		if out, err := exec.Command("pgrep", "-f", "airlock-"+vm.id+" ").CombinedOutput(); err == nil {
+			t.Fatalf("case %d: a QEMU of the tampered VM is left: %s", i, out)
+		}
+		if out, _ := run(t, oc, "echo alive"); out != "alive\n" {
+			t.Fatalf("case %d: the other guest: %q", i, out)
+		}
+	}
+	if !alive(other.Pid()) {
+		t.Fatal("the other guest's QEMU ended")
 	}
 }
