@@ -54,7 +54,10 @@ func TestMicroVMPauseToDisk(t *testing.T) {
 	if _, err := e.c.Exec(ctx, sb.ID, client.ExecRequest{Shell: "echo kept > /workspace/f", Timeout: 60}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.c.Exec(ctx, sb.ID, client.ExecRequest{Argv: []string{"sleep", "100000"}, Background: true, Tag: "matrix-bg"}); err != nil {
+	if _, err := e.c.Start(ctx, sb.ID, client.ExecRequest{Argv: []string{"sleep", "100000"}, Tag: "matrix-bg"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := backgroundAlive(ctx, e.c, sb.ID); err != nil {
 		t.Fatal(err)
 	}
 	if len(qemuOf(sb.ID)) != 1 {
@@ -117,7 +120,7 @@ func TestMicroVMServerKilledMidPause(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Memory the migration must write (non-zero pages): the pause lasts.
-	if _, err := e.c.Exec(ctx, sb.ID, client.ExecRequest{Shell: "python3 -c 'import time; b = bytearray(b\"\\x01\") * (160 << 20); print(\"ready\", flush=True); time.sleep(100000)' > /tmp/ready", Background: true}); err != nil {
+	if _, err := e.c.Start(ctx, sb.ID, client.ExecRequest{Shell: "python3 -c 'import time; b = bytearray(b\"\\x01\") * (160 << 20); print(\"ready\", flush=True); time.sleep(100000)' > /tmp/ready"}); err != nil {
 		t.Fatal(err)
 	}
 	for deadline := time.Now().Add(5 * time.Minute); ; time.Sleep(500 * time.Millisecond) {

@@ -64,13 +64,15 @@ func (l *launch) spawn(incoming *os.File, vols []*volumeShare) (*qemuProc, error
 	// QEMU's descriptors beyond stdio: extra[i] is its fd 3+i. Each is
 	// QEMU's alone once it runs: this process closes its copies.
 	var extra []*os.File
-	defer func() {
+	closeExtra := func() {
 		for _, f := range extra {
 			if f != incoming {
 				f.Close()
 			}
 		}
-	}()
+		extra = nil
+	}
+	defer closeExtra()
 	addFD := func(f *os.File) int {
 		extra = append(extra, f)
 		return 2 + len(extra)
@@ -178,6 +180,9 @@ func (l *launch) spawn(incoming *os.File, vols []*volumeShare) (*qemuProc, error
 	if err := startFn(); err != nil {
 		return fail(err)
 	}
+	// Now only QEMU holds its ends: its exit is an end of file on ours
+	// (the monitor's handshake below does not wait for a dead QEMU).
+	closeExtra()
 	proc.cmd = cmd
 	go func() {
 		proc.waitErr = cmd.Wait()
@@ -190,10 +195,22 @@ func (l *launch) spawn(incoming *os.File, vols []*volumeShare) (*qemuProc, error
 		}
 	}
 	if err := proc.qmp.handshake(BootTimeout); err != nil {
-		proc.kill()
-		return fail(err)
+		return fail(proc.exitErr(err))
 	}
 	return proc, nil
+}
+
+// exitErr is err (a failed monitor command) explained by QEMU's exit when
+// QEMU ended (a saved state it could not load, say); QEMU is ended and
+// waited for either way.
+func (p *qemuProc) exitErr(err error) error {
+	select {
+	case <-p.done:
+	case <-time.After(5 * time.Second):
+		p.kill()
+		return err
+	}
+	return fmt.Errorf("qemu exited (%v): %w", p.waitErr, err)
 }
 
 // kill ends the process and waits for it.
@@ -209,12 +226,7 @@ func (p *qemuProc) waitRunning(wait time.Duration) error {
 	for {
 		st, err := p.qmp.status()
 		if err != nil {
-			select {
-			case <-p.done:
-				return fmt.Errorf("qemu exited while loading the saved state: %v", p.waitErr)
-			default:
-			}
-			return err
+			return p.exitErr(err)
 		}
 		switch st {
 		case "running":

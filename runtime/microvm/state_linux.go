@@ -322,6 +322,9 @@ func (v *VM) Resume(image string, log *os.File) error {
 	}
 	defer f.Close()
 	l := *v.launch
+	// The first QEMU's log may be closed by now (the manager's is): this
+	// one's goes to log, or nowhere.
+	l.stdout, l.stderr = nil, nil
 	if log != nil {
 		l.stdout, l.stderr = log, log
 	}
