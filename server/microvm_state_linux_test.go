@@ -169,3 +169,39 @@ func TestMicroVMServerKilledMidPause(t *testing.T) {
 		t.Fatal(fmt.Sprint("left behind: ", left))
 	}
 }
+
+// TestMicroVMPauseToDiskWithNetwork: a microvm sandbox with network is
+// paused to disk and resumed like one without: its egress port's stream
+// (the yamux session to the host's proxy) goes on over the new QEMU, so
+// allowlisted requests with the injected header work after the resume and
+// others are still refused.
+func TestMicroVMPauseToDiskWithNetwork(t *testing.T) {
+	e := startNetEnv(t, "--microvm-accel", "tcg")
+	if _, ok := runtimeCaps(t, e.c)["microvm"]; !ok {
+		t.Skip("runtime microvm is not available here")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	sb, err := e.c.Create(ctx, client.CreateRequest{Runtime: "microvm", Timeout: 900,
+		Network: &client.Network{Mode: "allowlist", Allow: []string{"secret.test", "127.0.0.1"}},
+		Secrets: []client.Secret{{Host: "secret.test", Header: "Authorization", Value: testSecret}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.c.Kill(context.Background(), sb.ID)
+	if err := netProbe(ctx, e, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.c.Pause(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if q := qemuOf(sb.ID); len(q) > 0 {
+		t.Fatalf("QEMU %v of %s runs while it is paused to disk", q, sb.ID)
+	}
+	if _, err := e.c.Resume(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := netProbe(ctx, e, sb.ID); err != nil {
+		t.Fatalf("after the resume: %v", err)
+	}
+}
