@@ -153,10 +153,17 @@ func TestMicroVMServerKilledMidPause(t *testing.T) {
 		t.Fatalf("after the restart: %+v", got)
 	}
 	t.Logf("reported: %s: %s", got.State, got.EndReason)
+	checkNothingLeft(t, e, sb.ID)
+}
+
+// checkNothingLeft fails t if a QEMU, cgroup or state directory of the
+// ended microvm sandbox id is left (after a grace for the kernel to reap).
+func checkNothingLeft(t *testing.T, e *netEnv, id string) {
+	t.Helper()
 	var left []string
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		left = append(qemuOf(sb.ID), cgroupDirs(sb.ID)...)
-		for _, p := range []string{filepath.Join(microvm.StateDir, sb.ID), filepath.Join(e.state, "sandboxes", sb.ID)} {
+		left = append(qemuOf(id), cgroupDirs(id)...)
+		for _, p := range []string{filepath.Join(microvm.StateDir, id), filepath.Join(e.state, "sandboxes", id)} {
 			if _, err := os.Stat(p); err == nil {
 				left = append(left, p)
 			}
@@ -168,6 +175,45 @@ func TestMicroVMServerKilledMidPause(t *testing.T) {
 	if len(left) > 0 {
 		t.Fatal(fmt.Sprint("left behind: ", left))
 	}
+}
+
+// TestMicroVMServerKilledWhileFrozen: a microvm sandbox with a volume is
+// paused by freezing its QEMU (QEMU cannot migrate virtio-fs); a server
+// killed with SIGKILL meanwhile leaves no frozen QEMU behind: the next
+// server reports the sandbox lost and removes everything of it (a frozen
+// task dies of SIGKILL only once thawed).
+func TestMicroVMServerKilledWhileFrozen(t *testing.T) {
+	e := startNetEnv(t, "--microvm-accel", "tcg")
+	if _, ok := runtimeCaps(t, e.c)["microvm"]; !ok {
+		t.Skip("runtime microvm is not available here")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	if code, v := post(t, e.srv.URL+"/v1/volumes", e.key, `{"name":"frozen","size_bytes":16777216}`); code != 201 {
+		t.Fatalf("create volume: %d %v", code, v)
+	}
+	sb, err := e.c.Create(ctx, client.CreateRequest{Runtime: "microvm", Timeout: 900,
+		Volumes: []client.VolumeRef{{Name: "frozen", Path: "/data"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.c.Pause(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if len(qemuOf(sb.ID)) != 1 {
+		t.Fatalf("QEMU of the frozen %s: %v", sb.ID, qemuOf(sb.ID))
+	}
+	e.srv.crash()
+	e.srv = startServer(t, e.state, e.serveArgs()...)
+	e.c = client.New(e.srv.URL, e.key)
+	got, err := e.c.Get(ctx, sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State == "running" || got.EndReason == "" {
+		t.Fatalf("after the restart: %+v", got)
+	}
+	checkNothingLeft(t, e, sb.ID)
 }
 
 // TestMicroVMPauseToDiskWithNetwork: a microvm sandbox with network is

@@ -94,6 +94,7 @@ func (Tier) Caps() tier.Caps {
 // crash left behind.
 func (Tier) Remove(id string) {
 	if g, err := cgroups.Lookup(id); err == nil && g != nil {
+		g.Thaw() // a QEMU frozen by a pause dies of SIGKILL only once thawed
 		g.Kill()
 		g.Destroy()
 	}
