@@ -237,6 +237,31 @@ func TestMicroVMSnapshotFork(t *testing.T) {
 			t.Fatalf("fork %d: x = %q", i, out)
 		}
 	}
+	// A fork is a guest like any other: snapshotted twice by the same
+	// QEMU, forked again, paused to disk and resumed.
+	for n := 0; n < 2; n++ {
+		if err := forks[0].Snapshot(filepath.Join(t.TempDir(), "again")); err != nil {
+			t.Fatalf("snapshot %d of a fork: %v", n, err)
+		}
+	}
+	again := filepath.Join(t.TempDir(), "fork-of-fork")
+	if err := forks[0].Snapshot(again); err != nil {
+		t.Fatal(err)
+	}
+	_, gc := forkGuest(t, again, nil)
+	if out, _ := run(t, gc, "cat /workspace/who"); out != "fork0\n" {
+		t.Fatalf("a fork of a fork: %q", out)
+	}
+	pause := filepath.Join(t.TempDir(), "pause")
+	if err := forks[0].Suspend(pause); err != nil {
+		t.Fatal(err)
+	}
+	if err := forks[0].Resume(pause, nil); err != nil {
+		t.Fatal(err)
+	}
+	if out := cell(t, clients[0], "x += 1; print(x)"); out != "43\n" {
+		t.Fatalf("a fork after its pause to disk: x = %q", out)
+	}
 }
 
 // TestMicroVMForkImageRoot: a snapshot of a guest on an image root
