@@ -149,11 +149,70 @@ func TestMicroVMServerKilledMidPause(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.State == "running" || got.EndReason == "" {
+	if !mid && got.State == "running" && got.Paused {
+		// The pause was whole before the kill: taken over paused.
+		t.Logf("the pause completed before the kill: taken over paused")
+		e.c.Kill(ctx, sb.ID)
+	} else if got.State == "running" || got.EndReason == "" {
 		t.Fatalf("after the restart: %+v", got)
+	} else {
+		t.Logf("reported: %s: %s", got.State, got.EndReason)
 	}
-	t.Logf("reported: %s: %s", got.State, got.EndReason)
 	checkNothingLeft(t, e, sb.ID)
+}
+
+// TestMicroVMPausedSurvivesRestart: a microvm sandbox paused to disk is
+// taken over paused by the next server after a kill -9 (no QEMU of it
+// ran, its saved state and disks are on disk), and resuming it there
+// brings back its Python variable, file and background process.
+func TestMicroVMPausedSurvivesRestart(t *testing.T) {
+	e := startNetEnv(t, "--microvm-accel", "tcg")
+	if _, ok := runtimeCaps(t, e.c)["microvm"]; !ok {
+		t.Skip("runtime microvm is not available here")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	sb, err := e.c.Create(ctx, client.CreateRequest{Runtime: "microvm", Timeout: 900})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.c.Kill(context.Background(), sb.ID)
+	if _, err := e.c.RunCode(ctx, sb.ID, client.CodeRequest{Code: "x = 41"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.c.Exec(ctx, sb.ID, client.ExecRequest{Shell: "echo kept > /workspace/f", Timeout: 60}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.c.Start(ctx, sb.ID, client.ExecRequest{Argv: []string{"sleep", "100000"}, Tag: "matrix-bg"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.c.Pause(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	e.srv.crash()
+	e.srv = startServer(t, e.state, e.serveArgs()...)
+	e.c = client.New(e.srv.URL, e.key)
+	got, err := e.c.Get(ctx, sb.ID)
+	if err != nil || got.State != "running" || !got.Paused {
+		t.Fatalf("after the restart: %+v %v", got, err)
+	}
+	if q := qemuOf(sb.ID); len(q) > 0 {
+		t.Fatalf("QEMU %v of the paused %s runs after the restart", q, sb.ID)
+	}
+	if _, err := e.c.Resume(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	r, err := e.c.RunCode(ctx, sb.ID, client.CodeRequest{Code: "x += 1; print(x)"})
+	if err != nil || r.Stdout != "42\n" {
+		t.Fatalf("cell after resume: %+v %v", r, err)
+	}
+	res, err := e.c.Exec(ctx, sb.ID, client.ExecRequest{Shell: "cat /workspace/f", Timeout: 60})
+	if err != nil || res.Stdout != "kept\n" {
+		t.Fatalf("file after resume: %+v %v", res, err)
+	}
+	if err := backgroundAlive(ctx, e.c, sb.ID); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // checkNothingLeft fails t if a QEMU, cgroup or state directory of the

@@ -13,6 +13,7 @@
 // network through the egress proxy; pause to disk, memory snapshots and
 // forks through QEMU's migration to a file (state_linux.go), the agent's
 // stream carried across QEMU processes by a host-side relay (portRelay).
-// Adoption after a server restart and the pool are declared missing in
-// Caps and refused by the manager; see docs/microvm.md.
+// A sandbox paused to disk is taken over paused after a server restart
+// (Adopt); adopting a running one and the pool are declared missing in
+// Caps; see docs/microvm.md.
 package microvm

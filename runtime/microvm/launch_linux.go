@@ -1,11 +1,13 @@
 package microvm
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -31,6 +33,7 @@ type launch struct {
 	hostRoot      bool
 	upper         string // the writable upper disk's path ("" on the host-derived root)
 	egress        bool   // the guest has the egress port
+	volumes       bool   // the guest has volumes (it is never saved to disk)
 	stdout        io.Writer
 	stderr        io.Writer
 	cred          *syscall.Credential
@@ -38,10 +41,61 @@ type launch struct {
 	group         *cgroups.Group
 }
 
+// launchFile is the file, in a VM's state directory, that records its
+// launch for a server that takes the VM over paused after a restart.
+const launchFile = "launch.json"
+
+// savedLaunch is launch as launchFile records it.
+type savedLaunch struct {
+	Q        string        `json:"qemu"`
+	Base     []string      `json:"base"`
+	Disks    []string      `json:"disks"`
+	Policy   policy.Policy `json:"policy"`
+	HostRoot bool          `json:"host_root"`
+	Upper    string        `json:"upper,omitempty"`
+	Egress   bool          `json:"egress,omitempty"`
+	Volumes  bool          `json:"volumes,omitempty"`
+	UID      uint32        `json:"uid"`
+	GID      uint32        `json:"gid"`
+	Groups   []uint32      `json:"groups,omitempty"`
+}
+
+// save records l in dir (launchFile), atomically.
+func (l *launch) save(dir string) error {
+	b, err := json.Marshal(savedLaunch{Q: l.q, Base: l.base, Disks: l.disks, Policy: l.policy, HostRoot: l.hostRoot,
+		Upper: l.upper, Egress: l.egress, Volumes: l.volumes, UID: l.cred.Uid, GID: l.cred.Gid, Groups: l.cred.Groups})
+	if err != nil {
+		return fmt.Errorf("microvm: record the launch: %w", err)
+	}
+	tmp := filepath.Join(dir, launchFile+".tmp")
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return fmt.Errorf("microvm: record the launch: %w", err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, launchFile)); err != nil {
+		return fmt.Errorf("microvm: record the launch: %w", err)
+	}
+	return nil
+}
+
+// loadLaunch reads the launch recorded in dir.
+func loadLaunch(dir string) (*launch, error) {
+	b, err := os.ReadFile(filepath.Join(dir, launchFile))
+	if err != nil {
+		return nil, fmt.Errorf("microvm: the recorded launch: %w", err)
+	}
+	var s savedLaunch
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, fmt.Errorf("microvm: the recorded launch: %w", err)
+	}
+	return &launch{q: s.Q, base: s.Base, disks: s.Disks, policy: s.Policy, hostRoot: s.HostRoot, upper: s.Upper,
+		egress: s.Egress, volumes: s.Volumes, cred: &syscall.Credential{Uid: s.UID, Gid: s.GID, Groups: s.Groups}}, nil
+}
+
 // qemuProc is one QEMU process of a sandbox, with the host's ends of its
 // ports and monitor.
 type qemuProc struct {
-	cmd     *exec.Cmd
+	cmd     *exec.Cmd // nil for the QEMU of a VM taken over paused (it is gone)
+	pid     int
 	agent   *os.File // the agent port's socket
 	egress  *os.File // the egress port's socket (nil without network)
 	qmp     *qmpConn
@@ -183,7 +237,7 @@ func (l *launch) spawn(incoming *os.File, vols []*volumeShare) (*qemuProc, error
 	// Now only QEMU holds its ends: its exit is an end of file on ours
 	// (the monitor's handshake below does not wait for a dead QEMU).
 	closeExtra()
-	proc.cmd = cmd
+	proc.cmd, proc.pid = cmd, cmd.Process.Pid
 	go func() {
 		proc.waitErr = cmd.Wait()
 		close(proc.done)
@@ -215,7 +269,9 @@ func (p *qemuProc) exitErr(err error) error {
 
 // kill ends the process and waits for it.
 func (p *qemuProc) kill() {
-	p.cmd.Process.Kill()
+	if p.cmd != nil {
+		p.cmd.Process.Kill()
+	}
 	<-p.done
 }
 

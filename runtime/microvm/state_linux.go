@@ -90,7 +90,7 @@ func (v *VM) End() {
 }
 
 // Pid is the current QEMU's (the last one's while paused to disk).
-func (v *VM) Pid() int { return v.current().cmd.Process.Pid }
+func (v *VM) Pid() int { return v.current().pid }
 
 // Done is closed when the guest has ended (not when a pause to disk ends
 // its QEMU).
@@ -123,7 +123,9 @@ func (v *VM) Destroy() error {
 		v.waitErr = p.waitErr
 		v.mu.Unlock()
 		v.End()
-		p.qmp.close()
+		if p.qmp != nil {
+			p.qmp.close()
+		}
 		stopVolumes(v.vols)
 		if v.group != nil {
 			v.group.Kill()

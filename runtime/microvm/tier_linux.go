@@ -83,8 +83,9 @@ func (Tier) Available() error {
 // root is the image's layers as a read-only disk under a writable one
 // (RootImage); network goes through the host's egress proxy over a
 // virtio-serial port (egressMux); volumes are shared over virtio-fs
-// (shareVolumes). Nothing else yet: no attaching a network later,
-// adoption or pool.
+// (shareVolumes). A sandbox paused to disk is taken over paused by a
+// restarted server (Adopt); a running one is not (no AdoptRunning). No
+// attaching a network later, nor pool.
 func (Tier) Caps() tier.Caps {
 	return tier.Caps{ConnectedAgent: true, Pause: tier.PauseCheckpoint, MemorySnapshot: true, SnapshotEnvironments: true,
 		ImageRoots: true, Network: true, Volumes: true}
@@ -381,6 +382,10 @@ func start(cfg native.Config, snapshot string) (tier.Instance, []net.Listener, e
 		}
 		gid, _ := strconv.Atoi(g.Gid)
 		l.cred.Groups = []uint32{uint32(gid)}
+	}
+	l.volumes = len(vols) > 0
+	if err := l.save(stateDir); err != nil {
+		return fail("state dir", err)
 	}
 	proc, err := l.spawn(incoming, vols)
 	if err != nil {
