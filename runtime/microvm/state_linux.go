@@ -200,7 +200,7 @@ func (v *VM) save(p *qemuProc, image string) (*os.File, error) {
 	if err := os.MkdirAll(image, 0o700); err != nil {
 		return fail(fmt.Errorf("microvm: %w", err))
 	}
-	f, err := os.OpenFile(filepath.Join(image, memoryFile), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	f, err := os.OpenFile(filepath.Join(image, memoryFile), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600) // QEMU only writes it
 	if err != nil {
 		return fail(fmt.Errorf("microvm: %w", err))
 	}
