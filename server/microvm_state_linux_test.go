@@ -11,6 +11,7 @@ import (
 
 	"github.com/airlock-dev/airlock/client"
 	"github.com/airlock-dev/airlock/runtime/microvm"
+	"github.com/airlock-dev/airlock/runtime/native/idrange"
 )
 
 // qemuOf lists the pids of the QEMU processes of sandbox id (by the
@@ -25,6 +26,27 @@ func qemuOf(id string) []string {
 		}
 	}
 	return pids
+}
+
+// leaseOf returns the uid range lease file of the range whose first id
+// QEMU process pid runs as.
+func leaseOf(t *testing.T, pid string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("/proc", pid, "status"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) > 1 && f[0] == "Uid:" {
+			p := filepath.Join(idrange.DefaultDir, f[1])
+			if _, err := os.Stat(p); err != nil {
+				t.Fatalf("QEMU's uid %s: no lease: %v", f[1], err)
+			}
+			return p
+		}
+	}
+	t.Fatalf("no uid in %s", b)
+	return ""
 }
 
 // TestMicroVMPauseToDisk: pausing a microvm sandbox saves the whole guest
@@ -63,6 +85,7 @@ func TestMicroVMPauseToDisk(t *testing.T) {
 	if len(qemuOf(sb.ID)) != 1 {
 		t.Fatalf("QEMU of %s: %v", sb.ID, qemuOf(sb.ID))
 	}
+	lease := leaseOf(t, qemuOf(sb.ID)[0])
 	if _, err := e.c.Pause(ctx, sb.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -78,6 +101,17 @@ func TestMicroVMPauseToDisk(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(e.state, "sandboxes", sb.ID, "checkpoint", "memory.mig")); err != nil {
 		t.Fatalf("the paused guest's saved state: %v", err)
+	}
+	// Its host uid range stays its own while no QEMU of it runs: the lease
+	// is held by its state directory, and reaping dead holders' leases (as
+	// every lease taken for a new sandbox does) leaves it.
+	if pool, err := idrange.Default(); err != nil {
+		t.Fatal(err)
+	} else if _, err := pool.Reap(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(lease); err != nil {
+		t.Fatalf("the paused sandbox's uid range lease %s was reaped: %v (another sandbox could get its uid)", lease, err)
 	}
 	if _, err := e.c.Exec(ctx, sb.ID, client.ExecRequest{Shell: "true", Timeout: 60}); err == nil {
 		t.Fatal("a paused sandbox ran a command")
