@@ -372,3 +372,29 @@ func TestMicroVMTamperedStateEndsOnlyItsVM(t *testing.T) {
 		t.Fatal("the other guest's QEMU ended")
 	}
 }
+
+// TestPruneRunDirs: the state directory of a one-shot run whose launcher
+// died is removed at the next start; a live launcher's and a server
+// sandbox's stay.
+func TestPruneRunDirs(t *testing.T) {
+	old := StateDir
+	StateDir = t.TempDir()
+	defer func() { StateDir = old }()
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	names := []string{fmt.Sprintf("run-%d-a", dead.Process.Pid), fmt.Sprintf("run-%d-b", os.Getpid()), "sb-c"}
+	for _, n := range names {
+		if err := os.Mkdir(filepath.Join(StateDir, n), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pruneRunDirs()
+	for i, n := range names {
+		_, err := os.Stat(filepath.Join(StateDir, n))
+		if gone := err != nil; gone != (i == 0) {
+			t.Errorf("%s: gone %v", n, gone)
+		}
+	}
+}

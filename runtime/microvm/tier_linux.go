@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -101,6 +102,26 @@ func (Tier) Remove(id string) {
 	}
 	if validID(id) {
 		os.RemoveAll(filepath.Join(StateDir, id))
+	}
+}
+
+var pruneOnce sync.Once
+
+// pruneRunDirs removes the state directories of one-shot runs
+// (native.NewRunID: run-PID-...) whose launcher has died without removing
+// them (killed with SIGKILL, say); a server's sandboxes' go with the
+// sandbox (Remove).
+func pruneRunDirs() {
+	ents, _ := os.ReadDir(StateDir)
+	for _, e := range ents {
+		rest, ok := strings.CutPrefix(e.Name(), "run-")
+		if !ok {
+			continue
+		}
+		pidStr, _, _ := strings.Cut(rest, "-")
+		if pid, err := strconv.Atoi(pidStr); err == nil && pid > 0 && unix.Kill(pid, 0) == unix.ESRCH {
+			os.RemoveAll(filepath.Join(StateDir, e.Name()))
+		}
 	}
 }
 
@@ -202,6 +223,7 @@ func start(cfg native.Config, snapshot string) (tier.Instance, []net.Listener, e
 		return nil, nil, fmt.Errorf("microvm: bad sandbox id %q", id)
 	}
 	stateDir := filepath.Join(StateDir, id)
+	pruneOnce.Do(pruneRunDirs)
 	if err := os.MkdirAll(StateDir, 0o700); err != nil {
 		return nil, nil, &native.SetupError{Step: "state dir", Err: err}
 	}
