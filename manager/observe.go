@@ -90,8 +90,9 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (Info, error) {
 // with the cgroup freezer (memory stays resident); a gvisor one is
 // checkpointed to disk with runsc checkpoint (processes, memory, open
 // files and its tmpfs /workspace and /tmp; the memory is freed) and
-// restored by Resume. The TTL keeps counting. Pausing a paused sandbox is
-// a no-op.
+// restored by Resume; a microvm one is saved to disk by QEMU's migration
+// to a file and its QEMU ends (tier.Checkpointer, as gvisor's). The TTL
+// keeps counting. Pausing a paused sandbox is a no-op.
 func (m *Manager) Pause(ctx context.Context, owner, id string) (Info, error) {
 	return m.timedSetPaused(ctx, owner, id, true)
 }

@@ -150,7 +150,7 @@ func (m *Manager) start(ctx context.Context, req *CreateRequest, p policy.Policy
 	if err != nil {
 		return fail(err)
 	}
-	if req.snap != nil && root != nil {
+	if req.snap != nil && root != nil && !hasRootDisk(req.snap.image) {
 		// A fork of an image sandbox: the snapshot's root layers, its own
 		// upper directory (snaproot.go).
 		if root.Above, err = forkLayers(req.snap.image, dir); err != nil {

@@ -74,6 +74,13 @@ func linkTree(src, dst string) error {
 	return nil
 }
 
+// hasRootDisk reports whether snapshot image carries its root's changes
+// as a disk copy of the tier's (tier.SnapshotRootDisk) rather than layers.
+func hasRootDisk(image string) bool {
+	_, err := os.Lstat(filepath.Join(image, tier.SnapshotRootDisk))
+	return err == nil
+}
+
 // fileSnapshotRoot files the root layer the tier wrote in image
 // (tier.SnapshotRootLayer) as the top of the snapshot's layer chain, below
 // it the layers sandbox id's own root got from a snapshot.

@@ -130,7 +130,7 @@ func (m *Manager) MemorySnapshot(ctx context.Context, owner, id string) (Snapsho
 	if err := m.snapshotImage(sb, s.image); err != nil {
 		return SnapshotInfo{}, err
 	}
-	if base != "" {
+	if base != "" && !hasRootDisk(s.image) {
 		if err := m.fileSnapshotRoot(id, s.image); err != nil {
 			os.RemoveAll(s.image)
 			return SnapshotInfo{}, err

@@ -385,24 +385,8 @@ func matrixNetwork(ctx context.Context, e *netEnv, tier string, root matrixRoot)
 		return "", err
 	}
 	defer e.c.Kill(context.Background(), sb.ID)
-	py := fmt.Sprintf(`
-import urllib.request
-print(urllib.request.urlopen(urllib.request.Request(%q, headers={"Authorization": "placeholder"}), timeout=30).read().decode().strip())
-try:
-    urllib.request.urlopen(%q, timeout=30)
-    print("other reached")
-except Exception as e:
-    print("other refused")
-`, e.url("https", "secret.test", "/secret"), e.url("http", "tls.test", "/"))
-	if _, err := e.c.WriteFile(ctx, sb.ID, "/workspace/net.py", strings.NewReader(py), 0o644); err != nil {
+	if err := netProbe(ctx, e, sb.ID); err != nil {
 		return "", err
-	}
-	res, err := e.c.Exec(ctx, sb.ID, client.ExecRequest{Shell: "REQUESTS_CA_BUNDLE= python3 /workspace/net.py", Timeout: 90})
-	if err != nil {
-		return "", err
-	}
-	if res.Stdout != "auth-ok sni=secret.test\nother refused\n" {
-		return "", fmt.Errorf("network: %+v", res)
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -418,6 +402,32 @@ except Exception as e:
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// netProbe runs, in sandbox id (network allowlist of secret.test with an
+// injected header), a request to secret.test, which must get the header,
+// and one to tls.test, which must be refused.
+func netProbe(ctx context.Context, e *netEnv, id string) error {
+	py := fmt.Sprintf(`
+import urllib.request
+print(urllib.request.urlopen(urllib.request.Request(%q, headers={"Authorization": "placeholder"}), timeout=30).read().decode().strip())
+try:
+    urllib.request.urlopen(%q, timeout=30)
+    print("other reached")
+except Exception as e:
+    print("other refused")
+`, e.url("https", "secret.test", "/secret"), e.url("http", "tls.test", "/"))
+	if _, err := e.c.WriteFile(ctx, id, "/workspace/net.py", strings.NewReader(py), 0o644); err != nil {
+		return err
+	}
+	res, err := e.c.Exec(ctx, id, client.ExecRequest{Shell: "REQUESTS_CA_BUNDLE= python3 /workspace/net.py", Timeout: 90})
+	if err != nil {
+		return err
+	}
+	if res.Stdout != "auth-ok sni=secret.test\nother refused\n" {
+		return fmt.Errorf("network: %+v", res)
+	}
+	return nil
 }
 
 // checkMatrixDoc renders the cells as docs/support-matrix.md and compares

@@ -8,9 +8,12 @@
 // own seccomp sandbox, in a cgroup of its own, with no network device.
 //
 // This is the first rung (issue 27): a root of busybox and a read-only
-// /usr image of the host's python3 (UsrImage), exec, files, code cells,
-// background processes and pause. Image roots,
-// volumes, network, snapshots and adoption are declared missing in
-// Caps and refused by the manager; see docs/microvm.md. Pause freezes
-// QEMU's cgroup.
+// /usr image of the host's python3 (UsrImage) or an image's layers
+// (RootImage), exec, files, code cells, background processes, volumes,
+// network through the egress proxy; pause to disk, memory snapshots and
+// forks through QEMU's migration to a file (state_linux.go), the agent's
+// stream carried across QEMU processes by a host-side relay (portRelay).
+// A sandbox paused to disk is taken over paused after a server restart
+// (Adopt); adopting a running one and the pool are declared missing in
+// Caps; see docs/microvm.md.
 package microvm

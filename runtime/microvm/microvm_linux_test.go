@@ -56,7 +56,7 @@ func bootGuestWith(t *testing.T, edit func(*native.Config), user ...string) (*VM
 	}
 	defer logf.Close()
 	start := time.Now()
-	cfg := native.Config{ID: "mvt-" + filepath.Base(dir), Policy: p,
+	cfg := native.Config{ID: fmt.Sprintf("mvt-%d-%s", os.Getpid(), filepath.Base(dir)), Policy: p,
 		Args: append([]string{native.AgentPath, "__agent"}, user...), Stdin: stdin, Stdout: logf, Stderr: logf,
 		Agent: true, AgentBinary: bin}
 	if edit != nil {
@@ -116,6 +116,7 @@ func agentBinary(t *testing.T) string {
 			return
 		}
 		CacheDir = filepath.Join(dir, "cache")
+		StateDir = filepath.Join(dir, "state") // VM ids of tests repeat across test processes
 		agentPath = filepath.Join(dir, "airlock-agent")
 		build := exec.Command("go", "build", "-o", agentPath, "github.com/airlock-dev/airlock/cmd/airlock-agent")
 		build.Env = append(os.Environ(), "CGO_ENABLED=0")

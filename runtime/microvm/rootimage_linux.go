@@ -93,7 +93,7 @@ func upperDisk(dir string, size int64) (*os.File, error) {
 	if size < minUpperDisk {
 		size = minUpperDisk
 	}
-	path := filepath.Join(dir, "upper.ext4")
+	path := filepath.Join(dir, upperDiskFile)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("microvm: upper disk: %w", err)

@@ -2,13 +2,13 @@ package microvm
 
 import (
 	"bufio"
-	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
 	"os/exec"
 	osuser "os/user"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,7 +20,6 @@ import (
 	"github.com/airlock-dev/airlock/agent"
 	"github.com/airlock-dev/airlock/policy"
 	rt "github.com/airlock-dev/airlock/runtime"
-	"github.com/airlock-dev/airlock/runtime/launcher"
 	"github.com/airlock-dev/airlock/runtime/native"
 	"github.com/airlock-dev/airlock/runtime/native/cgroups"
 	"github.com/airlock-dev/airlock/runtime/tier"
@@ -75,30 +74,99 @@ func (Tier) Available() error {
 }
 
 // Caps implements tier.Tier: the agent gets a connected socket (relayed
-// to its virtio-serial port); pause freezes QEMU's cgroup, which stops
-// the whole guest (its memory stays resident); an image root is the
-// image's layers as a read-only disk under a writable one (RootImage);
-// network goes through the host's egress proxy over a virtio-serial port
-// (egressMux); volumes are shared over virtio-fs (shareVolumes). Nothing
-// else yet: no attaching a network later,
-// snapshots, adoption or pool.
+// to its virtio-serial port by portRelay); pause is to disk (Suspend:
+// QEMU's migration to a file, QEMU quits, the memory is freed; a sandbox
+// with volumes is frozen instead, see Suspend); a running guest is
+// snapshotted and forked (Snapshot, Fork), on an image root too (the
+// snapshot carries a copy of its upper disk), not with volumes (QEMU
+// cannot migrate vhost-user devices) nor, for a fork, with network (the
+// fork's egress stream would continue its original's session); an image
+// root is the image's layers as a read-only disk under a writable one
+// (RootImage); network goes through the host's egress proxy over a
+// virtio-serial port (egressMux); volumes are shared over virtio-fs
+// (shareVolumes). A sandbox paused to disk is taken over paused by a
+// restarted server (Adopt); a running one is not (no AdoptRunning). No
+// attaching a network later, nor pool.
 func (Tier) Caps() tier.Caps {
-	return tier.Caps{ConnectedAgent: true, Pause: tier.PauseFreeze, ImageRoots: true, Network: true, Volumes: true}
+	return tier.Caps{ConnectedAgent: true, Pause: tier.PauseCheckpoint, MemorySnapshot: true, SnapshotEnvironments: true,
+		ImageRoots: true, Network: true, Volumes: true}
 }
 
-// Remove implements tier.Tier: the cgroup of a QEMU a crash left behind.
+// Remove implements tier.Tier: the cgroup and state directory of a QEMU a
+// crash left behind.
 func (Tier) Remove(id string) {
 	if g, err := cgroups.Lookup(id); err == nil && g != nil {
+		g.Thaw() // a QEMU frozen by a pause dies of SIGKILL only once thawed
 		g.Kill()
 		g.Destroy()
 	}
+	if validID(id) {
+		os.RemoveAll(filepath.Join(StateDir, id))
+	}
+}
+
+var pruneOnce sync.Once
+
+// pruneRunDirs removes the state directories of one-shot runs
+// (native.NewRunID: run-PID-...) whose launcher has died without removing
+// them (killed with SIGKILL, say); a server's sandboxes' go with the
+// sandbox (Remove).
+func pruneRunDirs() {
+	ents, _ := os.ReadDir(StateDir)
+	for _, e := range ents {
+		rest, ok := strings.CutPrefix(e.Name(), "run-")
+		if !ok {
+			continue
+		}
+		pidStr, _, _ := strings.Cut(rest, "-")
+		if pid, err := strconv.Atoi(pidStr); err == nil && pid > 0 && unix.Kill(pid, 0) == unix.ESRCH {
+			os.RemoveAll(filepath.Join(StateDir, e.Name()))
+		}
+	}
+}
+
+// StateDir holds a directory per VM (root's, 0700), removed with it.
+var StateDir = "/run/airlock/microvm"
+
+// validID reports whether id can name a state directory.
+func validID(id string) bool {
+	if id == "" || len(id) > 128 {
+		return false
+	}
+	for _, r := range id {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+			return false
+		}
+	}
+	return true
 }
 
 // Start implements tier.Tier: it boots the guest and returns once the
 // agent inside has opened its port. cfg.Stdin must be a connected socket
 // (Caps.ConnectedAgent): the agent's stream is relayed between it and
-// QEMU's end of the virtio-serial port.
+// QEMU's end of the virtio-serial port (portRelay, which carries it on
+// across a pause to disk).
 func (Tier) Start(cfg native.Config) (tier.Instance, []net.Listener, error) {
+	return start(cfg, "")
+}
+
+// Fork implements tier.Forker: a new sandbox from the memory snapshot in
+// directory image (VM.Snapshot), restored by a QEMU of its own started
+// with -incoming from the snapshot's state, with a copy-on-write copy of
+// the snapshot's upper disk for an image root. Its agent channel is its
+// own QEMU's socket: a fork cannot reach its original's channel, nor the
+// original its fork's. cfg is as for Start, with the original's policy
+// (the guest's memory size, vCPUs and devices must be the original's).
+func (Tier) Fork(cfg native.Config, image string) (tier.Instance, []net.Listener, error) {
+	if len(cfg.Volumes) > 0 {
+		return nil, nil, fmt.Errorf("%w: microvm: a fork with volumes", tier.ErrNotSupported)
+	}
+	return start(cfg, image)
+}
+
+// start boots a guest, or restores one from the memory snapshot in
+// directory snapshot.
+func start(cfg native.Config, snapshot string) (tier.Instance, []net.Listener, error) {
 	p := cfg.Policy
 	switch {
 	case cfg.Image != nil && cfg.Image.Dir == "":
@@ -119,6 +187,15 @@ func (Tier) Start(cfg native.Config) (tier.Instance, []net.Listener, error) {
 			return nil, nil, fmt.Errorf("microvm: agent argument %q cannot go on the kernel command line", a)
 		}
 	}
+	var incoming *os.File
+	if snapshot != "" {
+		f, err := os.Open(filepath.Join(snapshot, memoryFile))
+		if err != nil {
+			return nil, nil, fmt.Errorf("microvm: fork: the snapshot's memory: %w", err)
+		}
+		defer f.Close()
+		incoming = f
+	}
 	q, err := qemuPath()
 	if err != nil {
 		return nil, nil, err
@@ -135,60 +212,64 @@ func (Tier) Start(cfg native.Config) (tier.Instance, []net.Listener, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	// QEMU's descriptors beyond stdio: extra[i] is its fd 3+i.
-	var extra []*os.File
-	addFD := func(f *os.File) int {
-		extra = append(extra, f)
-		return 2 + len(extra)
+	id := cfg.ID
+	if id == "" {
+		id = native.NewID()
 	}
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return nil, nil, &native.SetupError{Step: "socketpair", Err: err}
+	// The VM's state directory: it lives exactly as long as the sandbox,
+	// across the QEMU processes a pause to disk ends and a resume starts,
+	// and holds its id range's lease meanwhile (LeaseDir).
+	if !validID(id) {
+		return nil, nil, fmt.Errorf("microvm: bad sandbox id %q", id)
 	}
-	qemuEnd, tierEnd := os.NewFile(uintptr(fds[0]), "qemu"), os.NewFile(uintptr(fds[1]), "tier")
-	defer qemuEnd.Close()
-	devices := []string{"-chardev", fmt.Sprintf("socket,id=agent,fd=%d", addFD(qemuEnd)),
-		"-device", "virtserialport,chardev=agent,name=airlock.agent"}
-	// Egress: a second port whose connections the manager's proxy serves.
+	stateDir := filepath.Join(StateDir, id)
+	pruneOnce.Do(pruneRunDirs)
+	if err := os.MkdirAll(StateDir, 0o700); err != nil {
+		return nil, nil, &native.SetupError{Step: "state dir", Err: err}
+	}
+	if err := os.Mkdir(stateDir, 0o700); err != nil {
+		return nil, nil, &native.SetupError{Step: "state dir", Err: err}
+	}
+	l := &launch{q: q, policy: p, hostRoot: cfg.Image == nil, stdout: cfg.Stdout, stderr: cfg.Stderr, surviveParent: cfg.SurviveParent}
+	// Egress: a second port whose connections the manager's proxy serves,
+	// through a relay (the mux's session outlives a QEMU process).
 	var mux *egressMux
 	var egressEnv string
+	var egressHost net.Conn
 	if len(cfg.Listen) > 0 {
 		efds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 		if err != nil {
-			tierEnd.Close()
+			os.RemoveAll(stateDir)
 			return nil, nil, &native.SetupError{Step: "socketpair", Err: err}
 		}
-		eq := os.NewFile(uintptr(efds[0]), "qemu-egress")
-		defer eq.Close()
-		if mux, err = newEgressMux(os.NewFile(uintptr(efds[1]), "egress"), cfg.Listen); err != nil {
-			tierEnd.Close()
+		relayEnd := os.NewFile(uintptr(efds[0]), "egress-relay")
+		egressHost, err = net.FileConn(relayEnd)
+		relayEnd.Close()
+		if err != nil {
+			unix.Close(efds[1])
+			os.RemoveAll(stateDir)
 			return nil, nil, &native.SetupError{Step: "egress", Err: err}
 		}
-		devices = append(devices, "-chardev", fmt.Sprintf("socket,id=egress,fd=%d", addFD(eq)),
-			"-device", "virtserialport,chardev=egress,name=airlock.egress")
+		if mux, err = newEgressMux(os.NewFile(uintptr(efds[1]), "egress"), cfg.Listen); err != nil {
+			egressHost.Close()
+			os.RemoveAll(stateDir)
+			return nil, nil, &native.SetupError{Step: "egress", Err: err}
+		}
+		l.egress = true
 		egressEnv = " AIRLOCK_EGRESS=1"
 	}
 	var vols []*volumeShare
 	// failEarly undoes the above for an error before QEMU starts.
 	failEarly := func(step string, err error) (tier.Instance, []net.Listener, error) {
 		stopVolumes(vols)
-		tierEnd.Close()
+		os.RemoveAll(stateDir)
 		if mux != nil {
 			mux.sess.Close()
+			egressHost.Close()
 		}
 		return nil, nil, &native.SetupError{Step: step, Err: err}
 	}
-	// Files the policy places (read-only host files): an archive on a disk.
-	filesEnv := ""
-	if files, err := filesArchive(p, cfg.Image == nil); err != nil {
-		return failEarly("files", err)
-	} else {
-		defer files.Close()
-		devices = append(devices, "-add-fd", fmt.Sprintf("fd=%d,set=2", addFD(files)),
-			"-drive", "file=/dev/fdset/2,if=none,format=raw,readonly=on,id=files",
-			"-device", "virtio-blk-device,drive=files,serial=airlock-files")
-		filesEnv = " AIRLOCK_FILES=1"
-	}
+	filesEnv := " AIRLOCK_FILES=1" // the boot archive (spawn)
 	// Volumes: a virtiofsd per volume, over vhost-user, which needs the
 	// guest's memory shared with it and modern virtio-mmio.
 	volEnv := ""
@@ -196,10 +277,7 @@ func (Tier) Start(cfg native.Config) (tier.Instance, []net.Listener, error) {
 		return failEarly("volumes", err)
 	}
 	var volSpecs []string
-	for i, v := range vols {
-		defer v.qemu.Close()
-		devices = append(devices, "-chardev", fmt.Sprintf("socket,id=vfs%d,fd=%d", i, addFD(v.qemu)),
-			"-device", fmt.Sprintf("vhost-user-fs-device,chardev=vfs%d,tag=%s", i, v.tag))
+	for _, v := range vols {
 		volSpecs = append(volSpecs, v.tag+":"+v.target)
 	}
 	if len(vols) > 0 {
@@ -207,41 +285,34 @@ func (Tier) Start(cfg native.Config) (tier.Instance, []net.Listener, error) {
 	}
 	// The root: the host's /usr image under the initramfs, or an image's
 	// layers as one read-only EROFS disk under a writable upper disk.
-	var disks []string
-	var upper, upperRO *os.File
 	rootKind := "host"
 	if cfg.Image == nil {
 		usr, err := UsrImage()
 		if err != nil {
 			return failEarly("usr image", err)
 		}
-		disks = append(disks, "-drive", "file="+usr+",if=none,format=raw,readonly=on,id=usr",
+		l.disks = append(l.disks, "-drive", "file="+usr+",if=none,format=raw,readonly=on,id=usr",
 			"-device", "virtio-blk-device,drive=usr,serial=airlock-usr")
 	} else {
 		lower, err := RootImage(cfg.Image.Layers)
 		if err != nil {
 			return failEarly("image root", err)
 		}
-		if upper, err = upperDisk(cfg.Image.Dir, p.Limits.DiskBytes); err != nil {
+		if snapshot != "" {
+			err = forkUpperDisk(filepath.Join(snapshot, rootDiskFile), cfg.Image.Dir)
+		} else {
+			var upper *os.File
+			if upper, err = upperDisk(cfg.Image.Dir, p.Limits.DiskBytes); err == nil {
+				upper.Close()
+			}
+		}
+		if err != nil {
 			return failEarly("image root", err)
 		}
-		defer upper.Close()
-		// QEMU reopens a disk read-only while it sets the disk up: its fd
-		// set holds the file opened both ways.
-		if upperRO, err = os.Open(upper.Name()); err != nil {
-			return failEarly("image root", err)
-		}
-		defer upperRO.Close()
+		l.upper = filepath.Join(cfg.Image.Dir, upperDiskFile)
 		rootKind = "image"
-		disks = append(disks, "-drive", "file="+lower+",if=none,format=raw,readonly=on,id=lower",
-			"-device", "virtio-blk-device,drive=lower,serial=airlock-lower",
-			"-add-fd", fmt.Sprintf("fd=%d,set=1", addFD(upper)), "-add-fd", fmt.Sprintf("fd=%d,set=1", addFD(upperRO)),
-			"-drive", "file=/dev/fdset/1,if=none,format=raw,id=upper,cache=writeback",
-			"-device", "virtio-blk-device,drive=upper,serial=airlock-upper")
-	}
-	id := cfg.ID
-	if id == "" {
-		id = native.NewID()
+		l.disks = append(l.disks, "-drive", "file="+lower+",if=none,format=raw,readonly=on,id=lower",
+			"-device", "virtio-blk-device,drive=lower,serial=airlock-lower")
 	}
 	memMiB := (p.Limits.MemoryBytes + (1<<20 - 1)) >> 20
 	if memMiB < 128 {
@@ -270,6 +341,7 @@ func (Tier) Start(cfg native.Config) (tier.Instance, []net.Listener, error) {
 		}
 		group = nil
 	}
+	l.group = group
 	fail := func(step string, err error) (tier.Instance, []net.Listener, error) {
 		if group != nil {
 			group.Kill()
@@ -306,7 +378,7 @@ func (Tier) Start(cfg native.Config) (tier.Instance, []net.Listener, error) {
 		memArgs = []string{"-object", fmt.Sprintf("memory-backend-memfd,id=mem,size=%dM,share=on", memMiB),
 			"-global", "virtio-mmio.force-legacy=false"}
 	}
-	args := []string{"-M", machine, "-accel", accelArg, "-cpu", cpu, "-m", fmt.Sprint(memMiB), "-smp", fmt.Sprint(cpus),
+	l.base = append([]string{"-M", machine, "-accel", accelArg, "-cpu", cpu, "-m", fmt.Sprint(memMiB), "-smp", fmt.Sprint(cpus),
 		"-name", "airlock-" + id, "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
 		"-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
 		"-chardev", "stdio,id=con,signal=off", "-serial", "chardev:con",
@@ -316,12 +388,7 @@ func (Tier) Start(cfg native.Config) (tier.Instance, []net.Listener, error) {
 		// sometimes never reached QEMU (docs/microvm.md).
 		"-device", "pvpanic", "-action", "panic=exit-failure",
 		"-device", "virtio-serial-device",
-		"-kernel", kernel, "-initrd", initrd, "-append", appendLine}
-	args = append(append(append(args, memArgs...), devices...), disks...)
-	cmd := exec.Command(q, args...)
-	cmd.Stdin = nil
-	cmd.Stdout, cmd.Stderr = cfg.Stdout, cfg.Stderr
-	cmd.ExtraFiles = extra
+		"-kernel", kernel, "-initrd", initrd, "-append", appendLine}, memArgs...)
 	// QEMU runs as the first host id of the sandbox's leased range (or
 	// nobody without one), with no capabilities: it needs none, and two
 	// sandboxes' QEMUs cannot signal or trace each other.
@@ -329,51 +396,29 @@ func (Tier) Start(cfg native.Config) (tier.Instance, []net.Listener, error) {
 	if qemuID <= 0 {
 		qemuID = nobody
 	}
-	cred := &syscall.Credential{Uid: uint32(qemuID), Gid: uint32(qemuID), Groups: []uint32{}}
+	l.cred = &syscall.Credential{Uid: uint32(qemuID), Gid: uint32(qemuID), Groups: []uint32{}}
 	if acc.accel == AccelKVM {
 		g, err := osuser.LookupGroup("kvm")
 		if err != nil {
 			return fail("qemu identity", fmt.Errorf("group kvm (owner of /dev/kvm): %w", err))
 		}
 		gid, _ := strconv.Atoi(g.Gid)
-		cred.Groups = []uint32{uint32(gid)}
+		l.cred.Groups = []uint32{uint32(gid)}
 	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Credential: cred}
-	if !cfg.SurviveParent {
-		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	l.volumes = len(vols) > 0
+	if err := l.save(stateDir); err != nil {
+		return fail("state dir", err)
 	}
-	var cgfd *os.File
-	if group != nil && group.Version() == 2 && len(group.Dirs()) == 1 {
-		if cgfd, err = os.Open(group.Dirs()[0]); err != nil {
-			return fail("cgroup", err)
-		}
-		defer cgfd.Close()
-		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(cgfd.Fd())
-	}
-	// Forked from the launcher thread: the parent-death signal fires when
-	// the forking thread exits (runtime/launcher).
-	start := cmd.Start
-	if cmd.SysProcAttr.Pdeathsig != 0 {
-		start = func() error { return launcher.Run(cmd.Start) }
-	}
-	if err := start(); err != nil {
+	proc, err := l.spawn(incoming, vols)
+	if err != nil {
 		return fail("start qemu", err)
 	}
-	if group != nil && cgfd == nil {
-		if err := group.Add(cmd.Process.Pid); err != nil {
-			cmd.Process.Kill()
-			cmd.Wait()
-			return fail("cgroup", err)
-		}
+	host, err := net.FileConn(cfg.Stdin)
+	if err != nil {
+		proc.kill()
+		return fail("agent socket", err)
 	}
-	vm := &VM{id: id, cmd: cmd, group: group, vols: vols, done: make(chan struct{})}
-	go func() {
-		vm.waitErr = cmd.Wait()
-		if mux != nil {
-			mux.sess.Close() // ends its listeners' Accept
-		}
-		close(vm.done)
-	}()
+	vm := &VM{id: id, dir: stateDir, launch: l, group: group, vols: vols, cur: proc, mux: mux, ended: make(chan struct{})}
 	vm.enforced = rt.Enforced{
 		{Name: "vm", State: rt.StateOK, Detail: "qemu microvm, " + acc.why + "; the workload runs on its own guest kernel (" + kernel + "), the host kernel sees only QEMU"},
 		{Name: "seccomp", State: rt.StateOK, Detail: "QEMU's -sandbox (obsolete, elevateprivileges, spawn and resourcecontrol denied)"},
@@ -388,9 +433,38 @@ func (Tier) Start(cfg native.Config) (tier.Instance, []net.Listener, error) {
 		vm.enforced = append(vm.enforced, rt.Layer{Name: "cgroup", State: rt.StateMissing, Detail: "QEMU's host resources NOT limited: " + cgErr.Error()})
 	}
 
-	// Wait for the agent's ready line, then relay.
+	var rd io.Reader = proc.agent
+	if snapshot == "" {
+		// Wait for the agent's ready line, then relay.
+		br := bufio.NewReader(proc.agent)
+		rd = br
+		err = waitReady(proc, br)
+	} else {
+		// The restored agent is in the middle of its original's session:
+		// no ready line; the guest runs once the state is loaded.
+		err = proc.waitRunning(BootTimeout)
+	}
+	if err != nil {
+		host.Close()
+		vm.Destroy()
+		return nil, nil, &native.SetupError{Step: "boot", Err: err}
+	}
+	vm.agent = newPortRelay(host)
+	vm.agent.attach(proc.agent, rd)
+	if mux != nil {
+		vm.egress = newPortRelay(egressHost)
+		vm.egress.attach(proc.egress, proc.egress)
+	}
+	vm.follow(proc)
+	if mux != nil {
+		return vm, mux.listeners(), nil
+	}
+	return vm, nil, nil
+}
+
+// waitReady waits for the agent's ready line on a booting guest's port.
+func waitReady(proc *qemuProc, br *bufio.Reader) error {
 	ready := make(chan error, 1)
-	br := bufio.NewReader(tierEnd)
 	go func() {
 		line, err := br.ReadString('\n')
 		switch {
@@ -405,40 +479,13 @@ func (Tier) Start(cfg native.Config) (tier.Instance, []net.Listener, error) {
 	timer := time.NewTimer(BootTimeout)
 	defer timer.Stop()
 	select {
-	case err = <-ready:
-	case <-vm.done:
-		err = fmt.Errorf("qemu exited during boot: %v", vm.waitErr)
+	case err := <-ready:
+		return err
+	case <-proc.done:
+		return fmt.Errorf("qemu exited during boot: %v", proc.waitErr)
 	case <-timer.C:
-		err = fmt.Errorf("guest not ready after %s", BootTimeout)
+		return fmt.Errorf("guest not ready after %s", BootTimeout)
 	}
-	if err != nil {
-		tierEnd.Close()
-		vm.Destroy()
-		return nil, nil, &native.SetupError{Step: "boot", Err: err}
-	}
-	host, err := net.FileConn(cfg.Stdin)
-	if err != nil {
-		tierEnd.Close()
-		vm.Destroy()
-		return nil, nil, &native.SetupError{Step: "agent socket", Err: err}
-	}
-	go func() {
-		io.Copy(tierEnd, host) // the manager's frames to the guest
-		unix.Shutdown(int(tierEnd.Fd()), unix.SHUT_WR)
-	}()
-	go func() {
-		io.Copy(host, br) // the agent's frames to the manager
-		host.Close()
-	}()
-	go func() {
-		<-vm.done
-		tierEnd.Close()
-		host.Close()
-	}()
-	if mux != nil {
-		return vm, mux.listeners(), nil
-	}
-	return vm, nil, nil
 }
 
 // netDetail describes the guest's network for enforced.
@@ -469,50 +516,4 @@ func fsRootDetail(cfg native.Config, tmpfs int64) string {
 	}
 	size := max(cfg.Policy.Limits.DiskBytes, minUpperDisk)
 	return fmt.Sprintf("image root: an overlay (nosuid, nodev) in the guest of the image's %d layers, flattened into one read-only EROFS disk (QEMU opens it read-only), and a per-sandbox writable ext4 upper disk of %d bytes (QEMU gets it as a file descriptor; the host never mounts it), /workspace on it; tmpfs /tmp of %d bytes inside guest memory; no other host file", len(cfg.Image.Layers), size, tmpfs)
-}
-
-// VM is one running guest (tier.Instance).
-type VM struct {
-	id       string
-	cmd      *exec.Cmd
-	group    *cgroups.Group
-	enforced rt.Enforced
-	vols     []*volumeShare
-	done     chan struct{}
-	waitErr  error
-	destroy  sync.Once
-}
-
-// Pid is QEMU's.
-func (v *VM) Pid() int { return v.cmd.Process.Pid }
-
-// Done is closed when QEMU has exited.
-func (v *VM) Done() <-chan struct{} { return v.done }
-
-// Stats reads QEMU's cgroup.
-func (v *VM) Stats() (cgroups.Stats, error) {
-	if v.group == nil {
-		return cgroups.Stats{}, errors.New("microvm: no cgroup")
-	}
-	return v.group.Stats()
-}
-
-// Enforced lists the layers applied.
-func (v *VM) Enforced() rt.Enforced { return v.enforced }
-
-// Destroy kills QEMU, waits for it and removes its cgroup.
-func (v *VM) Destroy() error {
-	var err error
-	v.destroy.Do(func() {
-		v.cmd.Process.Kill()
-		<-v.done
-		stopVolumes(v.vols)
-		if v.group != nil {
-			v.group.Kill()
-			if e := v.group.Destroy(); e != nil {
-				err = fmt.Errorf("microvm: remove cgroup: %w", e)
-			}
-		}
-	})
-	return err
 }

@@ -141,6 +141,14 @@ type Instance interface {
 // forks never share a writable layer.
 const SnapshotRootLayer = "root-layer"
 
+// SnapshotRootDisk is the file, in the memory snapshot image of a sandbox
+// whose root's changes live on a disk image of the tier's (microvm's upper
+// disk, which the host never mounts), holding a copy of that disk made
+// while the sandbox was stopped. Where it is, the manager files no root
+// layers (SnapshotRootLayer): the tier's Fork gives each fork a writable
+// copy of its own.
+const SnapshotRootDisk = "root.disk"
+
 // Forker is a tier that starts new sandboxes from a memory snapshot.
 type Forker interface {
 	Fork(cfg native.Config, image string) (Instance, []net.Listener, error)

@@ -33,8 +33,11 @@ func TestRegistry(t *testing.T) {
 		t.Fatalf("refusal: %v", err)
 	}
 	mvm, _ := tier.Lookup(policy.RuntimeMicroVM)
-	if err := tier.Refuse(mvm, "a memory snapshot", "memory_snapshot"); !strings.Contains(err.Error(), "runtime microvm does not support a memory snapshot") ||
-		!strings.Contains(err.Error(), "(capability memory_snapshot; runtimes that have it: gvisor)") {
+	if err := tier.Refuse(mvm, "a network attached later", "attach_network"); !strings.Contains(err.Error(), "runtime microvm does not support a network attached later") ||
+		!strings.Contains(err.Error(), "(capability attach_network; runtimes that have it: gvisor, native)") {
+		t.Fatalf("attach_network refusal: %v", err)
+	}
+	if err := tier.Refuse(wasm, "a memory snapshot", "memory_snapshot"); !strings.Contains(err.Error(), "(capability memory_snapshot; runtimes that have it: gvisor, microvm)") {
 		t.Fatalf("memory snapshot refusal: %v", err)
 	}
 	// Each capability a tier declares has the optional interface behind it.
