@@ -3,6 +3,7 @@ package e2b
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestWriteEventsAsEnvd is E2B's test_watch_iterated: a polling watcher
@@ -46,6 +47,18 @@ func TestWriteEventsAsEnvd(t *testing.T) {
 		}
 		if got := events(); len(got) == 0 || got[len(got)-1] != "WRITE "+name {
 			t.Fatalf("rewrite %d: events %q, want them to end with its write", i, got)
+		}
+		// A rewrite may raise a second write event (the truncation, then
+		// the write) that inotify delivers after the first: let it come
+		// before the next file, whose events must then be read alone. Only
+		// writes of this file may arrive meanwhile.
+		for range 5 {
+			time.Sleep(100 * time.Millisecond)
+			for _, ev := range events() {
+				if ev != "WRITE "+name {
+					t.Fatalf("rewrite %d: late event %q", i, ev)
+				}
+			}
 		}
 	}
 }

@@ -410,7 +410,7 @@ func (b *Backend) claimedPod(ctx context.Context, claim *extv1.SandboxClaim) (*c
 	case ref == nil || ref.Kind == "SandboxWarmPool":
 		// The claim controller names the Sandbox on the claim first and
 		// then moves the Sandbox from the pool to the claim: wait.
-		return nil, fmt.Errorf("Sandbox %s is not adopted by the claim yet", name)
+		return nil, fmt.Errorf("the Sandbox %s is not adopted by the claim yet", name)
 	default:
 		return nil, fmt.Errorf("%w: Sandbox %s is controlled by %s %s", errNotOurs, name, ref.Kind, ref.Name)
 	}
