@@ -60,7 +60,9 @@ except OSError as e:
 	// leader is the spawner thread (dac_override is permitted to every
 	// thread of the agent anyway; what matters is the permitted, bounding
 	// and ambient sets).
-	want := "CapPrm:\t00000000000000e2\nCapEff:\t00000000000000e0\nCapBnd:\t0000000000000000\nCapAmb:\t0000000000000000\n2\n"
+	// Three tmpfs mounts carry the inode cap: /workspace, /tmp and the
+	// workspace's second mount at /home/user (E2B's home, --workspace-bind).
+	want := "CapPrm:\t00000000000000e2\nCapEff:\t00000000000000e0\nCapBnd:\t0000000000000000\nCapAmb:\t0000000000000000\n3\n"
 	spawner := strings.Replace(want, "CapEff:\t00000000000000e0", "CapEff:\t00000000000000e2", 1)
 	if err != nil || res.Status != "ok" || (res.Stdout != want && res.Stdout != spawner) {
 		t.Fatalf("agent capabilities and mounts: %+v %v", res, err)
