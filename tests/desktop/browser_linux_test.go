@@ -52,8 +52,15 @@ func testBrowserCDP(t *testing.T, s *testserver.Server, key, runtime string) {
 	ws := startBrowser(t, ctx, s, c, key, sb.ID)
 	sum := node(t, ctx, []string{"AIRLOCK_KEY=" + key, "CDP_URL=" + ws}, "browser-cdp.mjs")
 	t.Logf("playwright-core over CDP: %v", sum)
+	var last []byte
+	defer func() {
+		if t.Failed() {
+			t.Logf("the page's log when the test gave up: %q", last)
+		}
+	}()
 	waitFor(t, "the page's log", time.Minute, func() bool {
 		b, err := c.ReadFile(ctx, sb.ID, "/tmp/page.log")
+		last = b
 		return err == nil && string(b) == "c\nd\np\nEnter\n"
 	})
 }
