@@ -70,15 +70,7 @@ func TestMicroVMPauseToDisk(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer e.c.Kill(context.Background(), sb.ID)
-	if _, err := e.c.RunCode(ctx, sb.ID, client.CodeRequest{Code: "x = 41"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.c.Exec(ctx, sb.ID, client.ExecRequest{Shell: "echo kept > /workspace/f", Timeout: 60}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.c.Start(ctx, sb.ID, client.ExecRequest{Argv: []string{"sleep", "100000"}, Tag: "matrix-bg"}); err != nil {
-		t.Fatal(err)
-	}
+	seedMicroVMState(ctx, t, e.c, sb.ID)
 	if err := backgroundAlive(ctx, e.c, sb.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -122,17 +114,7 @@ func TestMicroVMPauseToDisk(t *testing.T) {
 	if len(qemuOf(sb.ID)) != 1 {
 		t.Fatalf("QEMU of the resumed %s: %v", sb.ID, qemuOf(sb.ID))
 	}
-	r, err := e.c.RunCode(ctx, sb.ID, client.CodeRequest{Code: "x += 1; print(x)"})
-	if err != nil || r.Stdout != "42\n" {
-		t.Fatalf("cell after resume: %+v %v", r, err)
-	}
-	res, err := e.c.Exec(ctx, sb.ID, client.ExecRequest{Shell: "cat /workspace/f", Timeout: 60})
-	if err != nil || res.Stdout != "kept\n" {
-		t.Fatalf("file after resume: %+v %v", res, err)
-	}
-	if err := backgroundAlive(ctx, e.c, sb.ID); err != nil {
-		t.Fatal(err)
-	}
+	checkMicroVMState(ctx, t, e.c, sb.ID)
 	if _, err := os.Stat(filepath.Join(e.state, "sandboxes", sb.ID, "checkpoint")); err == nil {
 		t.Fatal("the saved state is left after the resume")
 	}
@@ -211,15 +193,7 @@ func TestMicroVMPausedSurvivesRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer e.c.Kill(context.Background(), sb.ID)
-	if _, err := e.c.RunCode(ctx, sb.ID, client.CodeRequest{Code: "x = 41"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.c.Exec(ctx, sb.ID, client.ExecRequest{Shell: "echo kept > /workspace/f", Timeout: 60}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.c.Start(ctx, sb.ID, client.ExecRequest{Argv: []string{"sleep", "100000"}, Tag: "matrix-bg"}); err != nil {
-		t.Fatal(err)
-	}
+	seedMicroVMState(ctx, t, e.c, sb.ID)
 	if _, err := e.c.Pause(ctx, sb.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -236,17 +210,7 @@ func TestMicroVMPausedSurvivesRestart(t *testing.T) {
 	if _, err := e.c.Resume(ctx, sb.ID); err != nil {
 		t.Fatal(err)
 	}
-	r, err := e.c.RunCode(ctx, sb.ID, client.CodeRequest{Code: "x += 1; print(x)"})
-	if err != nil || r.Stdout != "42\n" {
-		t.Fatalf("cell after resume: %+v %v", r, err)
-	}
-	res, err := e.c.Exec(ctx, sb.ID, client.ExecRequest{Shell: "cat /workspace/f", Timeout: 60})
-	if err != nil || res.Stdout != "kept\n" {
-		t.Fatalf("file after resume: %+v %v", res, err)
-	}
-	if err := backgroundAlive(ctx, e.c, sb.ID); err != nil {
-		t.Fatal(err)
-	}
+	checkMicroVMState(ctx, t, e.c, sb.ID)
 }
 
 // checkNothingLeft fails t if a QEMU, cgroup or state directory of the
@@ -342,5 +306,37 @@ func TestMicroVMPauseToDiskWithNetwork(t *testing.T) {
 	}
 	if err := netProbe(ctx, e, sb.ID); err != nil {
 		t.Fatalf("after the resume: %v", err)
+	}
+}
+
+// seedMicroVMState leaves state of every kind in sandbox id: a Python
+// variable (x = 41), a workspace file and a background process.
+func seedMicroVMState(ctx context.Context, t *testing.T, c *client.Client, id string) {
+	t.Helper()
+	if _, err := c.RunCode(ctx, id, client.CodeRequest{Code: "x = 41"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Exec(ctx, id, client.ExecRequest{Shell: "echo kept > /workspace/f", Timeout: 60}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Start(ctx, id, client.ExecRequest{Argv: []string{"sleep", "100000"}, Tag: "matrix-bg"}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkMicroVMState checks that what seedMicroVMState left is all back
+// after a resume.
+func checkMicroVMState(ctx context.Context, t *testing.T, c *client.Client, id string) {
+	t.Helper()
+	r, err := c.RunCode(ctx, id, client.CodeRequest{Code: "x += 1; print(x)"})
+	if err != nil || r.Stdout != "42\n" {
+		t.Fatalf("cell after resume: %+v %v", r, err)
+	}
+	res, err := c.Exec(ctx, id, client.ExecRequest{Shell: "cat /workspace/f", Timeout: 60})
+	if err != nil || res.Stdout != "kept\n" {
+		t.Fatalf("file after resume: %+v %v", res, err)
+	}
+	if err := backgroundAlive(ctx, c, id); err != nil {
+		t.Fatal(err)
 	}
 }
