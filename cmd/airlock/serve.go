@@ -100,6 +100,15 @@ func cmdServe(args []string) int {
 		fmt.Fprintf(os.Stderr, "airlock serve: %v\n", err)
 		return exitUsage
 	}
+	// Flag combinations are refused before anything is opened or started.
+	if len(poolImages) > 0 && *poolSize <= 0 {
+		fmt.Fprintln(os.Stderr, "airlock serve: --pool-image needs --pool N (how many of each to keep)")
+		return exitUsage
+	}
+	if len(poolImages) > 0 && *kf.backend == "kubernetes" {
+		fmt.Fprintln(os.Stderr, "airlock serve: --pool-image is not available with --backend kubernetes (the cluster's warm pool holds the default image only)")
+		return exitUsage
+	}
 	slogger, err := of.logger(os.Stderr)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "airlock serve: %v\n", err)
@@ -232,16 +241,6 @@ func cmdServe(args []string) int {
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "airlock serve: %v\n", err)
 		return 1
-	}
-	if len(poolImages) > 0 && *poolSize <= 0 {
-		m.Close()
-		fmt.Fprintln(os.Stderr, "airlock serve: --pool-image needs --pool N (how many of each to keep)")
-		return exitUsage
-	}
-	if len(poolImages) > 0 && backend != nil {
-		m.Close()
-		fmt.Fprintln(os.Stderr, "airlock serve: --pool-image is not available with --backend kubernetes (the cluster's warm pool holds the default image only)")
-		return exitUsage
 	}
 	warmImage := func(ctx context.Context, sb *manager.Sandbox, _ string) error { return computer.Warm(ctx, sb) }
 	pool := manager.PoolConfig{Size: *poolSize, WarmPython: *poolPython, Images: poolImages, WarmImage: warmImage}
