@@ -125,12 +125,7 @@ func TestCrashMidGVisorPause(t *testing.T) {
 	state, key, s1, sb := gvisorSandbox(t)
 	c := client.New(s1.URL, key)
 	ctx := ctxT(t)
-	if _, err := c.WriteFile(ctx, sb.ID, "kept.txt", strings.NewReader("kept\n"), 0); err != nil {
-		t.Fatal(err)
-	}
-	if res := runCell(t, c, sb.ID, client.CodeRequest{Code: "x = 41"}); res.Error != nil {
-		t.Fatalf("cell: %+v", res.Error)
-	}
+	seedKept(ctx, t, c, sb.ID)
 	// SIGKILL mid checkpoint. A pause may end between two looks for its
 	// runsc checkpoint (a fast disk, a slow /proc scan under load): it is
 	// then resumed and tried again.
@@ -173,12 +168,7 @@ func TestCrashMidGVisorPause(t *testing.T) {
 	if _, err := c.Resume(ctx, sb.ID); err != nil {
 		t.Fatalf("resume after restart: %v", err)
 	}
-	if res, err := c.Exec(ctx, sb.ID, client.ExecRequest{Argv: []string{"cat", "kept.txt"}}); err != nil || res.Stdout != "kept\n" {
-		t.Fatalf("file after the crash: %+v %v", res, err)
-	}
-	if res := runCell(t, c, sb.ID, client.CodeRequest{Code: "x + 1"}); res.Error != nil || res.Text != "42" {
-		t.Fatalf("Python variable after the crash: %+v", res)
-	}
+	checkKept(ctx, t, c, sb.ID, "after the crash")
 	if err := c.Kill(ctx, sb.ID); err != nil {
 		t.Fatal(err)
 	}

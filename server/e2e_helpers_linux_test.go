@@ -124,3 +124,28 @@ func ctxT(t testing.TB) context.Context {
 }
 
 var _ = client.New
+
+// seedKept leaves two kinds of state in sandbox id for a restart, pause or
+// crash test to find again with checkKept: a workspace file (kept.txt) and
+// a Python variable (x = 41) of the default context.
+func seedKept(ctx context.Context, t *testing.T, c *client.Client, id string) {
+	t.Helper()
+	if _, err := c.WriteFile(ctx, id, "kept.txt", strings.NewReader("kept\n"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if res := runCell(t, c, id, client.CodeRequest{Code: "x = 41"}); res.Error != nil {
+		t.Fatalf("cell: %+v", res.Error)
+	}
+}
+
+// checkKept checks that what seedKept left in sandbox id is there, when
+// (for example "after the restart") naming the moment in a failure.
+func checkKept(ctx context.Context, t *testing.T, c *client.Client, id, when string) {
+	t.Helper()
+	if res, err := c.Exec(ctx, id, client.ExecRequest{Argv: []string{"cat", "kept.txt"}}); err != nil || res.Stdout != "kept\n" {
+		t.Fatalf("file %s: %+v %v", when, res, err)
+	}
+	if res := runCell(t, c, id, client.CodeRequest{Code: "x + 1"}); res.Error != nil || res.Text != "42" {
+		t.Fatalf("Python variable %s: %+v", when, res)
+	}
+}

@@ -23,23 +23,13 @@ func TestE2EGVisorAdoptedPausesAndSnapshots(t *testing.T) {
 	state, key, s1, sb := gvisorSandbox(t)
 	c := client.New(s1.URL, key)
 	ctx := ctxT(t)
-	if _, err := c.WriteFile(ctx, sb.ID, "kept.txt", strings.NewReader("kept\n"), 0); err != nil {
-		t.Fatal(err)
-	}
-	if res := runCell(t, c, sb.ID, client.CodeRequest{Code: "x = 41"}); res.Error != nil {
-		t.Fatalf("cell: %+v", res.Error)
-	}
+	seedKept(ctx, t, c, sb.ID)
 	if _, err := c.Start(ctx, sb.ID, client.ExecRequest{Shell: "sleep 600", Tag: "bg"}); err != nil {
 		t.Fatal(err)
 	}
 	intact := func(c *client.Client, id, when string) {
 		t.Helper()
-		if res, err := c.Exec(ctx, id, client.ExecRequest{Argv: []string{"cat", "kept.txt"}}); err != nil || res.Stdout != "kept\n" {
-			t.Fatalf("%s: file: %+v %v", when, res, err)
-		}
-		if res := runCell(t, c, id, client.CodeRequest{Code: "x + 1"}); res.Error != nil || res.Text != "42" {
-			t.Fatalf("%s: Python variable: %+v", when, res)
-		}
+		checkKept(ctx, t, c, id, when)
 		if res, err := c.Exec(ctx, id, client.ExecRequest{Shell: "pgrep -x sleep >/dev/null && echo alive"}); err != nil || res.Stdout != "alive\n" {
 			t.Fatalf("%s: background process: %+v %v", when, res, err)
 		}
@@ -118,12 +108,7 @@ func TestE2EGVisorKilledMidSnapshotAdopted(t *testing.T) {
 	state, key, s1, sb := gvisorSandbox(t)
 	c := client.New(s1.URL, key)
 	ctx := ctxT(t)
-	if _, err := c.WriteFile(ctx, sb.ID, "kept.txt", strings.NewReader("kept\n"), 0); err != nil {
-		t.Fatal(err)
-	}
-	if res := runCell(t, c, sb.ID, client.CodeRequest{Code: "x = 41"}); res.Error != nil {
-		t.Fatalf("cell: %+v", res.Error)
-	}
+	seedKept(ctx, t, c, sb.ID)
 	rs, err := gvisor.Available()
 	if err != nil {
 		t.Fatal(err)
@@ -137,12 +122,7 @@ func TestE2EGVisorKilledMidSnapshotAdopted(t *testing.T) {
 	if got, err := c.Get(ctx, sb.ID); err != nil || got.State != "running" || !got.Reattached {
 		t.Fatalf("after the restart: %+v %v (server log: %s)", got, err, s2.ReadLog())
 	}
-	if res, err := c.Exec(ctx, sb.ID, client.ExecRequest{Argv: []string{"cat", "kept.txt"}}); err != nil || res.Stdout != "kept\n" {
-		t.Fatalf("file: %+v %v", res, err)
-	}
-	if res := runCell(t, c, sb.ID, client.CodeRequest{Code: "x + 1"}); res.Error != nil || res.Text != "42" {
-		t.Fatalf("Python variable: %+v", res)
-	}
+	checkKept(ctx, t, c, sb.ID, "after the restart")
 	if err := c.Kill(ctx, sb.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -158,12 +138,7 @@ func TestCrashMidGVisorPauseAdopted(t *testing.T) {
 	state, key, s1, sb := gvisorSandbox(t)
 	c := client.New(s1.URL, key)
 	ctx := ctxT(t)
-	if _, err := c.WriteFile(ctx, sb.ID, "kept.txt", strings.NewReader("kept\n"), 0); err != nil {
-		t.Fatal(err)
-	}
-	if res := runCell(t, c, sb.ID, client.CodeRequest{Code: "x = 41"}); res.Error != nil {
-		t.Fatalf("cell: %+v", res.Error)
-	}
+	seedKept(ctx, t, c, sb.ID)
 	s1.crash()
 	s2 := startServer(t, state)
 	c = client.New(s2.URL, key)
@@ -184,12 +159,7 @@ func TestCrashMidGVisorPauseAdopted(t *testing.T) {
 	if _, err := c.Resume(ctx, sb.ID); err != nil {
 		t.Fatalf("resume after restart: %v", err)
 	}
-	if res, err := c.Exec(ctx, sb.ID, client.ExecRequest{Argv: []string{"cat", "kept.txt"}}); err != nil || res.Stdout != "kept\n" {
-		t.Fatalf("file after the crash: %+v %v", res, err)
-	}
-	if res := runCell(t, c, sb.ID, client.CodeRequest{Code: "x + 1"}); res.Error != nil || res.Text != "42" {
-		t.Fatalf("Python variable after the crash: %+v", res)
-	}
+	checkKept(ctx, t, c, sb.ID, "after the crash")
 	if err := c.Kill(ctx, sb.ID); err != nil {
 		t.Fatal(err)
 	}

@@ -47,12 +47,7 @@ func TestGVisorPausedKeepsIDRange(t *testing.T) {
 	state1, key1, s1, sb := gvisorSandbox(t)
 	c1 := client.New(s1.URL, key1)
 	ctx := ctxT(t)
-	if _, err := c1.WriteFile(ctx, sb.ID, "kept.txt", strings.NewReader("kept\n"), 0); err != nil {
-		t.Fatal(err)
-	}
-	if res := runCell(t, c1, sb.ID, client.CodeRequest{Code: "x = 41"}); res.Error != nil {
-		t.Fatalf("cell: %+v", res.Error)
-	}
+	seedKept(ctx, t, c1, sb.ID)
 	if _, err := c1.Pause(ctx, sb.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -91,12 +86,7 @@ func TestGVisorPausedKeepsIDRange(t *testing.T) {
 	if _, err := c1.Resume(ctx, sb.ID); err != nil {
 		t.Fatalf("resume after restart: %v", err)
 	}
-	if res, err := c1.Exec(ctx, sb.ID, client.ExecRequest{Argv: []string{"cat", "kept.txt"}}); err != nil || res.Stdout != "kept\n" {
-		t.Fatalf("file after the restart: %+v %v", res, err)
-	}
-	if res := runCell(t, c1, sb.ID, client.CodeRequest{Code: "x + 1"}); res.Error != nil || res.Text != "42" {
-		t.Fatalf("Python variable after the restart: %+v", res)
-	}
+	checkKept(ctx, t, c1, sb.ID, "after the restart")
 	// Resumed (a new runsc), its range is still held: no other server's
 	// start frees it.
 	s3 := startServer(t, stateDir(t))

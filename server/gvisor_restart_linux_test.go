@@ -2,7 +2,6 @@ package server_test
 
 import (
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -20,12 +19,7 @@ func TestE2EGVisorPausedSurvivesRestart(t *testing.T) {
 	state, key, s1, sb := gvisorSandbox(t)
 	c := client.New(s1.URL, key)
 	ctx := ctxT(t)
-	if _, err := c.WriteFile(ctx, sb.ID, "kept.txt", strings.NewReader("kept\n"), 0); err != nil {
-		t.Fatal(err)
-	}
-	if res := runCell(t, c, sb.ID, client.CodeRequest{Code: "x = 41"}); res.Error != nil {
-		t.Fatalf("cell: %+v", res.Error)
-	}
+	seedKept(ctx, t, c, sb.ID)
 	bg, err := c.Start(ctx, sb.ID, client.ExecRequest{Shell: "sleep 600", Tag: "bg"})
 	if err != nil {
 		t.Fatal(err)
@@ -44,12 +38,7 @@ func TestE2EGVisorPausedSurvivesRestart(t *testing.T) {
 	if _, err := c.Resume(ctx, sb.ID); err != nil {
 		t.Fatalf("resume after restart: %v", err)
 	}
-	if res, err := c.Exec(ctx, sb.ID, client.ExecRequest{Argv: []string{"cat", "kept.txt"}}); err != nil || res.Stdout != "kept\n" {
-		t.Fatalf("file after resume: %+v %v", res, err)
-	}
-	if res := runCell(t, c, sb.ID, client.CodeRequest{Code: "x + 1"}); res.Error != nil || res.Text != "42" {
-		t.Fatalf("Python variable after resume: %+v", res)
-	}
+	checkKept(ctx, t, c, sb.ID, "after resume")
 	if res, err := c.Exec(ctx, sb.ID, client.ExecRequest{Shell: "pgrep -x sleep >/dev/null && echo alive"}); err != nil || res.Stdout != "alive\n" {
 		t.Fatalf("background process %+v after resume: %+v %v", bg, res, err)
 	}
