@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -21,13 +20,7 @@ import (
 // template's file and env, and whose info names the template; a name that
 // is neither a template nor an image is E2B's 404 "template ... not found".
 func TestCreateFromTemplateWithSDK(t *testing.T) {
-	jsDir, _ := filepath.Abs("../tests/js")
-	if _, err := os.Stat(filepath.Join(jsDir, "node_modules", "e2b", "package.json")); err != nil {
-		t.Skip("tests/js/node_modules is missing: run npm ci in tests/js")
-	}
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (cgroups, uid ranges, overlay roots); CI runs as root")
-	}
+	jsDir := e2bSDKDir(t)
 	// The SDKs start commands as /bin/bash -l -c CMD: the template brings
 	// a bash that is busybox's sh.
 	st := it.Template(t, "my-template", map[string]string{"greeting.txt": "from the template\n", "bash": "#!/bin/sh\nexec /bin/sh \"$@\"\n"},
@@ -42,15 +35,14 @@ func TestCreateFromTemplateWithSDK(t *testing.T) {
 			if tr, err := tier.Lookup(runtime); err != nil || tr.Available() != nil {
 				t.Skipf("runtime %s is not available here", runtime)
 			}
-			templateWithSDK(t, st, runtime)
+			templateWithSDK(t, jsDir, st, runtime)
 		})
 	}
 }
 
 // templateWithSDK creates a sandbox from my-template with E2B's JS SDK on
 // a server whose default runtime is runtime (serve --default-runtime).
-func templateWithSDK(t *testing.T, st *imagestore.Store, runtime policy.Runtime) {
-	jsDir, _ := filepath.Abs("../tests/js")
+func templateWithSDK(t *testing.T, jsDir string, st *imagestore.Store, runtime policy.Runtime) {
 	e := newEnvSetup(t, true, envSetup{images: st, runtime: runtime})
 
 	script := `

@@ -23,13 +23,7 @@ import (
 // path outside the context, a symlink) are refused and leave nothing, and
 // an upload URL without its signature is a 401.
 func TestTemplateBuildWithSDK(t *testing.T) {
-	jsDir, _ := filepath.Abs("../tests/js")
-	if _, err := os.Stat(filepath.Join(jsDir, "node_modules", "e2b", "package.json")); err != nil {
-		t.Skip("tests/js/node_modules is missing: run npm ci in tests/js")
-	}
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (cgroups, uid ranges, overlay roots); CI runs as root")
-	}
+	jsDir := e2bSDKDir(t)
 	st := it.Template(t, "sdk-base", map[string]string{"bash": "#!/bin/sh\nexec /bin/sh \"$@\"\n"}, "COPY bash /bin/")
 	if _, err := st.Publish("sdk-base", true); err != nil {
 		t.Fatal(err)
