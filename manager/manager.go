@@ -1050,6 +1050,14 @@ func (m *Manager) Close() error {
 	}
 	wg.Wait()
 	m.closeDisks()
+	if m.cfg.Volumes != nil {
+		// Volumes stay mounted while the server runs (a sandbox's create
+		// does not wait for a mount); a clean stop leaves mounted only
+		// those of the sandboxes it leaves running.
+		if err := m.cfg.Volumes.UnmountIdle(); err != nil {
+			m.cfg.Logf("shutdown: %v", err)
+		}
+	}
 	m.flushBacklog()
 	m.backlogMu.Lock()
 	if n := len(m.backlog); n > 0 {

@@ -275,3 +275,41 @@ func (s *Store) Delete(name string) (*Volume, error) {
 	}
 	return v, nil
 }
+
+// UnmountIdle unmounts every volume, of every owner, that no live sandbox
+// uses (its loop device detaches with it); the next Use mounts it again.
+// A server calls it when it stops, so that a clean shutdown leaves no
+// volume mounted on the host except those of the sandboxes it leaves
+// running (serve --keep-on-shutdown). Call it on the store Open returned.
+func (s *Store) UnmountIdle() error {
+	unlock, err := s.lock()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	owners := []string{s.root}
+	keys, _ := os.ReadDir(filepath.Join(s.root, keysDir))
+	for _, k := range keys {
+		if k.IsDir() {
+			owners = append(owners, filepath.Join(s.root, keysDir, k.Name()))
+		}
+	}
+	var errs []error
+	for _, dir := range owners {
+		view := &Store{root: s.root, dir: dir, mu: s.mu}
+		ents, _ := os.ReadDir(dir)
+		for _, e := range ents {
+			if !e.IsDir() || e.Name() == keysDir {
+				continue
+			}
+			mnt := view.path(e.Name(), "mnt")
+			if !mounted(mnt) || len(view.users(e.Name())) > 0 {
+				continue
+			}
+			if err := unix.Unmount(mnt, 0); err != nil {
+				errs = append(errs, fmt.Errorf("volume at %s: unmount: %w", mnt, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}

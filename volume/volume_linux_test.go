@@ -4,7 +4,10 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/airlock-dev/airlock/volume"
 )
@@ -62,4 +65,95 @@ func TestOwners(t *testing.T) {
 			t.Errorf("owner %q: %v, want ErrInvalid", bad, err)
 		}
 	}
+}
+
+// TestUnmountIdle: the operator's and a key's volumes, mounted by Use, are
+// unmounted by UnmountIdle once their holders are gone (their loop devices
+// detached), and one still held stays mounted; Use mounts an unmounted one
+// again with its data.
+func TestUnmountIdle(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (mkfs and mount of the volume's disk)")
+	}
+	dir := filepath.Join(t.TempDir(), "volumes")
+	op, err := volume.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := op.As("key_a")
+	alive := map[string]string{}
+	mnts := map[string]string{}
+	for _, v := range []struct {
+		s    *volume.Store
+		name string
+	}{{op, "idle"}, {key, "idle"}, {key, "held"}} {
+		if _, err := v.s.Create(v.name, volume.MinSize); err != nil {
+			t.Fatal(err)
+		}
+		holder := t.TempDir()
+		mnt, err := v.s.Use(v.name, "sb-"+filepath.Base(holder), holder)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mnts[mnt], alive[mnt] = v.name, holder
+	}
+	for mnt, name := range mnts {
+		if err := os.WriteFile(filepath.Join(mnt, "f"), []byte(name), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if name == "idle" {
+			os.RemoveAll(alive[mnt]) // its sandbox ended
+		}
+	}
+	if err := op.UnmountIdle(); err != nil {
+		t.Fatal(err)
+	}
+	for mnt, name := range mnts {
+		if got, want := isMountPoint(t, mnt), name == "held"; got != want {
+			t.Errorf("%s (%s) mounted: %v, want %v", mnt, name, got, want)
+		}
+	}
+	for _, b := range loopBackings(t) {
+		if strings.HasPrefix(b, dir+"/") && !strings.Contains(b, "/held/") {
+			t.Errorf("a loop device is left on %s", b)
+		}
+	}
+	mnt, err := key.Use("idle", "sb-again", t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(mnt, "f")); err != nil || string(b) != "idle" {
+		t.Fatalf("the volume mounted again: %q %v", b, err)
+	}
+	t.Cleanup(func() {
+		for m := range mnts {
+			unix.Unmount(m, unix.MNT_DETACH)
+		}
+	})
+}
+
+func isMountPoint(t *testing.T, dir string) bool {
+	t.Helper()
+	var a, b unix.Stat_t
+	if err := unix.Stat(dir, &a); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Stat(filepath.Dir(dir), &b); err != nil {
+		t.Fatal(err)
+	}
+	return a.Dev != b.Dev
+}
+
+// loopBackings lists the backing files of the host's loop devices.
+func loopBackings(t *testing.T) []string {
+	t.Helper()
+	var out []string
+	files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err == nil {
+			out = append(out, strings.TrimSuffix(strings.TrimSpace(string(b)), " (deleted)"))
+		}
+	}
+	return out
 }
