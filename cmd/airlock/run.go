@@ -211,6 +211,16 @@ func runCommand(ctx context.Context, args []string) int {
 		return exitUsage
 	}
 	cfg := native.Config{Policy: p, Args: argv, AllowDegraded: pf.allowDegraded}
+	if p.Runtime == policy.RuntimeMicroVM {
+		// The guest's initramfs carries its agent: the agent-only build
+		// beside this binary when it checks out (a quarter of the bytes for
+		// the guest to unpack), else this binary, as serve chooses.
+		if self, err := os.Executable(); err == nil {
+			if lean, _ := leanAgent(self, "", func(string, ...any) {}); lean != "" {
+				cfg.AgentBinary = lean
+			}
+		}
+	}
 	opts := native.RunOptions{Stdin: os.Stdin, Capture: *asJSON}
 	if isTerminal(os.Stdin) {
 		// Never hand the caller's terminal to the sandbox (TIOCSTI and
