@@ -83,20 +83,35 @@ func sizeName(b int64) string {
 // API, so the other peers are listed as missing. After the last round the
 // session must still hold its bytes.
 func (s *apiServer) GVisorPauseFigures(others []Peer, runs int, sessionBytes int64) []Figure {
+	if _, err := gvisor.Available(); err != nil {
+		size := sizeName(sessionBytes)
+		return []Figure{Unavailable("gvisor pause ("+size+" Python)", err.Error()), Unavailable("gvisor resume ("+size+" Python)", err.Error())}
+	}
+	return s.pauseFigures(pauseTier{runtime: "gvisor", label: "gvisor",
+		pause:  "POST /v1/sandboxes/{id}/pause: runsc checkpoint to disk, image synced and dropped from the page cache",
+		resume: "POST /v1/sandboxes/{id}/resume: runsc restore, then the agent answers a ping"}, others, runs, sessionBytes)
+}
+
+// pauseTier names a tier's pause figures and says what its pause and
+// resume do.
+type pauseTier struct {
+	runtime, label, pause, resume string
+}
+
+// pauseFigures are the pause and resume figures of tier t: see
+// GVisorPauseFigures.
+func (s *apiServer) pauseFigures(t pauseTier, others []Peer, runs int, sessionBytes int64) []Figure {
 	const code = "import os, hashlib\nbig = os.urandom(%d)\nh = hashlib.sha256(big).hexdigest()"
 	size := sizeName(sessionBytes)
-	names := []string{"gvisor pause (" + size + " Python)", "gvisor resume (" + size + " Python)"}
+	names := []string{t.label + " pause (" + size + " Python)", t.label + " resume (" + size + " Python)"}
 	fail := func(why string) []Figure { return []Figure{Unavailable(names[0], why), Unavailable(names[1], why)} }
-	if _, err := gvisor.Available(); err != nil {
-		return fail(err.Error())
-	}
 	// Every round takes a pause, a resume and a metrics read.
 	ctx, cancel := context.WithTimeout(context.Background(), s.timeout*time.Duration(3*runs+3))
 	defer cancel()
 	// Room for the bytes, their copy while hashing, and Python itself.
-	sb, err := s.c.Create(ctx, client.CreateRequest{Runtime: "gvisor", Limits: &client.Limits{MemoryBytes: max(512<<20, 2*sessionBytes+256<<20)}})
+	sb, err := s.c.Create(ctx, client.CreateRequest{Runtime: t.runtime, Limits: &client.Limits{MemoryBytes: max(512<<20, 2*sessionBytes+256<<20)}})
 	if err != nil {
-		return fail("could not create a gvisor sandbox: " + err.Error())
+		return fail("could not create a " + t.runtime + " sandbox: " + err.Error())
 	}
 	defer s.c.Kill(context.Background(), sb.ID)
 	res, err := s.c.RunCode(ctx, sb.ID, client.CodeRequest{Code: fmt.Sprintf(code, sessionBytes)})
@@ -112,10 +127,8 @@ func (s *apiServer) GVisorPauseFigures(others []Peer, runs int, sessionBytes int
 	}
 	why := "has no pause to disk behind an API"
 	figs := []Figure{
-		{Name: names[0], Unit: UnitMS, Rounds: runs, Results: codePeersResults(others, why,
-			"POST /v1/sandboxes/{id}/pause: runsc checkpoint to disk, image synced and dropped from the page cache")},
-		{Name: names[1], Unit: UnitMS, Rounds: runs, Results: codePeersResults(others, why,
-			"POST /v1/sandboxes/{id}/resume: runsc restore, then the agent answers a ping")},
+		{Name: names[0], Unit: UnitMS, Rounds: runs, Results: codePeersResults(others, why, t.pause)},
+		{Name: names[1], Unit: UnitMS, Rounds: runs, Results: codePeersResults(others, why, t.resume)},
 	}
 	for i := range figs {
 		figs[i].Results[0].rounds = make([]float64, runs)
@@ -162,7 +175,7 @@ func (s *apiServer) GVisorPauseFigures(others []Peer, runs int, sessionBytes int
 	if len(paused) > 0 {
 		figs[0].Results[0].Detail = fmt.Sprintf("sandbox cgroup memory %.1f MiB before the first pause, median %.2f MiB while paused", float64(before)/(1<<20), Median(paused))
 	}
-	figs[0].Note = "a live gvisor sandbox whose Python context holds " + size + " of os.urandom bytes; each round pauses it (checkpoint to disk, memory freed) and resumes it; the bytes' hash is checked after the last round"
+	figs[0].Note = "a live " + t.runtime + " sandbox whose Python context holds " + size + " of os.urandom bytes; each round pauses it (its state saved to disk, memory freed) and resumes it; the bytes' hash is checked after the last round"
 	figs[1].Note = figs[0].Note
 	return figs
 }

@@ -53,18 +53,7 @@ func MicroVMFigure(exe, scratch string, runs int, timeout time.Duration) Figure 
 		Run: func(argv []string) error {
 			return runWith(timeout, runSpec{}, exe, append([]string{"run", "--runtime", "microvm", "--microvm-accel", r.Accel, "--"}, argv...)...)
 		}}
-	machine, cpu := "microvm,accel=tcg,pit=on,pic=on,rtc=on", "max"
-	timing := " tsc_early_khz=2000000 lpj=4000000 no_timer_check"
-	if r.Accel == microvm.AccelKVM {
-		machine, cpu, timing = "microvm,accel=kvm", "host", ""
-	}
-	qemu := Peer{Name: "qemu", Note: fmt.Sprintf("%s -M %s -m 512 -kernel %s -initrd (busybox; /init runs CMD and prints a line on the console, on which QEMU is killed, as airlock's run kills its guest once the command's exit arrives)", q, machine, r.Kernel),
-		Run: func(argv []string) error {
-			return runQEMUPeer(timeout, q, "-M", machine, "-cpu", cpu, "-m", "512", "-smp", "1",
-				"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot", "-serial", "stdio",
-				"-kernel", r.Kernel, "-initrd", initrd,
-				"-append", "console=ttyS0 quiet loglevel=3 panic=-1 rdinit=/init"+timing+" -- "+strings.Join(argv, " "))
-		}}
+	qemu := qemuBootPeer(r, q, initrd, timeout)
 	f := Alternate([]Peer{cli, qemu}, []string{"/bin/true"}, runs)
 	f.Name = name + " (" + r.Accel + ")"
 	return f

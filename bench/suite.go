@@ -202,6 +202,8 @@ func Run(cfg Config) *Report {
 				scratch = os.TempDir()
 			}
 			rep.Figures = append(rep.Figures, MicroVMFigure(cfg.Airlock, scratch, cfg.Runs, 0))
+			progress("microvm through airlock serve: create, exec, pause and resume, idle memory")
+			rep.Figures = append(rep.Figures, MicroVMServeFigures(cfg.Airlock, scratch, cfg.Runs, cfg.Density, 0)...)
 		case "wasm":
 			progress("wasm: %d rounds of a hello-world module", cfg.Runs)
 			rep.Figures = append(rep.Figures, WasmFigures(cfg.Airlock, cfg.Peers.ScratchDir, cfg.Runs, cfg.Peers.Timeout)...)
