@@ -23,8 +23,20 @@ func init() {
 	if len(os.Args) < 2 || os.Args[1] != "run" {
 		return
 	}
-	if code, ok := runEarly(os.Args[2:]); ok {
-		os.Exit(code)
+	// Not on this goroutine: during init it is locked to the main thread,
+	// so that every wake-up of it in the run (a pipe read, the wait for
+	// the sandbox's end) would be a hand-over between threads.
+	type outcome struct {
+		code int
+		ok   bool
+	}
+	done := make(chan outcome)
+	go func() {
+		code, ok := runEarly(os.Args[2:])
+		done <- outcome{code, ok}
+	}()
+	if o := <-done; o.ok {
+		os.Exit(o.code)
 	}
 }
 
