@@ -51,19 +51,8 @@ func (f *PolicyFlags) Policy() (policy.Policy, error) {
 	if err != nil {
 		return p, err
 	}
-	size := func(name, v string, dst *int64) error {
-		if v == "" {
-			return nil
-		}
-		n, err := policy.ParseSize(v)
-		if err != nil {
-			return fmt.Errorf("--%s: %w", name, err)
-		}
-		*dst = n
-		return nil
-	}
-	if err := errors.Join(size("memory", f.memory, &p.Limits.MemoryBytes), size("disk", f.disk, &p.Limits.DiskBytes),
-		size("output-limit", f.output, &p.Limits.OutputBytes)); err != nil {
+	if err := errors.Join(SizeArg("memory", f.memory, &p.Limits.MemoryBytes), SizeArg("disk", f.disk, &p.Limits.DiskBytes),
+		SizeArg("output-limit", f.output, &p.Limits.OutputBytes)); err != nil {
 		return p, err
 	}
 	if f.cpus.set {
@@ -129,6 +118,20 @@ func (f *PolicyFlags) Policy() (policy.Policy, error) {
 		return p, err
 	}
 	return p, p.Validate()
+}
+
+// SizeArg parses flag --name's size v into *dst, leaving it alone when v
+// is empty (the profile's value stays).
+func SizeArg(name, v string, dst *int64) error {
+	if v == "" {
+		return nil
+	}
+	n, err := policy.ParseSize(v)
+	if err != nil {
+		return fmt.Errorf("--%s: %w", name, err)
+	}
+	*dst = n
+	return nil
 }
 
 // CheckHostCeilings refuses limits this host cannot honour (or that are
