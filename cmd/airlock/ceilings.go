@@ -2,7 +2,6 @@ package main
 
 import (
 	"flag"
-	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -36,61 +35,6 @@ func (f *ceilingFlags) keyLimits(timeout time.Duration) store.KeyLimits {
 	c := f.ceilings()
 	return store.KeyLimits{MemoryBytes: c.MemoryBytes, CPUs: c.CPUs, Pids: c.Pids, DiskBytes: c.DiskBytes,
 		TimeoutSeconds: int64((timeout + time.Second - 1) / time.Second)}
-}
-
-// checkHostCeilings refuses limits this host cannot honour (or that are
-// not positive), naming the flag's field and the host's ceiling.
-func checkHostCeilings(l policy.Limits) error {
-	h, err := policy.HostCeilings()
-	if err != nil {
-		return err
-	}
-	return h.Check(l, "this host")
-}
-
-// optFloat is a float flag that remembers whether it was given, so that an
-// explicit 0 is refused rather than read as "the profile's default".
-type optFloat struct {
-	v   float64
-	set bool
-}
-
-func (o *optFloat) String() string {
-	if o == nil || !o.set {
-		return ""
-	}
-	return strconv.FormatFloat(o.v, 'g', -1, 64)
-}
-
-func (o *optFloat) Set(s string) error {
-	v, err := strconv.ParseFloat(s, 64)
-	if err != nil {
-		return fmt.Errorf("want a number, e.g. 0.5")
-	}
-	o.v, o.set = v, true
-	return nil
-}
-
-// optInt is optFloat for integers.
-type optInt struct {
-	v   int64
-	set bool
-}
-
-func (o *optInt) String() string {
-	if o == nil || !o.set {
-		return ""
-	}
-	return strconv.FormatInt(o.v, 10)
-}
-
-func (o *optInt) Set(s string) error {
-	v, err := strconv.ParseInt(s, 10, 64)
-	if err != nil {
-		return fmt.Errorf("want an integer")
-	}
-	o.v, o.set = v, true
-	return nil
 }
 
 // keyLimitsText shows a key's own ceilings for keys list ("-": none, only

@@ -5,16 +5,20 @@ package main
 import (
 	"fmt"
 	"os"
+
+	// Its init runs a plain native `airlock run` before the rest of the
+	// binary is initialised (runcli/early.go).
+	"github.com/airlock-dev/airlock/cmd/airlock/internal/runcli"
 )
 
 // Exit codes of airlock itself; a sandboxed command's own code passes through.
 const (
-	exitUsage      = 125 // bad flags, bad sizes, invalid policy
-	exitSetup      = 123 // the sandbox could not be built
-	exitTimeout    = 124 // the wall-clock deadline killed the sandbox
-	exitOutput     = 122 // the output limit stopped the run
-	exitNotExec    = 126 // command found but not executable inside
-	exitNotFound   = 127 // command not found inside
+	exitUsage      = runcli.ExitUsage   // bad flags, bad sizes, invalid policy
+	exitSetup      = runcli.ExitSetup   // the sandbox could not be built
+	exitTimeout    = runcli.ExitTimeout // the wall-clock deadline killed the sandbox
+	exitOutput     = runcli.ExitOutput  // the output limit stopped the run
+	exitNotExec    = runcli.ExitNotExec // command found but not executable inside
+	exitNotFound   = runcli.ExitNotFound
 	exitDoctorFail = 1
 )
 

@@ -18,6 +18,7 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/airlock-dev/airlock/cmd/airlock/internal/runcli"
 	"github.com/airlock-dev/airlock/egress"
 	"github.com/airlock-dev/airlock/internal/statelock"
 	"github.com/airlock-dev/airlock/manager"
@@ -109,18 +110,7 @@ func envDefaults(fs *flag.FlagSet) error {
 // limits turns the size and count flags into manager limits.
 func (f *mcpFlags) limits() (manager.Limits, error) {
 	var l manager.Limits
-	size := func(name, v string, dst *int64) error {
-		if v == "" {
-			return nil
-		}
-		n, err := policy.ParseSize(v)
-		if err != nil {
-			return fmt.Errorf("--%s: %w", name, err)
-		}
-		*dst = n
-		return nil
-	}
-	err := errors.Join(size("memory", f.memory, &l.MemoryBytes), size("disk", f.disk, &l.DiskBytes))
+	err := errors.Join(runcli.SizeArg("memory", f.memory, &l.MemoryBytes), runcli.SizeArg("disk", f.disk, &l.DiskBytes))
 	l.CPUs, l.Pids = f.cpus, f.pids
 	if f.cpus < 0 || f.pids < 0 {
 		err = errors.Join(err, errors.New("--cpus and --pids must not be negative"))

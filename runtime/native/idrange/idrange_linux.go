@@ -383,7 +383,7 @@ func (p Pool) claim(base int, h holder) (*Lease, error) {
 		}
 	}
 	l := &Lease{Base: base, pool: p, h: h}
-	if err := writeHolder(l.path(), h); err != nil {
+	if err := putHolder(l.path(), h); err != nil {
 		return nil, err
 	}
 	return l, nil
@@ -400,6 +400,62 @@ func (p Pool) Free(base int) error {
 	}
 	defer unlock()
 	p.liveHolder(base)
+	return nil
+}
+
+// putHolder makes the lease file at path name h: in place if it exists
+// (rewriteHolder), else as a new file (writeHolder).
+func putHolder(path string, h holder) error {
+	err := rewriteHolder(path, h)
+	if errors.Is(err, os.ErrNotExist) || errors.Is(err, errTooLong) {
+		return writeHolder(path, h)
+	}
+	return err
+}
+
+// maxInPlace is the longest lease text rewriteHolder writes in place: far
+// below a page, so that the one write never spans two.
+const maxInPlace = 512
+
+var errTooLong = errors.New("lease text too long to rewrite in place")
+
+// rewriteHolder writes h over the existing lease file at path in place:
+// one write at offset 0 of h's text, padded with spaces to the file's
+// length (parseHolder reads fields, so a padding is ignored). A write of
+// less than a page to a regular file is done whole or not at all even if
+// this process is killed during it, and every reader holds the pool's
+// lock, so no one ever reads half of it. Unlike writeHolder it never
+// renames over an existing file, which on ext4 (where /run is a directory
+// of the root disk on some hosts) starts a flush of the new file's data to
+// disk first (auto_da_alloc): about 1.7 ms of every SetHolder on such a
+// host.
+func rewriteHolder(path string, h holder) error {
+	text := []byte(h.String())
+	fd, err := unix.Open(path, unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("id ranges: rewrite lease: %w", err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fmt.Errorf("id ranges: rewrite lease: %w", err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return fmt.Errorf("id ranges: rewrite lease: %s is not a regular file", path)
+	}
+	if n := int(st.Size); n > len(text) {
+		text = append(text, bytes.Repeat([]byte{' '}, n-len(text))...)
+	}
+	if len(text) > maxInPlace {
+		return errTooLong
+	}
+	n, err := unix.Pwrite(fd, text, 0)
+	if err == nil && n != len(text) {
+		err = fmt.Errorf("short write (%d of %d bytes)", n, len(text))
+	}
+	if err != nil {
+		return fmt.Errorf("id ranges: rewrite lease: %w", err)
+	}
 	return nil
 }
 
@@ -448,7 +504,7 @@ func (l *Lease) setHolder(h holder) error {
 	if !l.ours() {
 		return fmt.Errorf("id ranges: lease %d was lost", l.Base)
 	}
-	if err := writeHolder(l.path(), h); err != nil {
+	if err := putHolder(l.path(), h); err != nil {
 		return err
 	}
 	l.h = h
@@ -463,10 +519,11 @@ func (h holder) name() string {
 	return "pid " + strconv.Itoa(h.pid)
 }
 
-// ours reports whether the lease file still names this lease's holder.
+// ours reports whether the lease file still names this lease's holder
+// (a padding left by rewriteHolder aside).
 func (l *Lease) ours() bool {
 	b, err := os.ReadFile(l.path())
-	return err == nil && string(b) == l.h.String()
+	return err == nil && string(bytes.TrimRight(b, " ")) == l.h.String()
 }
 
 // Release frees the range now (its holder's death would free it anyway).

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -268,5 +269,83 @@ func TestDirHolder(t *testing.T) {
 	}
 	if _, err := p.Acquire(os.Getpid(), l.Base, nil); err != nil {
 		t.Fatalf("Acquire once the directory is gone: %v", err)
+	}
+}
+
+// TestSetHolderInPlace: handing a lease to another holder rewrites its
+// file in place (the same inode: no rename over it, which on ext4 flushes
+// the file to disk first), from a longer holder text to a shorter one and
+// back; the lease stays the new holder's throughout, leaves no temporary
+// file, and is removed by Release.
+func TestSetHolderInPlace(t *testing.T) {
+	p := Pool{Dir: t.TempDir() + "/ranges", First: DefaultFirst}
+	l, err := p.Acquire(os.Getpid(), 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := p.Dir + "/" + fmt.Sprint(l.Base)
+	inode := func() uint64 {
+		t.Helper()
+		fi, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Sys().(*syscall.Stat_t).Ino
+	}
+	ino := inode()
+	dir := t.TempDir() + "/a-sandbox-state-directory-with-a-long-name"
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	sleeper := startSleeper(t)
+	for _, set := range []func() error{
+		func() error { return l.SetHolderDir(dir) },
+		func() error { return l.SetHolder(sleeper.Process.Pid) },
+		func() error { return l.SetHolderDir(dir) },
+		func() error { return l.SetHolder(sleeper.Process.Pid) },
+	} {
+		if err := set(); err != nil {
+			t.Fatal(err)
+		}
+		if got := inode(); got != ino {
+			t.Fatalf("the lease file was replaced (inode %d, was %d)", got, ino)
+		}
+		b, _ := os.ReadFile(path)
+		if h, ok := parseHolder(b); !ok || h != l.h {
+			t.Fatalf("lease reads %q: %+v, want %+v", b, h, l.h)
+		}
+		if _, err := p.Acquire(os.Getpid(), l.Base, nil); !errors.Is(err, ErrInUse) {
+			t.Fatalf("Acquire of the held range: %v, want ErrInUse", err)
+		}
+	}
+	if ents, _ := os.ReadDir(p.Dir); len(ents) != 2 { // the lock and the lease
+		t.Fatalf("directory holds %v", ents)
+	}
+	l.Release()
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Fatalf("Release left the lease: %v", err)
+	}
+}
+
+// BenchmarkAcquireHandRelease is a one-shot run's whole cycle: lease for
+// the launcher, hand the lease to the sandbox's init, release.
+func BenchmarkAcquireHandRelease(b *testing.B) {
+	p := Pool{Dir: b.TempDir() + "/ranges", First: DefaultFirst}
+	me := os.Getpid()
+	c := exec.Command("sleep", "60")
+	if err := c.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { c.Process.Kill(); c.Wait() }()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		l, err := p.Acquire(me, 0, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := l.SetHolder(c.Process.Pid); err != nil {
+			b.Fatal(err)
+		}
+		l.Release()
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package runcli
 
 import (
 	"context"
@@ -9,9 +9,9 @@ import (
 	"syscall"
 )
 
-// interruptContext is a context cancelled by SIGINT or SIGTERM; caught
+// InterruptContext is a context cancelled by SIGINT or SIGTERM; caught
 // returns the signal that cancelled it, or nil.
-func interruptContext() (ctx context.Context, stop func(), caught func() os.Signal) {
+func InterruptContext() (ctx context.Context, stop func(), caught func() os.Signal) {
 	ctx, cancel := context.WithCancel(context.Background())
 	ch := make(chan os.Signal, 1)
 	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
@@ -44,11 +44,11 @@ func interruptContext() (ctx context.Context, stop func(), caught func() os.Sign
 	return ctx, stop, caught
 }
 
-// interrupted reports on stderr that cmd was stopped by s (and what that
+// Interrupted reports on stderr that cmd was stopped by s (and what that
 // did) and returns the shell's exit code for it: 128 + the signal's number
 // (130 for SIGINT, 143 for SIGTERM), never the 137 of a SIGKILL or an OOM
 // kill.
-func interrupted(cmd, what string, s os.Signal) int {
+func Interrupted(cmd, what string, s os.Signal) int {
 	n := 15
 	name := "SIGTERM"
 	if s == os.Interrupt {
