@@ -102,7 +102,7 @@ func loadLaunch(dir string) (*launch, error) {
 type qemuProc struct {
 	cmd     *exec.Cmd // nil for a QEMU another server started (adopted, or gone)
 	pid     int
-	pidfd   int // an adopted QEMU's (cmd is nil), else -1
+	pidfd   int      // an adopted QEMU's (cmd is nil), else -1
 	agent   *os.File // the agent port's socket
 	egress  *os.File // the egress port's socket (nil without network)
 	qmp     *qmpConn
