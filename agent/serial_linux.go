@@ -181,6 +181,12 @@ func fileConn(fd int, name string) (net.Conn, error) {
 	return c, err
 }
 
+// serialAuthTimeout bounds how long a session may take to send its
+// preamble (an emulated guest on a loaded host is slow to get it; a
+// session is the only one on its port meanwhile, and only the host can
+// open one).
+const serialAuthTimeout = time.Minute
+
 // serialToken is the sessions' token: the first agent session's (set),
 // which every later session of the agent's and egress ports must present.
 var serialToken struct {
@@ -195,7 +201,7 @@ func init() { serialToken.set = make(chan struct{}) }
 // token (the first agent session's sets it, when first is true); it closes
 // those it refuses.
 func admitSerial(c net.Conn, first bool) bool {
-	c.SetReadDeadline(time.Now().Add(reconnectAuthTimeout))
+	c.SetReadDeadline(time.Now().Add(serialAuthTimeout))
 	got, err := readToken(c)
 	c.SetReadDeadline(time.Time{})
 	if err != nil || len(got) != ReconnectTokenBytes {
