@@ -167,8 +167,9 @@ func TestMicroVMRunningSurvivesRestart(t *testing.T) {
 // Each is reported lost with its reason, and no QEMU, cgroup or state
 // directory of it is left; the other process lives on, the stranger's
 // listener gets not a byte, and an untampered sandbox beside them is taken
-// over and works. (Old code lost every running sandbox: only the last
-// check is a property change.)
+// over and works, after a stranger that reached its agent's socket with a
+// wrong token got nothing from it. (Old code lost every running sandbox
+// and had no sockets: only the last two checks are property changes.)
 func TestMicroVMAdoptRefusesTampered(t *testing.T) {
 	e := startNetEnv(t, "--microvm-accel", "tcg")
 	if _, ok := runtimeCaps(t, e.c)["microvm"]; !ok {
@@ -246,6 +247,28 @@ func TestMicroVMAdoptRefusesTampered(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+
+	// A stranger that reaches a guest's agent socket while no server is
+	// connected gets the guest's ready line and then nothing: a wrong
+	// token ends its session, and what it sends after is dropped.
+	sc, err := net.Dial("unix", filepath.Join(dir("intact"), "agent.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready := make([]byte, len("AIRLOCK-SERIAL-READY\n"))
+	sc.SetDeadline(time.Now().Add(2 * time.Minute))
+	if _, err := io.ReadFull(sc, ready); err != nil || string(ready) != "AIRLOCK-SERIAL-READY\n" {
+		t.Fatalf("a new connection to the agent's socket: %q %v", ready, err)
+	}
+	junk := strings.Repeat("0", 64) + "\n" + strings.Repeat("\x00\x01junk", 100)
+	if _, err := sc.Write([]byte(junk)); err != nil {
+		t.Fatal(err)
+	}
+	sc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if n, _ := io.Copy(io.Discard, sc); n != 0 {
+		t.Fatalf("a connection with a wrong token got %d bytes from the guest", n)
+	}
+	sc.Close()
 
 	start := time.Now()
 	e.srv = startServer(t, e.state, e.serveArgs()...)

@@ -153,8 +153,8 @@ func adoptRunning(info tier.AdoptInfo, dir string, l *launch) (_ tier.Instance, 
 		}()
 		err = fmt.Errorf("microvm: take over the running %s: %w", info.ID, err)
 	}()
-	for i, d := range rs.Daemons {
-		fd, err := pidfdOf(d, fmt.Sprintf("its volume daemon %d", i))
+	for _, d := range rs.Daemons {
+		fd, err := daemonPidfd(d)
 		if err != nil {
 			return nil, err
 		}

@@ -100,8 +100,42 @@ func (Tier) Remove(id string) {
 		g.Destroy()
 	}
 	if validID(id) {
-		os.RemoveAll(filepath.Join(StateDir, id))
+		dir := filepath.Join(StateDir, id)
+		killRecordedDaemons(dir)
+		os.RemoveAll(dir)
 	}
+}
+
+// killRecordedDaemons kills the volume daemons runningFile in dir names
+// (outside QEMU's cgroup, they outlived a server): each only if it is
+// still the process recorded (start time) and runs VirtiofsdBinary, so
+// that a tampered record kills nothing else.
+func killRecordedDaemons(dir string) {
+	rs, err := readRunning(dir)
+	if err != nil {
+		return
+	}
+	var fds []int
+	for _, d := range rs.Daemons {
+		if fd, err := daemonPidfd(d); err == nil {
+			fds = append(fds, fd)
+		}
+	}
+	killDaemons(fds)
+}
+
+// daemonPidfd opens a pidfd of the recorded volume daemon d if it is still
+// that process and runs VirtiofsdBinary.
+func daemonPidfd(d procID) (int, error) {
+	fd, err := pidfdOf(d, "a volume daemon")
+	if err != nil {
+		return -1, err
+	}
+	if exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", d.Pid)); err != nil || exe != VirtiofsdBinary {
+		unix.Close(fd)
+		return -1, fmt.Errorf("microvm: pid %d is not a volume daemon (%s, %v)", d.Pid, exe, err)
+	}
+	return fd, nil
 }
 
 var pruneOnce sync.Once
