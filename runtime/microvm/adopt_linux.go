@@ -46,10 +46,9 @@ func (Tier) Adopt(info tier.AdoptInfo) (tier.Instance, error) {
 	case l.egress:
 		return nil, errors.New("microvm: a paused sandbox with network is not taken over (its egress session was the previous server's)")
 	}
-	token, err := readTokenFile(dir)
-	if err != nil {
-		return nil, err
-	}
+	// The saved guest goes on in its session (no token is sent); one
+	// paused by an older airlock has none recorded.
+	token, _ := readTokenFile(dir)
 	group, err := cgroups.Lookup(info.ID)
 	if err != nil {
 		return nil, fmt.Errorf("microvm: the paused sandbox's cgroup: %w", err)

@@ -384,7 +384,7 @@ func (v *VM) Snapshot(image string) error {
 	}
 	defer f.Close()
 	err = syncDrop(f)
-	if err == nil {
+	if err == nil && v.token != nil {
 		// A fork's agent holds this session's token.
 		err = writeToken(image, v.token)
 	}

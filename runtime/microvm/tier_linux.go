@@ -1,6 +1,7 @@
 package microvm
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -266,10 +267,12 @@ func start(cfg native.Config, snapshot string) (tier.Instance, []net.Listener, e
 	var token []byte
 	if snapshot != "" {
 		// The fork's agent is in the middle of its original's session,
-		// whose token it holds.
-		token, err = readTokenFile(snapshot)
-		if err == nil {
+		// whose token it holds (none from an older airlock's snapshot: a
+		// server restart then loses the fork, saying so).
+		if token, err = readTokenFile(snapshot); err == nil {
 			err = writeToken(stateDir, token)
+		} else if errors.Is(err, os.ErrNotExist) {
+			token, err = nil, nil
 		}
 	} else {
 		token, err = newToken(stateDir)
