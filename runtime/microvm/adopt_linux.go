@@ -178,7 +178,7 @@ func adoptRunning(info tier.AdoptInfo, dir string, l *launch) (_ tier.Instance, 
 	if err := proc.qmp.handshake(time.Until(deadline)); err != nil {
 		return nil, err
 	}
-	if err := resumeStopped(proc.qmp); err != nil {
+	if err := resumeStopped(proc.qmp, deadline); err != nil {
 		return nil, err
 	}
 	if proc.agent, err = adoptPort(filepath.Join(dir, agentSock), info.Pid, token, deadline, proc.done); err != nil {
@@ -213,8 +213,9 @@ func adoptRunning(info tier.AdoptInfo, dir string, l *launch) (_ tier.Instance, 
 
 // resumeStopped runs on a guest that a killed server left stopped (in the
 // middle of a pause to disk or a snapshot): a migration under way is
-// cancelled first. Its ports' holds were that server's.
-func resumeStopped(q *qmpConn) error {
+// cancelled first, and must have stopped by deadline. Its ports' holds
+// were that server's.
+func resumeStopped(q *qmpConn, deadline time.Time) error {
 	st, err := q.status()
 	if err != nil {
 		return err
@@ -224,7 +225,6 @@ func resumeStopped(q *qmpConn) error {
 		return nil
 	case "finish-migrate", "postmigrate", "paused":
 		q.run("migrate_cancel", nil, nil)
-		deadline := time.Now().Add(migrateWait)
 		for st != "paused" && st != "postmigrate" {
 			if time.Now().After(deadline) {
 				return fmt.Errorf("its migration did not stop (state %q)", st)
