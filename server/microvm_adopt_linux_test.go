@@ -321,3 +321,86 @@ func killAndWait(pid int) error {
 	}
 	return fmt.Errorf("pid %d did not end", pid)
 }
+
+// virtiofsds lists the pids of the running virtiofsd processes serving a
+// directory under dir.
+func virtiofsds(dir string) map[string]bool {
+	out := map[string]bool{}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		exe, err := os.Readlink(filepath.Join("/proc", e.Name(), "exe"))
+		if err != nil || exe != microvm.VirtiofsdBinary {
+			continue
+		}
+		if b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline")); err == nil && strings.Contains(string(b), "source="+dir) {
+			out[e.Name()] = true
+		}
+	}
+	return out
+}
+
+// TestMicroVMVolumeSurvivesRestart: a running microvm sandbox with a volume
+// is taken over after a server kill -9 with its volume daemons (virtiofsd,
+// which hold their connections to QEMU): the volume's file is there and
+// the volume takes writes; killing the sandbox then ends those daemons
+// too. Old code: lost with the server.
+func TestMicroVMVolumeSurvivesRestart(t *testing.T) {
+	e := startNetEnv(t, "--microvm-accel", "tcg")
+	if _, ok := runtimeCaps(t, e.c)["microvm"]; !ok {
+		t.Skip("runtime microvm is not available here")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	if code, v := post(t, e.srv.URL+"/v1/volumes", e.key, `{"name":"kept","size_bytes":16777216}`); code != 201 {
+		t.Fatalf("create volume: %d %v", code, v)
+	}
+	before := virtiofsds(e.state)
+	sb, err := e.c.Create(ctx, client.CreateRequest{Runtime: "microvm", Timeout: 900,
+		Volumes: []client.VolumeRef{{Name: "kept", Path: "/data"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.c.Kill(context.Background(), sb.ID)
+	var ours []string
+	for p := range virtiofsds(e.state) {
+		if !before[p] {
+			ours = append(ours, p)
+		}
+	}
+	if len(ours) == 0 {
+		t.Fatal("no virtiofsd started for the sandbox's volume")
+	}
+	if res, err := e.c.Exec(ctx, sb.ID, client.ExecRequest{Shell: "echo before > /data/f && cat /data/f", Timeout: 120}); err != nil || res.Stdout != "before\n" {
+		t.Fatalf("volume before the restart: %+v %v", res, err)
+	}
+	e.srv.crash()
+	e.srv = startServer(t, e.state, e.serveArgs()...)
+	e.c = client.New(e.srv.URL, e.key)
+	got, err := e.c.Get(ctx, sb.ID)
+	if err != nil || got.State != "running" || !got.Reattached {
+		t.Fatalf("after the restart: %+v %v", got, err)
+	}
+	res, err := e.c.Exec(ctx, sb.ID, client.ExecRequest{Shell: "cat /data/f && echo after >> /data/f && cat /data/f", Timeout: 120})
+	if err != nil || res.Stdout != "before\nbefore\nafter\n" {
+		t.Fatalf("volume after the restart: %+v %v", res, err)
+	}
+	if err := e.c.Kill(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	checkNothingLeft(t, e, sb.ID)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		now := virtiofsds(e.state)
+		var left []string
+		for _, p := range ours {
+			if now[p] {
+				left = append(left, p)
+			}
+		}
+		if len(left) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the volume's virtiofsd %v outlived its sandbox", left)
+		}
+	}
+}
