@@ -67,13 +67,16 @@ func prespawnThreads(n int) {
 // grace period ("--grace DURATION" in its arguments, default 10 minutes)
 // for the next one, and if none comes kills everything and exits.
 //
-// With "--serial=PATH" (a microVM guest), fd 0 is first replaced by a
-// socket relayed to that character device (serialStdin); with
+// With "--serial=PATH" (a microVM guest), the agent serves that
+// character device instead of fd 0, one session per host connection to
+// QEMU's end of it, as a listening agent serves its connections
+// (serialPort: each session presents the first one's token); with
 // "--egress=PATH" it also carries the guest's connections to the host's
 // egress proxy (egressRelay), and with "--env-file=PATH" its environment
 // is that file's (envFile).
 func Main() {
-	if err := serialStdin(os.Args); err != nil {
+	serial, err := serialListener(os.Args)
+	if err != nil {
 		fmt.Fprintf(os.Stderr, "airlock agent: %v\n", err)
 		os.Exit(1)
 	}
@@ -86,6 +89,14 @@ func Main() {
 		os.Exit(1)
 	}
 	setup()
+	if serial != nil {
+		grace, err := graceArg(os.Args)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "airlock agent: %v\n", err)
+			os.Exit(2)
+		}
+		os.Exit(runListener(serial, grace, nil, func(c net.Conn) bool { return admitSerial(c, true) }))
+	}
 	f := os.NewFile(0, "host")
 	var code int
 	if v, err := syscall.GetsockoptInt(0, syscall.SOL_SOCKET, syscall.SO_ACCEPTCONN); err == nil && v == 1 {

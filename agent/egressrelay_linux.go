@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/yamux"
@@ -27,10 +27,13 @@ func EgressMux() *yamux.Config {
 // has no network device: with "--egress=PATH" (the virtio-serial port
 // named airlock.egress) and "--egress-listen=ADDR,...", it listens on each
 // ADDR (the guest's loopback) and carries every connection to the host as
-// a stream of one multiplexed session on the port, whose first byte is the
+// a stream of a multiplexed session on the port, whose first byte is the
 // index of its ADDR. The host hands the streams to the proxy, so
 // allowlists, credential injection and the network log are the native
-// tier's.
+// tier's. The port is served in sessions, as the agent's (serialPort):
+// each host connection that presents the agent's token gets a new
+// multiplexed session, which replaces the last (a restarted server's
+// proxy takes over); connections made while no session is up are closed.
 func egressRelay(args []string) error {
 	var path string
 	var addrs []string
@@ -48,15 +51,6 @@ func egressRelay(args []string) error {
 	if path == "" || len(addrs) == 0 || len(addrs) > 255 {
 		return fmt.Errorf("egress: want --egress=PORT and --egress-listen=ADDR,... together (got %q, %q)", path, addrs)
 	}
-	dev, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		return fmt.Errorf("egress: %w", err)
-	}
-	sess, err := yamux.Client(dev, EgressMux())
-	if err != nil {
-		dev.Close()
-		return fmt.Errorf("egress: %w", err)
-	}
 	var lns []net.Listener
 	for _, a := range addrs {
 		ln, err := net.Listen("tcp", a)
@@ -64,17 +58,50 @@ func egressRelay(args []string) error {
 			for _, l := range lns {
 				l.Close()
 			}
-			sess.Close()
 			return fmt.Errorf("egress: listen %s: %w", a, err)
 		}
 		lns = append(lns, ln)
 	}
+	port, err := openSerialPort(path)
+	if err != nil {
+		for _, l := range lns {
+			l.Close()
+		}
+		return fmt.Errorf("egress: %w", err)
+	}
+	var cur atomic.Pointer[yamux.Session]
+	go func() {
+		for {
+			c, err := port.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				if !admitSerial(c, false) {
+					return
+				}
+				sess, err := yamux.Client(c, EgressMux())
+				if err != nil {
+					c.Close()
+					return
+				}
+				if old := cur.Swap(sess); old != nil {
+					old.Close()
+				}
+			}()
+		}
+	}()
 	for i, ln := range lns {
 		go func() {
 			for {
 				c, err := ln.Accept()
 				if err != nil {
 					return
+				}
+				sess := cur.Load()
+				if sess == nil || sess.IsClosed() {
+					c.Close() // no host proxy at the moment
+					continue
 				}
 				go relayEgress(sess, byte(i), c)
 			}

@@ -162,7 +162,7 @@ func (m *Manager) start(ctx context.Context, req *CreateRequest, p policy.Policy
 		return fail(err)
 	}
 	cfg := native.Config{ID: id, Policy: p, Args: args, Stdin: stdin, Stdout: logf, Stderr: logf, Agent: true,
-		AgentBinary: m.agentBinary(&p), AllowDegraded: m.cfg.AllowDegraded, SurviveParent: !connected, Listen: ns.listen,
+		AgentBinary: m.agentBinary(&p), AllowDegraded: m.cfg.AllowDegraded, SurviveParent: !connected || caps.AdoptRunning, Listen: ns.listen,
 		HostIDBase: ids.base(), Image: root, Volumes: vols}
 	if t.Name() != policy.RuntimeNative {
 		release, err := m.starts.enter(ctx, string(t.Name()))
@@ -357,7 +357,7 @@ func (m *Manager) reattach(ctx context.Context, rec *store.Sandbox) (*Sandbox, s
 	// A sandbox paused when the previous server stopped is thawed: a
 	// paused state is not carried across a restart.
 	_ = freeze(rec.ID, false)
-	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	cctx, cancel := context.WithTimeout(ctx, reattachWait)
 	defer cancel()
 	var conn net.Conn
 	if d, ok := inst.(tier.AgentDialer); ok {
@@ -367,7 +367,7 @@ func (m *Manager) reattach(ctx context.Context, rec *store.Sandbox) (*Sandbox, s
 	}
 	var client *agent.Client
 	if err == nil {
-		client, err = agent.NewClientConfig(conn, agent.Config{Home: "/workspace", HelloTimeout: 5 * time.Second})
+		client, err = agent.NewClientConfig(conn, agent.Config{Home: "/workspace", HelloTimeout: reattachWait})
 	}
 	if err == nil {
 		if err = client.Ping(cctx); err != nil {
@@ -383,6 +383,10 @@ func (m *Manager) reattach(ctx context.Context, rec *store.Sandbox) (*Sandbox, s
 	m.netReattach(sb, rs.Secrets)
 	return sb, ""
 }
+
+// reattachWait bounds the hello and first ping of a sandbox taken over
+// running (a microVM's, emulated on a loaded host, answers in seconds).
+const reattachWait = 30 * time.Second
 
 // adoptSuspended takes over a sandbox that a previous server paused by
 // checkpoint and did not resume: it comes back paused, and Resume restores

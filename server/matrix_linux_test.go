@@ -28,7 +28,7 @@ import (
 var matrixTiers = []string{"native", "gvisor", "microvm"}
 
 // matrixOps are the operations, in the order they run on a sandbox.
-var matrixOps = []string{"exec", "files", "python cell", "background process", "network allowlist + injected header",
+var matrixOps = []string{"exec", "files", "python cell", "background process", "pty", "network allowlist + injected header",
 	"pause/resume", "snapshot + fork", "server kill -9 + restart"}
 
 // opCaps names the capabilities an operation depends on: the first one
@@ -300,6 +300,10 @@ func matrixOp(ctx context.Context, e *netEnv, tier string, mr matrixRoot, id, op
 			return "", err
 		}
 		if err := backgroundAlive(ctx, c, id); err != nil {
+			return "", err
+		}
+	case "pty":
+		if err := matrixPty(ctx, c, id); err != nil {
 			return "", err
 		}
 	case "network allowlist + injected header":

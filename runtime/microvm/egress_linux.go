@@ -1,12 +1,14 @@
 package microvm
 
 import (
+	"fmt"
 	"net"
 	"os"
 	"sync"
 	"time"
 
 	"github.com/hashicorp/yamux"
+	"golang.org/x/sys/unix"
 
 	"github.com/airlock-dev/airlock/agent"
 )
@@ -142,3 +144,26 @@ func (l *muxListener) Close() error {
 
 // Addr is the address inside the guest.
 func (l *muxListener) Addr() net.Addr { return l.addr }
+
+// egressPair returns a new mux serving the listen addresses and the host
+// side of its connection, which a portRelay carries to the guest's egress
+// port.
+func egressPair(addrs []string) (*egressMux, net.Conn, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("socketpair: %w", err)
+	}
+	relayEnd := os.NewFile(uintptr(fds[0]), "egress-relay")
+	host, err := net.FileConn(relayEnd)
+	relayEnd.Close()
+	if err != nil {
+		unix.Close(fds[1])
+		return nil, nil, err
+	}
+	mux, err := newEgressMux(os.NewFile(uintptr(fds[1]), "egress"), addrs)
+	if err != nil {
+		host.Close()
+		return nil, nil, err
+	}
+	return mux, host, nil
+}

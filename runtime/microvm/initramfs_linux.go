@@ -78,7 +78,7 @@ var guestModules = []string{"virtio_mmio", "virtio_console", "virtio_blk", "erof
 // workload's shell and the usual tools (/usr is the EROFS image: python3).
 var guestApplets = []string{"sh", "ash", "cat", "echo", "ls", "mkdir", "mount", "insmod", "rm", "cp", "mv",
 	"sleep", "ps", "kill", "id", "env", "grep", "sed", "awk", "head", "tail", "wc", "true", "false", "test",
-	"printf", "chmod", "touch", "uname", "reboot", "poweroff", "dd", "find", "sort", "tr", "cut", "date",
+	"printf", "chmod", "touch", "uname", "stty", "tty", "reboot", "poweroff", "dd", "find", "sort", "tr", "cut", "date",
 	"stat", "readlink", "basename", "dirname", "pwd", "which", "xargs", "tee", "yes", "seq", "md5sum", "sha256sum"}
 
 // initScript is the guest's /init: it mounts the pseudo filesystems and
@@ -260,7 +260,7 @@ func initramfsPath(kernel string, agentBytes []byte) string {
 	h := sha256.New()
 	fmt.Fprintf(h, "kernel %s\n", kernel)
 	ah := sha256.Sum256(agentBytes)
-	fmt.Fprintf(h, "agent %x\ninit %s\n", ah, initScript)
+	fmt.Fprintf(h, "agent %x\ninit %s\napplets %q\n", ah, initScript, guestApplets)
 	return filepath.Join(CacheDir, "initramfs-"+hex.EncodeToString(h.Sum(nil))[:24]+".cpio")
 }
 

@@ -26,6 +26,7 @@ import (
 // descriptors: its ports' sockets, its monitor, its boot archive and the
 // file its state is loaded from.
 type launch struct {
+	dir           string // the VM's state directory: QEMU's sockets, token, records
 	q             string
 	base          []string // machine, kernel and the devices without descriptors
 	disks         []string // the read-only disks, after the devices with descriptors
@@ -58,12 +59,14 @@ type savedLaunch struct {
 	UID      uint32        `json:"uid"`
 	GID      uint32        `json:"gid"`
 	Groups   []uint32      `json:"groups,omitempty"`
+	Survive  bool          `json:"survive,omitempty"`
 }
 
 // save records l in dir (launchFile), atomically.
 func (l *launch) save(dir string) error {
 	b, err := json.Marshal(savedLaunch{Q: l.q, Base: l.base, Disks: l.disks, Policy: l.policy, HostRoot: l.hostRoot,
-		Upper: l.upper, Egress: l.egress, Volumes: l.volumes, UID: l.cred.Uid, GID: l.cred.Gid, Groups: l.cred.Groups})
+		Upper: l.upper, Egress: l.egress, Volumes: l.volumes, UID: l.cred.Uid, GID: l.cred.Gid, Groups: l.cred.Groups,
+		Survive: l.surviveParent})
 	if err != nil {
 		return fmt.Errorf("microvm: record the launch: %w", err)
 	}
@@ -87,15 +90,19 @@ func loadLaunch(dir string) (*launch, error) {
 	if err := json.Unmarshal(b, &s); err != nil {
 		return nil, fmt.Errorf("microvm: the recorded launch: %w", err)
 	}
-	return &launch{q: s.Q, base: s.Base, disks: s.Disks, policy: s.Policy, hostRoot: s.HostRoot, upper: s.Upper,
+	if s.Q == "" || len(s.Base) == 0 {
+		return nil, errors.New("microvm: the recorded launch: no QEMU or arguments")
+	}
+	return &launch{dir: dir, surviveParent: s.Survive, q: s.Q, base: s.Base, disks: s.Disks, policy: s.Policy, hostRoot: s.HostRoot, upper: s.Upper,
 		egress: s.Egress, volumes: s.Volumes, cred: &syscall.Credential{Uid: s.UID, Gid: s.GID, Groups: s.Groups}}, nil
 }
 
 // qemuProc is one QEMU process of a sandbox, with the host's ends of its
 // ports and monitor.
 type qemuProc struct {
-	cmd     *exec.Cmd // nil for the QEMU of a VM taken over paused (it is gone)
+	cmd     *exec.Cmd // nil for a QEMU another server started (adopted, or gone)
 	pid     int
+	pidfd   int      // an adopted QEMU's (cmd is nil), else -1
 	agent   *os.File // the agent port's socket
 	egress  *os.File // the egress port's socket (nil without network)
 	qmp     *qmpConn
@@ -131,14 +138,19 @@ func (l *launch) spawn(incoming *os.File, vols []*volumeShare) (*qemuProc, error
 		extra = append(extra, f)
 		return 2 + len(extra)
 	}
-	proc := &qemuProc{done: make(chan struct{})}
-	pair := func(name string) (*os.File, error) {
-		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	proc := &qemuProc{done: make(chan struct{}), pidfd: -1}
+	// QEMU's ends: listening sockets in the state directory, which this
+	// server connects to once QEMU runs, and a restarted one again.
+	listen := func(name string) (int, error) {
+		f, err := listenSock(filepath.Join(l.dir, name))
 		if err != nil {
-			return nil, fmt.Errorf("socketpair: %w", err)
+			return 0, err
 		}
-		addFD(os.NewFile(uintptr(fds[0]), "qemu-"+name))
-		return os.NewFile(uintptr(fds[1]), name), nil
+		return addFD(f), nil
+	}
+	ports := []string{"agent"} // the ports' chardev ids
+	if l.egress {
+		ports = append(ports, "egress")
 	}
 	fail := func(err error) (*qemuProc, error) {
 		for _, f := range []*os.File{proc.agent, proc.egress} {
@@ -151,17 +163,18 @@ func (l *launch) spawn(incoming *os.File, vols []*volumeShare) (*qemuProc, error
 		}
 		return nil, err
 	}
-	var err error
-	if proc.agent, err = pair("agent"); err != nil {
+	agentFD, err := listen(agentSock)
+	if err != nil {
 		return fail(err)
 	}
-	devices := []string{"-chardev", fmt.Sprintf("socket,id=agent,fd=%d", len(extra)+2),
+	devices := []string{"-chardev", fmt.Sprintf("socket,id=agent,fd=%d,server=on,wait=off", agentFD),
 		"-device", "virtserialport,chardev=agent,name=airlock.agent"}
 	if l.egress {
-		if proc.egress, err = pair("egress"); err != nil {
+		egressFD, err := listen(egressSock)
+		if err != nil {
 			return fail(err)
 		}
-		devices = append(devices, "-chardev", fmt.Sprintf("socket,id=egress,fd=%d", len(extra)+2),
+		devices = append(devices, "-chardev", fmt.Sprintf("socket,id=egress,fd=%d,server=on,wait=off", egressFD),
 			"-device", "virtserialport,chardev=egress,name=airlock.egress")
 	}
 	// Files the policy places (read-only host files) and the environment:
@@ -198,14 +211,11 @@ func (l *launch) spawn(incoming *os.File, vols []*volumeShare) (*qemuProc, error
 			"-drive", "file=/dev/fdset/1,if=none,format=raw,id=upper,cache=writeback,file.locking=off",
 			"-device", "virtio-blk-device,drive=upper,serial=airlock-upper")
 	}
-	qmpEnd, err := pair("qmp")
+	qmpFD, err := listen(qmpSock)
 	if err != nil {
 		return fail(err)
 	}
-	if proc.qmp, err = newQMP(qmpEnd); err != nil {
-		return fail(err)
-	}
-	mon := []string{"-chardev", fmt.Sprintf("socket,id=qmp,fd=%d", len(extra)+2), "-mon", "chardev=qmp,mode=control"}
+	mon := []string{"-chardev", fmt.Sprintf("socket,id=qmp,fd=%d,server=on,wait=off", qmpFD), "-mon", "chardev=qmp,mode=control"}
 	if incoming != nil {
 		mon = append(mon, "-incoming", fmt.Sprintf("fd:%d", addFD(incoming)))
 	}
@@ -234,8 +244,10 @@ func (l *launch) spawn(incoming *os.File, vols []*volumeShare) (*qemuProc, error
 	if err := startFn(); err != nil {
 		return fail(err)
 	}
-	// Now only QEMU holds its ends: its exit is an end of file on ours
-	// (the monitor's handshake below does not wait for a dead QEMU).
+	// Now only QEMU holds its sockets; this server connects to them (the
+	// connections wait in their backlogs until QEMU accepts them): its
+	// exit is an end of file on ours, so the monitor's handshake below
+	// does not wait for a dead QEMU.
 	closeExtra()
 	proc.cmd, proc.pid = cmd, cmd.Process.Pid
 	go func() {
@@ -248,7 +260,37 @@ func (l *launch) spawn(incoming *os.File, vols []*volumeShare) (*qemuProc, error
 			return fail(fmt.Errorf("cgroup: %w", err))
 		}
 	}
+	dial := func(name string) *os.File {
+		if err != nil {
+			return nil
+		}
+		var f *os.File
+		f, err = dialSock(filepath.Join(l.dir, name), 0)
+		return f
+	}
+	qmpEnd := dial(qmpSock)
+	proc.agent = dial(agentSock)
+	if l.egress {
+		proc.egress = dial(egressSock)
+	}
+	if err == nil {
+		proc.qmp, err = newQMP(qmpEnd)
+		qmpEnd = nil
+	}
+	if qmpEnd != nil {
+		qmpEnd.Close()
+	}
+	if err != nil {
+		proc.kill()
+		return fail(err)
+	}
 	if err := proc.qmp.handshake(BootTimeout); err != nil {
+		return fail(proc.exitErr(err))
+	}
+	// A guest restored from a saved state must find its ports connected
+	// as they were when it was saved, or it would see its host go:
+	// QEMU has accepted the connections before it runs the guest.
+	if err := proc.qmp.waitConnected(BootTimeout, ports); err != nil {
 		return fail(proc.exitErr(err))
 	}
 	return proc, nil
@@ -271,8 +313,38 @@ func (p *qemuProc) exitErr(err error) error {
 func (p *qemuProc) kill() {
 	if p.cmd != nil {
 		p.cmd.Process.Kill()
+	} else if p.pidfd >= 0 {
+		select {
+		case <-p.done: // its pidfd may be closed
+		default:
+			unix.PidfdSendSignal(p.pidfd, unix.SIGKILL, nil, 0)
+		}
 	}
 	<-p.done
+}
+
+// close closes the host's ends of p's ports and monitor.
+func (p *qemuProc) close() {
+	for _, f := range []*os.File{p.agent, p.egress} {
+		if f != nil {
+			f.Close()
+		}
+	}
+	if p.qmp != nil {
+		p.qmp.close()
+	}
+}
+
+// closePidfd closes an adopted QEMU's pidfd once it has exited.
+func (p *qemuProc) closePidfd() {
+	select {
+	case <-p.done:
+		if p.pidfd >= 0 {
+			unix.Close(p.pidfd)
+			p.pidfd = -1
+		}
+	default:
+	}
 }
 
 // waitRunning waits, up to wait, for a QEMU started with -incoming to

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -195,3 +196,45 @@ func (q *qmpConn) migrateTo(f *os.File, wait time.Duration) error {
 
 // close ends the monitor connection.
 func (q *qmpConn) close() { q.c.Close() }
+
+// waitConnected waits, up to wait, until QEMU has accepted a connection
+// on each of the socket chardevs ids (its query-chardev filename no longer
+// starts with "disconnected:").
+func (q *qmpConn) waitConnected(wait time.Duration, ids []string) error {
+	deadline := time.Now().Add(wait)
+	for {
+		r, err := q.run("query-chardev", nil, nil)
+		if err != nil {
+			return err
+		}
+		var devs []struct {
+			Label    string `json:"label"`
+			Filename string `json:"filename"`
+		}
+		if err := json.Unmarshal(r, &devs); err != nil {
+			return fmt.Errorf("microvm: qmp query-chardev: %w", err)
+		}
+		pending := ""
+		for _, id := range ids {
+			found := false
+			for _, d := range devs {
+				if d.Label == id {
+					found = true
+					if strings.HasPrefix(d.Filename, "disconnected:") {
+						pending = id
+					}
+				}
+			}
+			if !found {
+				return fmt.Errorf("microvm: qemu has no chardev %q", id)
+			}
+		}
+		if pending == "" {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("microvm: qemu did not accept the connection to its %s port in %s", pending, wait)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -24,12 +24,19 @@ type VM struct {
 	id       string
 	dir      string // its state directory (LeaseDir)
 	launch   *launch
+	token    []byte // its ports' sessions' token (tokenFile)
 	group    *cgroups.Group
 	enforced rt.Enforced
 	vols     []*volumeShare
 	mux      *egressMux
 	agent    *portRelay // the agent's port (its host side is the manager's connection)
 	egress   *portRelay // the egress port (its host side is mux's), nil without network
+	// daemons are the pidfds of the volume daemons of a VM taken over
+	// running (vols are those of one this server started).
+	daemons []int
+	// adopted: taken over running from a previous server (DialAgent,
+	// Listeners).
+	adopted bool
 
 	mu        sync.Mutex
 	cur       *qemuProc
@@ -126,7 +133,10 @@ func (v *VM) Destroy() error {
 		if p.qmp != nil {
 			p.qmp.close()
 		}
+		p.closePidfd()
 		stopVolumes(v.vols)
+		killDaemons(v.daemons)
+		v.daemons = nil
 		if v.group != nil {
 			v.group.Kill()
 			if e := v.group.Destroy(); e != nil {
@@ -260,6 +270,7 @@ func (v *VM) Suspend(image string) error {
 		p.kill()
 	}
 	p.qmp.close()
+	p.closePidfd()
 	if err := v.agent.detached(holdWait); err != nil {
 		return v.lost(err)
 	}
@@ -334,9 +345,12 @@ func (v *VM) Resume(image string, log *os.File) error {
 	if err != nil {
 		return fmt.Errorf("microvm: resume: %w", err)
 	}
-	if err := p.waitRunning(migrateWait); err != nil {
+	if err = writeRunning(v.dir, p.pid, nil); err == nil {
+		err = p.waitRunning(migrateWait)
+	}
+	if err != nil {
 		p.kill()
-		p.qmp.close()
+		p.close()
 		return fmt.Errorf("microvm: resume: %w", err)
 	}
 	v.mu.Lock()
@@ -370,6 +384,10 @@ func (v *VM) Snapshot(image string) error {
 	}
 	defer f.Close()
 	err = syncDrop(f)
+	if err == nil && v.token != nil {
+		// A fork's agent holds this session's token.
+		err = writeToken(image, v.token)
+	}
 	if err == nil && v.launch.upper != "" {
 		// QEMU flushed the disk when it stopped the guest.
 		err = copyDisk(v.launch.upper, filepath.Join(image, rootDiskFile))

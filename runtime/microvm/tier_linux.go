@@ -1,9 +1,8 @@
 package microvm
 
 import (
-	"bufio"
+	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -17,7 +16,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/airlock-dev/airlock/agent"
 	"github.com/airlock-dev/airlock/policy"
 	rt "github.com/airlock-dev/airlock/runtime"
 	"github.com/airlock-dev/airlock/runtime/native"
@@ -84,12 +82,14 @@ func (Tier) Available() error {
 // root is the image's layers as a read-only disk under a writable one
 // (RootImage); network goes through the host's egress proxy over a
 // virtio-serial port (egressMux); volumes are shared over virtio-fs
-// (shareVolumes). A sandbox paused to disk is taken over paused by a
-// restarted server (Adopt); a running one is not (no AdoptRunning). No
-// attaching a network later, nor pool.
+// (shareVolumes). A running sandbox is taken over by a restarted server
+// (AdoptRunning: its QEMU and volume daemons outlive the server, which
+// reconnects to the sockets in its state directory), a sandbox paused to
+// disk is taken over paused (Adopt). No attaching a network later, nor
+// pool.
 func (Tier) Caps() tier.Caps {
 	return tier.Caps{ConnectedAgent: true, Pause: tier.PauseCheckpoint, MemorySnapshot: true, SnapshotEnvironments: true,
-		ImageRoots: true, Network: true, Volumes: true}
+		ImageRoots: true, Network: true, Volumes: true, AdoptRunning: true}
 }
 
 // Remove implements tier.Tier: the cgroup and state directory of a QEMU a
@@ -101,8 +101,42 @@ func (Tier) Remove(id string) {
 		g.Destroy()
 	}
 	if validID(id) {
-		os.RemoveAll(filepath.Join(StateDir, id))
+		dir := filepath.Join(StateDir, id)
+		killRecordedDaemons(dir)
+		os.RemoveAll(dir)
 	}
+}
+
+// killRecordedDaemons kills the volume daemons runningFile in dir names
+// (outside QEMU's cgroup, they outlived a server): each only if it is
+// still the process recorded (start time) and runs VirtiofsdBinary, so
+// that a tampered record kills nothing else.
+func killRecordedDaemons(dir string) {
+	rs, err := readRunning(dir)
+	if err != nil {
+		return
+	}
+	var fds []int
+	for _, d := range rs.Daemons {
+		if fd, err := daemonPidfd(d); err == nil {
+			fds = append(fds, fd)
+		}
+	}
+	killDaemons(fds)
+}
+
+// daemonPidfd opens a pidfd of the recorded volume daemon d if it is still
+// that process and runs VirtiofsdBinary.
+func daemonPidfd(d procID) (int, error) {
+	fd, err := pidfdOf(d, "a volume daemon")
+	if err != nil {
+		return -1, err
+	}
+	if exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", d.Pid)); err != nil || exe != VirtiofsdBinary {
+		unix.Close(fd)
+		return -1, fmt.Errorf("microvm: pid %d is not a volume daemon (%s, %v)", d.Pid, exe, err)
+	}
+	return fd, nil
 }
 
 var pruneOnce sync.Once
@@ -230,28 +264,31 @@ func start(cfg native.Config, snapshot string) (tier.Instance, []net.Listener, e
 	if err := os.Mkdir(stateDir, 0o700); err != nil {
 		return nil, nil, &native.SetupError{Step: "state dir", Err: err}
 	}
-	l := &launch{q: q, policy: p, hostRoot: cfg.Image == nil, stdout: cfg.Stdout, stderr: cfg.Stderr, surviveParent: cfg.SurviveParent}
+	var token []byte
+	if snapshot != "" {
+		// The fork's agent is in the middle of its original's session,
+		// whose token it holds (none from an older airlock's snapshot: a
+		// server restart then loses the fork, saying so).
+		if token, err = readTokenFile(snapshot); err == nil {
+			err = writeToken(stateDir, token)
+		} else if errors.Is(err, os.ErrNotExist) {
+			token, err = nil, nil
+		}
+	} else {
+		token, err = newToken(stateDir)
+	}
+	if err != nil {
+		os.RemoveAll(stateDir)
+		return nil, nil, &native.SetupError{Step: "token", Err: err}
+	}
+	l := &launch{dir: stateDir, q: q, policy: p, hostRoot: cfg.Image == nil, stdout: cfg.Stdout, stderr: cfg.Stderr, surviveParent: cfg.SurviveParent}
 	// Egress: a second port whose connections the manager's proxy serves,
 	// through a relay (the mux's session outlives a QEMU process).
 	var mux *egressMux
 	var egressEnv string
 	var egressHost net.Conn
 	if len(cfg.Listen) > 0 {
-		efds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-		if err != nil {
-			os.RemoveAll(stateDir)
-			return nil, nil, &native.SetupError{Step: "socketpair", Err: err}
-		}
-		relayEnd := os.NewFile(uintptr(efds[0]), "egress-relay")
-		egressHost, err = net.FileConn(relayEnd)
-		relayEnd.Close()
-		if err != nil {
-			unix.Close(efds[1])
-			os.RemoveAll(stateDir)
-			return nil, nil, &native.SetupError{Step: "egress", Err: err}
-		}
-		if mux, err = newEgressMux(os.NewFile(uintptr(efds[1]), "egress"), cfg.Listen); err != nil {
-			egressHost.Close()
+		if mux, egressHost, err = egressPair(cfg.Listen); err != nil {
 			os.RemoveAll(stateDir)
 			return nil, nil, &native.SetupError{Step: "egress", Err: err}
 		}
@@ -413,12 +450,16 @@ func start(cfg native.Config, snapshot string) (tier.Instance, []net.Listener, e
 	if err != nil {
 		return fail("start qemu", err)
 	}
+	if err := writeRunning(stateDir, proc.pid, daemonPids(vols)); err != nil {
+		proc.kill()
+		return fail("state dir", err)
+	}
 	host, err := net.FileConn(cfg.Stdin)
 	if err != nil {
 		proc.kill()
 		return fail("agent socket", err)
 	}
-	vm := &VM{id: id, dir: stateDir, launch: l, group: group, vols: vols, cur: proc, mux: mux, ended: make(chan struct{})}
+	vm := &VM{id: id, dir: stateDir, launch: l, token: token, group: group, vols: vols, cur: proc, mux: mux, ended: make(chan struct{})}
 	vm.enforced = rt.Enforced{
 		{Name: "vm", State: rt.StateOK, Detail: "qemu microvm, " + acc.why + "; the workload runs on its own guest kernel (" + kernel + "), the host kernel sees only QEMU"},
 		{Name: "seccomp", State: rt.StateOK, Detail: "QEMU's -sandbox (obsolete, elevateprivileges, spawn and resourcecontrol denied)"},
@@ -433,12 +474,13 @@ func start(cfg native.Config, snapshot string) (tier.Instance, []net.Listener, e
 		vm.enforced = append(vm.enforced, rt.Layer{Name: "cgroup", State: rt.StateMissing, Detail: "QEMU's host resources NOT limited: " + cgErr.Error()})
 	}
 
-	var rd io.Reader = proc.agent
 	if snapshot == "" {
-		// Wait for the agent's ready line, then relay.
-		br := bufio.NewReader(proc.agent)
-		rd = br
-		err = waitReady(proc, br)
+		// Wait for the agent's first session, then relay; the egress
+		// port's session follows (its agent waits for the token).
+		err = session(proc.agent, token, BootTimeout, proc.done)
+		if err == nil && mux != nil {
+			err = session(proc.egress, token, BootTimeout, proc.done)
+		}
 	} else {
 		// The restored agent is in the middle of its original's session:
 		// no ready line; the guest runs once the state is loaded.
@@ -450,7 +492,7 @@ func start(cfg native.Config, snapshot string) (tier.Instance, []net.Listener, e
 		return nil, nil, &native.SetupError{Step: "boot", Err: err}
 	}
 	vm.agent = newPortRelay(host)
-	vm.agent.attach(proc.agent, rd)
+	vm.agent.attach(proc.agent, proc.agent)
 	if mux != nil {
 		vm.egress = newPortRelay(egressHost)
 		vm.egress.attach(proc.egress, proc.egress)
@@ -460,32 +502,6 @@ func start(cfg native.Config, snapshot string) (tier.Instance, []net.Listener, e
 		return vm, mux.listeners(), nil
 	}
 	return vm, nil, nil
-}
-
-// waitReady waits for the agent's ready line on a booting guest's port.
-func waitReady(proc *qemuProc, br *bufio.Reader) error {
-	ready := make(chan error, 1)
-	go func() {
-		line, err := br.ReadString('\n')
-		switch {
-		case err != nil:
-			ready <- fmt.Errorf("guest ended before its agent was ready: %w", err)
-		case line != agent.SerialReady:
-			ready <- fmt.Errorf("guest agent port: unexpected %q", line)
-		default:
-			ready <- nil
-		}
-	}()
-	timer := time.NewTimer(BootTimeout)
-	defer timer.Stop()
-	select {
-	case err := <-ready:
-		return err
-	case <-proc.done:
-		return fmt.Errorf("qemu exited during boot: %v", proc.waitErr)
-	case <-timer.C:
-		return fmt.Errorf("guest not ready after %s", BootTimeout)
-	}
 }
 
 // netDetail describes the guest's network for enforced.
