@@ -128,6 +128,22 @@ func (m *Manager) refuseRemote(runtime, what, capability string) error {
 		ErrPolicy, ErrBackend, tier.ErrNotSupported, runtime, m.cfg.Backend.Name(), what, capability)
 }
 
+// refuseRemoteOp is the refusal of what, an operation on running sandbox
+// id of owner that needs capability: ErrNotFound if owner has no such
+// sandbox, else the refusal naming the sandbox's runtime and the
+// capability when the backend declares it lacks it (refuseRemote), else
+// notRemote (a backend that declares nothing).
+func (m *Manager) refuseRemoteOp(ctx context.Context, owner, id, what, capability string) error {
+	in, err := m.cfg.Backend.Get(ctx, owner, id)
+	if err != nil {
+		return err
+	}
+	if caps, declared := m.remoteCaps(in.Runtime); declared && !caps.Has(capability) {
+		return m.refuseRemote(in.Runtime, what, capability)
+	}
+	return m.notRemote(what)
+}
+
 // newRemoteID returns a new sandbox id of the same form as native ones.
 func newRemoteID() string {
 	var b [8]byte

@@ -96,7 +96,7 @@ func (m *Manager) resolveSnapshot(req *CreateRequest) error {
 // snapshots together are capped by Config.SnapshotQuota (ErrLimit).
 func (m *Manager) MemorySnapshot(ctx context.Context, owner, id string) (SnapshotInfo, error) {
 	if m.remote() {
-		return SnapshotInfo{}, m.notRemote("memory snapshots")
+		return SnapshotInfo{}, m.refuseRemoteOp(ctx, owner, id, "memory snapshots", "memory_snapshot")
 	}
 	sb, err := m.Lookup(owner, id)
 	if err != nil {

@@ -179,6 +179,7 @@ build_all() {
 	[ -x "$BIN/kube-apiserver" ] && [ -x "$BIN/kubectl" ] || die "scripts/kube-assets.sh gave no kube-apiserver/kubectl in '$BIN'"
 	kube_bins "$BIN" kubelet kube-scheduler kube-controller-manager
 	agent_sandbox_bin
+	. "$ROOT/scripts/kube-e2e-gvisor.sh" && gvisor_build # gVisor's shim, the probe, the runsc handler
 	log "airlock (static, -tags kubernetes) and scripts/kube-e2e"
 	(cd "$ROOT" && CGO_ENABLED=0 go build -tags kubernetes -o "$S/airlock" ./cmd/airlock && go build -o "$S/kube-e2e" ./scripts/kube-e2e) ||
 		die "building airlock failed"
@@ -463,6 +464,7 @@ state = "$S/containerd/state"
         SystemdCgroup = false
         BinaryName = "$(command -v runc)"
         Root = "$S/runc"
+$RUNSC_CONTAINERD
 EOF
 start containerd containerd --config "$S/containerd.toml"
 CTR=(ctr -a "$S/containerd.sock" -n k8s.io)
@@ -773,6 +775,7 @@ for a in sandbox.create file.write exec sandbox.kill; do
 	echo "$AUDIT" | grep -q "\"$a\"" || die "the shared audit log lacks $a for $ID: $AUDIT"
 done
 log "shared audit log: $(echo "$AUDIT" | grep -c '"'"$ID"'"') events of $ID, from both replicas"
+gvisor_leg "$URL2" "$KEY" # scripts/kube-e2e-gvisor.sh: the gVisor RuntimeClass, the escape probe
 
 # ---------------------------------------------------------------- warm pool
 # A third replica keeps a warm pool of 2 (`--pool 2`: a SandboxTemplate and

@@ -40,6 +40,7 @@ func cmdDrive(args []string) error {
 	statePath := fs.String("state", "", "file the create step writes and later steps read")
 	dir := fs.String("dir", "/workspace", "writable directory in the sandbox for the file test")
 	timeout := fs.Duration("timeout", 4*time.Minute, "time the step may take")
+	runtime := fs.String("runtime", "", "create: the sandbox's runtime (tier); \"\" is the server's default")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -51,7 +52,7 @@ func cmdDrive(args []string) error {
 	c := client.New(*url, *key)
 	switch step {
 	case "create":
-		return driveCreate(ctx, c, *statePath, *dir)
+		return driveCreate(ctx, c, *statePath, *dir, *runtime)
 	case "after", "pause", "resume", "kill":
 		b, err := os.ReadFile(*statePath)
 		if err != nil {
@@ -78,9 +79,9 @@ func step(format string, a ...any) {
 	fmt.Fprintf(os.Stderr, "kube-e2e drive: "+format+"\n", a...)
 }
 
-func driveCreate(ctx context.Context, c *client.Client, statePath, dir string) error {
+func driveCreate(ctx context.Context, c *client.Client, statePath, dir, runtime string) error {
 	t0 := time.Now()
-	sb, err := c.Create(ctx, client.CreateRequest{Metadata: map[string]string{"test": "kubernetes-e2e"}, Timeout: 900})
+	sb, err := c.Create(ctx, client.CreateRequest{Runtime: runtime, Metadata: map[string]string{"test": "kubernetes-e2e"}, Timeout: 900})
 	if err != nil {
 		return fmt.Errorf("create: %w", err)
 	}

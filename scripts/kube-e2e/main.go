@@ -30,6 +30,10 @@
 //	kube-e2e pooled enroll -state FILE -addr IP:7070
 //
 // pooled checks a warm pool's agent (--pool-ca) in a real pod (pooled.go).
+//
+//	kube-e2e escape -url URL -key KEY -id ID -probe FILE -secret FILE
+//
+// escape runs the syscall probe in sandbox ID and counts escapes (escape.go).
 package main
 
 import (
@@ -39,7 +43,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: kube-e2e image|drive|pooled [flags]")
+		fmt.Fprintln(os.Stderr, "usage: kube-e2e image|drive|pooled|escape [flags]")
 		os.Exit(2)
 	}
 	var err error
@@ -50,8 +54,10 @@ func main() {
 		err = cmdDrive(os.Args[2:])
 	case "pooled":
 		err = cmdPooled(os.Args[2:])
+	case "escape":
+		err = cmdEscape(os.Args[2:])
 	default:
-		err = fmt.Errorf("unknown command %q (image, drive, pooled)", os.Args[1])
+		err = fmt.Errorf("unknown command %q (image, drive, pooled, escape)", os.Args[1])
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "kube-e2e:", err)
