@@ -2,7 +2,9 @@ package agent
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -38,6 +40,7 @@ type workloadGroup struct {
 	dir   string
 	fd    int // the group's directory, for CLONE_INTO_CGROUP
 	limit int64
+	cur   *os.File // memory.current, kept open by watch (read at offset 0)
 	kills atomic.Int64
 	// native is set for the native runtime's workload leaf on cgroup v2
 	// (--workload-cgroup-fd): the host's kernel enforces its limits and
@@ -53,12 +56,34 @@ var theWorkload *workloadGroup
 // workloadCgroupMount is where the agent mounts gVisor's cgroup2.
 const workloadCgroupMount = "/sys/fs/cgroup"
 
-// Look at the group's memory every memPollSlow while it is under half its
-// limit, every memPollFast above.
+// Look at the group's memory every memPollFast while it is above half its
+// limit. Below, look again before the workload could reach the limit
+// allocating memFillRate bytes a second, but no sooner than memPollSlow and
+// no later than memPollMax (memPollInterval). Each look is a system call
+// through gVisor's platform (a signal round trip under systrap): looking
+// every 20 ms, as before, cost an idle sandbox about 5% of a CPU
+// (docs/benchmarks.md, "Concurrent creates"), 50 idle sandboxes more than
+// this two-core host has. memFillRate is well above what gVisor's page
+// faults allow (about 1.2 GB/s measured with a memset-like Python
+// allocation here), so the watcher still sees the group before it passes
+// its limit, and the host's reserve above the limit (MemoryReserve plus
+// 4 MiB a pid) covers faster hosts.
 const (
-	memPollSlow = 20 * time.Millisecond
 	memPollFast = 5 * time.Millisecond
+	memPollSlow = 20 * time.Millisecond
+	memPollMax  = 250 * time.Millisecond
+	memFillRate = 4 << 30 // bytes a second
 )
+
+// memPollInterval is how long the watcher waits before it looks again at a
+// group using used bytes of limit.
+func memPollInterval(used, limit int64) time.Duration {
+	if used > limit/2 {
+		return memPollFast
+	}
+	d := time.Duration(float64(limit-used) / memFillRate * float64(time.Second))
+	return min(max(d, memPollSlow), memPollMax)
+}
 
 // After a kill, the group's use may stay over the limit for up to
 // memSettle while gVisor frees the victim's memory, unless it grows by more
@@ -188,13 +213,26 @@ func (w *workloadGroup) sysProcAttr(a *syscall.SysProcAttr) *syscall.SysProcAttr
 	return a
 }
 
-// usage is the group's memory use as gVisor accounts it.
+// usage is the group's memory use as gVisor accounts it: one read at
+// offset 0 of memory.current, kept open (gVisor generates the file anew
+// for each read from its start), instead of an open, a stat, two reads and
+// a close each time.
 func (w *workloadGroup) usage() (int64, error) {
-	b, err := os.ReadFile(w.dir + "/memory.current")
-	if err != nil {
+	if w.cur == nil {
+		f, err := os.Open(w.dir + "/memory.current")
+		if err != nil {
+			return 0, err
+		}
+		w.cur = f
+	}
+	var b [32]byte
+	n, err := w.cur.ReadAt(b[:], 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		w.cur.Close()
+		w.cur = nil
 		return 0, err
 	}
-	return strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	return strconv.ParseInt(strings.TrimSpace(string(b[:n])), 10, 64)
 }
 
 // watch kills the group's largest process whenever its memory use passes
@@ -211,11 +249,7 @@ func (w *workloadGroup) watch() {
 			w.oomKill(u)
 			continue
 		}
-		if u > w.limit/2 {
-			time.Sleep(memPollFast)
-		} else {
-			time.Sleep(memPollSlow)
-		}
+		time.Sleep(memPollInterval(u, w.limit))
 	}
 }
 

@@ -92,6 +92,14 @@ func ConcurrentCreateFigures(peers []Peer, argv []string, levels []int, runs int
 	return out
 }
 
+// BurstTimeout is how long one create of a burst of c may take through
+// airlock's API, for a per-operation timeout of op: op once for every ten
+// creates queued with it (gVisor's starts are gated, a few at a time, and
+// each may take its agent's whole hello bound on a loaded host).
+func BurstTimeout(op time.Duration, c int) time.Duration {
+	return op * time.Duration(1+c/10)
+}
+
 // roundsOf lays rates (one per successful round, in order) out on the
 // rounds of r, NaN where r's round failed, so that ratios pair rounds.
 func roundsOf(r *PeerResult, rates []float64) []float64 {
@@ -131,6 +139,11 @@ func burst(p Peer, argv []string, c int) ([]float64, time.Duration, error) {
 				err = idle.Exec(argv)
 			}
 			d := time.Since(start)
+			if err == nil {
+				// What the start left for later (airlock's peers find the
+				// sandbox's host processes) is not part of its latency.
+				err = idle.settle()
+			}
 			mu.Lock()
 			defer mu.Unlock()
 			if idle != nil {

@@ -39,6 +39,37 @@ type Idle struct {
 	// cgroup its sentry and gofer run in): its members and kernel memory
 	// are counted too.
 	Cgroup string
+	// Settle, if set, is what the start left for after its timed part:
+	// finding the sandbox's host processes (Root, Cgroup), which only the
+	// density figure reads. A timed figure calls it (through settle) once
+	// its clock has stopped; startSettled calls it at once. It fails when
+	// the sandbox's processes cannot be found; the caller then stops the
+	// sandbox.
+	Settle func() error
+}
+
+// settle runs i.Settle once, if set.
+func (i *Idle) settle() error {
+	s := i.Settle
+	if s == nil {
+		return nil
+	}
+	i.Settle = nil
+	return s()
+}
+
+// startSettled starts an idle sandbox of p and settles it (Idle.Settle),
+// stopping it if that fails.
+func startSettled(p Peer, argv []string) (*Idle, error) {
+	idle, err := p.StartIdle(argv)
+	if err != nil {
+		return nil, err
+	}
+	if err := idle.settle(); err != nil {
+		idle.Stop()
+		return nil, err
+	}
+	return idle, nil
 }
 
 // DensityOptions configures Density.
@@ -210,7 +241,7 @@ func densityPeer(p Peer, argv []string, opts DensityOptions, self string, r *Pee
 			d.StoppedBy = "host memory"
 			break
 		}
-		idle, err := p.StartIdle(argv)
+		idle, err := startSettled(p, argv)
 		if err != nil {
 			r.Error = fmt.Sprintf("start sandbox %d: %v", len(idles)+1, err)
 			d.StoppedBy = "error"

@@ -160,7 +160,7 @@ func TestGVisorDensityFigure(t *testing.T) {
 // sandbox's processes.
 func TestDensityCountsAddressSpacesOnce(t *testing.T) {
 	srv := gvisorServer(t)
-	idle, err := srv.gvisorPeer().StartIdle(nil)
+	idle, err := startSettled(srv.gvisorPeer(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

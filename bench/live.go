@@ -40,7 +40,7 @@ func livePeers(peers []Peer) ([]Peer, func(name string) *Idle) {
 						return err
 					}
 				}
-				idle, err := p.StartIdle(liveIdle)
+				idle, err := startSettled(p, liveIdle)
 				if err != nil {
 					return err
 				}
@@ -128,6 +128,9 @@ func LiveStartFigure(peers []Peer, argv []string, runs int) Figure {
 		}
 		err = idle.Exec(argv)
 		d := time.Since(start)
+		if err == nil {
+			err = idle.settle() // finding its host processes is not timed
+		}
 		if serr := idle.Stop(); err == nil && serr != nil {
 			err = fmt.Errorf("stop: %w", serr)
 		}

@@ -215,7 +215,11 @@ func (m *Manager) start(ctx context.Context, req *CreateRequest, p policy.Policy
 		}
 		cancel()
 	case err == nil:
-		client, err = agent.NewClientConfig(conn, agent.Config{Home: "/workspace"})
+		hello := time.Duration(0) // the client's default
+		if t.Name() != policy.RuntimeNative {
+			hello = bootHelloTimeout
+		}
+		client, err = agent.NewClientConfig(conn, agent.Config{Home: "/workspace", HelloTimeout: hello})
 	}
 	if err != nil {
 		inst.Destroy()
@@ -243,6 +247,13 @@ func (m *Manager) start(ctx context.Context, req *CreateRequest, p policy.Policy
 	m.netStart(sb, p.Network, ns, listeners)
 	return sb, nil
 }
+
+// bootHelloTimeout bounds the first hello of an agent on a tier that boots
+// a kernel of its own (gVisor's sentry, a microVM's guest; the tiers the
+// start gate bounds): the hello comes at the end of that boot, which on a
+// loaded two-core host (50 gVisor creates at load 35-100) can take longer
+// than the 10 seconds the client gives a native agent.
+const bootHelloTimeout = 30 * time.Second
 
 // dialAgent connects to an agent's listening socket.
 func dialAgent(ctx context.Context, sock string) (net.Conn, error) {

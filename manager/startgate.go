@@ -14,6 +14,13 @@ import (
 // (`airlock bench --only concurrent`, 2026-11-28: "agent hello: i/o
 // timeout" for 50 gVisor creates); queued, they all succeed, each in the
 // time of a few starts. Native starts are cheap and are not gated.
+//
+// Most of that starvation was the sandboxes already up: each idle gVisor
+// agent's memory watcher cost 5% of a CPU until 2026-11-28 (now about 1%).
+// Since then 8 starts per CPU at once finish a burst of 50 sooner than 2
+// per CPU did, with no failed hello even at load 100 (docs/benchmarks.md,
+// "Concurrent creates"); the hello of a booting tier also waits longer
+// (bootHelloTimeout).
 type startGate struct {
 	mu    sync.Mutex
 	slots map[string]chan struct{}
@@ -21,10 +28,10 @@ type startGate struct {
 }
 
 // newStartGate makes a gate of size slots per tier (at least 1); zero
-// means 2 per CPU, at least 4.
+// means 8 per CPU, at least 4.
 func newStartGate(size int) *startGate {
 	if size <= 0 {
-		size = max(4, 2*runtime.NumCPU())
+		size = max(4, 8*runtime.NumCPU())
 	}
 	return &startGate{slots: map[string]chan struct{}{}, size: size}
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -433,7 +434,14 @@ func idmapUserns(uids, gids []syscall.SysProcIDMap) (int, error) {
 	cmd.Env = []string{}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWUSER, UidMappings: uids, GidMappings: gids,
 		GidMappingsEnableSetgroups: false, Ptrace: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	// The child traces itself (PTRACE_TRACEME) against the thread that
+	// cloned it: that thread must not meanwhile run forkAs, which lends it
+	// a sandbox's uid (without CAP_SYS_PTRACE) for the length of a clone;
+	// the child then failed with EPERM in bursts of image creates.
+	runtime.LockOSThread()
+	err := cmd.Start()
+	runtime.UnlockOSThread()
+	if err != nil {
 		return -1, fmt.Errorf("user namespace for ID-mapped mounts: %w", err)
 	}
 	defer func() {
