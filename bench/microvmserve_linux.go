@@ -100,6 +100,9 @@ func MicroVMServeFigures(exe, scratch string, runs int, opts DensityOptions, tim
 		}
 		err = idle.Exec([]string{"/bin/true"})
 		d := time.Since(t0)
+		if err == nil {
+			err = idle.settle() // finding its host processes is not timed
+		}
 		if serr := idle.Stop(); err == nil && serr != nil {
 			err = fmt.Errorf("stop: %w", serr)
 		}
