@@ -92,13 +92,16 @@ func (Tier) Caps() tier.Caps {
 		ImageRoots: true, Network: true, Volumes: true}
 }
 
-// Remove implements tier.Tier: the cgroup and state directory of a QEMU a
-// crash left behind.
+// Remove implements tier.Tier: the cgroups (QEMU's, its volume daemons')
+// and state directory of a QEMU a crash left behind.
 func (Tier) Remove(id string) {
 	if g, err := cgroups.Lookup(id); err == nil && g != nil {
 		g.Thaw() // a QEMU frozen by a pause dies of SIGKILL only once thawed
 		g.Kill()
 		g.Destroy()
+	}
+	if g, err := cgroups.Lookup(volumeGroup(id)); err == nil {
+		destroyGroup(g)
 	}
 	if validID(id) {
 		os.RemoveAll(filepath.Join(StateDir, id))
@@ -273,7 +276,7 @@ func start(cfg native.Config, snapshot string) (tier.Instance, []net.Listener, e
 	// Volumes: a virtiofsd per volume, over vhost-user, which needs the
 	// guest's memory shared with it and modern virtio-mmio.
 	volEnv := ""
-	if vols, err = shareVolumes(cfg.Volumes, cfg.SurviveParent); err != nil {
+	if vols, err = shareVolumes(cfg.Volumes, id, p.Limits.CPUs, cfg.AllowDegraded, cfg.SurviveParent); err != nil {
 		return failEarly("volumes", err)
 	}
 	var volSpecs []string
