@@ -37,7 +37,7 @@ func TestMain(m *testing.M) {
 type probeSpec struct {
 	Pid      int      `json:"pid"` // the QEMU whose mount namespace and root it enters
 	UID, GID int      // QEMU's
-	Paths    []string `json:"paths"` // host paths it tries
+	Paths    []string `json:"paths"`  // host paths it tries
 	Signal   int      `json:"signal"` // another sandbox's QEMU (host pid) it tries to signal
 }
 
