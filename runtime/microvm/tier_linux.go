@@ -427,11 +427,14 @@ func start(cfg native.Config, snapshot string) (tier.Instance, []net.Listener, e
 		{Name: "seccomp", State: rt.StateOK, Detail: "QEMU's -sandbox (obsolete, elevateprivileges, spawn and resourcecontrol denied)"},
 		{Name: "network", State: rt.StateOK, Detail: netDetail(cfg)},
 		{Name: "filesystem", State: rt.StateOK, Detail: fsDetail(cfg, tmpfs)},
-		{Name: "identity", State: rt.StateOK, Detail: fmt.Sprintf("QEMU runs as host uid and gid %d, without capabilities; in the guest the agent is PID 1 (root, capabilities reduced to kill, setuid, setgid) and the workload runs as %s", qemuID, user)},
+		{Name: "identity", State: rt.StateOK, Detail: fmt.Sprintf("QEMU runs as host uid and gid %d, without capabilities (bounding set empty, no_new_privs); in the guest the agent is PID 1 (root, capabilities reduced to kill, setuid, setgid) and the workload runs as %s", qemuID, user)},
+		{Name: "mountns", State: rt.StateOK, Detail: "QEMU's jail: pivot_root onto a read-only tmpfs holding only bind mounts of its own files (its binary, libraries and firmware, the kernel, initramfs and read-only images; read-only, nosuid, nodev, noexec but for its code), the host's root detached; no /proc, /sys, /etc or state directory"},
+		{Name: "pidns", State: rt.StateOK, Detail: "QEMU is PID 1 of pid, IPC and UTS namespaces of its own (and a cgroup namespace rooted at its cgroup): it sees and can signal no other process"},
+		{Name: "netns", State: rt.StateOK, Detail: "QEMU's network namespace is empty (a loopback, down): it has no network, and the guest no network device"},
 	}
 	if group != nil {
 		vm.enforced = append(vm.enforced, rt.Layer{Name: "cgroup", State: rt.StateOK,
-			Detail: fmt.Sprintf("%s around QEMU: guest memory %d MiB (the workload's limit, enforced by the guest kernel) + %d MiB for QEMU, %d vCPUs", group.Describe(), memMiB, qemuOverhead>>20, cpus)})
+			Detail: fmt.Sprintf("%s around QEMU: guest memory %d MiB (the workload's limit, enforced by the guest kernel) + %d MiB for QEMU, %d vCPUs%s", group.Describe(), memMiB, qemuOverhead>>20, cpus, volumeGroupDetail(vols))})
 	} else {
 		vm.enforced = append(vm.enforced, rt.Layer{Name: "cgroup", State: rt.StateMissing, Detail: "QEMU's host resources NOT limited: " + cgErr.Error()})
 	}

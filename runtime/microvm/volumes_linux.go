@@ -151,6 +151,17 @@ func stopVolumes(vs []*volumeShare) {
 	}
 }
 
+// volumeGroupDetail describes the volume daemons' cgroup for enforced.
+func volumeGroupDetail(vs []*volumeShare) string {
+	switch {
+	case len(vs) == 0:
+		return ""
+	case vs[0].group == nil:
+		return "; the volume daemons' resources NOT limited (no cgroup)"
+	}
+	return fmt.Sprintf("; the volume daemons in a cgroup of their own, not QEMU's (memory %d MiB, %d tasks)", len(vs)*volumeDaemonMemory>>20, len(vs)*volumeDaemonTasks)
+}
+
 // destroyGroup kills what is left in g (a daemon's sandbox process) and
 // removes it.
 func destroyGroup(g *cgroups.Group) {
