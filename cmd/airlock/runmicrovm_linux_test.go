@@ -2,6 +2,10 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"os/exec"
 	"strings"
 	"testing"
@@ -91,4 +95,52 @@ func TestDoctorMicroVM(t *testing.T) {
 		}
 	}
 	t.Fatalf("doctor does not report the microvm tier: %q", out)
+}
+
+// TestRunMicroVMNet: airlock run --runtime microvm --net reaches an
+// allowlisted host through the run's egress proxy (over the guest's
+// virtio-serial egress port: the guest has no network device), with the
+// --secret header injected on the host, and is refused another host.
+func TestRunMicroVMNet(t *testing.T) {
+	if err := (microvm.Tier{}).Available(); err != nil {
+		t.Skipf("microvm tier not available: %v", err)
+	}
+	got := make(chan string, 4)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case got <- r.Host + " " + r.Header.Get("Authorization"):
+		default:
+		}
+		fmt.Fprint(w, "hello from the API")
+	}))
+	defer srv.Close()
+	port := srv.Listener.Addr().(*net.TCPAddr).Port
+	script := fmt.Sprintf(`import urllib.request
+print(urllib.request.urlopen('http://api.test:%[1]d/').read().decode())
+try:
+    urllib.request.urlopen('http://denied.test:%[1]d/', timeout=60)
+    print('denied.test reached')
+except Exception as e:
+    print('denied.test refused:', e)
+`, port)
+	cmd := exec.Command(airlockBin(t), "run", "--runtime", "microvm", "--microvm-accel", "tcg",
+		"--net", fmt.Sprintf("allow:api.test:%d", port), "--resolve", "api.test=127.0.0.1", "--resolve", "denied.test=127.0.0.1",
+		"--secret", fmt.Sprintf("api.test:%d:Authorization:env:API_KEY", port), "--", "python3", "-c", script)
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=/tmp", "API_KEY=Bearer sk-test-123"}
+	var o, e strings.Builder
+	cmd.Stdout, cmd.Stderr = &o, &e
+	if err := cmd.Run(); err != nil || !strings.Contains(o.String(), "hello from the API") || !strings.Contains(o.String(), "denied.test refused") {
+		t.Fatalf("%v: out %q err %q", err, o.String(), e.String())
+	}
+	if r := <-got; r != fmt.Sprintf("api.test:%d Bearer sk-test-123", port) { // seen by the server, on the host
+		t.Fatalf("the API saw %q", r)
+	}
+	select {
+	case r := <-got:
+		t.Fatalf("a refused request reached the server: %q", r)
+	default:
+	}
+	if !strings.Contains(e.String(), "denied.test") {
+		t.Fatalf("the refusal is not reported: %q", e.String())
+	}
 }

@@ -157,7 +157,8 @@ func procIDs(t *testing.T, pid int) (int, int) {
 }
 
 // TestMicroVMJail: QEMU runs in mount, pid, network, IPC and UTS
-// namespaces of its own (they differ from the server's), and a process in
+// namespaces of its own (they differ from the server's), with an empty
+// capability bounding set and no_new_privs, and a process in
 // those namespaces, in QEMU's root and with QEMU's uid and gid (what a
 // guest that took over its QEMU would be), reaches no host path but
 // QEMU's own files (no /etc/shadow, /home, /proc, the agent binary, the
@@ -182,6 +183,15 @@ func TestMicroVMJail(t *testing.T) {
 		if its == mine {
 			t.Errorf("QEMU shares the server's %s namespace (%s)", ns, its)
 		}
+	}
+	// No capability can come back: its bounding set is empty, and
+	// no_new_privs is set.
+	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", a.Pid()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(st), "\nCapBnd:\t0000000000000000\n") || !strings.Contains(string(st), "\nNoNewPrivs:\t1\n") {
+		t.Errorf("QEMU's capability bounding set is not empty or no_new_privs is not set:\n%s", st)
 	}
 	uid, gid := procIDs(t, a.Pid())
 	secret := []string{"/etc/shadow", "/etc/passwd", "/etc", "/home", "/root", "/proc", "/sys", "/var/lib", "/run",

@@ -23,7 +23,9 @@ import (
 // against the policy's limit), and destroys the guest. The policy's wall
 // time bounds the command, from the moment the guest is ready; the boot
 // is bounded by BootTimeout. A command whose Args[0] is native.AgentPath
-// runs the agent binary inside the guest (the CLI's code cells).
+// runs the agent binary inside the guest (the CLI's code cells). With
+// network (cfg.Listen), the guest's egress streams are handed to
+// opts.OnListeners.
 func (Tier) Run(ctx context.Context, cfg native.Config, opts native.RunOptions) (*native.Result, error) {
 	return Run(ctx, cfg, opts)
 }
@@ -80,9 +82,9 @@ func Run(ctx context.Context, cfg native.Config, opts native.RunOptions) (*nativ
 		conR.Close()
 		close(conDone)
 	}()
-	inst, _, err := Tier{}.Start(native.Config{ID: cfg.ID, Policy: p, Args: args, Stdin: agentEnd, Stdout: conW, Stderr: conW,
+	inst, listeners, err := Tier{}.Start(native.Config{ID: cfg.ID, Policy: p, Args: args, Stdin: agentEnd, Stdout: conW, Stderr: conW,
 		Agent: true, AgentBinary: cfg.AgentBinary, AllowDegraded: cfg.AllowDegraded, HostIDBase: cfg.HostIDBase,
-		Image: cfg.Image, Volumes: cfg.Volumes})
+		Image: cfg.Image, Volumes: cfg.Volumes, Listen: cfg.Listen})
 	agentEnd.Close()
 	conW.Close() // QEMU holds its own
 	if err != nil {
@@ -95,6 +97,10 @@ func Run(ctx context.Context, cfg native.Config, opts native.RunOptions) (*nativ
 	}
 	vm := inst.(*VM)
 	defer vm.Destroy()
+	if opts.OnListeners != nil && len(listeners) > 0 {
+		// The egress port's streams (--net): the caller's proxy serves them.
+		opts.OnListeners(cfg.ID, listeners)
+	}
 	fail := func(err error) (*native.Result, error) {
 		rio.Started(false)
 		r := native.SetupResult(start, err)
