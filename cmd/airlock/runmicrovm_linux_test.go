@@ -124,7 +124,8 @@ except Exception as e:
     print('denied.test refused:', e)
 `, port)
 	cmd := exec.Command(airlockBin(t), "run", "--runtime", "microvm", "--microvm-accel", "tcg",
-		"--net", fmt.Sprintf("allow:api.test:%d", port), "--resolve", "api.test=127.0.0.1", "--resolve", "denied.test=127.0.0.1",
+		"--net", fmt.Sprintf("allow:api.test:%d", port), "--net", "allow:127.0.0.1", // the test's server is on the loopback
+		"--resolve", "api.test=127.0.0.1", "--resolve", "denied.test=127.0.0.1",
 		"--secret", fmt.Sprintf("api.test:%d:Authorization:env:API_KEY", port), "--", "python3", "-c", script)
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=/tmp", "API_KEY=Bearer sk-test-123"}
 	var o, e strings.Builder

@@ -250,3 +250,32 @@ func TestMicroVMJail(t *testing.T) {
 	}
 	t.Logf("jail: %d files; uid %d; interfaces %v; kill(other QEMU, 0): %s", len(rep.Files), rep.UID, rep.Interfaces, rep.Signal)
 }
+
+// BenchmarkJailedStart measures the jail's cost: from the helper's fork to
+// QEMU's exec in its jail (QEMU then prints its version and exits).
+func BenchmarkJailedStart(b *testing.B) {
+	q, err := qemuPath()
+	if err != nil {
+		b.Skip(err)
+	}
+	StateDir = b.TempDir() + "/state"
+	l := &launch{q: q, cred: &syscall.Credential{Uid: nobody, Gid: nobody}}
+	if _, err := jailBinds(q, []string{"-accel", "tcg"}); err != nil { // QEMU's files, found once per process
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		j, err := l.jailed([]string{"-accel", "tcg", "-version"}, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := j.start(); err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		if err := j.Wait(); err != nil {
+			b.Fatalf("qemu -version in its jail: %v", err)
+		}
+		b.StartTimer()
+	}
+}

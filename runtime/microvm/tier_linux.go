@@ -486,6 +486,14 @@ func waitReady(proc *qemuProc, br *bufio.Reader) error {
 	defer timer.Stop()
 	select {
 	case err := <-ready:
+		if err != nil {
+			// Say how QEMU ended (a signal, a status), if it did.
+			select {
+			case <-proc.done:
+				err = fmt.Errorf("%w (qemu exited: %v)", err, proc.waitErr)
+			case <-time.After(2 * time.Second):
+			}
+		}
 		return err
 	case <-proc.done:
 		return fmt.Errorf("qemu exited during boot: %v", proc.waitErr)
