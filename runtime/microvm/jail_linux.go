@@ -126,7 +126,7 @@ func qemuBinds(q string, tcg bool) ([]jailBind, error) {
 			return nil, fmt.Errorf("microvm: jail: %w", err)
 		}
 		if err := neededLibs(real, seen, &paths); err != nil {
-			return nil, fmt.Errorf("jail: %w", err)
+			return nil, err
 		}
 		f, err := elf.Open(real)
 		if err != nil {
@@ -235,7 +235,7 @@ type jailedCmd struct {
 func newJailed(prog string, args []string, extra []*os.File, spec jailSpec, group *cgroups.Group) (*jailedCmd, error) {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("jail: socketpair: %w", err)
+		return nil, fmt.Errorf("microvm: jail: socketpair: %w", err)
 	}
 	j := &jailedCmd{sync: os.NewFile(uintptr(fds[0]), "jail-sync"), child: os.NewFile(uintptr(fds[1]), "jail-sync")}
 	if group != nil {
@@ -247,7 +247,7 @@ func newJailed(prog string, args []string, extra []*os.File, spec jailSpec, grou
 	b, err := json.Marshal(spec)
 	if err != nil {
 		j.close()
-		return nil, fmt.Errorf("jail: %w", err)
+		return nil, fmt.Errorf("microvm: jail: %w", err)
 	}
 	j.spec = spec
 	j.Cmd = exec.Command("/proc/self/exe", append([]string{string(b), prog}, args...)...)
@@ -276,7 +276,7 @@ func (j *jailedCmd) start() error {
 	defer j.close()
 	if j.spec.Root != "" {
 		if err := os.MkdirAll(j.spec.Root, 0o700); err != nil {
-			return fmt.Errorf("jail: %w", err)
+			return fmt.Errorf("microvm: jail: %w", err)
 		}
 	}
 	startFn := j.Start
@@ -284,7 +284,7 @@ func (j *jailedCmd) start() error {
 		startFn = func() error { return launcher.Run(j.Start) }
 	}
 	if err := startFn(); err != nil {
-		return fmt.Errorf("jail: start: %w", err)
+		return fmt.Errorf("microvm: jail: start: %w", err)
 	}
 	j.child.Close()
 	fail := func(err error) error {
@@ -294,30 +294,30 @@ func (j *jailedCmd) start() error {
 	}
 	c, err := net.FileConn(j.sync)
 	if err != nil {
-		return fail(fmt.Errorf("jail: %w", err))
+		return fail(fmt.Errorf("microvm: jail: %w", err))
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(jailSetupWait))
 	var first [1]byte
 	if _, err := io.ReadFull(c, first[:]); err != nil {
-		return fail(fmt.Errorf("jail: the helper ended before it was ready: %w", err))
+		return fail(fmt.Errorf("microvm: jail: the helper ended before it was ready: %w", err))
 	}
 	if first[0] == 'r' {
 		if _, err := c.Write([]byte{'g'}); err != nil {
-			return fail(fmt.Errorf("jail: %w", err))
+			return fail(fmt.Errorf("microvm: jail: %w", err))
 		}
 	}
 	// The socket closes on the program's exec; anything before is the
 	// helper's error.
 	msg, err := io.ReadAll(io.LimitReader(c, 4096))
 	if err != nil {
-		return fail(fmt.Errorf("jail: %w", err))
+		return fail(fmt.Errorf("microvm: jail: %w", err))
 	}
 	if first[0] != 'r' {
 		msg = append(first[:], msg...)
 	}
 	if len(msg) > 0 {
-		return fail(fmt.Errorf("jail: %s", strings.TrimSpace(string(msg))))
+		return fail(fmt.Errorf("microvm: jail: %s", strings.TrimSpace(string(msg))))
 	}
 	return nil
 }

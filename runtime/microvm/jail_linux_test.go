@@ -279,3 +279,49 @@ func BenchmarkJailedStart(b *testing.B) {
 		b.StartTimer()
 	}
 }
+
+// TestJailFailsClosed: a jail the helper cannot build is an error that
+// names the cause, with no process left; a host path QEMU is told to open
+// by an option the jail does not know (here the generic loader's file=)
+// is not in the jail, so QEMU cannot read it and fails.
+func TestJailFailsClosed(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	q, err := qemuPath()
+	if err != nil {
+		t.Skip(err)
+	}
+	StateDir = t.TempDir() + "/state"
+	l := &launch{q: q, cred: &syscall.Credential{Uid: nobody, Gid: nobody}}
+	j, err := l.jailed([]string{"-accel", "tcg", "-kernel", "/nonexistent/vmlinuz", "-version"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = j.start()
+	if err == nil || !strings.Contains(err.Error(), "bind /nonexistent/vmlinuz") {
+		t.Fatalf("a jail with a missing file: %v", err)
+	}
+	if j.ProcessState == nil {
+		t.Fatal("the helper was not waited for")
+	}
+
+	secret := filepath.Join(t.TempDir(), "host-secret")
+	if err := os.WriteFile(secret, []byte("HOST SECRET"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	j, err = l.jailed([]string{"-M", "microvm", "-accel", "tcg", "-nodefaults", "-display", "none",
+		"-device", "loader,file=" + secret + ",addr=0x100000"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j.Stdout, j.Stderr = &out, &out
+	if err := j.start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Wait(); err == nil || !strings.Contains(out.String(), secret) || !strings.Contains(out.String(), "No such file") {
+		t.Fatalf("QEMU given a host path the jail does not hold: %v: %q", err, out.String())
+	}
+	t.Logf("QEMU: %s", strings.TrimSpace(out.String()))
+}
