@@ -3,15 +3,20 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
+	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-dev/airlock/internal/testserver"
 	"github.com/airlock-dev/airlock/runtime/microvm"
 )
 
@@ -143,5 +148,93 @@ except Exception as e:
 	}
 	if !strings.Contains(e.String(), "denied.test") {
 		t.Fatalf("the refusal is not reported: %q", e.String())
+	}
+}
+
+// TestRunMicroVMTTY: airlock run -it --runtime microvm gives the command a
+// terminal of the guest's (the agent's PTY): the caller's terminal goes
+// raw while it runs and is restored after, the guest's shell sees the
+// caller's size and follows a resize, Ctrl-C interrupts its foreground
+// command (airlock itself survives), and `exit 3` makes airlock exit 3.
+func TestRunMicroVMTTY(t *testing.T) {
+	if err := (microvm.Tier{}).Available(); err != nil {
+		t.Skipf("microvm tier not available: %v", err)
+	}
+	cmd := exec.Command(airlockBin(t), "run", "-it", "--runtime", "microvm", "--microvm-accel", "tcg", "--", "sh", "-i")
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=/tmp", "TERM=xterm-256color"}
+	ptmx, tty, err := pty.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ptmx.Close()
+	if err := pty.Setsize(ptmx, &pty.Winsize{Cols: 90, Rows: 30}); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	tty.Close()
+	defer cmd.Process.Kill()
+	var out testserver.Output
+	go io.Copy(&out, ptmx)
+	type_ := func(s string) {
+		t.Helper()
+		if _, err := ptmx.Write([]byte(s)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lflag := func() uint32 {
+		t.Helper()
+		tio, err := unix.IoctlGetTermios(int(ptmx.Fd()), unix.TCGETS)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tio.Lflag
+	}
+	type_("echo hi-$((40+2)); stty size\n")
+	// The guest boots first (TCG, a loaded host): wait longer than WaitFor.
+	for deadline := time.Now().Add(5 * time.Minute); !strings.Contains(out.String(), "hi-42"); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no answer from the guest's shell; output:\n%q", out.String())
+		}
+	}
+	at := out.WaitFor(t, 0, "30 90")
+	if l := lflag(); l&(unix.ICANON|unix.ECHO|unix.ISIG) != 0 {
+		t.Errorf("the caller's terminal is not raw while the shell runs (lflag %#x)", l)
+	}
+	if err := pty.Setsize(ptmx, &pty.Winsize{Cols: 120, Rows: 40}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for !strings.Contains(out.String()[at:], "40 120") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the resize never reached the guest; output:\n%q", out.String())
+		}
+		type_("stty size\n")
+		time.Sleep(500 * time.Millisecond)
+	}
+	at = out.WaitFor(t, at, "40 120")
+	// Ctrl-C ends the foreground sleep: the shell answers again.
+	type_("sleep 4711\n")
+	time.Sleep(2 * time.Second)
+	type_("\x03")
+	type_("echo back-$((2+3))\n")
+	out.WaitFor(t, at, "back-5")
+	type_("exit 3\n")
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		ee, ok := err.(*exec.ExitError)
+		if !ok || ee.ExitCode() != 3 {
+			t.Fatalf("airlock run -t after `exit 3`: %v, want exit status 3; output:\n%q", err, out.String())
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("airlock run -t did not exit; output:\n%q", out.String())
+	}
+	if l := lflag(); l&(unix.ICANON|unix.ECHO|unix.ISIG) != unix.ICANON|unix.ECHO|unix.ISIG {
+		t.Errorf("the caller's terminal was not restored (lflag %#x)", l)
 	}
 }
