@@ -177,6 +177,8 @@ func TestRunMicroVMTTY(t *testing.T) {
 	}
 	tty.Close()
 	defer cmd.Process.Kill()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
 	var out testserver.Output
 	go io.Copy(&out, ptmx)
 	type_ := func(s string) {
@@ -196,6 +198,12 @@ func TestRunMicroVMTTY(t *testing.T) {
 	type_("echo hi-$((40+2)); stty size\n")
 	// The guest boots first (TCG, a loaded host): wait longer than WaitFor.
 	for deadline := time.Now().Add(5 * time.Minute); !strings.Contains(out.String(), "hi-42"); time.Sleep(100 * time.Millisecond) {
+		select {
+		case err := <-done:
+			time.Sleep(100 * time.Millisecond) // the last output
+			t.Fatalf("airlock run -t ended (%v) before the guest's shell answered; output:\n%q", err, out.String())
+		default:
+		}
 		if time.Now().After(deadline) {
 			t.Fatalf("no answer from the guest's shell; output:\n%q", out.String())
 		}
@@ -223,8 +231,6 @@ func TestRunMicroVMTTY(t *testing.T) {
 	type_("echo back-$((2+3))\n")
 	out.WaitFor(t, at, "back-5")
 	type_("exit 3\n")
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
 	select {
 	case err := <-done:
 		ee, ok := err.(*exec.ExitError)
