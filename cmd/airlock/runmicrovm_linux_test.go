@@ -3,20 +3,17 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
 
-	"github.com/airlock-dev/airlock/internal/testserver"
 	"github.com/airlock-dev/airlock/runtime/microvm"
 )
 
@@ -160,41 +157,10 @@ func TestRunMicroVMTTY(t *testing.T) {
 	if err := (microvm.Tier{}).Available(); err != nil {
 		t.Skipf("microvm tier not available: %v", err)
 	}
-	cmd := exec.Command(airlockBin(t), "run", "-it", "--runtime", "microvm", "--microvm-accel", "tcg", "--", "sh", "-i")
-	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=/tmp", "TERM=xterm-256color"}
-	ptmx, tty, err := pty.Open()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ptmx.Close()
-	if err := pty.Setsize(ptmx, &pty.Winsize{Cols: 90, Rows: 30}); err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	tty.Close()
-	defer cmd.Process.Kill()
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	var out testserver.Output
-	go io.Copy(&out, ptmx)
-	type_ := func(s string) {
-		t.Helper()
-		if _, err := ptmx.Write([]byte(s)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	lflag := func() uint32 {
-		t.Helper()
-		tio, err := unix.IoctlGetTermios(int(ptmx.Fd()), unix.TCGETS)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tio.Lflag
-	}
+	term := startOnTerminal(t, "run", "-it", "--runtime", "microvm", "--microvm-accel", "tcg", "--", "sh", "-i")
+	out, ptmx, done := &term.out, term.ptmx, term.done
+	type_ := func(s string) { t.Helper(); term.type_(t, s) }
+	lflag := func() uint32 { t.Helper(); return term.lflag(t) }
 	type_("echo hi-$((40+2)); stty size\n")
 	// The guest boots first (TCG, a loaded host): wait longer than WaitFor.
 	for deadline := time.Now().Add(5 * time.Minute); !strings.Contains(out.String(), "hi-42"); time.Sleep(100 * time.Millisecond) {
