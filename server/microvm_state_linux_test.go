@@ -224,13 +224,14 @@ func TestMicroVMPausedSurvivesRestart(t *testing.T) {
 	checkMicroVMState(ctx, t, e.c, sb.ID)
 }
 
-// checkNothingLeft fails t if a QEMU, cgroup or state directory of the
-// ended microvm sandbox id is left (after a grace for the kernel to reap).
+// checkNothingLeft fails t if a QEMU, cgroup (QEMU's or its volume
+// daemons') or state directory of the ended microvm sandbox id is left
+// (after a grace for the kernel to reap).
 func checkNothingLeft(t *testing.T, e *netEnv, id string) {
 	t.Helper()
 	var left []string
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		left = append(qemuOf(id), cgroupDirs(id)...)
+		left = append(append(qemuOf(id), cgroupDirs(id)...), cgroupDirs(id+"-vfs")...)
 		for _, p := range []string{filepath.Join(microvm.StateDir, id), filepath.Join(e.state, "sandboxes", id)} {
 			if _, err := os.Stat(p); err == nil {
 				left = append(left, p)
@@ -249,7 +250,7 @@ func checkNothingLeft(t *testing.T, e *netEnv, id string) {
 // paused by freezing its QEMU (QEMU cannot migrate virtio-fs); a server
 // killed with SIGKILL meanwhile leaves no frozen QEMU behind: the next
 // server reports the sandbox lost and removes everything of it (a frozen
-// task dies of SIGKILL only once thawed).
+// task dies of SIGKILL only once thawed), its volume daemon's cgroup too.
 func TestMicroVMServerKilledWhileFrozen(t *testing.T) {
 	e := startNetEnv(t, "--microvm-accel", "tcg")
 	if _, ok := runtimeCaps(t, e.c)["microvm"]; !ok {
@@ -270,6 +271,9 @@ func TestMicroVMServerKilledWhileFrozen(t *testing.T) {
 	}
 	if len(qemuOf(sb.ID)) != 1 {
 		t.Fatalf("QEMU of the frozen %s: %v", sb.ID, qemuOf(sb.ID))
+	}
+	if len(cgroupDirs(sb.ID+"-vfs")) == 0 {
+		t.Fatalf("no cgroup of %s's volume daemon", sb.ID)
 	}
 	e.srv.crash()
 	e.srv = startServer(t, e.state, e.serveArgs()...)

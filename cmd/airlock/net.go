@@ -230,7 +230,7 @@ type runNet struct {
 
 // setupRunNet prepares the egress of a one-shot run: it adds the proxy
 // environment (and, with secrets, the trust store mounts and variables) to
-// p, sets cfg.ID and cfg.Listen and hooks opts.OnStart to serve the
+// p, sets cfg.ID and cfg.Listen and hooks opts.OnListeners to serve the
 // listeners. It returns nil when the run has no network. Call close after
 // the run.
 func (f *netFlags) setupRunNet(p *policy.Policy, cfg *native.Config, opts *native.RunOptions) (*runNet, error) {
@@ -281,17 +281,17 @@ func (f *netFlags) setupRunNet(p *policy.Policy, cfg *native.Config, opts *nativ
 		}
 	}
 	cfg.Listen = []string{manager.ProxyHTTPAddr, manager.ProxySOCKSAddr}
-	prev := opts.OnStart
-	opts.OnStart = func(sb *native.Sandbox) {
-		for i, l := range sb.Listeners() {
+	prev := opts.OnListeners
+	opts.OnListeners = func(id string, ls []net.Listener) {
+		for i, l := range ls {
 			kind := egress.HTTP
 			if i == 1 {
 				kind = egress.SOCKS5
 			}
-			go rn.proxy.Serve(l, sb.ID, kind)
+			go rn.proxy.Serve(l, id, kind)
 		}
 		if prev != nil {
-			prev(sb)
+			prev(id, ls)
 		}
 	}
 	return rn, nil

@@ -2,10 +2,16 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-dev/airlock/runtime/microvm"
@@ -91,4 +97,116 @@ func TestDoctorMicroVM(t *testing.T) {
 		}
 	}
 	t.Fatalf("doctor does not report the microvm tier: %q", out)
+}
+
+// TestRunMicroVMNet: airlock run --runtime microvm --net reaches an
+// allowlisted host through the run's egress proxy (over the guest's
+// virtio-serial egress port: the guest has no network device), with the
+// --secret header injected on the host, and is refused another host.
+func TestRunMicroVMNet(t *testing.T) {
+	if err := (microvm.Tier{}).Available(); err != nil {
+		t.Skipf("microvm tier not available: %v", err)
+	}
+	got := make(chan string, 4)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case got <- r.Host + " " + r.Header.Get("Authorization"):
+		default:
+		}
+		fmt.Fprint(w, "hello from the API")
+	}))
+	defer srv.Close()
+	port := srv.Listener.Addr().(*net.TCPAddr).Port
+	script := fmt.Sprintf(`import urllib.request
+print(urllib.request.urlopen('http://api.test:%[1]d/').read().decode())
+try:
+    urllib.request.urlopen('http://denied.test:%[1]d/', timeout=60)
+    print('denied.test reached')
+except Exception as e:
+    print('denied.test refused:', e)
+`, port)
+	cmd := exec.Command(airlockBin(t), "run", "--runtime", "microvm", "--microvm-accel", "tcg",
+		"--net", fmt.Sprintf("allow:api.test:%d", port), "--net", "allow:127.0.0.1", // the test's server is on the loopback
+		"--resolve", "api.test=127.0.0.1", "--resolve", "denied.test=127.0.0.1",
+		"--secret", fmt.Sprintf("api.test:%d:Authorization:env:API_KEY", port), "--", "python3", "-c", script)
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=/tmp", "API_KEY=Bearer sk-test-123"}
+	var o, e strings.Builder
+	cmd.Stdout, cmd.Stderr = &o, &e
+	if err := cmd.Run(); err != nil || !strings.Contains(o.String(), "hello from the API") || !strings.Contains(o.String(), "denied.test refused") {
+		t.Fatalf("%v: out %q err %q", err, o.String(), e.String())
+	}
+	if r := <-got; r != fmt.Sprintf("api.test:%d Bearer sk-test-123", port) { // seen by the server, on the host
+		t.Fatalf("the API saw %q", r)
+	}
+	select {
+	case r := <-got:
+		t.Fatalf("a refused request reached the server: %q", r)
+	default:
+	}
+	if !strings.Contains(e.String(), "denied.test") {
+		t.Fatalf("the refusal is not reported: %q", e.String())
+	}
+}
+
+// TestRunMicroVMTTY: airlock run -it --runtime microvm gives the command a
+// terminal of the guest's (the agent's PTY): the caller's terminal goes
+// raw while it runs and is restored after, the guest's shell sees the
+// caller's size and follows a resize, Ctrl-C interrupts its foreground
+// command (airlock itself survives), and `exit 3` makes airlock exit 3.
+func TestRunMicroVMTTY(t *testing.T) {
+	if err := (microvm.Tier{}).Available(); err != nil {
+		t.Skipf("microvm tier not available: %v", err)
+	}
+	term := startOnTerminal(t, "run", "-it", "--runtime", "microvm", "--microvm-accel", "tcg", "--", "sh", "-i")
+	out, ptmx, done := &term.out, term.ptmx, term.done
+	type_ := func(s string) { t.Helper(); term.type_(t, s) }
+	lflag := func() uint32 { t.Helper(); return term.lflag(t) }
+	type_("echo hi-$((40+2)); stty size\n")
+	// The guest boots first (TCG, a loaded host): wait longer than WaitFor.
+	for deadline := time.Now().Add(5 * time.Minute); !strings.Contains(out.String(), "hi-42"); time.Sleep(100 * time.Millisecond) {
+		select {
+		case err := <-done:
+			time.Sleep(100 * time.Millisecond) // the last output
+			t.Fatalf("airlock run -t ended (%v) before the guest's shell answered; output:\n%q", err, out.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no answer from the guest's shell; output:\n%q", out.String())
+		}
+	}
+	at := out.WaitFor(t, 0, "30 90")
+	if l := lflag(); l&(unix.ICANON|unix.ECHO|unix.ISIG) != 0 {
+		t.Errorf("the caller's terminal is not raw while the shell runs (lflag %#x)", l)
+	}
+	if err := pty.Setsize(ptmx, &pty.Winsize{Cols: 120, Rows: 40}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for !strings.Contains(out.String()[at:], "40 120") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the resize never reached the guest; output:\n%q", out.String())
+		}
+		type_("stty size\n")
+		time.Sleep(500 * time.Millisecond)
+	}
+	at = out.WaitFor(t, at, "40 120")
+	// Ctrl-C ends the foreground sleep: the shell answers again.
+	type_("sleep 4711\n")
+	time.Sleep(2 * time.Second)
+	type_("\x03")
+	type_("echo back-$((2+3))\n")
+	out.WaitFor(t, at, "back-5")
+	type_("exit 3\n")
+	select {
+	case err := <-done:
+		ee, ok := err.(*exec.ExitError)
+		if !ok || ee.ExitCode() != 3 {
+			t.Fatalf("airlock run -t after `exit 3`: %v, want exit status 3; output:\n%q", err, out.String())
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("airlock run -t did not exit; output:\n%q", out.String())
+	}
+	if l := lflag(); l&(unix.ICANON|unix.ECHO|unix.ISIG) != unix.ICANON|unix.ECHO|unix.ISIG {
+		t.Errorf("the caller's terminal was not restored (lflag %#x)", l)
+	}
 }

@@ -24,8 +24,8 @@ import (
 // terminal, so TIOCSTI and friends can only type into its own. The
 // returned function restores the caller's terminal and releases the rest.
 func runTerminal(cfg *native.Config, opts *native.RunOptions) (restore func(), err error) {
-	if cfg.Policy.Runtime != "" && cfg.Policy.Runtime != policy.RuntimeNative {
-		return nil, fmt.Errorf("-t works with the native runtime only, not %s", cfg.Policy.Runtime)
+	if cfg.Policy.Runtime != "" && cfg.Policy.Runtime != policy.RuntimeNative && cfg.Policy.Runtime != policy.RuntimeMicroVM {
+		return nil, fmt.Errorf("-t works with the native and microvm runtimes only, not %s", cfg.Policy.Runtime)
 	}
 	in := int(os.Stdin.Fd())
 	if !term.IsTerminal(in) {

@@ -42,43 +42,10 @@ func TestRunTTY(t *testing.T) {
 // mode), its sleep holds a terminal that is not the caller's (host
 // /proc), and `exit 3` makes airlock exit 3.
 func terminalSession(t *testing.T, args ...string) {
-	cmd := exec.Command(airlockBin(t), args...)
-	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=/tmp", "TERM=xterm-256color"}
-	ptmx, tty, err := pty.Open()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ptmx.Close()
-	if err := pty.Setsize(ptmx, &pty.Winsize{Cols: 90, Rows: 30}); err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	callerTTY, err := tty.Stat()
-	if err != nil {
-		t.Fatal(err)
-	}
-	tty.Close()
-	defer cmd.Process.Kill()
-	var out testserver.Output
-	go io.Copy(&out, ptmx)
-	type_ := func(s string) {
-		t.Helper()
-		if _, err := ptmx.Write([]byte(s)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	lflag := func() uint32 {
-		t.Helper()
-		tio, err := unix.IoctlGetTermios(int(ptmx.Fd()), unix.TCGETS)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tio.Lflag
-	}
+	term := startOnTerminal(t, args...)
+	out, ptmx, callerTTY := &term.out, term.ptmx, term.callerTTY
+	type_ := func(s string) { t.Helper(); term.type_(t, s) }
+	lflag := func() uint32 { t.Helper(); return term.lflag(t) }
 	type_("echo hi-$((40+2)); stty size\n")
 	at := out.WaitFor(t, 0, "hi-42")
 	at = out.WaitFor(t, at, "30 90")
@@ -126,10 +93,8 @@ func terminalSession(t *testing.T, args ...string) {
 		t.Fatalf("sleep was not interrupted:\n%q", out.String())
 	}
 	type_("exit 3\n")
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
 	select {
-	case err := <-done:
+	case err := <-term.done:
 		ee, ok := err.(*exec.ExitError)
 		if !ok || ee.ExitCode() != 3 {
 			t.Fatalf("airlock shell --tty after `exit 3`: %v, want exit status 3; output:\n%q", err, out.String())
@@ -140,6 +105,65 @@ func terminalSession(t *testing.T, args ...string) {
 	if l := lflag(); l&(unix.ICANON|unix.ECHO|unix.ISIG) != unix.ICANON|unix.ECHO|unix.ISIG {
 		t.Errorf("the caller's terminal was not restored (lflag %#x)", l)
 	}
+}
+
+// onTerminal is airlock running on a real pseudo-terminal whose master the
+// test holds, as a terminal emulator would.
+type onTerminal struct {
+	cmd       *exec.Cmd
+	ptmx      *os.File
+	out       testserver.Output // what airlock writes to its terminal
+	done      chan error        // cmd.Wait's result
+	callerTTY os.FileInfo       // the terminal airlock runs on
+}
+
+// startOnTerminal starts airlock with args on a new pseudo-terminal of 30
+// rows and 90 columns (its stdin, stdout, stderr and controlling
+// terminal); it is killed at the end of the test.
+func startOnTerminal(t *testing.T, args ...string) *onTerminal {
+	t.Helper()
+	cmd := exec.Command(airlockBin(t), args...)
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=/tmp", "TERM=xterm-256color"}
+	ptmx, tty, err := pty.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ptmx.Close() })
+	if err := pty.Setsize(ptmx, &pty.Winsize{Cols: 90, Rows: 30}); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	term := &onTerminal{cmd: cmd, ptmx: ptmx, done: make(chan error, 1)}
+	if term.callerTTY, err = tty.Stat(); err != nil {
+		t.Fatal(err)
+	}
+	tty.Close()
+	t.Cleanup(func() { cmd.Process.Kill() })
+	go func() { term.done <- cmd.Wait() }()
+	go io.Copy(&term.out, ptmx)
+	return term
+}
+
+// type_ types s on the terminal.
+func (term *onTerminal) type_(t *testing.T, s string) {
+	t.Helper()
+	if _, err := term.ptmx.Write([]byte(s)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// lflag is the terminal's local modes (raw or not).
+func (term *onTerminal) lflag(t *testing.T) uint32 {
+	t.Helper()
+	tio, err := unix.IoctlGetTermios(int(term.ptmx.Fd()), unix.TCGETS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tio.Lflag
 }
 
 // hostPid returns the pid of a host process with exactly this

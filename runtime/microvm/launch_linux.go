@@ -14,7 +14,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-dev/airlock/policy"
-	"github.com/airlock-dev/airlock/runtime/launcher"
 	"github.com/airlock-dev/airlock/runtime/native/cgroups"
 	"github.com/airlock-dev/airlock/runtime/tier"
 )
@@ -220,28 +219,13 @@ func (l *launch) spawn(incoming *os.File, vols []*volumeShare) (*qemuProc, error
 		mon = append(mon, "-incoming", fmt.Sprintf("fd:%d", addFD(incoming)))
 	}
 	args := append(append(append(append([]string{}, l.base...), devices...), disks...), mon...)
-	cmd := exec.Command(l.q, args...)
-	cmd.Stdout, cmd.Stderr = l.stdout, l.stderr
-	cmd.ExtraFiles = extra
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Credential: l.cred}
-	if !l.surviveParent {
-		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	// QEMU runs in a jail of its own (jail_linux.go): its namespaces, its
+	// cgroup, only its own files, its uid without capabilities.
+	cmd, err := l.jailed(args, extra)
+	if err != nil {
+		return fail(err)
 	}
-	var cgfd *os.File
-	if l.group != nil && l.group.Version() == 2 && len(l.group.Dirs()) == 1 {
-		if cgfd, err = os.Open(l.group.Dirs()[0]); err != nil {
-			return fail(fmt.Errorf("cgroup: %w", err))
-		}
-		defer cgfd.Close()
-		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(cgfd.Fd())
-	}
-	// Forked from the launcher thread: the parent-death signal fires when
-	// the forking thread exits (runtime/launcher).
-	startFn := cmd.Start
-	if cmd.SysProcAttr.Pdeathsig != 0 {
-		startFn = func() error { return launcher.Run(cmd.Start) }
-	}
-	if err := startFn(); err != nil {
+	if err := cmd.start(); err != nil {
 		return fail(err)
 	}
 	// Now only QEMU holds its sockets; this server connects to them (the
@@ -249,17 +233,11 @@ func (l *launch) spawn(incoming *os.File, vols []*volumeShare) (*qemuProc, error
 	// exit is an end of file on ours, so the monitor's handshake below
 	// does not wait for a dead QEMU.
 	closeExtra()
-	proc.cmd, proc.pid = cmd, cmd.Process.Pid
+	proc.cmd, proc.pid = cmd.Cmd, cmd.Process.Pid
 	go func() {
 		proc.waitErr = cmd.Wait()
 		close(proc.done)
 	}()
-	if l.group != nil && cgfd == nil {
-		if err := l.group.Add(cmd.Process.Pid); err != nil {
-			proc.kill()
-			return fail(fmt.Errorf("cgroup: %w", err))
-		}
-	}
 	dial := func(name string) *os.File {
 		if err != nil {
 			return nil

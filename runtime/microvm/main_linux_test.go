@@ -6,10 +6,15 @@ import (
 	"testing"
 )
 
-// TestMain removes the directory agentBinary made (the agent, the
-// initramfs cache and the VMs' state: ~145 MiB per test process, which
-// piled up in /tmp when it was left).
+// TestMain runs the jail probe when the test binary is re-executed as one
+// (TestMicroVMJail), and otherwise the tests, then removes the directory
+// agentBinary made (the agent, the initramfs cache and the VMs' state:
+// ~145 MiB per test process, which piled up in /tmp when it was left).
 func TestMain(m *testing.M) {
+	if spec := os.Getenv(jailProbeEnv); spec != "" {
+		jailProbe(spec)
+		return
+	}
 	code := m.Run()
 	if agentPath != "" {
 		os.RemoveAll(filepath.Dir(agentPath))

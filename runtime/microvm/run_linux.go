@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	"golang.org/x/term"
 
 	"github.com/airlock-dev/airlock/agent"
 	"github.com/airlock-dev/airlock/runtime/native"
@@ -23,7 +24,9 @@ import (
 // against the policy's limit), and destroys the guest. The policy's wall
 // time bounds the command, from the moment the guest is ready; the boot
 // is bounded by BootTimeout. A command whose Args[0] is native.AgentPath
-// runs the agent binary inside the guest (the CLI's code cells).
+// runs the agent binary inside the guest (the CLI's code cells). With
+// network (cfg.Listen), the guest's egress streams are handed to
+// opts.OnListeners.
 func (Tier) Run(ctx context.Context, cfg native.Config, opts native.RunOptions) (*native.Result, error) {
 	return Run(ctx, cfg, opts)
 }
@@ -32,9 +35,19 @@ func (Tier) Run(ctx context.Context, cfg native.Config, opts native.RunOptions) 
 func Run(ctx context.Context, cfg native.Config, opts native.RunOptions) (*native.Result, error) {
 	start := time.Now()
 	p := cfg.Policy
+	var ptySize *agent.PtySize
 	if opts.PTY != nil {
-		err := errors.New("microvm: a terminal (-t) is not supported by one-shot runs")
-		return native.SetupResult(start, err), err
+		// -t: the command's terminal is one the guest's agent opens; the
+		// local pair only carries its bytes (raw: no echo, line editing or
+		// signals here), and its size.
+		if err := withFD(opts.PTY.Slave, func(fd int) error { _, err := term.MakeRaw(fd); return err }); err != nil {
+			err = fmt.Errorf("microvm: -t: %w", err)
+			return native.SetupResult(start, err), err
+		}
+		ptySize = &agent.PtySize{Cols: 80, Rows: 24}
+		if ws, err := winsize(opts.PTY.Master); err == nil {
+			ptySize = &agent.PtySize{Cols: ws.Col, Rows: ws.Row}
+		}
 	}
 	if len(cfg.Args) == 0 {
 		err := errors.New("microvm: no command")
@@ -80,9 +93,9 @@ func Run(ctx context.Context, cfg native.Config, opts native.RunOptions) (*nativ
 		conR.Close()
 		close(conDone)
 	}()
-	inst, _, err := Tier{}.Start(native.Config{ID: cfg.ID, Policy: p, Args: args, Stdin: agentEnd, Stdout: conW, Stderr: conW,
+	inst, listeners, err := Tier{}.Start(native.Config{ID: cfg.ID, Policy: p, Args: args, Stdin: agentEnd, Stdout: conW, Stderr: conW,
 		Agent: true, AgentBinary: cfg.AgentBinary, AllowDegraded: cfg.AllowDegraded, HostIDBase: cfg.HostIDBase,
-		Image: cfg.Image, Volumes: cfg.Volumes})
+		Image: cfg.Image, Volumes: cfg.Volumes, Listen: cfg.Listen})
 	agentEnd.Close()
 	conW.Close() // QEMU holds its own
 	if err != nil {
@@ -95,6 +108,10 @@ func Run(ctx context.Context, cfg native.Config, opts native.RunOptions) (*nativ
 	}
 	vm := inst.(*VM)
 	defer vm.Destroy()
+	if opts.OnListeners != nil && len(listeners) > 0 {
+		// The egress port's streams (--net): the caller's proxy serves them.
+		opts.OnListeners(cfg.ID, listeners)
+	}
 	fail := func(err error) (*native.Result, error) {
 		rio.Started(false)
 		r := native.SetupResult(start, err)
@@ -127,7 +144,7 @@ func Run(ctx context.Context, cfg native.Config, opts native.RunOptions) (*nativ
 		vm.Destroy()
 	}
 	ectx, cancel := context.WithTimeout(ctx, BootTimeout)
-	proc, err := c.Exec(ectx, agent.ExecRequest{Argv: cfg.Args, Env: p.Env, StdinOpen: stdin != nil})
+	proc, err := c.Exec(ectx, agent.ExecRequest{Argv: cfg.Args, Env: p.Env, StdinOpen: stdin != nil, Pty: ptySize})
 	cancel()
 	if err != nil {
 		if strings.Contains(err.Error(), "not found") || strings.Contains(err.Error(), "no such file") {
@@ -142,6 +159,10 @@ func Run(ctx context.Context, cfg native.Config, opts native.RunOptions) (*nativ
 	stop := context.AfterFunc(ctx, func() { setCause(native.StatusKilled) })
 	if stdin != nil {
 		go copyStdin(c, proc.Pid, stdin)
+	}
+	if ptySize != nil {
+		stopResize := followSize(c, proc.Pid, opts.PTY.Master, *ptySize)
+		defer stopResize()
 	}
 	var status agent.ExitStatus
 	var exited bool
@@ -209,6 +230,61 @@ func copyStdin(c *agent.Client, pid int, in io.Reader) {
 			return
 		}
 	}
+}
+
+// followSize passes the local terminal's size changes (the caller's, which
+// airlock run -t copies to master on SIGWINCH) on to the guest process's
+// terminal, until the returned function is called.
+func followSize(c *agent.Client, pid int, master *os.File, size agent.PtySize) func() {
+	done := make(chan struct{})
+	go func() {
+		tick := time.NewTicker(200 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+			ws, err := winsize(master)
+			if err != nil || (ws.Col == size.Cols && ws.Row == size.Rows) {
+				continue
+			}
+			size = agent.PtySize{Cols: ws.Col, Rows: ws.Row}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			c.ResizePty(ctx, pid, size)
+			cancel()
+		}
+	}()
+	return func() { close(done) }
+}
+
+// winsize reads a terminal's size (never 0 by 0).
+func winsize(f *os.File) (*unix.Winsize, error) {
+	var ws *unix.Winsize
+	err := withFD(f, func(fd int) (err error) {
+		ws, err = unix.IoctlGetWinsize(fd, unix.TIOCGWINSZ)
+		return err
+	})
+	if err == nil && (ws.Col == 0 || ws.Row == 0) {
+		err = errors.New("no terminal size")
+	}
+	return ws, err
+}
+
+// withFD runs fn on f's descriptor without f.Fd, which would make f
+// blocking: a read blocked on it would then keep the descriptor open
+// past Close (and the terminal's master would never see the slave go).
+func withFD(f *os.File, fn func(fd int) error) error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var ferr error
+	if err := rc.Control(func(fd uintptr) { ferr = fn(int(fd)) }); err != nil {
+		return err
+	}
+	return ferr
 }
 
 // consoleTail keeps the last 4 KiB of a guest's console, to explain a

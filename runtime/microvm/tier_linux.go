@@ -92,13 +92,16 @@ func (Tier) Caps() tier.Caps {
 		ImageRoots: true, Network: true, Volumes: true, AdoptRunning: true}
 }
 
-// Remove implements tier.Tier: the cgroup and state directory of a QEMU a
-// crash left behind.
+// Remove implements tier.Tier: the cgroups (QEMU's, its volume daemons')
+// and state directory of a QEMU a crash left behind.
 func (Tier) Remove(id string) {
 	if g, err := cgroups.Lookup(id); err == nil && g != nil {
 		g.Thaw() // a QEMU frozen by a pause dies of SIGKILL only once thawed
 		g.Kill()
 		g.Destroy()
+	}
+	if g, err := cgroups.Lookup(volumeGroup(id)); err == nil {
+		destroyGroup(g)
 	}
 	if validID(id) {
 		dir := filepath.Join(StateDir, id)
@@ -310,7 +313,7 @@ func start(cfg native.Config, snapshot string) (tier.Instance, []net.Listener, e
 	// Volumes: a virtiofsd per volume, over vhost-user, which needs the
 	// guest's memory shared with it and modern virtio-mmio.
 	volEnv := ""
-	if vols, err = shareVolumes(cfg.Volumes, cfg.SurviveParent); err != nil {
+	if vols, err = shareVolumes(cfg.Volumes, id, p.Limits.CPUs, cfg.AllowDegraded, cfg.SurviveParent); err != nil {
 		return failEarly("volumes", err)
 	}
 	var volSpecs []string
@@ -465,11 +468,14 @@ func start(cfg native.Config, snapshot string) (tier.Instance, []net.Listener, e
 		{Name: "seccomp", State: rt.StateOK, Detail: "QEMU's -sandbox (obsolete, elevateprivileges, spawn and resourcecontrol denied)"},
 		{Name: "network", State: rt.StateOK, Detail: netDetail(cfg)},
 		{Name: "filesystem", State: rt.StateOK, Detail: fsDetail(cfg, tmpfs)},
-		{Name: "identity", State: rt.StateOK, Detail: fmt.Sprintf("QEMU runs as host uid and gid %d, without capabilities; in the guest the agent is PID 1 (root, capabilities reduced to kill, setuid, setgid) and the workload runs as %s", qemuID, user)},
+		{Name: "identity", State: rt.StateOK, Detail: fmt.Sprintf("QEMU runs as host uid and gid %d, without capabilities (bounding set empty, no_new_privs); in the guest the agent is PID 1 (root, capabilities reduced to kill, setuid, setgid) and the workload runs as %s", qemuID, user)},
+		{Name: "mountns", State: rt.StateOK, Detail: "QEMU's jail: pivot_root onto a read-only tmpfs holding only bind mounts of its own files (its binary, libraries and firmware, the kernel, initramfs and read-only images; read-only, nosuid, nodev, noexec but for its code), the host's root detached; no /proc, /sys, /etc or state directory"},
+		{Name: "pidns", State: rt.StateOK, Detail: "QEMU is PID 1 of pid, IPC and UTS namespaces of its own (and a cgroup namespace rooted at its cgroup): it sees and can signal no other process"},
+		{Name: "netns", State: rt.StateOK, Detail: "QEMU's network namespace is empty (a loopback, down): it has no network, and the guest no network device"},
 	}
 	if group != nil {
 		vm.enforced = append(vm.enforced, rt.Layer{Name: "cgroup", State: rt.StateOK,
-			Detail: fmt.Sprintf("%s around QEMU: guest memory %d MiB (the workload's limit, enforced by the guest kernel) + %d MiB for QEMU, %d vCPUs", group.Describe(), memMiB, qemuOverhead>>20, cpus)})
+			Detail: fmt.Sprintf("%s around QEMU: guest memory %d MiB (the workload's limit, enforced by the guest kernel) + %d MiB for QEMU, %d vCPUs%s", group.Describe(), memMiB, qemuOverhead>>20, cpus, volumeGroupDetail(vols))})
 	} else {
 		vm.enforced = append(vm.enforced, rt.Layer{Name: "cgroup", State: rt.StateMissing, Detail: "QEMU's host resources NOT limited: " + cgErr.Error()})
 	}

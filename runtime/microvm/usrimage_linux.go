@@ -57,47 +57,16 @@ func usrFiles() ([]string, error) {
 		return nil, fmt.Errorf("microvm: python standard library: %w", err)
 	}
 	seen := map[string]bool{}
-	// need adds path's libraries, recursively, to *libs.
-	var need func(path string, libs *[]string) error
-	need = func(path string, libs *[]string) error {
-		f, err := elf.Open(path)
-		if err != nil {
-			return fmt.Errorf("microvm: %s: %w", path, err)
+	need := func(path string, libs *[]string) error {
+		var found []string
+		if err := neededLibs(path, seen, &found); err != nil {
+			return err
 		}
-		names, _ := f.ImportedLibraries()
-		for _, p := range f.Progs {
-			if p.Type == elf.PT_INTERP {
-				b, _ := io.ReadAll(p.Open())
-				names = append(names, filepath.Base(strings.TrimRight(string(b), "\x00")))
-			}
-		}
-		f.Close()
-		for _, l := range names {
-			if seen[l] {
-				continue
-			}
-			found := ""
-			for _, d := range libDirs {
-				if _, err := os.Stat(filepath.Join(d, l)); err == nil {
-					found = filepath.Join(d, l)
-					break
-				}
-			}
-			if found == "" {
-				return fmt.Errorf("microvm: %s needs %s, not found in %v", path, l, libDirs)
-			}
-			real, err := filepath.EvalSymlinks(found)
-			if err != nil {
-				return fmt.Errorf("microvm: %s: %w", found, err)
-			}
-			// Under /usr whichever directory it was found in (merged /usr),
-			// by its soname; staged with its content (stageFile follows
-			// links such as /etc/alternatives').
-			*libs = append(*libs, "/usr/lib/x86_64-linux-gnu/"+l)
-			seen[l] = true
-			if err := need(real, libs); err != nil {
-				return err
-			}
+		// Under /usr whichever directory each was found in (merged /usr),
+		// by its soname; staged with its content (stageFile follows links
+		// such as /etc/alternatives').
+		for _, l := range found {
+			*libs = append(*libs, "/usr/lib/x86_64-linux-gnu/"+filepath.Base(l))
 		}
 		return nil
 	}
@@ -266,4 +235,56 @@ func stageFile(src, dst string) error {
 		return fmt.Errorf("microvm: copy %s: %w", src, err)
 	}
 	return out.Close()
+}
+
+// neededLibs adds to *found the host path (in libDirs) of every shared
+// library the ELF file at path needs, and its dynamic loader (by its
+// name, in libDirs too), recursively; sonames already in seen are
+// skipped, and each one found is added to seen.
+func neededLibs(path string, seen map[string]bool, found *[]string) error {
+	f, err := elf.Open(path)
+	if err != nil {
+		return fmt.Errorf("microvm: %s: %w", path, err)
+	}
+	names, _ := f.ImportedLibraries()
+	if interp := elfInterp(f); interp != "" {
+		names = append(names, filepath.Base(interp))
+	}
+	f.Close()
+	for _, l := range names {
+		if seen[l] {
+			continue
+		}
+		at := ""
+		for _, d := range libDirs {
+			if _, err := os.Stat(filepath.Join(d, l)); err == nil {
+				at = filepath.Join(d, l)
+				break
+			}
+		}
+		if at == "" {
+			return fmt.Errorf("microvm: %s needs %s, not found in %v", path, l, libDirs)
+		}
+		real, err := filepath.EvalSymlinks(at)
+		if err != nil {
+			return fmt.Errorf("microvm: %s: %w", at, err)
+		}
+		*found = append(*found, at)
+		seen[l] = true
+		if err := neededLibs(real, seen, found); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// elfInterp is f's dynamic loader (PT_INTERP), "" for a static binary.
+func elfInterp(f *elf.File) string {
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			b, _ := io.ReadAll(p.Open())
+			return strings.TrimRight(string(b), "\x00")
+		}
+	}
+	return ""
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"os"
 	"sync"
 	"time"
@@ -18,9 +19,14 @@ type RunOptions struct {
 	Stdout, Stderr io.Writer
 	// Capture keeps stdout/stderr in the Result, up to the output limit.
 	Capture bool
-	// OnStart, if set, is called once the program runs (e.g. to serve
-	// Sandbox.Listeners); the sandbox is destroyed when Run returns.
+	// OnStart, if set, is called once the program runs; the sandbox is
+	// destroyed when Run returns.
 	OnStart func(*Sandbox)
+	// OnListeners, if set, is called once the sandbox runs with the
+	// listeners opened inside it for its egress (Config.Listen, in that
+	// order), for the caller to serve; sandbox id is the run's Config.ID.
+	// Every tier's one-shot run calls it.
+	OnListeners func(id string, ls []net.Listener)
 	// PTY, if set, is a fresh pseudo-terminal pair (never the caller's own
 	// terminal): its slave is the program's stdin, stdout, stderr and
 	// controlling terminal; Stdin is typed into its master and what the
@@ -107,6 +113,9 @@ func Run(ctx context.Context, cfg Config, opts RunOptions) (*Result, error) {
 	defer sb.Destroy()
 	if opts.OnStart != nil {
 		opts.OnStart(sb)
+	}
+	if opts.OnListeners != nil {
+		opts.OnListeners(sb.ID, sb.Listeners())
 	}
 
 	var (
