@@ -19,12 +19,15 @@
 //	kube-e2e drive create -url URL -state FILE   # prints the sandbox id
 //	kube-e2e drive after  -url URL2 -state FILE
 //	kube-e2e drive kill   -url URL2 -state FILE
+//	kube-e2e drive egress -url URL
 //
 // drive is a real client of airlock's HTTP API (package github.com/airlock-dev/airlock/client):
 // create makes a sandbox and checks exec output, a file written and read
 // back and a Python cell; after checks, through another replica, that the
 // sandbox, the file and the Python variable survived the first replica's
-// death; kill ends the sandbox and waits until the API says so.
+// death; kill ends the sandbox and waits until the API says so; egress
+// checks a sandbox's allowlist and injected header through the cluster
+// egress proxy (egress.go).
 //
 //	kube-e2e pooled ca     -state FILE -out DIR
 //	kube-e2e pooled enroll -state FILE -addr IP:7070
