@@ -22,12 +22,13 @@ import (
 	"time"
 )
 
-// Budget of TestRealNodeE2E inside the package's -timeout (go test's
-// default 10 min, 25 min in .ci/run): the script's run under load (a warm
-// run took 1-4 minutes at load 15-30: docs/kubernetes-e2e.md), and what is
-// left for its cleanup after a SIGTERM.
+// Budget of TestRealNodeE2E inside the package's -timeout (25 min in
+// .ci/run; go test's default of 10 min is too short): the script's run
+// under load, bench included (docs/kubernetes-e2e.md has the figures), and
+// what is left for its cleanup after a SIGTERM. The rest of the deadline
+// is how long the test waits for a build still running.
 const (
-	runBudget     = 9 * time.Minute
+	runBudget     = 14 * time.Minute
 	cleanupMargin = 90 * time.Second
 )
 
@@ -46,6 +47,10 @@ const (
 // was not set up with --tests: run it, or `KUBE_E2E_BUILD_ONLY=1
 // scripts/kubernetes-e2e.sh`). So in CI, after `scripts/setup.sh --tests`,
 // it runs and never skips.
+//
+// The bench the script ends with runs a smaller sample here (10 pooled
+// claims, 3 unpooled creates and kubectl runs; the environment overrides
+// it): the figures of record come from a manual run.
 //
 // Runs on one machine take turns: the test holds the flock on
 // /tmp/kube-e2e.lock (the script's run lock, $KUBE_E2E_LOCK) while the
@@ -119,6 +124,15 @@ func TestRealNodeE2E(t *testing.T) {
 	cmd.Dir = root
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.Env = append(os.Environ(), "KUBE_E2E_LOCK="+lockPath)
+	// The bench's sample, smaller than a manual run's 50 claims and 10
+	// creates: every pooled claim waits for the pool's refill (a pod start,
+	// 5-45 s each under CI's load), which would take most of the budget.
+	// The figures of record come from a manual run (docs/kubernetes-e2e.md).
+	for k, v := range map[string]string{"KUBE_E2E_BENCH_CLAIMS": "10", "KUBE_E2E_BENCH_RUNS": "3"} {
+		if os.Getenv(k) == "" {
+			cmd.Env = append(cmd.Env, k+"="+v)
+		}
+	}
 	// Its own process group: SIGTERM reaches the script and whatever it
 	// waits for, so its EXIT trap runs (cleanup) promptly.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
