@@ -999,6 +999,10 @@ kc create namespace airlock-e2e-bench >/dev/null
 	>"$S/bench-kubernetes.txt" 2>"$S/logs/bench.log" || die "airlock bench --only kubernetes failed: $(tail -n 5 "$S/logs/bench.log")"
 cat "$S/bench-kubernetes.txt" >&2
 log "airlock bench --only kubernetes: $(($(date +%s) - T_B))s"
+# The floor under a pooled create: agent-sandbox's controller alone
+# binding claims on the same pool (no airlock), timed the same way.
+"$S/kube-e2e" claimlat -kubeconfig "$S/admin.kubeconfig" -namespace "$NS" -pool "$POOL" -n "${KUBE_E2E_CLAIMLAT:-10}" >&2 ||
+	die "kube-e2e claimlat failed"
 log "PASS: build $((T_BUILT - T0))s, cluster+e2e $(($(date +%s) - T_BUILT))s, total $(($(date +%s) - T0))s"
 exit 0
 }

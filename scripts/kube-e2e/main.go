@@ -33,6 +33,11 @@
 //	kube-e2e pooled enroll -state FILE -addr IP:7070
 //
 // pooled checks a warm pool's agent (--pool-ca) in a real pod (pooled.go).
+//
+//	kube-e2e claimlat -kubeconfig FILE -namespace NS -pool POOL -n N
+//
+// claimlat times agent-sandbox's controller alone handing SandboxClaims
+// warm Sandboxes (claimlat.go): the floor under a pooled create.
 package main
 
 import (
@@ -42,7 +47,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: kube-e2e image|drive|pooled [flags]")
+		fmt.Fprintln(os.Stderr, "usage: kube-e2e image|drive|pooled|claimlat [flags]")
 		os.Exit(2)
 	}
 	var err error
@@ -53,8 +58,10 @@ func main() {
 		err = cmdDrive(os.Args[2:])
 	case "pooled":
 		err = cmdPooled(os.Args[2:])
+	case "claimlat":
+		err = cmdClaimLat(os.Args[2:])
 	default:
-		err = fmt.Errorf("unknown command %q (image, drive, pooled)", os.Args[1])
+		err = fmt.Errorf("unknown command %q (image, drive, pooled, claimlat)", os.Args[1])
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "kube-e2e:", err)
