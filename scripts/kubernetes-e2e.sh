@@ -91,10 +91,18 @@ ancestor_holds() {
 }
 
 # lock FD FILE SECONDS WHAT: takes an exclusive flock on FILE through FD,
-# waiting at most SECONDS, unless an ancestor holds it.
+# waiting at most SECONDS, unless it is held for this run already: through
+# a descriptor this script inherited (scripts/setup.sh's build chain; a
+# flock on a descriptor whose open file holds the lock succeeds at once),
+# or by an ancestor process (/proc/locks).
 lock() {
-	local fd=$1 file=$2 secs=$3 what=$4
+	local fd=$1 file=$2 secs=$3 what=$4 f want
 	mkdir -p "$(dirname "$file")"
+	touch "$file"
+	want=$(readlink -f "$file")
+	for f in /proc/$$/fd/*; do
+		[ "$(readlink -f "$f" 2>/dev/null)" = "$want" ] && flock -n "${f##*/}" 2>/dev/null && return 0
+	done
 	eval "exec $fd>>\"\$file\""
 	if ancestor_holds "$file"; then return 0; fi
 	if ! flock -n "$fd"; then
