@@ -230,7 +230,8 @@ func tail(path, alt string, n int) string {
 }
 
 // summary is what a passing run's log says about its checks and figures:
-// its own log lines (not the daemons' or the builds') and the bench table.
+// its own log lines (not the daemons' or the builds'), the bench table and
+// the controller's claim latency.
 func summary(path string) string {
 	f, err := os.Open(path)
 	if err != nil {
@@ -242,7 +243,8 @@ func summary(path string) string {
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		l := sc.Text()
-		if strings.Contains(l, " kubernetes-e2e: ") || strings.HasPrefix(l, "|") || strings.Contains(l, "kube-e2e drive: egress") {
+		if strings.Contains(l, " kubernetes-e2e: ") || strings.HasPrefix(l, "kubernetes: ") || strings.HasPrefix(l, "figure ") ||
+			strings.HasPrefix(l, "claimlat over") || strings.Contains(l, "kube-e2e drive: egress") {
 			b.WriteString(l + "\n")
 		}
 	}
