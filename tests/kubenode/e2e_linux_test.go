@@ -28,7 +28,7 @@ import (
 // what is left for its cleanup after a SIGTERM. The rest of the deadline
 // is how long the test waits for a build still running.
 const (
-	runBudget     = 14 * time.Minute
+	runBudget     = 10 * time.Minute
 	cleanupMargin = 90 * time.Second
 )
 
