@@ -35,9 +35,10 @@
 #   KUBE_E2E_LOGS=DIR ...                     # keep every daemon's log in DIR
 #
 # Two runs on one machine take turns: a run holds the flock on
-# $KUBE_E2E_LOCK (default /tmp/kube-e2e.lock) from start to end, unless a
-# process it descends from holds it already (`flock /tmp/kube-e2e.lock
-# scripts/kubernetes-e2e.sh`, or the Go test tests/kubenode); the builds
+# $KUBE_E2E_LOCK (default /tmp/kube-e2e.lock) from start to end, unless it
+# is held for it already, by a process it descends from (`flock
+# /tmp/kube-e2e.lock scripts/kubernetes-e2e.sh`, the Go test
+# tests/kubenode) or through a descriptor it inherited; the builds
 # into the cache hold $AIRLOCK_KUBE_CACHE/build.lock the same way (a build
 # started by scripts/setup.sh --tests in the background holds it until it
 # ends). Under the run lock, what a killed earlier run left (its state
