@@ -359,6 +359,10 @@ func (b *Backend) enroller(ca *agenttls.CA) (*agenttls.Enroller, error) {
 // version read when bound.
 func (b *Backend) enroll(ctx context.Context, claim *extv1.SandboxClaim, e *agenttls.Enroller, bundle *agenttls.Bundle) (*corev1.Pod, error) {
 	var last error
+	// The claim controller binds a warm Sandbox within milliseconds: the
+	// first polls follow closely (a fixed 200 ms made every pooled create
+	// wait at least that long), then back off to 200 ms.
+	wait := 5 * time.Millisecond
 	for {
 		pod, err := b.claimedPod(ctx, claim)
 		if err == nil {
@@ -379,8 +383,9 @@ func (b *Backend) enroll(ctx context.Context, claim *extv1.SandboxClaim, e *agen
 		select {
 		case <-ctx.Done():
 			return nil, fmt.Errorf("not enrolled within %s: %w", b.cfg.ReadyTimeout, last)
-		case <-time.After(200 * time.Millisecond):
+		case <-time.After(wait):
 		}
+		wait = min(2*wait, 200*time.Millisecond)
 	}
 }
 

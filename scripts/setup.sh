@@ -20,6 +20,13 @@
 #   etcd-server + a kube-apiserver built from the Go module proxy (scripts/kube-assets.sh, cached by
 #     version, several minutes cold; built in the background while the rest installs): the
 #     Kubernetes backend's control-plane tests;
+#   the real-node e2e (scripts/kubernetes-e2e.sh, run by tests/kubenode): Debian's containerd, runc
+#     and CNI plugins, and kubectl, kubelet, kube-scheduler, kube-controller-manager and
+#     agent-sandbox's controller built from the Go module proxy after kube-apiserver, in the same
+#     Go build cache, cached by version under /var/cache/airlock/kube (about 15 minutes cold under
+#     load; docs/kubernetes-e2e.md). Not waited for: the build holds the cache's lock
+#     ($AIRLOCK_KUBE_CACHE/build.lock) until it ends, its log is e2e-build.log next to it, and the
+#     test waits for that lock;
 #   the pinned npm packages of the E2B/MCP JavaScript scenarios and the dashboard's build check.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
@@ -35,6 +42,9 @@ pkgs=(python3 python3-numpy python3-pandas python3-matplotlib python3-requests b
       qemu-system-x86 linux-image-cloud-amd64 erofs-utils clang lld wasi-libc libclang-rt-14-dev-wasm32 patch)
 if ((tests)); then
   pkgs+=(chromium postgresql mmdebstrap etcd-server)
+  # the real-node e2e's node (scripts/kubernetes-e2e.sh's need_pkgs; installed here, not by its
+  # background build, so that no two apt-get run at once)
+  pkgs+=(containerd containernetworking-plugins iptables conntrack openssl)
 fi
 if ((tests)); then
   pkgs+=(zsh fish mypy) # cmd/airlock's completion test parses zsh and fish scripts; mypy checks sdk/python's types
@@ -53,9 +63,32 @@ qjs_pid=$!
 kube_pid=
 if ((tests)); then
   # The longest step (a kube-apiserver build when not cached) runs while the
-  # rest installs.
+  # rest installs; then, in the same Go build cache (the same flags and
+  # module versions: kube-apiserver's packages are reused), the real-node
+  # e2e's binaries, which setup does not wait for. The chain holds the
+  # cache's build lock from its start, so tests/kubenode (and any run of
+  # scripts/kubernetes-e2e.sh) waits for it; the script sees the lock held
+  # by its parent and does not take it again.
+  kube_cache=${AIRLOCK_KUBE_CACHE:-/var/cache/airlock/kube}
+  mkdir -p "$kube_cache"
   kube_out=$(mktemp)
-  "$(dirname "$0")/kube-assets.sh" >"$kube_out" &
+  rm -f "$kube_out.rc"
+  (
+    exec 8>>"$kube_cache/build.lock"
+    flock 8
+    r=0
+    "$(dirname "$0")/kube-assets.sh" >"$kube_out" || r=$?
+    echo "$r" >"$kube_out.rc"
+    [ "$r" = 0 ] || exit "$r"
+    e2e_log="$kube_cache/e2e-build.log"
+    {
+      echo "setup: KUBE_E2E_BUILD_ONLY=1 scripts/kubernetes-e2e.sh, started $(date -u +%FT%TZ)"
+      r=0
+      KUBE_E2E_BUILD_ONLY=1 "$(dirname "$0")/kubernetes-e2e.sh" || r=$?
+      echo "setup: exit $r, ended $(date -u +%FT%TZ)"
+    } >"$e2e_log.tmp" 2>&1 </dev/null
+    mv -f "$e2e_log.tmp" "$e2e_log"
+  ) </dev/null 2>&1 &
   kube_pid=$!
 fi
 desktop_pid=
@@ -116,12 +149,17 @@ rm -f "$qjs_out"
 # built from the Go module proxy (cached by version under
 # /var/cache/airlock/kube, ~7+ minutes cold) and Debian's etcd-server.
 if [ -n "$kube_pid" ]; then
-  if ! wait "$kube_pid"; then
+  # kube-assets.sh's end, not the chain's (the e2e build goes on).
+  while [ ! -s "$kube_out.rc" ] && kill -0 "$kube_pid" 2>/dev/null; do sleep 2; done
+  if [ "$(cat "$kube_out.rc" 2>/dev/null)" != 0 ]; then
     echo "setup: scripts/kube-assets.sh failed (its messages are above)" >&2
     exit 1
   fi
   echo "setup: kube test assets at $(tail -n1 "$kube_out")"
-  rm -f "$kube_out"
+  rm -f "$kube_out" "$kube_out.rc"
+  if kill -0 "$kube_pid" 2>/dev/null; then
+    echo "setup: the real-node e2e's binaries still building in the background (log: $kube_cache/e2e-build.log when done, $kube_cache/e2e-build.log.tmp until then)"
+  fi
 fi
 if [ -n "$desktop_pid" ]; then
   # Not waited for: a cold build takes ~10 minutes, and only tests/desktop

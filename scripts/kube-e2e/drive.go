@@ -27,11 +27,11 @@ type driveState struct {
 
 // cmdDrive is "kube-e2e drive STEP": create (a sandbox, exec, a file, a
 // Python cell; leaves -state), after (through another replica: the same
-// sandbox, file and Python variable), pause, resume (exec works again) or
-// kill (the sandbox ends).
+// sandbox, file and Python variable), pause, resume (exec works again),
+// kill (the sandbox ends) or egress (egress.go; no -state).
 func cmdDrive(args []string) error {
 	if len(args) == 0 {
-		return errors.New("usage: kube-e2e drive create|after|pause|resume|kill -url URL [-key KEY] -state FILE")
+		return errors.New("usage: kube-e2e drive create|after|pause|resume|kill -url URL [-key KEY] -state FILE, or egress -url URL [-key KEY]")
 	}
 	step := args[0]
 	fs := flag.NewFlagSet("drive", flag.ContinueOnError)
@@ -44,7 +44,7 @@ func cmdDrive(args []string) error {
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
-	if *url == "" || *statePath == "" {
+	if *url == "" || (*statePath == "" && step != "egress") {
 		return errors.New("drive: -url and -state are required")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
@@ -53,6 +53,8 @@ func cmdDrive(args []string) error {
 	switch step {
 	case "create":
 		return driveCreate(ctx, c, *statePath, *dir, *runtime)
+	case "egress":
+		return driveEgress(ctx, c)
 	case "after", "pause", "resume", "kill":
 		b, err := os.ReadFile(*statePath)
 		if err != nil {
@@ -72,7 +74,7 @@ func cmdDrive(args []string) error {
 		}
 		return driveKill(ctx, c, st)
 	}
-	return fmt.Errorf("drive: unknown step %q (create, after, pause, resume, kill)", step)
+	return fmt.Errorf("drive: unknown step %q (create, after, pause, resume, kill, egress)", step)
 }
 
 func step(format string, a ...any) {

@@ -19,12 +19,15 @@
 //	kube-e2e drive create -url URL -state FILE   # prints the sandbox id
 //	kube-e2e drive after  -url URL2 -state FILE
 //	kube-e2e drive kill   -url URL2 -state FILE
+//	kube-e2e drive egress -url URL
 //
 // drive is a real client of airlock's HTTP API (package github.com/airlock-dev/airlock/client):
 // create makes a sandbox and checks exec output, a file written and read
 // back and a Python cell; after checks, through another replica, that the
 // sandbox, the file and the Python variable survived the first replica's
-// death; kill ends the sandbox and waits until the API says so.
+// death; kill ends the sandbox and waits until the API says so; egress
+// checks a sandbox's allowlist and injected header through the cluster
+// egress proxy (egress.go).
 //
 //	kube-e2e pooled ca     -state FILE -out DIR
 //	kube-e2e pooled enroll -state FILE -addr IP:7070
@@ -34,6 +37,11 @@
 //	kube-e2e escape -url URL -key KEY -id ID -probe FILE -secret FILE
 //
 // escape runs the syscall probe in sandbox ID and counts escapes (escape.go).
+//
+//	kube-e2e claimlat -kubeconfig FILE -namespace NS -pool POOL -n N
+//
+// claimlat times agent-sandbox's controller alone handing SandboxClaims
+// warm Sandboxes (claimlat.go): the floor under a pooled create.
 package main
 
 import (
@@ -43,7 +51,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: kube-e2e image|drive|pooled|escape [flags]")
+		fmt.Fprintln(os.Stderr, "usage: kube-e2e image|drive|pooled|escape|claimlat [flags]")
 		os.Exit(2)
 	}
 	var err error
@@ -56,8 +64,10 @@ func main() {
 		err = cmdPooled(os.Args[2:])
 	case "escape":
 		err = cmdEscape(os.Args[2:])
+	case "claimlat":
+		err = cmdClaimLat(os.Args[2:])
 	default:
-		err = fmt.Errorf("unknown command %q (image, drive, pooled, escape)", os.Args[1])
+		err = fmt.Errorf("unknown command %q (image, drive, pooled, escape, claimlat)", os.Args[1])
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "kube-e2e:", err)
