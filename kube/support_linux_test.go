@@ -58,7 +58,8 @@ func e2eStep(name, file, needle string) evidence {
 var (
 	e2eDrive  = e2eStep("real node: `scripts/kubernetes-e2e.sh` (`kube-e2e drive create`)", "scripts/kubernetes-e2e.sh", `drive create -url "$URL1"`)
 	e2ePause  = e2eStep("real node: `scripts/kubernetes-e2e.sh` (`kube-e2e drive pause`, `resume`)", "scripts/kubernetes-e2e.sh", `drive resume -url`)
-	e2ePool   = e2eStep("real node: `scripts/kubernetes-e2e.sh` (warm pool)", "scripts/kubernetes-e2e.sh", `--pool 2`)
+	e2ePool   = e2eStep("real node: `scripts/kubernetes-e2e.sh` (warm pool)", "scripts/kubernetes-e2e.sh", `--pool "$POOL_SIZE"`)
+	e2eEgress = e2eStep("real node: `scripts/kubernetes-e2e.sh` (`kube-e2e drive egress`: allowlist and injected header through `airlock egress-proxy`)", "scripts/kubernetes-e2e.sh", `drive egress -url`)
 	e2eGVisor = e2eStep("real node: `scripts/kube-e2e-gvisor.sh` (runsc shim; escape probe, 0 escapes)", "scripts/kube-e2e-gvisor.sh", `kube-e2e" escape -url`)
 	e2eKill   = e2eStep("real node: `scripts/kubernetes-e2e.sh` (replica 1 killed)", "scripts/kubernetes-e2e.sh", `replica 1 killed (SIGKILL)`)
 )
@@ -97,7 +98,7 @@ func supportRows(running map[string]string, httpc *alclient.Client) []supportRow
 		{what: "server replica killed, another serves the sandbox", tested: map[string][]evidence{
 			RuntimeNative: {goTest("TestTwoReplicas", ""), goTest("TestServeBackendKubernetes", ""), e2eKill}}},
 		{what: "network (allowlist, injected secrets)", capability: "network", tested: map[string][]evidence{
-			RuntimeNative: {goTest("TestEgressProxyEnv", ""), goTest("TestEgressSecrets", "")}},
+			RuntimeNative: {goTest("TestEgressProxyEnv", ""), goTest("TestEgressSecrets", ""), e2eEgress}},
 			refuse: func(t *testing.T, r *replica, rt string) error {
 				_, err := r.m.Create(ctx, manager.CreateRequest{Owner: "key-support", Runtime: rt, Network: policy.Network{Mode: policy.NetOpen}})
 				return err
