@@ -165,7 +165,6 @@ const maxCodeBytes = 16 << 20
 var (
 	exitCodeFor      = runcli.ExitCodeFor
 	oneLine          = runcli.OneLine
-	explainStart     = runcli.ExplainStart
 	isTerminal       = runcli.IsTerminal
 	interruptContext = runcli.InterruptContext
 	interrupted      = runcli.Interrupted
