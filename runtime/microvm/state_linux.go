@@ -135,7 +135,14 @@ func (v *VM) Destroy() error {
 		}
 		p.closePidfd()
 		stopVolumes(v.vols)
-		killDaemons(v.daemons)
+		if len(v.daemons) > 0 {
+			// Taken over running: this server did not start the volume
+			// daemons, so their cgroup is not in v.vols; it goes too.
+			killDaemons(v.daemons)
+			if g, err := cgroups.Lookup(volumeGroup(v.id)); err == nil {
+				destroyGroup(g)
+			}
+		}
 		v.daemons = nil
 		if v.group != nil {
 			v.group.Kill()
