@@ -1013,8 +1013,14 @@ cat "$S/bench-kubernetes.txt" >&2
 log "airlock bench --only kubernetes: $(($(date +%s) - T_B))s"
 # The floor under a pooled create: agent-sandbox's controller alone
 # binding claims on the same pool (no airlock), timed the same way.
-"$S/kube-e2e" claimlat -kubeconfig "$S/admin.kubeconfig" -namespace "$NS" -pool "$POOL" -n "${KUBE_E2E_CLAIMLAT:-10}" >&2 ||
-	die "kube-e2e claimlat failed"
+# A measurement, not a check: bounded (KUBE_E2E_CLAIMLAT_TIMEOUT, 180 s)
+# and reported, not fatal. On a 2-CPU node a refill pod can wait minutes for
+# CPU that the runs before still hold (CI, 2026-11-28: one claimlat round's
+# pod Pending for 8 min 54 s), which says nothing about airlock.
+if [ "${KUBE_E2E_CLAIMLAT:-10}" -gt 0 ]; then
+	timeout "${KUBE_E2E_CLAIMLAT_TIMEOUT:-180}" "$S/kube-e2e" claimlat -kubeconfig "$S/admin.kubeconfig" -namespace "$NS" -pool "$POOL" -n "${KUBE_E2E_CLAIMLAT:-10}" >&2 ||
+		log "WARNING: kube-e2e claimlat (the controller's own claim latency, a measurement, not a check) did not finish: exit $? (a timeout is 124)"
+fi
 log "PASS: build $((T_BUILT - T0))s, cluster+e2e $(($(date +%s) - T_BUILT))s, total $(($(date +%s) - T0))s"
 exit 0
 }
