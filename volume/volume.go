@@ -306,13 +306,8 @@ func (s *Store) UnmountIdle() error {
 			if !mounted(mnt) || len(view.users(e.Name())) > 0 {
 				continue
 			}
-			// Stacked mounts of one volume (seen after image-root
-			// sandboxes) go one by one.
-			for i := 0; i < 8 && mounted(mnt); i++ {
-				if err := unix.Unmount(mnt, 0); err != nil {
-					errs = append(errs, fmt.Errorf("volume at %s: unmount: %w", mnt, err))
-					break
-				}
+			if err := unix.Unmount(mnt, 0); err != nil {
+				errs = append(errs, fmt.Errorf("volume at %s: unmount: %w", mnt, err))
 			}
 		}
 	}
