@@ -251,15 +251,30 @@ func TestMicroVMAdoptRefusesTampered(t *testing.T) {
 	// A stranger that reaches a guest's agent socket while no server is
 	// connected gets the guest's ready line and then nothing: a wrong
 	// token ends its session, and what it sends after is dropped.
-	sc, err := net.Dial("unix", filepath.Join(dir("intact"), "agent.sock"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The stranger dials as the server does (adoptPort): a connection
+	// made before the guest saw the killed server's go reaches the old
+	// session, which the guest keeps (it saw no hang-up); closing it is a
+	// hang-up the guest does see, so it dials again, waiting longer.
+	var sc net.Conn
 	ready := make([]byte, len("AIRLOCK-SERIAL-READY\n"))
-	sc.SetDeadline(time.Now().Add(2 * time.Minute))
-	if _, err := io.ReadFull(sc, ready); err != nil || string(ready) != "AIRLOCK-SERIAL-READY\n" {
+	for pause, deadline := 500*time.Millisecond, time.Now().Add(2*time.Minute); ; pause *= 2 {
+		sc, err = net.Dial("unix", filepath.Join(dir("intact"), "agent.sock"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc.SetDeadline(time.Now().Add(10 * time.Second))
+		_, err = io.ReadFull(sc, ready)
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+		t.Logf("a new connection to the agent's socket: %v; dialling again in %s", err, pause)
+		sc.Close()
+		time.Sleep(pause)
+	}
+	if err != nil || string(ready) != "AIRLOCK-SERIAL-READY\n" {
 		t.Fatalf("a new connection to the agent's socket: %q %v", ready, err)
 	}
+	sc.SetDeadline(time.Time{})
 	junk := strings.Repeat("0", 64) + "\n" + strings.Repeat("\x00\x01junk", 100)
 	if _, err := sc.Write([]byte(junk)); err != nil {
 		t.Fatal(err)

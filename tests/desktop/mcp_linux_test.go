@@ -68,14 +68,31 @@ func (e *env) page(t *testing.T, ctx context.Context, id string) image.Rectangle
 	e.windowRect(t, ctx, id, "airlock-page")
 	// Chromium draws the page a little after its window maps (and may
 	// show an info bar above it): find the white field on the green page.
+	// A window Chromium has mapped but not yet drawn is white all over
+	// (seen in CI: the "field" was the whole screen, and the click landed
+	// on nothing): the field is a box the page's green surrounds.
 	var field image.Rectangle
 	waitFor(t, "the page's text field on the screen", 2*time.Minute, func() bool {
 		_, img := e.shot(t, ctx, id, nil)
 		field = whiteBox(img)
-		return field.Dx() >= 300 && field.Dy() >= 40
+		return field.Dx() >= 300 && field.Dy() >= 40 && greenAround(img, field)
 	})
 	t.Logf("the page's field is at %v", field)
 	return field
+}
+
+// greenAround reports whether the page's background (#2a6) shows just
+// outside box on each of its four sides.
+func greenAround(img image.Image, box image.Rectangle) bool {
+	green := func(x, y int) bool {
+		if !(image.Point{x, y}).In(img.Bounds()) {
+			return false
+		}
+		r, g, b, _ := img.At(x, y).RGBA()
+		return r>>8 < 0x60 && g>>8 > 0x80 && b>>8 > 0x40 && b>>8 < 0x90
+	}
+	cx, cy := (box.Min.X+box.Max.X)/2, (box.Min.Y+box.Max.Y)/2
+	return green(box.Min.X-5, cy) && green(box.Max.X+5, cy) && green(cx, box.Min.Y-5) && green(cx, box.Max.Y+5)
 }
 
 // whiteBox is the bounding box of the rows that have a run of at least
