@@ -83,5 +83,13 @@ func (a *hostConn) handleKillProcesses(s *astream, payload []byte) (any, error) 
 	if err := decodeJSON(payload, &emptyMsg{}); err != nil {
 		return nil, invalid(err)
 	}
-	return killedMsg{Killed: killAllWorkload()}, nil
+	n := killAllWorkload()
+	// Reaped before the answer, not only by the SIGCHLD reaper in its own
+	// time: a listing right after it must not show a killed process as
+	// running (seen in CI: E2B's connect with onResume "reboot" listed the
+	// killed sleep).
+	a.forkMu.Lock()
+	a.reapAll()
+	a.forkMu.Unlock()
+	return killedMsg{Killed: n}, nil
 }

@@ -318,6 +318,17 @@ func TestForegroundExecTreeEnds(t *testing.T) {
 	if n < 3 {
 		t.Errorf("kill-processes killed %d, want at least 3", n)
 	}
+	// Its answer comes once the killed are reaped: a listing right after
+	// it (E2B's connect with onResume "reboot" does one) shows none running.
+	procs, err := c.Processes(ctx, sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range procs {
+		if p.Running {
+			t.Errorf("listed as running right after kill-processes: %+v", p)
+		}
+	}
 	eventually(t, 10*time.Second, "every workload process ends", func() bool { return sandboxProcs(t, sb.ID, "sleep 100") == 0 })
 	if !alive(agentPid) {
 		t.Fatal("kill-processes killed the agent")
