@@ -624,16 +624,25 @@ const MemoryReserve = 128 << 20
 const HostMemoryPerProcess = 4 << 20
 
 // HostTasksPerProcess is how many host tasks one workload process may cost
-// under systrap (the process's stub and its threads; measured at 2): the
-// host's pids limit is the workload's times this plus PidsOverhead, so that
-// the workload meets gVisor's own pids.max first.
-const HostTasksPerProcess = 3
+// under systrap (the process's stub and its threads; measured at 2 in a
+// steady state): the host's pids limit is the workload's times this plus
+// PidsOverhead, so that the workload meets gVisor's own pids.max first.
+//
+// A fork bomb's churn costs more for a moment (stubs of exited processes
+// not yet gone, the sentry's threads blocked in the host): a bomb at 32
+// pids peaked at 98-106 host tasks at load 6 (/proc sampled every few ms,
+// 6 rounds), and in CI, at a higher load, the old limit of 3x+64 = 160 was
+// met: the sentry could not give the agent a thread and the agent died
+// (Go's "failed to create new OS thread", exit status 2; the same end
+// comes at once with the limit cut to 1x+24). Hence 4x+128: 256 at 32.
+const HostTasksPerProcess = 4
 
 // PidsOverhead is added to the policy's pids limit in the sandbox's host
 // cgroup, for the sentry's and the gofer's own threads (about 20 when
-// idle). gVisor does not count the program's processes itself: each costs
-// the host about two tasks (its systrap stub), all held by the same limit.
-const PidsOverhead = 64
+// idle, more while the workload keeps it busy) and the agent's. gVisor
+// does not count the program's processes itself: each costs the host
+// about two tasks (its systrap stub), all held by the same limit.
+const PidsOverhead = 128
 
 // globalFlags are runsc's flags for this sandbox.
 func (s *Sandbox) globalFlags() []string {
