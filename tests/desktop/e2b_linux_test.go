@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -22,6 +23,8 @@ import (
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
+
+	"github.com/airlock-dev/airlock/client"
 )
 
 // e2bDomain is the sandboxes' domain given to E2B's SDK (--e2b-domain);
@@ -68,7 +71,7 @@ func testE2BDesktop(t *testing.T, e *env) {
 		var m struct{ Stream, Token string }
 		if json.Unmarshal([]byte(last), &m) == nil && m.Stream != "" {
 			checkPixels(t, out)
-			watchStream(t, ctx, e.s.URL, m.Stream, m.Token)
+			watchStream(t, ctx, e, m.Stream, m.Token)
 			stdin.Write([]byte("done\n"))
 		}
 	}
@@ -118,21 +121,32 @@ func checkPixels(t *testing.T, dir string) {
 // token sent as E2B's header (airlock's sandbox ports are never public),
 // and waits until noVNC shows the desktop: its canvas at the screen's size
 // with pixels drawn.
-func watchStream(t *testing.T, ctx context.Context, server, stream, token string) {
+func watchStream(t *testing.T, ctx context.Context, e *env, stream, token string) {
 	t.Helper()
-	target, _ := url.Parse(server)
+	target, _ := url.Parse(e.s.URL)
 	rp := &httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) {
 		r.SetURL(target)
 		r.Out.Host = r.In.Host // host routing: PORT-ID.DOMAIN
 	}}
 	var mu sync.Mutex
 	var seen []string
+	pending := map[*http.Request]string{} // asked, not yet answered
 	note := func(s string) {
 		mu.Lock()
 		seen = append(seen, s)
 		mu.Unlock()
 	}
+	rp.Rewrite = func(r *httputil.ProxyRequest) {
+		r.SetURL(target)
+		r.Out.Host = r.In.Host // host routing: PORT-ID.DOMAIN
+		mu.Lock()
+		pending[r.Out] = r.In.URL.Path
+		mu.Unlock()
+	}
 	rp.ModifyResponse = func(res *http.Response) error {
+		mu.Lock()
+		delete(pending, res.Request)
+		mu.Unlock()
 		note(fmt.Sprintf("%s %s%s (upgrade %q): %d", res.Request.Method, res.Request.Host, res.Request.URL.Path, res.Request.Header.Get("Upgrade"), res.StatusCode))
 		return nil
 	}
@@ -198,11 +212,39 @@ func watchStream(t *testing.T, ctx context.Context, server, stream, token string
 		t.Fatalf("load %s: %v", stream, err)
 	}
 	// noVNC's canvas at the screen's size, with pixels drawn.
-	w, err := chromedp.Run(pctx, chromedp.Poll[int](`(() => { const c = document.querySelector('canvas');
+	shown := func(ctx context.Context) (int, error) {
+		return chromedp.Run(ctx, chromedp.Poll[int](`(() => { const c = document.querySelector('canvas');
 		if (!c || c.width !== 1024 || c.height !== 768) return 0;
 		const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
 		for (let i = 0; i < d.length; i += 4 * 97) if (d[i] || d[i+1] || d[i+2]) return c.width;
 		return 0; })()`, chromedp.WithPollingInterval(500*time.Millisecond)))
+	}
+	fctx, fcancel := context.WithTimeout(pctx, 90*time.Second)
+	w, err := shown(fctx)
+	fcancel()
+	if err != nil || w != 1024 {
+		// Seen once in CI at load 8-10: noVNC's page loaded a few of its
+		// modules and the rest never got an answer. Say where they hung
+		// (a request the proxy sent and airlock never answered; what
+		// websockify, noVNC's server in the sandbox, answers to one asked
+		// from inside the sandbox; its log), then load the page once more:
+		// a second stall fails the test.
+		mu.Lock()
+		var hung []string
+		for _, p := range pending {
+			hung = append(hung, p)
+		}
+		mu.Unlock()
+		sort.Strings(hung)
+		id := strings.TrimPrefix(strings.SplitN(host, ".", 2)[0], "6080-")
+		res, xerr := e.c.Exec(ctx, id, client.ExecRequest{Argv: []string{"/bin/sh", "-c",
+			"python3 -c \"import urllib.request as u; print(len(u.urlopen('http://127.0.0.1:6080/core/rfb.js', timeout=20).read()), 'bytes of rfb.js')\"; ps -eo pid,ppid,stat,args | grep -c websockify; tail -n 20 /tmp/novnc.log"}, Timeout: 60})
+		t.Logf("noVNC stalled (canvas width %d, %v): requests without an answer: %q; from inside the sandbox: %+v %v", w, err, hung, res, xerr)
+		err = chromedp.Do(pctx, chromedp.Reload())
+		if err == nil {
+			w, err = shown(pctx)
+		}
+	}
 	if err != nil || w != 1024 {
 		status, _ := chromedp.Run(bctx, chromedp.Evaluate[string](`(document.querySelector('#noVNC_status')||{}).textContent || document.title`))
 		t.Fatalf("noVNC did not show the desktop from %s: %v (canvas width %d, status %q)", stream, err, w, status)
