@@ -227,6 +227,9 @@ build_all() {
 	log "kube-apiserver, etcd, kubectl: scripts/kube-assets.sh"
 	BIN=$(KUBE_VERSION=$KUBE_VERSION AIRLOCK_KUBE_CACHE=$CACHE KUBE_ASSETS_KUBECTL=1 "$ROOT/scripts/kube-assets.sh" | tail -1)
 	[ -x "$BIN/kube-apiserver" ] && [ -x "$BIN/kubectl" ] || die "scripts/kube-assets.sh gave no kube-apiserver/kubectl in '$BIN'"
+	# helm next (package kube's chart tests wait for it, not for the rest)
+	HELM=$(AIRLOCK_KUBE_CACHE=$CACHE "$ROOT/scripts/helm.sh" | tail -1)
+	[ -x "$HELM" ] || die "scripts/helm.sh gave no helm ('$HELM')"
 	kube_bins "$BIN" kubelet kube-scheduler kube-controller-manager
 	agent_sandbox_bin
 	. "$ROOT/scripts/kube-e2e-gvisor.sh" && gvisor_build # gVisor's shim, the probe, the runsc handler
