@@ -47,7 +47,8 @@ func helmBin(t *testing.T) string {
 	t0 := time.Now()
 	for !executable(path) {
 		if !lockHeld(lock) && !executable(path) || time.Now().After(until) {
-			msg := fmt.Sprintf("no helm %s at %s: run scripts/setup.sh --tests (it builds it in the background) or scripts/helm.sh", HelmVersion, path)
+			msg := fmt.Sprintf("no helm %s at %s: run scripts/setup.sh --tests (it builds it in the background; log %s) or scripts/helm.sh",
+				HelmVersion, path, filepath.Join(filepath.Dir(lock), "e2e-build.log"))
 			if os.Geteuid() != 0 {
 				t.Skip(msg + " (not root)")
 			}
