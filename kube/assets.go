@@ -41,3 +41,18 @@ func AssetsDir() (string, error) {
 }
 
 var errNoAssets = errors.New("kube: no control plane for the tests")
+
+// HelmVersion is the helm CLI (helm.sh/helm/v4) scripts/helm.sh builds for
+// the chart's tests and the real-node e2e (keep the two in step).
+const HelmVersion = "v4.3.1"
+
+// HelmPath returns where scripts/helm.sh caches helm HelmVersion:
+// $AIRLOCK_KUBE_CACHE (default AssetsCache)/helm/HelmVersion/helm. It may
+// not exist yet: scripts/setup.sh --tests builds it in the background.
+func HelmPath() string {
+	cache := os.Getenv("AIRLOCK_KUBE_CACHE")
+	if cache == "" {
+		cache = AssetsCache
+	}
+	return filepath.Join(cache, "helm", HelmVersion, "helm")
+}

@@ -7,8 +7,8 @@
 #                           RUNSC_CONTAINERD, the `runsc` runtime handler the
 #                           node's containerd configuration then holds
 #   gvisor_leg URL KEY      once the cluster and an airlock replica (URL,
-#                           API key KEY) run: deploy/airlock's RuntimeClass
-#                           gvisor (handler runsc) applied; a sandbox created
+#                           API key KEY) run: the Helm chart's RuntimeClass
+#                           gvisor (handler runsc) in place; a sandbox created
 #                           with "runtime": "gvisor" through the kubernetes
 #                           backend lands in a pod with runtimeClassName
 #                           gvisor; exec, a file and a Python cell work; on
@@ -125,9 +125,9 @@ gvisor_leg() {
 	[ "${KUBE_E2E_GVISOR:-1}" = 1 ] || return 0
 	local url=$1 key=$2 t0 id cid apid cmd handler
 	t0=$(date +%s)
-	kc apply -f "$ROOT/deploy/airlock/runtimeclass-gvisor.yaml" >/dev/null || gvisor_fail "applying deploy/airlock/runtimeclass-gvisor.yaml failed"
+	# The RuntimeClass is the Helm chart's (installed with the rest of airlock).
 	handler=$(kc get runtimeclass gvisor -o jsonpath='{.handler}')
-	[ "$handler" = runsc ] || gvisor_fail "RuntimeClass gvisor has handler '$handler', want runsc (containerd's runtime above)"
+	[ "$handler" = runsc ] || gvisor_fail "RuntimeClass gvisor (deploy/helm/airlock's) has handler '$handler', want runsc (containerd's runtime above)"
 	id=$("$S/kube-e2e" drive create -runtime gvisor -url "$url" -key "$key" -state "$S/drive-gvisor.json") ||
 		gvisor_fail "create/exec/files/code of a gvisor sandbox failed"
 	log "gvisor sandbox $id: created, exec, file and Python cell ($(($(date +%s) - t0))s)"

@@ -10,8 +10,13 @@
 # host's files by scripts/kube-e2e (go-containerregistry) and imported with
 # `ctr images import`: nothing is pulled.
 #
-# Then two `airlock serve --backend kubernetes` replicas (API keys and audit
-# log in a throwaway PostgreSQL they share) run against it and a real client
+# airlock's cluster objects are installed with its Helm chart
+# (deploy/helm/airlock, by the helm CLI pinned and built by scripts/helm.sh,
+# cached by version): namespaces, RBAC, NetworkPolicies, the RuntimeClass,
+# the PostgreSQL connection Secret, the Deployments at 0 replicas. Then two
+# `airlock serve --backend kubernetes` replicas, on the host as the chart's
+# ServiceAccount (API keys and audit log in a throwaway PostgreSQL they
+# share, its URL read from the chart's Secret) run against it and a real client
 # (scripts/kube-e2e drive, airlock's Go client package) checks, through the
 # HTTP API: create a sandbox -> a pod running the agent -> exec returns
 # output, a file written and read back, a Python code cell; the pod's
@@ -227,6 +232,9 @@ build_all() {
 	log "kube-apiserver, etcd, kubectl: scripts/kube-assets.sh"
 	BIN=$(KUBE_VERSION=$KUBE_VERSION AIRLOCK_KUBE_CACHE=$CACHE KUBE_ASSETS_KUBECTL=1 "$ROOT/scripts/kube-assets.sh" | tail -1)
 	[ -x "$BIN/kube-apiserver" ] && [ -x "$BIN/kubectl" ] || die "scripts/kube-assets.sh gave no kube-apiserver/kubectl in '$BIN'"
+	# helm next (package kube's chart tests wait for it, not for the rest)
+	HELM=$(AIRLOCK_KUBE_CACHE=$CACHE "$ROOT/scripts/helm.sh" | tail -1)
+	[ -x "$HELM" ] || die "scripts/helm.sh gave no helm ('$HELM')"
 	kube_bins "$BIN" kubelet kube-scheduler kube-controller-manager
 	agent_sandbox_bin
 	. "$ROOT/scripts/kube-e2e-gvisor.sh" && gvisor_build # gVisor's shim, the probe, the runsc handler
@@ -799,37 +807,11 @@ if [ "${KUBE_E2E_SMOKE_ONLY:-0}" = 1 ]; then
 fi
 
 # ---------------------------------------------------------------- airlock
-# The shipped manifests: namespaces (airlock for the server,
-# airlock-sandboxes for the sandboxes, Pod Security "restricted" enforced)
-# and the server's least-privilege RBAC. The server runs outside the
-# cluster here, as the ServiceAccount of deploy/airlock/rbac.yaml, with a
-# token from the TokenRequest API.
-NS=airlock-sandboxes
-kc apply -f "$ROOT/deploy/airlock/namespace.yaml" -f "$ROOT/deploy/airlock/rbac.yaml" >/dev/null || die "applying deploy/airlock namespace.yaml and rbac.yaml failed"
-TOKEN=$(kc create token airlock-server -n airlock --duration 2h) || die "no token for the airlock-server ServiceAccount"
-kubeconfig "$S/airlock.kubeconfig" system:serviceaccount:airlock:airlock-server "$TOKEN"
-
-# The cluster egress proxy (`airlock egress-proxy`), as the ServiceAccount
-# and Role of deploy/airlock/egress-proxy.yaml (its Deployment, Service
-# and NetworkPolicies are not applied: no registry holds its image, no
-# kube-proxy routes a Service and the bridge plugin enforces no
-# NetworkPolicy). It runs on the host like the servers, listening on the
-# bridge's address, where the pods reach it from their own IPs (the
-# address it knows each sandbox by).
-awk 'BEGIN {RS = "\n---\n"; ORS = "\n---\n"} /\nkind: (ServiceAccount|Role|RoleBinding)\n/' "$ROOT/deploy/airlock/egress-proxy.yaml" >"$S/egress-rbac.yaml"
-[ "$(grep -c '^kind:' "$S/egress-rbac.yaml")" = 3 ] || die "deploy/airlock/egress-proxy.yaml: want its ServiceAccount, Role and RoleBinding, got: $(grep '^kind:' "$S/egress-rbac.yaml" | tr '\n' ' ')"
-kc apply -f "$S/egress-rbac.yaml" >/dev/null || die "applying the egress proxy's RBAC failed"
-EGRESS_TOKEN=$(kc create token airlock-egress-proxy -n airlock --duration 2h) || die "no token for the airlock-egress-proxy ServiceAccount"
-kubeconfig "$S/egress.kubeconfig" system:serviceaccount:airlock:airlock-egress-proxy "$EGRESS_TOKEN"
-EGRESS=$NODE_IP:$(free_port)
-start egress-proxy "$S/airlock" egress-proxy --namespace "$NS" --kubeconfig "$S/egress.kubeconfig" --http "$EGRESS" --socks "" -v
-wait_for egress-proxy 120 sh -c "grep -q '\"msg\":\"listening\"' '$S/logs/egress-proxy.log'" ||
-	die "airlock egress-proxy did not start: $(tail -n 5 "$S/logs/egress-proxy.log")"
-
 # The replicas share API keys and the audit log in PostgreSQL (Debian's
 # server, a throwaway cluster on 127.0.0.1 with a password; it refuses to
 # run as root, so as Debian's postgres user), each with its own state
-# directory. One key, made once, works on both.
+# directory. One key, made once, works on both. Started first: the chart's
+# connection Secret holds its URL.
 PG_BIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
 [ -x "$PG_BIN/postgres" ] || die "no PostgreSQL server in /usr/lib/postgresql/*/bin (Debian's postgresql)"
 PG_PORT=$(free_port)
@@ -845,7 +827,69 @@ as_pg "$PG_BIN/initdb" -D "$S/pg/data" -U postgres --auth=scram-sha-256 --pwfile
 start postgres setpriv --reuid postgres --regid postgres --init-groups -- "$PG_BIN/postgres" -D "$S/pg/data" \
 	-c listen_addresses=127.0.0.1 -c port="$PG_PORT" -c unix_socket_directories= -c fsync=off
 wait_for postgres 60 "$PG_BIN/pg_isready" -q -h 127.0.0.1 -p "$PG_PORT" || die "PostgreSQL did not start"
-export AIRLOCK_DATABASE_URL="postgres://postgres:$PG_PW@127.0.0.1:$PG_PORT/postgres?sslmode=disable"
+
+# airlock installed with its Helm chart (deploy/helm/airlock), by the helm
+# CLI of scripts/helm.sh, as release "airlock" in namespace "airlock" (so
+# every name is deploy/airlock's: kube's TestHelmChartMatchesManifests):
+# the namespaces (airlock-sandboxes with Pod Security "restricted"
+# enforced), the server's and the egress proxy's ServiceAccounts and
+# least-privilege RBAC, the NetworkPolicies, the RuntimeClass gvisor
+# (handler runsc), the PostgreSQL connection Secret (database.url, read
+# from a file: the password is on no command line), the Deployments and
+# Services. The Deployments are installed with 0 replicas: the servers and
+# the egress proxy run on the host instead (below), because no kube-proxy
+# routes a Service IP (the in-cluster API address included); and the
+# NetworkPolicies are in the API server, but the bridge plugin enforces
+# none. The host processes run as the chart's ServiceAccounts, with tokens
+# from the TokenRequest API, and read the database URL from the chart's
+# Secret, as the pods would. No --wait: helm would wait for the
+# Deployments' status, which nothing here writes (kube-controller-manager
+# runs no deployment controller: nothing here runs Deployments); the
+# objects are checked below instead.
+NS=airlock-sandboxes
+hl() { HELM_CONFIG_HOME="$S/helm/config" HELM_CACHE_HOME="$S/helm/cache" HELM_DATA_HOME="$S/helm/data" "$HELM" --kubeconfig "$S/admin.kubeconfig" "$@"; }
+(umask 077 && mkdir -p "$S/helm" && printf '%s' "postgres://postgres:$PG_PW@127.0.0.1:$PG_PORT/postgres?sslmode=disable" >"$S/helm/database-url")
+cat >"$S/helm/values.yaml" <<VALUES
+image: $AGENT_IMAGE
+defaultSandboxImage: $SANDBOX_IMAGE
+sandboxNamespace: $NS
+server: {replicas: 0}
+egressProxy: {replicas: 0}
+database: {existingSecret: ""}
+VALUES
+T_HELM=$(date +%s)
+hl upgrade --install airlock "$ROOT/deploy/helm/airlock" -n airlock --create-namespace \
+	-f "$S/helm/values.yaml" --set-file database.url="$S/helm/database-url" --timeout 2m >"$S/logs/helm-install.log" 2>&1 ||
+	die "helm install of deploy/helm/airlock failed: $(tail -n 20 "$S/logs/helm-install.log")"
+st=$(hl status airlock -n airlock -o json) && [[ $st == *'"status":"deployed"'* ]] || die "release airlock is not deployed: $(hl status airlock -n airlock 2>&1)"
+[ "$(kc get namespace "$NS" -o jsonpath='{.metadata.labels.pod-security\.kubernetes\.io/enforce}')" = restricted ] ||
+	die "the chart's namespace $NS does not enforce Pod Security restricted"
+kc get networkpolicy airlock-sandboxes -n "$NS" >/dev/null && kc get networkpolicy airlock-egress-proxy -n airlock >/dev/null ||
+	die "the chart's NetworkPolicies are not in the API server"
+kc get runtimeclass gvisor >/dev/null || die "the chart's RuntimeClass gvisor is not in the API server"
+[ "$(kc get deployment airlock-server airlock-egress-proxy -n airlock -o jsonpath='{.items[*].spec.replicas}')" = "0 0" ] ||
+	die "the chart's Deployments do not have the 0 replicas asked for"
+export AIRLOCK_DATABASE_URL
+AIRLOCK_DATABASE_URL=$(kc get secret airlock-database -n airlock -o jsonpath='{.data.url}' | base64 -d) && [ -n "$AIRLOCK_DATABASE_URL" ] ||
+	die "no database URL in the chart's Secret airlock/airlock-database"
+cmp -s <(printf '%s' "$AIRLOCK_DATABASE_URL") "$S/helm/database-url" || die "the chart's Secret airlock/airlock-database holds another URL than database.url"
+log "helm $("$HELM" version --template '{{.Version}}') installed deploy/helm/airlock as release airlock ($(($(date +%s) - T_HELM))s): $(hl get manifest airlock -n airlock | grep -c '^kind:') objects"
+
+TOKEN=$(kc create token airlock-server -n airlock --duration 2h) || die "no token for the airlock-server ServiceAccount"
+kubeconfig "$S/airlock.kubeconfig" system:serviceaccount:airlock:airlock-server "$TOKEN"
+
+# The cluster egress proxy (`airlock egress-proxy`), as the chart's
+# ServiceAccount airlock-egress-proxy (its Role reads pods and Secrets in
+# the sandboxes' namespace). It runs on the host like the servers,
+# listening on the bridge's address, where the pods reach it from their own
+# IPs (the address it knows each sandbox by).
+EGRESS_TOKEN=$(kc create token airlock-egress-proxy -n airlock --duration 2h) || die "no token for the airlock-egress-proxy ServiceAccount"
+kubeconfig "$S/egress.kubeconfig" system:serviceaccount:airlock:airlock-egress-proxy "$EGRESS_TOKEN"
+EGRESS=$NODE_IP:$(free_port)
+start egress-proxy "$S/airlock" egress-proxy --namespace "$NS" --kubeconfig "$S/egress.kubeconfig" --http "$EGRESS" --socks "" -v
+wait_for egress-proxy 120 sh -c "grep -q '\"msg\":\"listening\"' '$S/logs/egress-proxy.log'" ||
+	die "airlock egress-proxy did not start: $(tail -n 5 "$S/logs/egress-proxy.log")"
+
 mkdir -p "$S/airlock-1" "$S/airlock-2"
 KEY=$("$S/airlock" keys create --state-dir "$S/airlock-1" --name kubernetes-e2e 2>"$S/logs/keys.log") ||
 	die "airlock keys create failed: $(cat "$S/logs/keys.log")"

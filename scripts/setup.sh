@@ -21,9 +21,10 @@
 #     version, several minutes cold; built in the background while the rest installs): the
 #     Kubernetes backend's control-plane tests;
 #   the real-node e2e (scripts/kubernetes-e2e.sh, run by tests/kubenode): Debian's containerd, runc
-#     and CNI plugins, and kubectl, kubelet, kube-scheduler, kube-controller-manager and
-#     agent-sandbox's controller built from the Go module proxy after kube-apiserver, in the same
-#     Go build cache, cached by version under /var/cache/airlock/kube (about 15 minutes cold under
+#     and CNI plugins, and kubectl, helm (scripts/helm.sh: also package kube's chart tests),
+#     kubelet, kube-scheduler, kube-controller-manager and agent-sandbox's controller built from
+#     the Go module proxy after kube-apiserver, cached by version under
+#     /var/cache/airlock/kube (about 15 minutes cold under
 #     load; docs/kubernetes-e2e.md). Not waited for: the build holds the cache's lock
 #     ($AIRLOCK_KUBE_CACHE/build.lock) until it ends, its log is e2e-build.log next to it, and the
 #     test waits for that lock;

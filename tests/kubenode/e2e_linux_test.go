@@ -180,17 +180,19 @@ func flockUntil(path string, deadline time.Time) (*os.File, error) {
 
 // missingBinaries lists the cached binaries the script needs that are not
 // there, for the versions it uses (scripts/kube-assets.sh's Kubernetes,
-// go.mod's agent-sandbox).
+// go.mod's agent-sandbox, scripts/helm.sh's helm).
 func missingBinaries(t *testing.T, root, cache string) []string {
 	t.Helper()
 	kv := match(t, filepath.Join(root, "scripts", "kube-assets.sh"), `(?m)^KUBE_VERSION=\$\{KUBE_VERSION:-(v[0-9.]+)\}$`)
 	av := match(t, filepath.Join(root, "go.mod"), `(?m)^\s*sigs\.k8s\.io/agent-sandbox (v\S+)`)
+	hv := match(t, filepath.Join(root, "scripts", "helm.sh"), `(?m)^HELM_VERSION=\$\{HELM_VERSION:-(v[0-9.]+)\}$`)
 	var missing []string
 	for _, p := range []string{
 		filepath.Join(cache, kv, "bin", "kube-apiserver"), filepath.Join(cache, kv, "bin", "kubectl"),
 		filepath.Join(cache, kv, "bin", "kubelet"), filepath.Join(cache, kv, "bin", "kube-scheduler"),
 		filepath.Join(cache, kv, "bin", "kube-controller-manager"),
 		filepath.Join(cache, "agent-sandbox", av, "agent-sandbox-controller"),
+		filepath.Join(cache, "helm", hv, "helm"),
 	} {
 		if fi, err := os.Stat(p); err != nil || fi.Mode()&0o111 == 0 {
 			missing = append(missing, p)
