@@ -22,7 +22,7 @@ import (
 	"time"
 )
 
-// Budget of TestRealNodeE2E inside the package's -timeout (25 min in
+// Budget of TestRealNodeE2E inside the package's -timeout (30 min in
 // .ci/run; go test's default of 10 min is too short): the script's run
 // under load, bench included (docs/kubernetes-e2e.md has the figures), and
 // what is left for its cleanup after a SIGTERM. The rest of the deadline
