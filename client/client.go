@@ -263,6 +263,10 @@ type Info struct {
 	Auth      bool     `json:"auth"`
 	// PoolIdle is how many ready sandboxes the warm pool holds.
 	PoolIdle int `json:"pool_idle"`
+	// PoolReserve is, with the Kubernetes backend, how many sandboxes of
+	// each pooled profile the server keeps claimed and enrolled
+	// (serve --pool-reserve).
+	PoolReserve int `json:"pool_reserve"`
 	// DefaultRuntime is the runtime of a create without one.
 	DefaultRuntime string `json:"default_runtime"`
 	// RuntimeCapabilities says what each runtime can do beyond exec and

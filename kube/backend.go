@@ -49,6 +49,7 @@ import (
 
 	"github.com/airlock-dev/airlock/agent"
 	"github.com/airlock-dev/airlock/egress"
+	"github.com/airlock-dev/airlock/internal/spans"
 	"github.com/airlock-dev/airlock/kube/agenttls"
 	"github.com/airlock-dev/airlock/kube/egressproxy"
 	"github.com/airlock-dev/airlock/manager"
@@ -107,6 +108,13 @@ type Config struct {
 	// PoolProfiles are the pooled profiles; empty means the default
 	// profile (strict).
 	PoolProfiles []string
+	// Reserve is how many sandboxes of each pooled profile this process
+	// keeps claimed from the warm pool and enrolled ahead of creates
+	// (reserve.go; StartReserve), 0 to MaxReserve; 0: none.
+	Reserve int
+	// ReserveLease is how long a reserved claim outlives a holder that
+	// stops renewing it (killed); 0 means 2 minutes.
+	ReserveLease time.Duration
 }
 
 // Backend is a manager.Backend on a Kubernetes cluster.
@@ -127,12 +135,19 @@ type Backend struct {
 
 	mu    sync.Mutex
 	conns map[string]*conn // sandbox id -> agent connection of this process
+
+	rmu     sync.Mutex               // guards reserve
+	reserve map[string][]*reserved   // pool -> reserved sandboxes ready (reserve.go)
+	rkick   map[string]chan struct{} // pool -> wakes its reserve's refill
+	rwg     sync.WaitGroup           // the reserve's loops
+	token   string                   // marks this process's reserved claims
 }
 
 // conn is this process's connection to a sandbox's agent.
 type conn struct {
 	pod    types.UID // the pod it reaches
 	client *agent.Client
+	pooled bool // the sandbox's record is a SandboxClaim
 }
 
 var _ manager.Backend = (*Backend)(nil)
@@ -166,10 +181,16 @@ func New(cfg Config) (*Backend, error) {
 	if cfg.Pool < 0 {
 		return nil, errors.New("kube: negative pool size")
 	}
+	if cfg.Reserve < 0 || cfg.Reserve > MaxReserve {
+		return nil, fmt.Errorf("kube: reserve %d: want 0 to %d", cfg.Reserve, MaxReserve)
+	}
+	if cfg.ReserveLease <= 0 {
+		cfg.ReserveLease = 2 * time.Minute
+	}
 	if len(cfg.PoolProfiles) == 0 {
 		cfg.PoolProfiles = []string{""}
 	}
-	if cfg.Pool > 0 {
+	if cfg.Pool > 0 || cfg.Reserve > 0 {
 		for _, pr := range cfg.PoolProfiles {
 			if _, err := poolPolicy(pr); err != nil {
 				return nil, err
@@ -177,7 +198,7 @@ func New(cfg Config) (*Backend, error) {
 		}
 	}
 	return &Backend{cfg: cfg, c: cfg.Client, port: AgentPort, conns: map[string]*conn{}, stop: make(chan struct{}),
-		sweepGrace: sweepGrace}, nil
+		sweepGrace: sweepGrace, reserve: map[string][]*reserved{}, rkick: map[string]chan struct{}{}, token: newSandboxID()[3:]}, nil
 }
 
 // Name implements manager.Backend.
@@ -215,13 +236,16 @@ var _ manager.BackendCaps = (*Backend)(nil)
 // (pool.go).
 func (b *Backend) Caps(runtime string) tier.Caps {
 	return tier.Caps{ImageRoots: true, Pause: PauseRestart, Network: b.cfg.EgressProxy != "",
-		Pooled: b.cfg.Pool > 0 && runtime == RuntimeNative}
+		Pooled: b.pooling() && runtime == RuntimeNative}
 }
 
 // Close implements manager.Backend: it closes this process's agent
 // connections; the sandboxes keep running.
 func (b *Backend) Close() error {
-	b.stopOnce.Do(func() { close(b.stop) })
+	b.stopLoops()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	b.releaseReserve(ctx)
+	cancel()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for id, c := range b.conns {
@@ -229,6 +253,13 @@ func (b *Backend) Close() error {
 		delete(b.conns, id)
 	}
 	return nil
+}
+
+// stopLoops stops the sweeper and the reserve's loops and waits for the
+// latter.
+func (b *Backend) stopLoops() {
+	b.stopOnce.Do(func() { close(b.stop) })
+	b.rwg.Wait()
 }
 
 // caSecret returns the cluster CA, creating the Secret agenttls.CASecretName
@@ -419,6 +450,7 @@ func resolveOne(ctx context.Context, host string) (string, error) {
 // the Sandbox, so that the cluster's garbage collector removes it with the
 // Sandbox when agent-sandbox deletes it at its shutdownTime).
 func (b *Backend) Create(ctx context.Context, spec manager.RemoteSpec) (manager.Info, error) {
+	sp := spans.Start()
 	class, err := b.runtimeClass(ctx, spec.Runtime)
 	if err != nil {
 		return manager.Info{}, err
@@ -467,11 +499,19 @@ func (b *Backend) Create(ctx context.Context, spec manager.RemoteSpec) (manager.
 	ann := map[string]string{AnnotationOwner: spec.Owner, AnnotationNetwork: string(network),
 		AnnotationPolicy: string(pol), AnnotationMetadata: string(md), AnnotationRuntime: spec.Runtime}
 	if pool := b.poolFor(spec, env); pool != "" && egressData == nil {
-		sb, err := b.createPooled(ctx, spec, pool, labels, ann)
+		sp.Mark("prepare")
+		sb, ready, err := b.createPooled(ctx, spec, pool, labels, ann, sp)
 		if err != nil {
 			return manager.Info{}, err
 		}
-		return b.waitReady(ctx, sb, spec)
+		in := info(sb)
+		if !ready {
+			in, err = b.waitReady(ctx, sb, spec)
+			sp.Mark("ready")
+		}
+		sp.Add("id", spec.ID)
+		sp.Log("kubernetes: pooled create")
+		return in, err
 	}
 	sb := &sandboxv1.Sandbox{
 		ObjectMeta: metav1.ObjectMeta{Name: spec.ID, Namespace: b.cfg.Namespace, Labels: labels, Annotations: ann},
@@ -542,6 +582,27 @@ func (b *Backend) sandbox(ctx context.Context, owner, id string) (*sandboxv1.San
 	if !validID(id) {
 		return nil, manager.ErrNotFound
 	}
+	check := func(sb *sandboxv1.Sandbox) (*sandboxv1.Sandbox, error) {
+		// A pooled sandbox still being enrolled serves nothing to anyone.
+		if !ours(sb) || !enrolled(sb) || sb.Annotations[AnnotationOwner] != owner || !sb.DeletionTimestamp.IsZero() {
+			return nil, manager.ErrNotFound
+		}
+		return sb, nil
+	}
+	b.mu.Lock()
+	c := b.conns[id]
+	b.mu.Unlock()
+	if c != nil && c.pooled {
+		// This process connected to it as a pooled sandbox: its record is
+		// a SandboxClaim (one read instead of two).
+		sb, err := b.claim(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if sb != nil {
+			return check(sb)
+		}
+	}
 	sb := &sandboxv1.Sandbox{}
 	err := b.c.Get(ctx, client.ObjectKey{Namespace: b.cfg.Namespace, Name: id}, sb)
 	if err != nil && !apierrors.IsNotFound(err) {
@@ -558,11 +619,7 @@ func (b *Backend) sandbox(ctx context.Context, owner, id string) (*sandboxv1.San
 			return nil, manager.ErrNotFound
 		}
 	}
-	// A pooled sandbox still being enrolled serves nothing to anyone.
-	if !ours(sb) || !enrolled(sb) || sb.Annotations[AnnotationOwner] != owner || !sb.DeletionTimestamp.IsZero() {
-		return nil, manager.ErrNotFound
-	}
-	return sb, nil
+	return check(sb)
 }
 
 // validID accepts the ids airlock gives sandboxes (sb- and hex digits).
@@ -858,12 +915,21 @@ func (b *Backend) SetPaused(ctx context.Context, owner, id string, paused bool) 
 // Sandbox's name, or agent-sandbox's pod-name annotation), waits for it to
 // run, and dials its agent with the sandbox's credentials. A connection
 // this process already has to the same pod is reused.
-func (b *Backend) Connect(ctx context.Context, owner, id string) (manager.RemoteSandbox, error) {
+func (b *Backend) Connect(ctx context.Context, owner, id string) (rs manager.RemoteSandbox, err error) {
+	sp := spans.Start()
+	sp.Add("id", id)
+	reused := false
+	defer func() {
+		sp.Add("reused", reused)
+		sp.Add("ok", err == nil)
+		sp.Log("kubernetes: connect")
+	}()
 	sb, err := b.sandbox(ctx, owner, id)
 	if err != nil {
 		return manager.RemoteSandbox{}, err
 	}
-	rs := manager.RemoteSandbox{Info: info(sb)}
+	sp.Mark("record")
+	rs = manager.RemoteSandbox{Info: info(sb)}
 	if err := json.Unmarshal([]byte(sb.Annotations[AnnotationPolicy]), &rs.Policy); err != nil {
 		return rs, fmt.Errorf("kube: sandbox %s: policy annotation: %w", id, err)
 	}
@@ -877,6 +943,7 @@ func (b *Backend) Connect(ctx context.Context, owner, id string) (manager.Remote
 	if err != nil {
 		return rs, err
 	}
+	sp.Mark("pod")
 	b.mu.Lock()
 	c := b.conns[id]
 	b.mu.Unlock()
@@ -884,7 +951,7 @@ func (b *Backend) Connect(ctx context.Context, owner, id string) (manager.Remote
 		select {
 		case <-c.client.Done():
 		default:
-			rs.Client = c.client
+			rs.Client, reused = c.client, true
 			return rs, nil
 		}
 	}
@@ -892,6 +959,7 @@ func (b *Backend) Connect(ctx context.Context, owner, id string) (manager.Remote
 	if err := b.c.Get(ctx, client.ObjectKey{Namespace: b.cfg.Namespace, Name: agenttls.SecretName(id)}, &secret); err != nil {
 		return rs, fmt.Errorf("kube: the Secret of sandbox %s: %w", id, err)
 	}
+	sp.Mark("secret")
 	creds, err := agenttls.NewClientCreds(id, secret.Data)
 	if err != nil {
 		return rs, err
@@ -900,6 +968,7 @@ func (b *Backend) Connect(ctx context.Context, owner, id string) (manager.Remote
 	if err != nil {
 		return rs, err
 	}
+	sp.Mark("dial")
 	ac, err := agent.NewClient(nc)
 	if err != nil {
 		nc.Close()
@@ -909,7 +978,7 @@ func (b *Backend) Connect(ctx context.Context, owner, id string) (manager.Remote
 	if old := b.conns[id]; old != nil {
 		old.client.Close()
 	}
-	b.conns[id] = &conn{pod: pod.UID, client: ac}
+	b.conns[id] = &conn{pod: pod.UID, client: ac, pooled: pooled(sb)}
 	b.mu.Unlock()
 	rs.Client = ac
 	return rs, nil

@@ -48,9 +48,23 @@ func RESTConfig(kubeconfig string) (*rest.Config, error) {
 	return cfg, nil
 }
 
+// Client-side rate limit of the server's API client, when cfg sets none.
+// client-go's default (5 requests/s, bursts of 10) throttled a single
+// pooled create: its polls for the claim's pod and the reserve's
+// background refill spent the bucket, and each further read or write of
+// any request waited up to 200 ms for a token (docs/RATIONALE.md).
+const (
+	clientQPS   = 100
+	clientBurst = 200
+)
+
 // NewClient returns a controller-runtime client for cfg with Scheme's
 // types (uncached: every read asks the API server, the state of record).
 func NewClient(cfg *rest.Config) (client.Client, error) {
+	if cfg.QPS == 0 && cfg.Burst == 0 && cfg.RateLimiter == nil {
+		cfg = rest.CopyConfig(cfg)
+		cfg.QPS, cfg.Burst = clientQPS, clientBurst
+	}
 	// controller-runtime logs through a global logger and, when none is
 	// set, prints a warning with a stack trace to stderr after 30 s.
 	quietOnce.Do(func() { ctrllog.SetLogger(logr.Discard()) })

@@ -21,6 +21,7 @@ import (
 	extv1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/airlock-dev/airlock/internal/spans"
 	"github.com/airlock-dev/airlock/kube/agenttls"
 	"github.com/airlock-dev/airlock/manager"
 	"github.com/airlock-dev/airlock/policy"
@@ -117,7 +118,7 @@ func (b *Backend) poolPod(p policy.Policy) (sandboxv1.PodTemplate, error) {
 // profile's SandboxTemplate and SandboxWarmPool of Config.Pool sandboxes.
 // Every replica may run it at start.
 func (b *Backend) EnsurePools(ctx context.Context) error {
-	if b.cfg.Pool <= 0 {
+	if !b.pooling() {
 		return nil
 	}
 	ca, err := b.caSecret(ctx)
@@ -154,7 +155,7 @@ func (b *Backend) EnsurePools(ctx context.Context) error {
 			"sandboxTemplateRef": map[string]any{"name": name}}}); err != nil {
 			return err
 		}
-		b.cfg.Logf("kubernetes: warm pool %s/%s: %d pods of profile %s", b.cfg.Namespace, name, b.cfg.Pool, p.Profile)
+		b.cfg.Logf("kubernetes: warm pool %s/%s: %d pods of profile %s; this server reserves %d", b.cfg.Namespace, name, b.cfg.Pool, p.Profile, b.cfg.Reserve)
 	}
 	return nil
 }
@@ -214,7 +215,7 @@ func (b *Backend) ensurePoolCA(ctx context.Context, caPEM []byte) error {
 // image, the native tier, no secrets, a pooled profile, and a pod equal
 // to the pool's template (same limits, user, environment, network).
 func (b *Backend) poolFor(spec manager.RemoteSpec, env []string) string {
-	if b.cfg.Pool <= 0 || len(spec.Secrets) > 0 || (spec.Image != "" && spec.Image != b.cfg.DefaultImage) ||
+	if !b.pooling() || len(spec.Secrets) > 0 || (spec.Image != "" && spec.Image != b.cfg.DefaultImage) ||
 		spec.Runtime != RuntimeNative || b.cfg.RuntimeClasses[RuntimeNative] != "" {
 		return ""
 	}
@@ -257,7 +258,27 @@ func (b *Backend) poolFor(spec manager.RemoteSpec, env []string) string {
 // createPooled is Create through the warm pool: a SandboxClaim, the
 // sandbox's Secret, the enrollment of the pod the claim was given, then
 // the mark that it is enrolled. Any failure releases the claim.
-func (b *Backend) createPooled(ctx context.Context, spec manager.RemoteSpec, pool string, labels, ann map[string]string) (*sandboxv1.Sandbox, error) {
+//
+// A sandbox of this process's reserve (reserve.go) is used first: then
+// ready is true (its agent is enrolled and connected already).
+func (b *Backend) createPooled(ctx context.Context, spec manager.RemoteSpec, pool string, labels, ann map[string]string, sp *spans.Spans) (sb *sandboxv1.Sandbox, ready bool, err error) {
+	if r := b.take(pool); r != nil {
+		ann = cloneMap(ann)
+		ann[AnnotationPool] = pool
+		sb, err := b.assignReserved(ctx, r, spec, labels, ann)
+		sp.Mark("assign_reserved")
+		if err == nil {
+			return sb, true, nil
+		}
+		b.cfg.Logf("kubernetes: %v; claiming afresh", err)
+	}
+	sb, err = b.claimPooled(ctx, spec, pool, labels, ann, sp)
+	return sb, false, err
+}
+
+// claimPooled is createPooled without the reserve: a SandboxClaim of its
+// own.
+func (b *Backend) claimPooled(ctx context.Context, spec manager.RemoteSpec, pool string, labels, ann map[string]string, sp *spans.Spans) (*sandboxv1.Sandbox, error) {
 	ca, err := b.caSecret(ctx)
 	if err != nil {
 		return nil, err
@@ -283,9 +304,11 @@ func (b *Backend) createPooled(ctx context.Context, spec manager.RemoteSpec, poo
 			// claim is the record; the pod is known by its controllers).
 		},
 	}
+	sp.Mark("issue")
 	if err := b.c.Create(ctx, claim); err != nil {
 		return nil, fmt.Errorf("kube: create SandboxClaim %s: %w", spec.ID, err)
 	}
+	sp.Mark("claim_create")
 	release := func(err error) (*sandboxv1.Sandbox, error) {
 		if rerr := b.releaseClaim(context.WithoutCancel(ctx), spec.ID); rerr != nil {
 			err = errors.Join(err, rerr)
@@ -301,15 +324,17 @@ func (b *Backend) createPooled(ctx context.Context, spec manager.RemoteSpec, poo
 	if err := b.c.Create(ctx, secret); err != nil {
 		return release(fmt.Errorf("kube: create Secret of %s: %w", spec.ID, err))
 	}
+	sp.Mark("secret_create")
 	wctx, cancel := context.WithTimeout(ctx, b.cfg.ReadyTimeout)
 	defer cancel()
-	pod, err := b.enroll(wctx, claim, enroller, bundle)
+	pod, err := b.enroll(wctx, claim, enroller, bundle, 5*time.Millisecond, sp)
 	if err != nil {
 		return release(fmt.Errorf("kube: sandbox %s from warm pool %s: %w", spec.ID, pool, err))
 	}
 	if err := b.markEnrolled(wctx, claim, pod); err != nil {
 		return release(fmt.Errorf("kube: mark SandboxClaim %s enrolled: %w", spec.ID, err))
 	}
+	sp.Mark("mark_enrolled")
 	return claimSandbox(claim), nil
 }
 
@@ -317,7 +342,15 @@ func (b *Backend) createPooled(ctx context.Context, spec manager.RemoteSpec, poo
 // found), guarded by the claim's resourceVersion. The claim controller
 // writes the claim too (its status): on a conflict the claim is read
 // again, and marked only if it still leads to the same pod.
+//
+// A conflict is usually the controller's status write just after the
+// bind: when the claim read again (one read, not the chain's three) still
+// names the same Sandbox, it is patched again at once (the pod recorded is
+// the one enrolled, checked by UID whenever the sandbox is served, and an
+// enrolled agent refuses any other enrollment); otherwise the whole chain
+// is read again and the mark refused if it leads elsewhere.
 func (b *Backend) markEnrolled(ctx context.Context, claim *extv1.SandboxClaim, pod *corev1.Pod) error {
+	bound := assignedSandbox(claim)
 	for {
 		data, err := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": claim.ResourceVersion,
 			"annotations": map[string]string{AnnotationEnrolledPod: string(pod.UID), AnnotationEnrolledPodName: pod.Name}}})
@@ -327,6 +360,14 @@ func (b *Backend) markEnrolled(ctx context.Context, claim *extv1.SandboxClaim, p
 		err = b.c.Patch(ctx, claim, client.RawPatch(types.MergePatchType, data))
 		if err == nil || !apierrors.IsConflict(err) {
 			return err
+		}
+		var again extv1.SandboxClaim
+		if err := b.c.Get(ctx, client.ObjectKeyFromObject(claim), &again); err != nil {
+			return fmt.Errorf("the claim changed during the enrollment: %w", err)
+		}
+		if bound != "" && assignedSandbox(&again) == bound && again.UID == claim.UID && again.DeletionTimestamp.IsZero() {
+			*claim = again
+			continue
 		}
 		now, err := b.claimedPod(ctx, claim)
 		if err != nil {
@@ -357,16 +398,21 @@ func (b *Backend) enroller(ca *agenttls.CA) (*agenttls.Enroller, error) {
 // chain of controllers claim -> Sandbox -> pod, and enrolls the pod's agent
 // with bundle at the pod IP the API records. It updates claim to the
 // version read when bound.
-func (b *Backend) enroll(ctx context.Context, claim *extv1.SandboxClaim, e *agenttls.Enroller, bundle *agenttls.Bundle) (*corev1.Pod, error) {
+//
+// The claim controller binds a warm Sandbox within milliseconds: the first
+// polls follow closely, from wait (a fixed 200 ms made every pooled create
+// wait at least that long), then back off to 200 ms.
+func (b *Backend) enroll(ctx context.Context, claim *extv1.SandboxClaim, e *agenttls.Enroller, bundle *agenttls.Bundle, wait time.Duration, sp *spans.Spans) (*corev1.Pod, error) {
 	var last error
-	// The claim controller binds a warm Sandbox within milliseconds: the
-	// first polls follow closely (a fixed 200 ms made every pooled create
-	// wait at least that long), then back off to 200 ms.
-	wait := 5 * time.Millisecond
+	polls := 0
 	for {
+		polls++
 		pod, err := b.claimedPod(ctx, claim)
 		if err == nil {
+			sp.Mark("bound")
+			sp.Add("polls", polls)
 			err = e.Enroll(ctx, net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(b.port)), bundle)
+			sp.Mark("enroll")
 			if err == nil {
 				return pod, nil
 			}
@@ -399,10 +445,7 @@ func (b *Backend) claimedPod(ctx context.Context, claim *extv1.SandboxClaim) (*c
 	if err := b.c.Get(ctx, client.ObjectKeyFromObject(claim), claim); err != nil {
 		return nil, fmt.Errorf("read the claim: %w", err)
 	}
-	name := claim.Annotations[extv1.AssignedSandboxNameAnnotation]
-	if name == "" {
-		name = claim.Status.SandboxStatus.Name
-	}
+	name := assignedSandbox(claim)
 	if name == "" {
 		return nil, errors.New("the claim has no Sandbox yet")
 	}
@@ -434,6 +477,15 @@ func (b *Backend) claimedPod(ctx context.Context, claim *extv1.SandboxClaim) (*c
 		return nil, fmt.Errorf("pod %s is %s", podName, pod.Status.Phase)
 	}
 	return &pod, nil
+}
+
+// assignedSandbox is the name of the Sandbox the claim controller gave
+// claim ("" if none yet): its annotation, or its status on the cold path.
+func assignedSandbox(claim *extv1.SandboxClaim) string {
+	if name := claim.Annotations[extv1.AssignedSandboxNameAnnotation]; name != "" {
+		return name
+	}
+	return claim.Status.SandboxStatus.Name
 }
 
 // claimSandbox is the record of a pooled sandbox as the rest of the
@@ -475,7 +527,7 @@ func (b *Backend) claim(ctx context.Context, id string) (*sandboxv1.Sandbox, err
 		if apierrors.IsNotFound(err) {
 			return nil, nil
 		}
-		if b.cfg.Pool <= 0 && noClaims(err) {
+		if !b.pooling() && noClaims(err) {
 			return nil, nil
 		}
 		return nil, fmt.Errorf("kube: get SandboxClaim %s: %w", id, err)
@@ -494,7 +546,7 @@ func noClaims(err error) bool {
 func (b *Backend) claims(ctx context.Context, sel client.MatchingLabels) ([]sandboxv1.Sandbox, error) {
 	var l extv1.SandboxClaimList
 	if err := b.c.List(ctx, &l, client.InNamespace(b.cfg.Namespace), sel); err != nil {
-		if b.cfg.Pool <= 0 && noClaims(err) {
+		if !b.pooling() && noClaims(err) {
 			return nil, nil
 		}
 		return nil, fmt.Errorf("kube: list SandboxClaims: %w", err)
@@ -577,6 +629,11 @@ func (b *Backend) StartSweeper(interval time.Duration) {
 			if _, err := b.SweepClaims(ctx); err != nil {
 				b.cfg.Logf("kubernetes: sweep of SandboxClaims: %v", err)
 			}
+			if b.pooling() {
+				if _, err := b.SweepReserved(ctx); err != nil {
+					b.cfg.Logf("kubernetes: sweep of reserved SandboxClaims: %v", err)
+				}
+			}
 			cancel()
 			select {
 			case <-b.stop:
@@ -602,6 +659,10 @@ func (b *Backend) patchClaim(ctx context.Context, id string, patch map[string]an
 	}
 	return nil
 }
+
+// pooling reports whether the server serves creates from warm pools: a
+// SandboxWarmPool of Config.Pool pods, a reserve of Config.Reserve, or both.
+func (b *Backend) pooling() bool { return b.cfg.Pool > 0 || b.cfg.Reserve > 0 }
 
 func cloneMap(m map[string]string) map[string]string {
 	out := make(map[string]string, len(m)+1)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/airlock-dev/airlock/agent"
 	"github.com/airlock-dev/airlock/egress"
+	"github.com/airlock-dev/airlock/internal/spans"
 	"github.com/airlock-dev/airlock/policy"
 	"github.com/airlock-dev/airlock/runtime"
 	"github.com/airlock-dev/airlock/runtime/native/cgroups"
@@ -153,6 +154,7 @@ func newRemoteID() string {
 
 // createRemote is Create on a Backend.
 func (m *Manager) createRemote(ctx context.Context, req CreateRequest) (Info, error) {
+	sp := spans.Start()
 	if err := checkMetadata(req.Metadata); err != nil {
 		return Info{}, err
 	}
@@ -204,6 +206,7 @@ func (m *Manager) createRemote(ctx context.Context, req CreateRequest) (Info, er
 	if closed {
 		return Info{}, ErrClosed
 	}
+	sp.Mark("checks")
 	all, owned, err := m.cfg.Backend.Count(ctx, req.Owner)
 	if err != nil {
 		return Info{}, fmt.Errorf("manager: count sandboxes: %w", err)
@@ -216,15 +219,20 @@ func (m *Manager) createRemote(ctx context.Context, req CreateRequest) (Info, er
 	}
 	spec := RemoteSpec{ID: newRemoteID(), Owner: req.Owner, Policy: p, Runtime: tier, Image: req.Image,
 		Metadata: maps.Clone(req.Metadata), ExpiresAt: time.Now().Add(ttl).UTC(), Secrets: req.Secrets}
+	sp.Mark("count")
 	info, err := m.cfg.Backend.Create(ctx, spec)
 	if err != nil {
 		m.count(func(c *Counters) { c.CreateErrors++ })
 		return Info{}, err
 	}
+	sp.Mark("backend")
 	m.count(func(c *Counters) { c.Created++ })
 	m.Audit(ctx, req.Owner, info.ID, store.ActionSandboxCreate, map[string]any{
 		"profile": p.Profile, "metadata": req.Metadata, "timeout_s": ttl.Seconds(), "limits": req.Limits,
 		"network": p.Network, "secrets": secretRefs(req.Secrets), "image": req.Image, "runtime": tier, "backend": m.cfg.Backend.Name()})
+	sp.Mark("audit")
+	sp.Add("id", info.ID)
+	sp.Log("manager: remote create")
 	return info, nil
 }
 

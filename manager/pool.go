@@ -143,8 +143,33 @@ func (m *Manager) StartPool(cfg PoolConfig) error {
 	return nil
 }
 
-// PoolIdle reports how many ready sandboxes the pool holds now.
+// BackendReserve is what a Backend that keeps sandboxes ready for creates
+// (kube's reserve) reports of them.
+type BackendReserve interface {
+	// ReserveIdle is how many it holds ready now.
+	ReserveIdle() int
+	// ReserveSize is how many it keeps per pooled profile.
+	ReserveSize() int
+}
+
+// PoolReserve is the Backend's reserve size (BackendReserve), 0 if it
+// keeps none.
+func (m *Manager) PoolReserve() int {
+	if r, ok := m.cfg.Backend.(BackendReserve); ok && m.remote() {
+		return r.ReserveSize()
+	}
+	return 0
+}
+
+// PoolIdle reports how many ready sandboxes the pool holds now: on a
+// Backend, its reserve (BackendReserve) if it keeps one.
 func (m *Manager) PoolIdle() int {
+	if m.remote() {
+		if r, ok := m.cfg.Backend.(BackendReserve); ok {
+			return r.ReserveIdle()
+		}
+		return 0
+	}
 	m.mu.Lock()
 	p := m.pool
 	m.mu.Unlock()

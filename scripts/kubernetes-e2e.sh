@@ -28,9 +28,14 @@
 # (`--pool N`): a create is a SandboxClaim on the pool's SandboxWarmPool, the
 # claimed pod's agent enrolled by the server, exec/files/code, the pool
 # refilled by agent-sandbox's controller, another key refused; and
-# `airlock bench --only kubernetes` (50 pooled claims, 10 unpooled creates
-# against kubectl run; KUBE_E2E_BENCH_CLAIMS=N, KUBE_E2E_BENCH_RUNS=N for
-# fewer, as the Go test tests/kubenode does). Takes a few
+# `airlock bench --only kubernetes`, A/B: 50 pooled claims on that replica
+# (claimed and enrolled at create: A), then 50 on a replica with
+# --pool-reserve 1 (claimed and enrolled ahead: B), whose run adds 10
+# unpooled creates against kubectl run; each replica's phases printed by
+# `kube-e2e spans` (KUBE_E2E_BENCH_CLAIMS=N, KUBE_E2E_BENCH_A_CLAIMS=N,
+# KUBE_E2E_BENCH_RUNS=N for fewer, as the Go test tests/kubenode does;
+# KUBE_E2E_BENCH_A_CLAIMS=0 skips A; KUBE_E2E_BENCH_AB=N alternates A and
+# B N times). Takes a few
 # minutes warm; see docs/kubernetes-e2e.md for the cold build times.
 #
 #   sudo scripts/kubernetes-e2e.sh            # everything; exit 0 only if all passed
@@ -1013,7 +1018,8 @@ pool_ready() { [ "$("$BIN/kubectl" --kubeconfig "$S/admin.kubeconfig" get "$SWP"
 port=$(free_port)
 start airlock-pool "$S/airlock" serve --backend kubernetes --kubeconfig "$S/airlock.kubeconfig" \
 	--namespace "$NS" --agent-image "$AGENT_IMAGE" --default-image "$SANDBOX_IMAGE" \
-	--listen "127.0.0.1:$port" --state-dir "$S/airlock-pool" --pool "$POOL_SIZE"
+	--listen "127.0.0.1:$port" --state-dir "$S/airlock-pool" --pool "$POOL_SIZE" \
+	--log-format json --log-level debug # the pooled creates' phases, for kube-e2e spans
 URL3=http://127.0.0.1:$port
 wait_for airlock-pool 120 curl -sf -H "Authorization: Bearer $KEY" "$URL3/v1/sandboxes" ||
 	die "airlock serve --pool $POOL_SIZE did not answer: $(tail -n 3 "$S/logs/airlock-pool.log")"
@@ -1044,17 +1050,85 @@ kc wait --for=delete "sandboxclaims.extensions.agents.x-k8s.io/$PID" -n "$NS" --
 kc wait --for=delete "pod/$PSB" -n "$NS" --timeout=120s >/dev/null 2>&1 || die "pod $PSB of pooled sandbox $PID still exists after kill"
 log "warm pool: sandbox $PID claimed pod $PSB, pool refilled ($NEW), another key refused (404), killed (claim and pod gone)"
 
-# airlock bench --only kubernetes: pooled claim to first exec over 50
-# claims (each with the pool full again), and create without a pool
-# against kubectl run of the same image.
+# airlock bench --only kubernetes, A/B: pooled claim to first exec over
+# KUBE_E2E_BENCH_CLAIMS claims (each with the pool full again) against
+# this replica (--pool N: each create claims from the SandboxWarmPool and
+# enrolls then: A), then against a replica that keeps a reserve of
+# sandboxes claimed and enrolled ahead of creates (--pool-reserve: B),
+# whose run also times creates without a pool against kubectl run of the
+# same image. B runs with --pool 0 (its reserve claims from an empty
+# SandboxWarmPool, the controller making each Sandbox from the template):
+# on a 2-CPU node a warm pod, a reserved one and an unpooled sandbox do not
+# fit together. KUBE_E2E_BENCH_AB=N alternates A and B N times (default
+# 1). Each replica's phases (internal/spans) are printed by kube-e2e spans.
 T_B=$(date +%s)
 kc create namespace airlock-e2e-bench >/dev/null
-"$S/airlock" bench --only kubernetes --kube-url "$URL3" --kube-key "$KEY" --kubectl "$BIN/kubectl" \
-	--kubeconfig "$S/admin.kubeconfig" --kube-namespace "$NS" --kube-image "$SANDBOX_IMAGE" \
-	--kube-run-namespace airlock-e2e-bench --kube-claims "${KUBE_E2E_BENCH_CLAIMS:-50}" --runs "${KUBE_E2E_BENCH_RUNS:-10}" \
-	>"$S/bench-kubernetes.txt" 2>"$S/logs/bench.log" || die "airlock bench --only kubernetes failed: $(tail -n 5 "$S/logs/bench.log")"
-cat "$S/bench-kubernetes.txt" >&2
+# bench_kube URL OUT [FLAGS...]: airlock bench --only kubernetes against URL.
+bench_kube() {
+	local url=$1 out=$2
+	shift 2
+	"$S/airlock" bench --only kubernetes --kube-url "$url" --kube-key "$KEY" --kubectl "$BIN/kubectl" \
+		--kubeconfig "$S/admin.kubeconfig" --kube-namespace "$NS" --kube-image "$SANDBOX_IMAGE" \
+		--kube-run-namespace airlock-e2e-bench --kube-claims "${KUBE_E2E_BENCH_CLAIMS:-50}" --runs "${KUBE_E2E_BENCH_RUNS:-10}" "$@" \
+		>"$S/$out.txt" 2>>"$S/logs/bench.log" || die "airlock bench --only kubernetes ($out) failed: $(tail -n 5 "$S/logs/bench.log")"
+	log "bench $out:"
+	cat "$S/$out.txt" >&2
+}
+# serve_pool NAME FLAGS...: a pooled replica NAME (debug log: its phases);
+# sets URLP.
+serve_pool() {
+	local name=$1 p
+	shift
+	p=$(free_port)
+	start "$name" "$S/airlock" serve --backend kubernetes --kubeconfig "$S/airlock.kubeconfig" \
+		--namespace "$NS" --agent-image "$AGENT_IMAGE" --default-image "$SANDBOX_IMAGE" \
+		--listen "127.0.0.1:$p" --state-dir "$S/$name" --log-format json --log-level debug "$@"
+	URLP=http://127.0.0.1:$p
+	wait_for "$name" 120 curl -sf -H "Authorization: Bearer $KEY" "$URLP/v1/sandboxes" ||
+		die "airlock serve $* did not answer: $(tail -n 3 "$S/logs/$name.log")"
+}
+# stop_replica NAME: SIGTERM (a clean stop releases its reserve) and wait.
+stop_replica() {
+	local pid
+	pid=$(cat "$S/pids/$1")
+	kill "$pid" 2>/dev/null || true
+	for _ in $(seq 1 60); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.5; done
+	kill -KILL "$pid" 2>/dev/null || true
+}
+reserve_full() { curl -sf -H "Authorization: Bearer $KEY" "$URLP/v1/info" | grep -q '"pool_idle":1,.*"pool_reserve":1[,}]'; }
+AB=${KUBE_E2E_BENCH_AB:-1}
+for round in $(seq 1 "$AB"); do
+	if [ "$round" -gt 1 ]; then
+		serve_pool "airlock-pool-$round" --pool "$POOL_SIZE"
+		URL3=$URLP
+		wait_for "warm pool $POOL full ($POOL_SIZE)" 300 pool_ready || die "the warm pool $POOL never refilled"
+	fi
+	A_CLAIMS=${KUBE_E2E_BENCH_A_CLAIMS:-${KUBE_E2E_BENCH_CLAIMS:-50}}
+	if [ "$A_CLAIMS" -gt 0 ]; then # 0: B only (tests/kubenode, for CI's time)
+		bench_kube "$URL3" "bench-A$round" --kube-pooled-only --kube-claims "$A_CLAIMS"
+	fi
+	stop_replica "$([ "$round" = 1 ] && echo airlock-pool || echo "airlock-pool-$round")"
+	serve_pool "airlock-reserve-$round" --pool 0 --pool-reserve 1
+	wait_for "reserve of airlock-reserve-$round full" 300 reserve_full || die "the reserve never filled: $(tail -n 5 "$S/logs/airlock-reserve-$round.log")"
+	if [ "$round" = "$AB" ]; then
+		bench_kube "$URLP" "bench-B$round"
+	else
+		bench_kube "$URLP" "bench-B$round" --kube-pooled-only
+	fi
+	stop_replica "airlock-reserve-$round"
+	kc wait --for=delete sandboxclaims.extensions.agents.x-k8s.io -n "$NS" -l airlock.dev/reserved=true --timeout=120s >/dev/null 2>&1 ||
+		die "airlock-reserve-$round stopped and left reserved SandboxClaims: $(kc get sandboxclaims.extensions.agents.x-k8s.io -n "$NS" -o name)"
+done
 log "airlock bench --only kubernetes: $(($(date +%s) - T_B))s"
+# Where a pooled create's time goes: the phases each replica logged
+# (internal/spans) for every pooled create above, p50 and p99 of each.
+for f in "$S"/logs/airlock-pool*.log "$S"/logs/airlock-reserve-*.log; do
+	log "phases of $(basename "$f" .log):"
+	"$S/kube-e2e" spans -log "$f" >&2 || log "WARNING: kube-e2e spans (a measurement) failed"
+done
+# The SandboxWarmPool back to $POOL_SIZE for the measurement below.
+serve_pool airlock-pool-last --pool "$POOL_SIZE"
+wait_for "warm pool $POOL full ($POOL_SIZE)" 300 pool_ready || die "the warm pool $POOL never refilled"
 # The floor under a pooled create: agent-sandbox's controller alone
 # binding claims on the same pool (no airlock), timed the same way.
 # A measurement, not a check: bounded (KUBE_E2E_CLAIMLAT_TIMEOUT, 180 s)

@@ -517,6 +517,9 @@ func (s *Server) info(w http.ResponseWriter, r *http.Request) error {
 		"auth":                 !s.cfg.NoAuth,
 		// Ready sandboxes in the warm pool (airlock serve --pool).
 		"pool_idle": s.m.PoolIdle(),
+		// Sandboxes the backend keeps claimed and enrolled per pooled
+		// profile (serve --backend kubernetes --pool-reserve).
+		"pool_reserve": s.m.PoolReserve(),
 		// The largest limits a sandbox may ask for (airlock serve --max-*);
 		// an API key may set lower ones of its own.
 		"ceilings": s.m.Ceilings(),

@@ -38,6 +38,7 @@ func cmdBench(args []string) int {
 	fs.StringVar(&ko.RunNamespace, "kube-run-namespace", "default", "with --only kubernetes: namespace of the kubectl run pods")
 	fs.StringVar(&ko.Image, "kube-image", "", "with --only kubernetes: the server's default image, which kubectl run starts too")
 	fs.IntVar(&ko.Claims, "kube-claims", 50, "with --only kubernetes: pooled claims measured")
+	fs.BoolVar(&ko.PooledOnly, "kube-pooled-only", false, "with --only kubernetes: only the pooled claims (no unpooled creates or kubectl run)")
 	desktopCache := fs.String("desktop-cache", "/var/cache/airlock/images", "cache of the desktop image's build for the desktop figures (go run ./debimage/mkimage -cache DIR desktop builds it; a missing one is built, taking minutes)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

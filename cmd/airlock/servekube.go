@@ -19,6 +19,9 @@ import (
 func (k *kubeFlags) open(logf func(string, ...any), pool int) (manager.Backend, error) {
 	switch *k.backend {
 	case "native", "":
+		if *k.reserve != 0 {
+			return nil, errors.New("--pool-reserve: only with --backend kubernetes")
+		}
 		return nil, nil
 	case "kubernetes":
 	default:
@@ -58,7 +61,7 @@ func (k *kubeFlags) open(logf func(string, ...any), pool int) (manager.Backend, 
 	}
 	b, err := kube.New(kube.Config{Client: c, Namespace: ns, AgentImage: *k.agentImage, DefaultImage: *k.defaultImage,
 		RuntimeClasses: classes, EgressProxy: *k.egressProxy, WaitReady: true, ReadyTimeout: *k.readyTimeout, Logf: logf,
-		Pool: pool})
+		Pool: pool, Reserve: *k.reserve, ReserveLease: *k.reserveLease})
 	if err != nil {
 		return nil, err
 	}
@@ -73,6 +76,8 @@ func (k *kubeFlags) open(logf func(string, ...any), pool int) (manager.Backend, 
 	// released (kube/pool.go), now and then every half ready-timeout (1 s
 	// to 1 min).
 	b.StartSweeper(min(max(*k.readyTimeout/2, time.Second), time.Minute))
+	// Sandboxes claimed and enrolled ahead of creates (--pool-reserve).
+	b.StartReserve()
 	// Sandboxes of servers built with agent-sandbox v0.2.1 are stored as
 	// v1alpha1 and readable only through agent-sandbox's conversion
 	// webhook until rewritten. A failure leaves them so (still served).

@@ -16,6 +16,9 @@ import (
 func (k *kubeFlags) open(logf func(string, ...any), _ int) (manager.Backend, error) {
 	switch *k.backend {
 	case "native", "":
+		if *k.reserve != 0 {
+			return nil, fmt.Errorf("--pool-reserve: only with --backend kubernetes")
+		}
 		return nil, nil
 	case "kubernetes":
 		return nil, fmt.Errorf("--backend kubernetes: this airlock was built without the Kubernetes backend; build it with: CGO_ENABLED=0 go build -tags kubernetes ./cmd/airlock")

@@ -42,6 +42,11 @@
 //
 // claimlat times agent-sandbox's controller alone handing SandboxClaims
 // warm Sandboxes (claimlat.go): the floor under a pooled create.
+//
+//	kube-e2e spans -log FILE
+//
+// spans prints the phases of the pooled creates a server logged at debug
+// level (spans.go): p50 and p99 of each.
 package main
 
 import (
@@ -51,7 +56,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: kube-e2e image|drive|pooled|escape|claimlat [flags]")
+		fmt.Fprintln(os.Stderr, "usage: kube-e2e image|drive|pooled|escape|claimlat|spans [flags]")
 		os.Exit(2)
 	}
 	var err error
@@ -66,8 +71,10 @@ func main() {
 		err = cmdEscape(os.Args[2:])
 	case "claimlat":
 		err = cmdClaimLat(os.Args[2:])
+	case "spans":
+		err = cmdSpans(os.Args[2:])
 	default:
-		err = fmt.Errorf("unknown command %q (image, drive, pooled, escape, claimlat)", os.Args[1])
+		err = fmt.Errorf("unknown command %q (image, drive, pooled, escape, claimlat, spans)", os.Args[1])
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "kube-e2e:", err)
