@@ -304,7 +304,7 @@ func TestHelmChartInstalls(t *testing.T) {
 	values := valuesFile(t, map[string]any{
 		"sandboxNamespace": "helmt-sandboxes",
 		"database":         map[string]any{"url": "postgres://airlock@db/airlock", "existingSecret": ""},
-		"server":           map[string]any{"pool": 3},
+		"server":           map[string]any{"pool": 3, "poolReserve": 2},
 		"runtimeClasses": []any{
 			map[string]any{"tier": "gvisor", "name": "helmt-gvisor", "handler": "runsc", "create": true},
 			map[string]any{"tier": "microvm", "name": "helmt-kata", "handler": "kata", "create": true},
@@ -347,7 +347,7 @@ func TestHelmChartInstalls(t *testing.T) {
 	cs, _, _ := unstructured.NestedSlice(dep.Object, "spec", "template", "spec", "containers")
 	args := fmt.Sprint(cs)
 	for _, want := range []string{"--runtime-class=gvisor=helmt-gvisor,microvm=helmt-kata", "--kube-egress-proxy=helmt-egress.helmt-system.svc:3128",
-		"--namespace=helmt-sandboxes", "--agent-image=registry.example.com/airlock:latest", "--pool=3"} {
+		"--namespace=helmt-sandboxes", "--agent-image=registry.example.com/airlock:latest", "--pool=3", "--pool-reserve=2"} {
 		if !strings.Contains(args, want) {
 			t.Errorf("server arguments lack %s: %s", want, args)
 		}
