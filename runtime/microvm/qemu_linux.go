@@ -8,9 +8,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -122,7 +124,14 @@ func probeKVM() error {
 		"-nodefaults", "-no-user-config", "-display", "none", "-serial", "stdio", "-no-reboot",
 		"-kernel", k, "-append", "console=ttyS0 panic=-1 loglevel=4")
 	cmd.Stdout, cmd.Stderr = &out, &out
+	// A probe that hangs is killed at ProbeTimeout, and with its parent if
+	// that dies first (seen: servers killed by tests left probe QEMUs hung
+	// at SeaBIOS for an hour). The parent-death signal follows the thread
+	// that forks, so this goroutine keeps it until the probe has ended.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	runtime.LockOSThread()
 	err = cmd.Run()
+	runtime.UnlockOSThread()
 	if ctx.Err() != nil {
 		return fmt.Errorf("KVM present but cannot run a guest (a probe kernel made no progress in %s: nested KVM over PVM?)", ProbeTimeout)
 	}
