@@ -217,7 +217,18 @@ func (s *Store) Use(name, holder, alive string) (string, error) {
 	defer unlock()
 	mnt := s.path(name, "mnt")
 	if !mounted(mnt) {
-		if err := native.MountDisk(s.path(name, "disk.img"), mnt); err != nil {
+		// A disk still attached to a loop device is still mounted
+		// somewhere (a copy of the host's mounts in a mount namespace
+		// made while it was mounted here keeps the filesystem alive after
+		// its unmount, until that namespace lets go): a second mount of
+		// the same ext4 image would read it without the first's unwritten
+		// state (seen in CI: a file written before the unmount missing
+		// after the remount) and corrupt it on write. Wait for it to go.
+		img := s.path(name, "disk.img")
+		if err := waitDetached(img, detachWait); err != nil {
+			return "", fmt.Errorf("volume %s: %w", name, err)
+		}
+		if err := native.MountDisk(img, mnt); err != nil {
 			return "", fmt.Errorf("volume %s: %w", name, err)
 		}
 	}
@@ -308,8 +319,44 @@ func (s *Store) UnmountIdle() error {
 			}
 			if err := unix.Unmount(mnt, 0); err != nil {
 				errs = append(errs, fmt.Errorf("volume at %s: unmount: %w", mnt, err))
+				continue
+			}
+			if err := waitDetached(view.path(e.Name(), "disk.img"), detachWait); err != nil {
+				errs = append(errs, fmt.Errorf("volume at %s: %w", mnt, err))
 			}
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// detachWait bounds how long a volume's disk may stay attached to a loop
+// device after its last unmount here.
+const detachWait = 30 * time.Second
+
+// waitDetached waits until no loop device is backed by img (the loop
+// device detaches itself once the filesystem on it is gone everywhere).
+func waitDetached(img string, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for loopBacked(img) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("its disk %s is still attached to a loop device %s after its unmount: it is still mounted in another mount namespace; not mounted twice", img, d)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return nil
+}
+
+// loopBacked reports whether a loop device is backed by img.
+func loopBacked(img string) bool {
+	if abs, err := filepath.Abs(img); err == nil {
+		img = abs
+	}
+	files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err == nil && strings.TrimSuffix(strings.TrimSpace(string(b)), " (deleted)") == img {
+			return true
+		}
+	}
+	return false
 }

@@ -3,9 +3,11 @@ package volume_test
 import (
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -156,4 +158,58 @@ func loopBackings(t *testing.T) []string {
 		}
 	}
 	return out
+}
+
+// TestUnmountWaitsForOtherNamespace: a mount namespace made while a volume
+// was mounted keeps its filesystem alive after the host's unmount; the
+// volume is not mounted again until that copy is gone (a second ext4
+// instance over the same image would miss the first's unwritten state:
+// seen in CI as a file missing after the remount), and nothing written
+// before the unmount is lost.
+func TestUnmountWaitsForOtherNamespace(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (mkfs, mount, unshare)")
+	}
+	dir := filepath.Join(t.TempDir(), "volumes")
+	op, err := volume.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := op.Create("v", volume.MinSize); err != nil {
+		t.Fatal(err)
+	}
+	holder := t.TempDir()
+	mnt, err := op.Use("v", "sb-1", holder)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(mnt, "f"), []byte("kept"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Another mount namespace copies the mount and holds it for 2 s.
+	copyNS := exec.Command("unshare", "--mount", "--propagation", "private", "sleep", "2")
+	if err := copyNS.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer copyNS.Wait()
+	time.Sleep(300 * time.Millisecond) // the copy is made
+	os.RemoveAll(holder)               // its sandbox ended
+	start := time.Now()
+	if err := op.UnmountIdle(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("unmounted and detached after %v", time.Since(start).Round(time.Millisecond))
+	for _, b := range loopBackings(t) {
+		if strings.HasPrefix(b, dir+"/") {
+			t.Errorf("a loop device is left on %s", b)
+		}
+	}
+	mnt, err = op.Use("v", "sb-2", t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Unmount(mnt, unix.MNT_DETACH) })
+	if b, err := os.ReadFile(filepath.Join(mnt, "f")); err != nil || string(b) != "kept" {
+		t.Fatalf("after the remount: %q %v", b, err)
+	}
 }
